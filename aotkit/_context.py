@@ -1,0 +1,37 @@
+"""The single MLIR context every aotkit stage builds IR in.
+
+One context for the process keeps modules, types and attributes interchangeable between
+the tracer, the pass pipeline and the backends. MLIR contexts are not safe to mutate from
+several threads at once, so every stage that creates or rewrites IR holds `IR_LOCK` (a
+re-entrant lock: tracing may nest, e.g. a control-flow body traced inside a trace).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import chlo, stablehlo
+
+from aotkit import _compat
+
+IR_LOCK = threading.RLock()
+_context: ir.Context | None = None
+
+
+def context() -> ir.Context:
+    """Returns the process-wide context, creating it (and registering dialects) once."""
+    global _context
+    if _context is None:
+        with IR_LOCK:
+            if _context is None:
+                registry = ir.DialectRegistry()
+                _compat.register_upstream_dialects(registry)
+                ctx = ir.Context()
+                ctx.append_dialect_registry(registry)
+                ctx.load_all_available_dialects()
+                stablehlo.register_dialect(ctx)
+                chlo.register_dialect(ctx)
+                stablehlo.register_stablehlo_passes()
+                _context = ctx
+    return _context

@@ -1,0 +1,337 @@
+"""Trace stage, core: tracers, the op registry and the one `bind` point.
+
+A `Tracer` is an abstract array (shape, dtype) bound to an `ir.Value`. Every operation
+goes through `bind(op, *tracers, **params)`: the op's shape rule runs in Python, then its
+lowering rule emits StableHLO into the current block at once (no intermediate graph), with
+the user's `file:line` as the op's location. Op families register their rules beside the
+ops (`elementwise.py`, `shape.py`, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from aotkit import dtypes
+
+Aval = tuple  # (shape: tuple[int, ...], dtype: np.dtype), kept a plain tuple for speed
+
+
+# --- Where the user is --------------------------------------------------------------------
+
+_AOTKIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
+_SKIP_PREFIXES = (_AOTKIT_DIR, _NUMPY_DIR)
+_INTERNAL_FILES = ("<__array_function__ internals>",)
+_locations: dict[tuple[str, int], ir.Location] = {}
+
+
+def _user_frame():
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith(_SKIP_PREFIXES) and name not in _INTERNAL_FILES:
+            # aotkit's own tests and benchmarks are user code too.
+            return f
+        f = f.f_back
+    return None
+
+
+def user_site() -> str:
+    """`file.py:12` of the innermost user frame, for error messages."""
+    f = _user_frame()
+    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "<unknown>"
+
+
+def user_location() -> ir.Location:
+    f = _user_frame()
+    if f is None:
+        return ir.Location.unknown()
+    key = (f.f_code.co_filename, f.f_lineno)
+    loc = _locations.get(key)
+    if loc is None:
+        loc = _locations[key] = ir.Location.file(key[0], key[1], 0)
+    return loc
+
+
+def where(op: str) -> str:
+    """The `<where>` prefix of an error: the op name and the user's line."""
+    return f"{op} (at {user_site()})"
+
+
+# --- Tracing scopes -------------------------------------------------------------------------
+
+
+class Scope:
+    """A region being traced into. Tracers made in a closed scope may not be used again."""
+
+    __slots__ = ("open", "name")
+
+    def __init__(self, name: str):
+        self.open = True
+        self.name = name
+
+
+_scopes: list[Scope] = []
+
+
+def current_scope() -> Scope:
+    if not _scopes:
+        raise RuntimeError("aotkit: no function is being traced; use aotkit.lower or aotkit.jit")
+    return _scopes[-1]
+
+
+def push_scope(name: str) -> Scope:
+    s = Scope(name)
+    _scopes.append(s)
+    return s
+
+
+def pop_scope(scope: Scope) -> None:
+    assert _scopes and _scopes[-1] is scope, "unbalanced tracing scopes"
+    _scopes.pop()
+    scope.open = False
+
+
+def is_tracing() -> bool:
+    return bool(_scopes)
+
+
+# --- Tracer ----------------------------------------------------------------------------------
+
+
+def _control_flow_error(what: str, suggestion: str) -> TypeError:
+    return TypeError(
+        f"{what} (at {user_site()}): the value is traced, so Python control flow and "
+        f"conversions cannot see it; {suggestion}"
+    )
+
+
+class Tracer:
+    """An abstract array inside a trace: `shape`, `dtype` and the `ir.Value` holding it."""
+
+    __slots__ = ("value", "shape", "dtype", "_scope", "__weakref__")
+    # Above NumPy arrays, so `ndarray + tracer` defers to the tracer.
+    __array_priority__ = 1000
+
+    def __init__(self, value: ir.Value, shape: tuple[int, ...], dtype: np.dtype, scope: Scope):
+        self.value = value
+        self.shape = shape
+        self.dtype = dtype
+        self._scope = scope
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def aval(self) -> Aval:
+        return (self.shape, self.dtype)
+
+    def __repr__(self) -> str:
+        return f"Tracer<{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}]>"
+
+    # Python conversions and control flow cannot see traced values.
+    def __bool__(self):
+        raise _control_flow_error(
+            f"bool() of a traced {self._desc()}",
+            "use aotkit.numpy.where(cond, a, b) for values or aotkit.cond(pred, f, g, ...) "
+            "for branches (and aotkit.while_loop for loops)",
+        )
+
+    def __int__(self):
+        raise _control_flow_error(
+            f"int() of a traced {self._desc()}",
+            "keep it an array (x.astype('int32')), or pass the value as a static argument",
+        )
+
+    def __float__(self):
+        raise _control_flow_error(
+            f"float() of a traced {self._desc()}",
+            "keep it an array (x.astype('float32')), or pass the value as a static argument",
+        )
+
+    def __complex__(self):
+        raise _control_flow_error(
+            f"complex() of a traced {self._desc()}", "keep it an array (x.astype('complex64'))"
+        )
+
+    def __index__(self):
+        raise _control_flow_error(
+            f"using a traced {self._desc()} as a Python index",
+            "index with the tracer itself (x[i] gathers) or make the index static",
+        )
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError(f"len() of a 0-d traced array (at {user_site()}); it has no length")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError(f"iteration over a 0-d traced array (at {user_site()})")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __array__(self, dtype=None, copy=None):
+        raise _control_flow_error(
+            f"np.asarray() of a traced {self._desc()}",
+            "NumPy cannot hold a value known only when the program runs; call aotkit.numpy "
+            "(or plain np.* functions, which dispatch to it) on the tracer instead",
+        )
+
+    def __hash__(self):
+        return id(self)
+
+    def _desc(self) -> str:
+        return f"{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}] array"
+
+
+# --- Registry and bind -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RuleContext:
+    """What a lowering rule sees besides its operands."""
+
+    op: str
+    avals_in: tuple[Aval, ...]
+    avals_out: tuple[Aval, ...]
+
+    def out_type(self, i: int = 0) -> ir.RankedTensorType:
+        shape, dtype = self.avals_out[i]
+        return dtypes.tensor_type(shape, dtype)
+
+
+ShapeRule = Callable[..., list[Aval]]
+LoweringRule = Callable[..., list[ir.Value]]
+_shape_rules: dict[str, ShapeRule] = {}
+_lowerings: dict[str, LoweringRule] = {}
+
+
+def register(*names: str, shape: ShapeRule):
+    """Registers one lowering rule (and its shape rule) for each op name."""
+
+    def decorate(rule: LoweringRule) -> LoweringRule:
+        for name in names:
+            assert name not in _lowerings, f"op {name!r} registered twice"
+            _shape_rules[name] = shape
+            _lowerings[name] = rule
+        return rule
+
+    return decorate
+
+
+def registered_ops() -> list[str]:
+    return sorted(_lowerings)
+
+
+def _check_live(t: Tracer, op: str) -> None:
+    if not t._scope.open:
+        raise TypeError(
+            f"{where(op)}: a tracer from a finished trace or a closed control-flow body "
+            f"({t!r}, traced in {t._scope.name!r}) was used again; return it from that "
+            "function or body instead of keeping it in a global or closure"
+        )
+
+
+def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
+    """Applies `op` to tracers: shape rule, then its lowering rule, at the user's location."""
+    rule = _lowerings.get(op)
+    if rule is None:
+        raise NotImplementedError(f"aotkit has no lowering rule for op {op!r}")
+    for t in operands:
+        if not t._scope.open:
+            _check_live(t, op)
+    avals_in = tuple((t.shape, t.dtype) for t in operands)
+    avals_out = tuple(_shape_rules[op](*avals_in, **params))
+    ctx = RuleContext(op, avals_in, avals_out)
+    with user_location():
+        values = rule(ctx, *(t.value for t in operands), **params)
+    scope = _scopes[-1]
+    return [Tracer(v, a[0], a[1], scope) for v, a in zip(values, avals_out, strict=True)]
+
+
+def bind1(op: str, *operands: Tracer, **params) -> Tracer:
+    return bind(op, *operands, **params)[0]
+
+
+# --- Constants ----------------------------------------------------------------------------------
+
+
+def _splat_attr(scalar: np.ndarray, shape, dtype: np.dtype) -> ir.DenseElementsAttr:
+    one = np.asarray(scalar, dtype).reshape(1)
+    if dtype == dtypes.bfloat16:
+        one = one.view(np.uint16)
+    elif dtype == np.bool_:
+        # A 1-byte i1 buffer is read as a splat of its bits: only 0x00 and 0xFF are safe.
+        one = np.array([0xFF if one[0] else 0], np.uint8)
+    return ir.DenseElementsAttr.get(one, type=dtypes.ir_element_type(dtype), shape=list(shape))
+
+
+def _dense_attr(x: np.ndarray) -> ir.DenseElementsAttr:
+    flat = x.ravel()
+    if flat.size > 0 and (flat == flat[0]).all():
+        return _splat_attr(flat[0], x.shape, x.dtype)
+    assert x.dtype != np.bool_, "non-splat booleans go through u8"
+    if x.dtype == dtypes.bfloat16:
+        flat = flat.view(np.uint16)
+    return ir.DenseElementsAttr.get(
+        np.ascontiguousarray(flat), type=dtypes.ir_element_type(x.dtype), shape=list(x.shape)
+    )
+
+
+def constant(x, dtype: np.dtype | None = None) -> Tracer:
+    """Embeds a NumPy array or scalar as a `stablehlo.constant`."""
+    arr = np.asarray(x)
+    arr = arr.astype(
+        dtype if dtype is not None else dtypes.canonicalize(arr.dtype, where="constant"), copy=False
+    )
+    with user_location():
+        if arr.dtype == np.bool_ and arr.size > 1 and not (arr == arr.flat[0]).all():
+            # Non-splat booleans travel as u8 and are compared back to i1.
+            u8 = arr.astype(np.uint8)
+            value = stablehlo.compare(
+                stablehlo.constant(_dense_attr(u8)),
+                stablehlo.constant(_dense_attr(np.zeros_like(u8))),
+                stablehlo.ComparisonDirectionAttr.get("NE"),
+            )
+        else:
+            value = stablehlo.constant(_dense_attr(arr))
+    return Tracer(value, tuple(arr.shape), arr.dtype, current_scope())
+
+
+def full(shape: tuple[int, ...], value, dtype: np.dtype) -> Tracer:
+    """A splat constant of `shape`: one op and one element of storage, however large."""
+    with user_location():
+        v = stablehlo.constant(_splat_attr(np.asarray(value).astype(dtype), shape, dtype))
+    return Tracer(v, tuple(shape), dtype, current_scope())
+
+
+# --- The aotkit.numpy namespace ----------------------------------------------------------------
+
+NUMPY_FUNCTIONS: dict[str, Callable] = {}
+
+
+def export(*names: str):
+    """Publishes a function in `aotkit.numpy` (and to NumPy's dispatch) under `names`."""
+
+    def decorate(fn: Callable) -> Callable:
+        for name in names:
+            assert name not in NUMPY_FUNCTIONS, f"aotkit.numpy.{name} exported twice"
+            NUMPY_FUNCTIONS[name] = fn
+        return fn
+
+    return decorate

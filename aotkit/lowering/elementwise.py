@@ -1,0 +1,855 @@
+"""Trace stage, elementwise family: NumPy ufuncs on tracers, lowered to StableHLO/CHLO.
+
+Result dtypes come from NumPy itself (`ufunc.resolve_dtypes`, NumPy 2 / NEP 50 rules,
+Python scalars weak), so `aotkit.numpy.f(x)` has the dtype `numpy.f(x)` would have. Each
+function converts and broadcasts its operands to the ufunc's loop dtypes and shape, then
+emits the primitive ops below. Where XLA's semantics differ from NumPy's (integer division
+by zero, NaN in min/max, ...) the rule adds the selects NumPy's answer needs.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from jaxlib.mlir.dialects import chlo, stablehlo
+
+from aotkit import dtypes
+from aotkit.lowering.core import (
+    NUMPY_FUNCTIONS,
+    RuleContext,
+    Tracer,
+    bind1,
+    constant,
+    export,
+    full,
+    register,
+    where,
+)
+from aotkit.lowering.shape import broadcast_shapes, broadcast_to_shape
+
+# --- primitives --------------------------------------------------------------------------------
+
+
+def _same(*avals, **_):
+    return [avals[-1]]
+
+
+def _to_bool(*avals, **_):
+    return [(avals[0][0], np.dtype(np.bool_))]
+
+
+def _to_real(a, **_):
+    return [(a[0], dtypes.real_dtype(a[1]))]
+
+
+_UNARY = {
+    "negate": stablehlo.negate,
+    "sign": stablehlo.sign,
+    "sqrt": stablehlo.sqrt,
+    "rsqrt": stablehlo.rsqrt,
+    "cbrt": stablehlo.cbrt,
+    "exp": stablehlo.exponential,
+    "expm1": stablehlo.exponential_minus_one,
+    "log": stablehlo.log,
+    "log1p": stablehlo.log_plus_one,
+    "sin": stablehlo.sine,
+    "cos": stablehlo.cosine,
+    "tan": stablehlo.tan,
+    "tanh": stablehlo.tanh,
+    "floor": stablehlo.floor,
+    "ceil": stablehlo.ceil,
+    "round_even": stablehlo.round_nearest_even,
+    "not": stablehlo.not_,
+    "logistic": stablehlo.logistic,
+    "asin": chlo.asin,
+    "acos": chlo.acos,
+    "atan": chlo.atan,
+    "sinh": chlo.sinh,
+    "cosh": chlo.cosh,
+    "asinh": chlo.asinh,
+    "acosh": chlo.acosh,
+    "atanh": chlo.atanh,
+    "erf": chlo.erf,
+    "erfc": chlo.erfc,
+    "lgamma": chlo.lgamma,
+    "digamma": chlo.digamma,
+}
+
+
+@register(*_UNARY, shape=_same)
+def _lower_unary(ctx: RuleContext, x):
+    return [_UNARY[ctx.op](x, results=[ctx.out_type()])]
+
+
+_BINARY = {
+    "add": stablehlo.add,
+    "subtract": stablehlo.subtract,
+    "multiply": stablehlo.multiply,
+    "divide": stablehlo.divide,
+    "rem": stablehlo.remainder,
+    "pow": stablehlo.power,
+    "max": stablehlo.maximum,
+    "min": stablehlo.minimum,
+    "atan2": stablehlo.atan2,
+    "and": stablehlo.and_,
+    "or": stablehlo.or_,
+    "xor": stablehlo.xor,
+    "shift_left": stablehlo.shift_left,
+    "shift_right_arithmetic": stablehlo.shift_right_arithmetic,
+    "shift_right_logical": stablehlo.shift_right_logical,
+}
+
+
+@register(*_BINARY, shape=_same)
+def _lower_binary(ctx: RuleContext, x, y):
+    return [_BINARY[ctx.op](x, y, results=[ctx.out_type()])]
+
+
+@register("abs", shape=_to_real)
+def _lower_abs(ctx: RuleContext, x):
+    return [stablehlo.abs(x, results=[ctx.out_type()])]
+
+
+@register("real", shape=_to_real)
+def _lower_real(ctx: RuleContext, x):
+    return [stablehlo.real(x, results=[ctx.out_type()])]
+
+
+@register("imag", shape=_to_real)
+def _lower_imag(ctx: RuleContext, x):
+    return [stablehlo.imag(x, results=[ctx.out_type()])]
+
+
+@register("complex", shape=lambda a, b: [(a[0], dtypes.complex_dtype(a[1]))])
+def _lower_complex(ctx: RuleContext, re, im):
+    return [stablehlo.complex(re, im, results=[ctx.out_type()])]
+
+
+@register("is_finite", shape=_to_bool)
+def _lower_is_finite(ctx: RuleContext, x):
+    return [stablehlo.is_finite(x, results=[ctx.out_type()])]
+
+
+@register("compare", shape=_to_bool)
+def _lower_compare(ctx: RuleContext, x, y, *, direction):
+    return [
+        stablehlo.compare(
+            x, y, stablehlo.ComparisonDirectionAttr.get(direction), results=[ctx.out_type()]
+        )
+    ]
+
+
+@register("select", shape=_same)
+def _lower_select(ctx: RuleContext, pred, on_true, on_false):
+    return [stablehlo.select(pred, on_true, on_false, results=[ctx.out_type()])]
+
+
+@register("convert", shape=lambda a, *, dtype: [(a[0], dtype)])
+def _lower_convert(ctx: RuleContext, x, *, dtype):
+    return [stablehlo.convert(ctx.out_type(), x)]
+
+
+@register("bitcast_convert", shape=lambda a, *, dtype: [(a[0], dtype)])
+def _lower_bitcast(ctx: RuleContext, x, *, dtype):
+    return [stablehlo.bitcast_convert(ctx.out_type(), x)]
+
+
+# --- operand preparation ---------------------------------------------------------------------
+
+
+def _operand_key(op: str, x):
+    """The dtype of an array operand, or the weak kind (int, float, ...) of a Python scalar."""
+    if isinstance(x, Tracer):
+        return x.dtype
+    kind = dtypes.weak_kind(x)
+    if kind is not None:
+        return kind
+    if isinstance(x, np.ndarray | np.generic):
+        return dtypes.canonicalize(x.dtype, where=where(op))
+    if isinstance(x, list | tuple):
+        return dtypes.canonicalize(_host_array(op, x).dtype, where=where(op))
+    raise TypeError(
+        f"{where(op)}: operand of type {type(x).__name__} is not an array; pass a traced "
+        "array, a NumPy array or a Python scalar"
+    )
+
+
+def _host_array(op: str, x) -> np.ndarray:
+    try:
+        arr = np.asarray(x)
+    except Exception as e:  # ragged lists, tracers inside lists, ...
+        raise TypeError(
+            f"{where(op)}: cannot make an array of {type(x).__name__} {x!r:.80}; "
+            "use aotkit.numpy.stack for lists of traced arrays"
+        ) from e
+    if arr.dtype == object:
+        if any(isinstance(e, Tracer) for e in np.ravel(arr)):
+            return _stack_tracers(op, x)
+        raise TypeError(f"{where(op)}: cannot make a numeric array of {x!r:.80}")
+    return arr
+
+
+def _stack_tracers(op: str, x):
+    raise TypeError(
+        f"{where(op)}: a list that holds traced arrays is not an array; use "
+        "aotkit.numpy.stack([...]) (or np.stack) to build one"
+    )
+
+
+def _shape_of(x) -> tuple[int, ...]:
+    if isinstance(x, Tracer):
+        return x.shape
+    if dtypes.weak_kind(x) is not None:
+        return ()
+    return tuple(np.shape(x))
+
+
+def cast(x: Tracer, dtype: np.dtype) -> Tracer:
+    """Converts with NumPy's `astype` semantics (to bool: != 0; complex to real: real part)."""
+    if x.dtype == dtype:
+        return x
+    if dtype == np.bool_:
+        return bind1("compare", x, full(x.shape, 0, x.dtype), direction="NE")
+    if dtypes.is_complex(x.dtype) and not dtypes.is_complex(dtype):
+        x = bind1("real", x)
+        if x.dtype == dtype:
+            return x
+    return bind1("convert", x, dtype=dtype)
+
+
+def to_operand(op: str, x, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
+    """Makes `x` a tracer of `dtype` broadcast to `shape` (constants are built in place)."""
+    if isinstance(x, Tracer):
+        return broadcast_to_shape(cast(x, dtype), shape)
+    if dtypes.weak_kind(x) is not None:
+        try:
+            np.array(x, dtype=dtype)
+        except OverflowError as e:
+            raise OverflowError(f"{where(op)}: {e}; cast the array to a wider dtype") from None
+        return full(shape, x, dtype)
+    arr = _host_array(op, x)
+    if arr.ndim == 0:
+        return full(shape, arr.astype(dtype), dtype)
+    return broadcast_to_shape(constant(arr, dtype), shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve(ufunc: np.ufunc, keys: tuple) -> tuple[tuple[np.dtype, ...], tuple[np.dtype, ...]]:
+    """The loop dtypes NumPy would pick for `ufunc` on operands of `keys` (see module doc)."""
+    n_out = ufunc.nout
+    if any(k is dtypes.bfloat16 or k == dtypes.bfloat16 for k in keys if not isinstance(k, type)):
+        # ml_dtypes' loops do not follow NEP 50 (bf16 * 2.0 -> f32); aotkit keeps bf16.
+        common = dtypes.result_type(*keys)
+        as_f32 = np.dtype(np.float32) if common == dtypes.bfloat16 else common
+        ins, outs = _resolve(ufunc, (as_f32,) * len(keys))
+        swap = (
+            (lambda d: dtypes.bfloat16 if d == np.float32 else d)
+            if as_f32 != common
+            else (lambda d: d)
+        )
+        return tuple(map(swap, ins)), tuple(map(swap, outs))
+    resolved = ufunc.resolve_dtypes(tuple(keys) + (None,) * n_out)
+    return tuple(resolved[: len(keys)]), tuple(resolved[len(keys) :])
+
+
+def _prepare(op: str, ufunc: np.ufunc, args) -> tuple[list[Tracer], np.dtype]:
+    keys = tuple(_operand_key(op, a) for a in args)
+    try:
+        ins, outs = _resolve(ufunc, keys)
+    except TypeError as e:
+        names = ", ".join(k.__name__ if isinstance(k, type) else k.name for k in keys)
+        raise TypeError(
+            f"{where(op)}: NumPy's {ufunc.__name__} does not support operands of dtype "
+            f"({names}); cast them with .astype first"
+        ) from e
+    shape = broadcast_shapes(op, *(_shape_of(a) for a in args))
+    return [to_operand(op, a, d, shape) for a, d in zip(args, ins, strict=True)], outs[0]
+
+
+def _check_ufunc_kwargs(op: str, kwargs: dict) -> None:
+    for k, v in kwargs.items():
+        if (
+            (k == "out" and v is None)
+            or (k == "where" and v is True)
+            or (k in ("casting", "order", "subok") and v in ("same_kind", "K", True))
+        ):
+            continue
+        raise NotImplementedError(
+            f"{where(op)}: keyword {k}={v!r} is not supported by aotkit.numpy.{op}; "
+            "traced arrays are immutable (use the return value, or x.at[...] updates)"
+        )
+
+
+_UFUNC_IMPLS: dict[str, tuple[np.ufunc, object]] = {}
+
+
+def ufunc(np_ufunc: np.ufunc, *names: str):
+    """Exports an elementwise function under `names`; `impl` sees operands in loop dtypes."""
+
+    def decorate(impl):
+        op = names[0]
+
+        def fn(*args, dtype=None, **kwargs):
+            if len(args) != np_ufunc.nin:
+                raise TypeError(
+                    f"{where(op)}: takes {np_ufunc.nin} array argument(s), got {len(args)}"
+                )
+            if kwargs:
+                _check_ufunc_kwargs(op, kwargs)
+            operands, out_dtype = _prepare(op, np_ufunc, args)
+            result = impl(*operands, out_dtype)
+            assert result.dtype == out_dtype, (op, result.dtype, out_dtype)
+            if dtype is not None:
+                result = cast(result, dtypes.canonicalize(dtype, where=where(op)))
+            return result
+
+        fn.__name__ = fn.__qualname__ = op
+        fn.__doc__ = f"NumPy's `{np_ufunc.__name__}` on traced arrays (see numpy.{op})."
+        for name in names:
+            _UFUNC_IMPLS[name] = (np_ufunc, impl)
+        return export(*names)(fn)
+
+    return decorate
+
+
+def _direct(prim: str):
+    return lambda *xs_and_out: bind1(prim, *xs_and_out[:-1])
+
+
+def _const_like(x: Tracer, value) -> Tracer:
+    return full(x.shape, value, x.dtype)
+
+
+def _cmp(x: Tracer, y: Tracer, direction: str) -> Tracer:
+    return bind1("compare", x, y, direction=direction)
+
+
+def _select(pred: Tracer, a: Tracer, b: Tracer) -> Tracer:
+    return bind1("select", pred, a, b)
+
+
+def _is_nan(x: Tracer) -> Tracer:
+    return _cmp(x, x, "NE")
+
+
+# --- arithmetic ------------------------------------------------------------------------------
+
+for _name, _uf, _prim in [
+    ("add", np.add, "add"),
+    ("subtract", np.subtract, "subtract"),
+    ("arctan2", np.arctan2, "atan2"),
+]:
+    ufunc(_uf, _name)(_direct(_prim))
+
+
+@ufunc(np.multiply, "multiply")
+def _multiply(x, y, out):
+    # NumPy multiplies booleans as logical and; StableHLO's multiply has no i1 form.
+    return bind1("and" if out == np.bool_ else "multiply", x, y)
+
+
+@ufunc(np.true_divide, "divide", "true_divide")
+def _divide(x, y, out):
+    return bind1("divide", x, y)
+
+
+def _int_floor_divide(x: Tracer, y: Tracer) -> Tracer:
+    zero, one = _const_like(y, 0), _const_like(y, 1)
+    y_is_zero = _cmp(y, zero, "EQ")
+    safe = _select(y_is_zero, one, y)
+    q = bind1("divide", x, safe)  # truncates toward zero
+    if dtypes.is_signed_int(x.dtype):
+        r = bind1("rem", x, safe)
+        inexact = _cmp(r, zero, "NE")
+        signs_differ = _cmp(_cmp(r, zero, "LT"), _cmp(safe, zero, "LT"), "NE")
+        q = _select(bind1("and", inexact, signs_differ), bind1("subtract", q, one), q)
+    # NumPy returns 0 for integer division by zero (XLA returns -1).
+    return _select(y_is_zero, zero, q)
+
+
+def _float_divmod(x: Tracer, y: Tracer) -> tuple[Tracer, Tracer]:
+    """NumPy's npy_divmod for floats: (floor quotient, remainder with the divisor's sign)."""
+    zero = _const_like(x, 0)
+    mod = bind1("rem", x, y)  # C fmod
+    div = bind1("divide", bind1("subtract", x, mod), y)
+    mod_nonzero = _cmp(mod, zero, "NE")
+    fix = bind1("and", mod_nonzero, _cmp(_cmp(y, zero, "LT"), _cmp(mod, zero, "LT"), "NE"))
+    mod_fixed = _select(fix, bind1("add", mod, y), mod)
+    mod_fixed = _select(mod_nonzero, mod_fixed, copysign_values(zero, y))
+    div = _select(fix, bind1("subtract", div, _const_like(x, 1)), div)
+    floordiv = bind1("floor", div)
+    bump = _cmp(bind1("subtract", div, floordiv), _const_like(x, 0.5), "GT")
+    floordiv = _select(bump, bind1("add", floordiv, _const_like(x, 1)), floordiv)
+    floordiv = _select(
+        _cmp(div, zero, "EQ"), copysign_values(zero, bind1("divide", x, y)), floordiv
+    )
+    y_zero = _cmp(y, zero, "EQ")
+    return _select(y_zero, bind1("divide", x, y), floordiv), _select(y_zero, mod, mod_fixed)
+
+
+@ufunc(np.floor_divide, "floor_divide")
+def _floor_divide(x, y, out):
+    if dtypes.is_integer(out):
+        return _int_floor_divide(x, y)
+    return _float_divmod(x, y)[0]
+
+
+@ufunc(np.remainder, "remainder", "mod")
+def _remainder(x, y, out):
+    if dtypes.is_integer(out):
+        zero = _const_like(y, 0)
+        y_is_zero = _cmp(y, zero, "EQ")
+        safe = _select(y_is_zero, _const_like(y, 1), y)
+        r = bind1("rem", x, safe)
+        if dtypes.is_signed_int(out):
+            fix = bind1(
+                "and", _cmp(r, zero, "NE"), _cmp(_cmp(r, zero, "LT"), _cmp(safe, zero, "LT"), "NE")
+            )
+            r = _select(fix, bind1("add", r, safe), r)
+        return _select(y_is_zero, zero, r)
+    return _float_divmod(x, y)[1]
+
+
+@ufunc(np.fmod, "fmod")
+def _fmod(x, y, out):
+    if dtypes.is_integer(out):
+        zero = _const_like(y, 0)
+        y_is_zero = _cmp(y, zero, "EQ")
+        r = bind1("rem", x, _select(y_is_zero, _const_like(y, 1), y))
+        return _select(y_is_zero, zero, r)
+    return bind1("rem", x, y)
+
+
+@ufunc(np.power, "power", "pow")
+def _power(x, y, out):
+    return bind1("pow", x, y)
+
+
+@ufunc(np.float_power, "float_power")
+def _float_power(x, y, out):
+    return bind1("pow", x, y)
+
+
+def _nan_propagating(prim: str):
+    def impl(x, y, out):
+        if out == np.bool_:
+            return bind1("or" if prim == "max" else "and", x, y)
+        return bind1(prim, x, y)
+
+    return impl
+
+
+ufunc(np.maximum, "maximum")(_nan_propagating("max"))
+ufunc(np.minimum, "minimum")(_nan_propagating("min"))
+
+
+def _nan_ignoring(prim: str):
+    def impl(x, y, out):
+        m = _nan_propagating(prim)(x, y, out)
+        if not dtypes.is_inexact(out):
+            return m
+        return _select(_is_nan(x), y, _select(_is_nan(y), x, m))
+
+    return impl
+
+
+ufunc(np.fmax, "fmax")(_nan_ignoring("max"))
+ufunc(np.fmin, "fmin")(_nan_ignoring("min"))
+
+
+@ufunc(np.hypot, "hypot")
+def _hypot(x, y, out):
+    ax, ay = bind1("abs", x), bind1("abs", y)
+    big, small = bind1("max", ax, ay), bind1("min", ax, ay)
+    big_is_zero = _cmp(big, _const_like(big, 0), "EQ")
+    ratio = bind1("divide", small, _select(big_is_zero, _const_like(big, 1), big))
+    r = bind1(
+        "multiply",
+        big,
+        bind1("sqrt", bind1("add", _const_like(big, 1), bind1("multiply", ratio, ratio))),
+    )
+    inf = _const_like(big, np.inf)
+    is_inf = bind1("or", _cmp(ax, inf, "EQ"), _cmp(ay, inf, "EQ"))
+    return _select(is_inf, inf, r)
+
+
+def _logaddexp_impl(x: Tracer, y: Tracer, base2: bool) -> Tracer:
+    m = bind1("max", x, y)
+    d = bind1("negate", bind1("abs", bind1("subtract", x, y)))
+    if base2:
+        ln2 = _const_like(x, math.log(2))
+        tail = bind1("divide", bind1("log1p", bind1("exp", bind1("multiply", d, ln2))), ln2)
+        same = bind1("add", x, _const_like(x, 1))
+    else:
+        tail = bind1("log1p", bind1("exp", d))
+        same = bind1("add", x, _const_like(x, math.log(2)))
+    return _select(_cmp(x, y, "EQ"), same, bind1("add", m, tail))
+
+
+@ufunc(np.logaddexp, "logaddexp")
+def _logaddexp(x, y, out):
+    return _logaddexp_impl(x, y, base2=False)
+
+
+@ufunc(np.logaddexp2, "logaddexp2")
+def _logaddexp2(x, y, out):
+    return _logaddexp_impl(x, y, base2=True)
+
+
+def _signbit_values(x: Tracer) -> Tracer:
+    if not dtypes.is_inexact(x.dtype):
+        if dtypes.is_unsigned_int(x.dtype) or x.dtype == np.bool_:
+            return full(x.shape, False, np.dtype(np.bool_))
+        return _cmp(x, _const_like(x, 0), "LT")
+    as_int = np.dtype(f"int{x.dtype.itemsize * 8}")
+    bits = bind1("bitcast_convert", x, dtype=as_int)
+    return _cmp(bits, full(x.shape, 0, as_int), "LT")
+
+
+def copysign_values(x: Tracer, y: Tracer) -> Tracer:
+    ax = bind1("abs", x)
+    return _select(_signbit_values(y), bind1("negate", ax), ax)
+
+
+@ufunc(np.copysign, "copysign")
+def _copysign(x, y, out):
+    return copysign_values(x, y)
+
+
+# --- comparisons and logic ------------------------------------------------------------------
+
+
+def _complex_order(x: Tracer, y: Tracer, direction: str) -> Tracer:
+    xr, xi, yr, yi = bind1("real", x), bind1("imag", x), bind1("real", y), bind1("imag", y)
+    strict = direction[0] + "T"
+    real_eq = _cmp(xr, yr, "EQ")
+    return bind1("or", _cmp(xr, yr, strict), bind1("and", real_eq, _cmp(xi, yi, direction)))
+
+
+def _comparison(direction: str):
+    def impl(x, y, out):
+        if dtypes.is_complex(x.dtype) and direction not in ("EQ", "NE"):
+            return _complex_order(x, y, direction)
+        return _cmp(x, y, direction)
+
+    return impl
+
+
+for _name, _uf, _dir in [
+    ("equal", np.equal, "EQ"),
+    ("not_equal", np.not_equal, "NE"),
+    ("less", np.less, "LT"),
+    ("less_equal", np.less_equal, "LE"),
+    ("greater", np.greater, "GT"),
+    ("greater_equal", np.greater_equal, "GE"),
+]:
+    ufunc(_uf, _name)(_comparison(_dir))
+
+
+def _truthy(x: Tracer) -> Tracer:
+    return cast(x, np.dtype(np.bool_))
+
+
+for _name, _uf, _prim in [
+    ("logical_and", np.logical_and, "and"),
+    ("logical_or", np.logical_or, "or"),
+    ("logical_xor", np.logical_xor, "xor"),
+]:
+    ufunc(_uf, _name)(lambda x, y, out, _p=_prim: bind1(_p, _truthy(x), _truthy(y)))
+
+for _name, _uf, _prim in [
+    ("bitwise_and", np.bitwise_and, "and"),
+    ("bitwise_or", np.bitwise_or, "or"),
+    ("bitwise_xor", np.bitwise_xor, "xor"),
+]:
+    ufunc(_uf, _name)(_direct(_prim))
+
+
+@ufunc(np.left_shift, "left_shift", "bitwise_left_shift")
+def _left_shift(x, y, out):
+    return bind1("shift_left", x, y)
+
+
+@ufunc(np.right_shift, "right_shift", "bitwise_right_shift")
+def _right_shift(x, y, out):
+    prim = "shift_right_arithmetic" if dtypes.is_signed_int(out) else "shift_right_logical"
+    return bind1(prim, x, y)
+
+
+@ufunc(np.logical_not, "logical_not")
+def _logical_not(x, out):
+    return bind1("not", _truthy(x))
+
+
+@ufunc(np.invert, "invert", "bitwise_not", "bitwise_invert")
+def _invert(x, out):
+    return bind1("not", x)
+
+
+# --- unary math -------------------------------------------------------------------------------
+
+for _name, _uf, _prim in [
+    ("sqrt", np.sqrt, "sqrt"),
+    ("cbrt", np.cbrt, "cbrt"),
+    ("exp", np.exp, "exp"),
+    ("expm1", np.expm1, "expm1"),
+    ("log", np.log, "log"),
+    ("log1p", np.log1p, "log1p"),
+    ("sin", np.sin, "sin"),
+    ("cos", np.cos, "cos"),
+    ("tan", np.tan, "tan"),
+    ("tanh", np.tanh, "tanh"),
+    ("arcsin", np.arcsin, "asin"),
+    ("arccos", np.arccos, "acos"),
+    ("arctan", np.arctan, "atan"),
+    ("sinh", np.sinh, "sinh"),
+    ("cosh", np.cosh, "cosh"),
+    ("arcsinh", np.arcsinh, "asinh"),
+    ("arccosh", np.arccosh, "acosh"),
+    ("arctanh", np.arctanh, "atanh"),
+]:
+    ufunc(_uf, _name)(_direct(_prim))
+
+# Array API spellings of the inverse trigonometric functions.
+for _alias, _target in [
+    ("asin", "arcsin"),
+    ("acos", "arccos"),
+    ("atan", "arctan"),
+    ("asinh", "arcsinh"),
+    ("acosh", "arccosh"),
+    ("atanh", "arctanh"),
+    ("atan2", "arctan2"),
+]:
+    export(_alias)(NUMPY_FUNCTIONS[_target])
+
+
+def _scaled_log(scale: float):
+    return lambda x, out: bind1("multiply", bind1("log", x), _const_like(x, scale))
+
+
+ufunc(np.log2, "log2")(_scaled_log(1 / math.log(2)))
+ufunc(np.log10, "log10")(_scaled_log(1 / math.log(10)))
+
+
+@ufunc(np.exp2, "exp2")
+def _exp2(x, out):
+    return bind1("pow", _const_like(x, 2), x)
+
+
+@ufunc(np.square, "square")
+def _square(x, out):
+    return bind1("and" if out == np.bool_ else "multiply", x, x)
+
+
+@ufunc(np.reciprocal, "reciprocal")
+def _reciprocal(x, out):
+    one = _const_like(x, 1)
+    if dtypes.is_integer(out):
+        # C integer division, as NumPy's loop does; 1 / 0 gives 0 here (undefined in NumPy).
+        is_zero = _cmp(x, _const_like(x, 0), "EQ")
+        return _select(is_zero, _const_like(x, 0), bind1("divide", one, _select(is_zero, one, x)))
+    return bind1("divide", one, x)
+
+
+@ufunc(np.absolute, "abs", "absolute")
+def _abs(x, out):
+    if x.dtype == np.bool_ or dtypes.is_unsigned_int(x.dtype):
+        return x
+    return bind1("abs", x)
+
+
+@ufunc(np.fabs, "fabs")
+def _fabs(x, out):
+    return bind1("abs", x)
+
+
+@ufunc(np.negative, "negative")
+def _negative(x, out):
+    return bind1("negate", x)
+
+
+@ufunc(np.positive, "positive")
+def _positive(x, out):
+    return x
+
+
+@ufunc(np.sign, "sign")
+def _sign(x, out):
+    if dtypes.is_unsigned_int(out):
+        return cast(_cmp(x, _const_like(x, 0), "GT"), out)
+    return bind1("sign", x)
+
+
+def _rounding(prim: str):
+    def impl(x, out):
+        if not dtypes.is_inexact(out):
+            return x
+        return bind1(prim, x)
+
+    return impl
+
+
+ufunc(np.floor, "floor")(_rounding("floor"))
+ufunc(np.ceil, "ceil")(_rounding("ceil"))
+ufunc(np.rint, "rint")(_rounding("round_even"))
+
+
+@ufunc(np.trunc, "trunc", "fix")
+def _trunc(x, out):
+    if not dtypes.is_inexact(out):
+        return x
+    return _select(_cmp(x, _const_like(x, 0), "LT"), bind1("ceil", x), bind1("floor", x))
+
+
+@ufunc(np.isfinite, "isfinite")
+def _isfinite(x, out):
+    if dtypes.is_complex(x.dtype):
+        return bind1(
+            "and", bind1("is_finite", bind1("real", x)), bind1("is_finite", bind1("imag", x))
+        )
+    if not dtypes.is_inexact(x.dtype):
+        return full(x.shape, True, out)
+    return bind1("is_finite", x)
+
+
+@ufunc(np.isnan, "isnan")
+def _isnan(x, out):
+    if not dtypes.is_inexact(x.dtype):
+        return full(x.shape, False, out)
+    return _is_nan(x)
+
+
+@ufunc(np.isinf, "isinf")
+def _isinf(x, out):
+    if dtypes.is_complex(x.dtype):
+        re, im = bind1("abs", bind1("real", x)), bind1("abs", bind1("imag", x))
+        inf = _const_like(re, np.inf)
+        return bind1("or", _cmp(re, inf, "EQ"), _cmp(im, inf, "EQ"))
+    if not dtypes.is_inexact(x.dtype):
+        return full(x.shape, False, out)
+    return _cmp(bind1("abs", x), _const_like(x, np.inf), "EQ")
+
+
+@ufunc(np.signbit, "signbit")
+def _signbit(x, out):
+    return _signbit_values(x)
+
+
+@ufunc(np.conjugate, "conj", "conjugate")
+def _conj(x, out):
+    if not dtypes.is_complex(x.dtype):
+        return x
+    return bind1("complex", bind1("real", x), bind1("negate", bind1("imag", x)))
+
+
+# --- non-ufunc elementwise functions ------------------------------------------------------------
+
+
+@export("real")
+def real(val):
+    x = asarray(val)
+    return bind1("real", x) if dtypes.is_complex(x.dtype) else x
+
+
+@export("imag")
+def imag(val):
+    x = asarray(val)
+    if dtypes.is_complex(x.dtype):
+        return bind1("imag", x)
+    return full(x.shape, 0, x.dtype)
+
+
+@export("round", "around")
+def round_(a, decimals=0, out=None):
+    _check_ufunc_kwargs("round", {"out": out})
+    x = asarray(a)
+    if not dtypes.is_inexact(x.dtype):
+        if decimals >= 0:
+            return x
+        scale = _const_like(x, 10 ** (-decimals))
+        return bind1("multiply", _int_round_div(x, scale), scale)
+    if decimals == 0:
+        return bind1("round_even", x)
+    scale = _const_like(x, 10.0**decimals)
+    return bind1("divide", bind1("round_even", bind1("multiply", x, scale)), scale)
+
+
+def _int_round_div(x: Tracer, scale: Tracer) -> Tracer:
+    as_float = cast(x, np.dtype(np.float64))
+    q = bind1("round_even", bind1("divide", as_float, cast(scale, as_float.dtype)))
+    return cast(q, x.dtype)
+
+
+@export("where")
+def where_(condition, x=None, y=None):
+    if x is None or y is None:
+        raise ValueError(
+            f"{where('where')}: the one-argument form (nonzero indices) has a data-dependent "
+            "shape; pass both x and y: where(condition, x, y)"
+        )
+    pred_key = _operand_key("where", condition)
+    keys = (_operand_key("where", x), _operand_key("where", y))
+    out_dtype = dtypes.result_type(*keys)
+    shape = broadcast_shapes("where", _shape_of(condition), _shape_of(x), _shape_of(y))
+    pred_dtype = pred_key if isinstance(pred_key, np.dtype) else dtypes.result_type(pred_key)
+    pred = to_operand("where", condition, pred_dtype, shape)
+    pred = cast(pred, np.dtype(np.bool_))
+    return _select(
+        pred, to_operand("where", x, out_dtype, shape), to_operand("where", y, out_dtype, shape)
+    )
+
+
+@export("clip")
+def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):
+    _check_ufunc_kwargs("clip", {"out": out})
+    lo = a_min if a_min is not None else min
+    hi = a_max if a_max is not None else max
+    if lo is None and hi is None:
+        return asarray(a)
+    result = a
+    if lo is not None:
+        result = NUMPY_FUNCTIONS["maximum"](result, lo)
+    if hi is not None:
+        result = NUMPY_FUNCTIONS["minimum"](result, hi)
+    return result
+
+
+@export("astype")
+def astype(x, dtype, /, *, copy=True):
+    x = asarray(x)
+    return cast(x, dtypes.canonicalize(dtype, where=where("astype")))
+
+
+@export("asarray", "array")
+def asarray(a, dtype=None, *, copy=None, order=None, ndmin=0):
+    if isinstance(a, Tracer):
+        x = a
+    else:
+        if isinstance(a, list | tuple) and _contains_tracer(a):
+            if "stack" not in NUMPY_FUNCTIONS:
+                _stack_tracers("asarray", a)
+            x = NUMPY_FUNCTIONS["stack"]([asarray(e) for e in a])
+        else:
+            kind = dtypes.weak_kind(a)
+            if kind is not None and dtype is None:
+                x = full((), a, dtypes.result_type(kind))
+            else:
+                arr = _host_array("asarray", a)
+                if dtype is not None:
+                    arr = arr.astype(dtypes.canonicalize(dtype, where=where("asarray")))
+                x = constant(arr)
+    if dtype is not None:
+        x = cast(x, dtypes.canonicalize(dtype, where=where("asarray")))
+    if ndmin > x.ndim:
+        from aotkit.lowering.shape import reshape_to
+
+        x = reshape_to(x, (1,) * (ndmin - x.ndim) + x.shape)
+    return x
+
+
+def _contains_tracer(seq) -> bool:
+    return any(
+        isinstance(e, Tracer) or (isinstance(e, list | tuple) and _contains_tracer(e)) for e in seq
+    )

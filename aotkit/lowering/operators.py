@@ -1,0 +1,129 @@
+"""Trace stage: Python operators and array methods on `Tracer`, routed to aotkit.numpy.
+
+Kept apart from `core.py` so the core does not depend on any op family: the operators
+are looked up by name in the `aotkit.numpy` table, which every family fills at import.
+"""
+
+from __future__ import annotations
+
+from aotkit.lowering.core import NUMPY_FUNCTIONS, Tracer, where
+
+
+def _lookup(name: str):
+    fn = NUMPY_FUNCTIONS.get(name)
+    if fn is None:
+        raise NotImplementedError(f"{where(name)}: aotkit.numpy has no {name!r} yet")
+    return fn
+
+
+def _binary(name: str):
+    def op(self, other):
+        return _lookup(name)(self, other)
+
+    def rop(self, other):
+        return _lookup(name)(other, self)
+
+    return op, rop
+
+
+for _dunder, _name in [
+    ("add", "add"),
+    ("sub", "subtract"),
+    ("mul", "multiply"),
+    ("truediv", "true_divide"),
+    ("floordiv", "floor_divide"),
+    ("mod", "remainder"),
+    ("pow", "power"),
+    ("and", "bitwise_and"),
+    ("or", "bitwise_or"),
+    ("xor", "bitwise_xor"),
+    ("lshift", "left_shift"),
+    ("rshift", "right_shift"),
+    ("matmul", "matmul"),
+]:
+    _op, _rop = _binary(_name)
+    setattr(Tracer, f"__{_dunder}__", _op)
+    setattr(Tracer, f"__r{_dunder}__", _rop)
+
+for _dunder, _name in [
+    ("lt", "less"),
+    ("le", "less_equal"),
+    ("gt", "greater"),
+    ("ge", "greater_equal"),
+    ("eq", "equal"),
+    ("ne", "not_equal"),
+]:
+    setattr(Tracer, f"__{_dunder}__", _binary(_name)[0])
+
+for _dunder, _name in [
+    ("neg", "negative"),
+    ("pos", "positive"),
+    ("abs", "abs"),
+    ("invert", "invert"),
+]:
+    setattr(Tracer, f"__{_dunder}__", lambda self, _n=_name: _lookup(_n)(self))
+
+
+def _method(name: str):
+    def method(self, *args, **kwargs):
+        return _lookup(name)(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+for _name in [
+    "astype",
+    "clip",
+    "conj",
+    "conjugate",
+    "round",
+    # Methods below come from later op families; a missing one raises AttributeError.
+    "sum",
+    "prod",
+    "mean",
+    "var",
+    "std",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "any",
+    "all",
+    "cumsum",
+    "cumprod",
+    "ptp",
+    "squeeze",
+    "swapaxes",
+    "flatten",
+    "ravel",
+    "take",
+    "diagonal",
+    "trace",
+    "repeat",
+    "dot",
+    "nonzero",
+    "transpose",
+]:
+    if not hasattr(Tracer, _name):
+        setattr(Tracer, _name, _method(_name))
+
+
+def _reshape(self, *shape, order="C"):
+    if len(shape) == 1 and not isinstance(shape[0], int):
+        shape = shape[0]
+    return _lookup("reshape")(self, shape, order=order)
+
+
+def _transpose(self, *axes):
+    if len(axes) == 1 and not isinstance(axes[0], int):
+        axes = axes[0]
+    return _lookup("transpose")(self, axes if axes else None)
+
+
+Tracer.reshape = _reshape
+Tracer.transpose = _transpose
+Tracer.T = property(lambda self: _lookup("transpose")(self))
+Tracer.mT = property(lambda self: _lookup("swapaxes")(self, -1, -2))
+Tracer.real = property(lambda self: _lookup("real")(self))
+Tracer.imag = property(lambda self: _lookup("imag")(self))

@@ -1,0 +1,96 @@
+"""Argument specs: `ShapeDtype` and the compact `f32[2,3]` syntax the CLI uses."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from aotkit import dtypes
+
+SPEC_SYNTAX = (
+    "DTYPE[DIM,...] with DTYPE one of "
+    + ", ".join(dtypes.SHORT_NAMES)
+    + " (or a NumPy name such as float32) and non-negative integer dims, e.g. f32[] or f32[2,3]"
+)
+_SPEC_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\[([^\[\]]*)\]\s*$")
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class ShapeDtype:
+    """The abstract value of an array: a shape and a dtype. Hashable; usable as an argument."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __init__(self, shape, dtype):
+        try:
+            shape = tuple(shape)
+        except TypeError:
+            shape = (shape,)
+        for d in shape:
+            if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
+                raise ValueError(
+                    f"ShapeDtype: shape {shape!r} must hold non-negative integers; "
+                    "use e.g. ShapeDtype((2, 3), 'float32')"
+                )
+        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        object.__setattr__(self, "dtype", dtypes.canonicalize(dtype, where="ShapeDtype"))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def __str__(self) -> str:
+        return f"{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+
+    def __repr__(self) -> str:
+        return f"ShapeDtype(shape={self.shape}, dtype={self.dtype.name})"
+
+
+def spec(text: str) -> ShapeDtype:
+    """Parses `f32[2,3]`, `bf16[]`, `float32[4]` into a ShapeDtype."""
+    if not isinstance(text, str):
+        raise TypeError(f"spec: expected a string such as 'f32[2,3]', got {type(text).__name__}")
+    m = _SPEC_RE.match(text)
+    if m is None:
+        raise ValueError(f"spec: cannot parse {text!r}; expected {SPEC_SYNTAX}")
+    name, dims = m.groups()
+    try:
+        dtype = dtypes.canonicalize(name)
+    except TypeError:
+        raise ValueError(
+            f"spec: unknown dtype {name!r} in {text!r}; expected {SPEC_SYNTAX}"
+        ) from None
+    shape = []
+    if dims.strip():
+        for part in dims.split(","):
+            part = part.strip()
+            if not part.isdigit():
+                raise ValueError(
+                    f"spec: bad dimension {part!r} in {text!r}; expected {SPEC_SYNTAX}"
+                )
+            shape.append(int(part))
+    return ShapeDtype(tuple(shape), dtype)
+
+
+def spec_of(x) -> ShapeDtype:
+    """The ShapeDtype of a concrete value or a spec (used for cache keys and checks)."""
+    if isinstance(x, ShapeDtype):
+        return x
+    kind = dtypes.weak_kind(x)
+    if kind is not None:
+        return ShapeDtype((), dtypes.result_type(kind))
+    shape = getattr(x, "shape", None)
+    dtype = getattr(x, "dtype", None)
+    if shape is not None and dtype is not None:
+        return ShapeDtype(tuple(shape), dtype)
+    return ShapeDtype(np.shape(x), np.asarray(x).dtype)

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("shape", "elementwise", "creation", "operators")
+FAMILIES = (
+    "shape",
+    "elementwise",
+    "creation",
+    "operators",
+    "reduction",
+)
 
 
 def load_families() -> None:

@@ -1,0 +1,735 @@
+"""Trace stage, reduction family: sums, extrema, statistics and cumulative ops.
+
+Every reduction is one `stablehlo.reduce` whose body is a single binary op (argmax and
+argmin: a variadic reduce over (value, index) pairs); cumulative ops are one
+`stablehlo.reduce_window` with a window as long as the axis, padded in front.
+
+Result dtypes follow NumPy 2: `sum`/`prod`/`cumsum`/`cumprod` widen bool and integers
+narrower than 64 bits to int64/uint64, `mean`/`var`/`std` of integers are float64, float16
+and bfloat16 stay float16/bfloat16 (accumulated in float32, as NumPy does for float16).
+Axis, keepdims, dtype, where and initial behave as in NumPy wherever NumPy has them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from aotkit import dtypes
+from aotkit.lowering.core import (
+    NUMPY_FUNCTIONS,
+    RuleContext,
+    Tracer,
+    bind,
+    bind1,
+    export,
+    full,
+    register,
+    where,
+)
+from aotkit.lowering.elementwise import asarray, cast, to_operand
+from aotkit.lowering.shape import (
+    broadcast_shapes,
+    broadcast_to_shape,
+    normalize_axis,
+    reshape_to,
+)
+
+_BOOL = np.dtype(np.bool_)
+_INT64 = np.dtype(np.int64)
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
+# --- primitives ------------------------------------------------------------------------------
+
+# Body ops of a reduction, by monoid name; bool operands use the logical forms.
+_MONOID_OPS = {
+    "add": stablehlo.add,
+    "multiply": stablehlo.multiply,
+    "max": stablehlo.maximum,
+    "min": stablehlo.minimum,
+    "and": stablehlo.and_,
+    "or": stablehlo.or_,
+    "xor": stablehlo.xor,
+}
+
+
+def _reduce_shape(*avals, axes, monoid):
+    n = len(avals) // 2
+    return [(tuple(d for i, d in enumerate(a[0]) if i not in axes), a[1]) for a in avals[:n]]
+
+
+def _scalar_types(ctx: RuleContext) -> list[ir.Type]:
+    return [dtypes.tensor_type((), a[1]) for a in ctx.avals_out]
+
+
+def _build_body(region: ir.Region, types: list[ir.Type], body) -> None:
+    block = region.blocks.append(*types, *types)
+    with ir.InsertionPoint(block):
+        stablehlo.return_(body(list(block.arguments)))
+
+
+def _monoid_body(monoid: str):
+    fn = _MONOID_OPS[monoid]
+    return lambda args: [fn(args[0], args[1])]
+
+
+def _argmax_body(direction: str):
+    """Keeps the extreme value, NaN first (NumPy), and the first index among equals."""
+
+    def body(args):
+        a, ia, b, ib = args
+
+        def cmp(x, y, d):
+            return stablehlo.compare(x, y, stablehlo.ComparisonDirectionAttr.get(d))
+
+        a_nan, b_nan = cmp(a, a, "NE"), cmp(b, b, "NE")
+        better = stablehlo.or_(cmp(a, b, direction), stablehlo.and_(a_nan, stablehlo.not_(b_nan)))
+        tie = stablehlo.or_(cmp(a, b, "EQ"), stablehlo.and_(a_nan, b_nan))
+        pick_a = stablehlo.or_(better, stablehlo.and_(tie, cmp(ia, ib, "LT")))
+        return [stablehlo.select(pick_a, a, b), stablehlo.select(pick_a, ia, ib)]
+
+    return body
+
+
+_BODIES = {
+    **{m: _monoid_body(m) for m in _MONOID_OPS},
+    "argmax": _argmax_body("GT"),
+    "argmin": _argmax_body("LT"),
+}
+
+
+@register("reduce", shape=_reduce_shape)
+def _lower_reduce(ctx: RuleContext, *operands, axes, monoid):
+    n = len(operands) // 2
+    op = stablehlo.ReduceOp(
+        [ctx.out_type(i) for i in range(n)], operands[:n], operands[n:], list(axes)
+    )
+    _build_body(op.regions[0], _scalar_types(ctx), _BODIES[monoid])
+    return list(op.results)
+
+
+def _cumulative_shape(x, init, *, axis, monoid):
+    return [x]
+
+
+@register("cumulative", shape=_cumulative_shape)
+def _lower_cumulative(ctx: RuleContext, x, init, *, axis, monoid):
+    shape = ctx.avals_in[0][0]
+    window = [1] * len(shape)
+    window[axis] = shape[axis]
+    pad = np.zeros((len(shape), 2), np.int64)
+    pad[axis, 0] = shape[axis] - 1
+    op = stablehlo.ReduceWindowOp(
+        [ctx.out_type()],
+        [x],
+        [init],
+        window,
+        padding=ir.DenseIntElementsAttr.get(pad),
+    )
+    _build_body(op.regions[0], _scalar_types(ctx), _BODIES[monoid])
+    return list(op.results)
+
+
+def _diff_shape(x, *, axis):
+    shape = list(x[0])
+    shape[axis] -= 1
+    return [(tuple(shape), x[1])]
+
+
+@register("diff", shape=_diff_shape)
+def _lower_diff(ctx: RuleContext, x, *, axis):
+    shape = ctx.avals_in[0][0]
+    starts, limits = [0] * len(shape), list(shape)
+    strides = [1] * len(shape)
+    hi_starts = list(starts)
+    hi_starts[axis] = 1
+    limits_lo = list(limits)
+    limits_lo[axis] -= 1
+    hi = stablehlo.slice(x, hi_starts, limits, strides)
+    lo = stablehlo.slice(x, starts, limits_lo, strides)
+    if ctx.avals_in[0][1] == _BOOL:
+        # NumPy's diff of booleans is not_equal.
+        return [stablehlo.xor(hi, lo)]
+    return [stablehlo.subtract(hi, lo)]
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def normalize_axes(op: str, axis, ndim: int) -> tuple[int, ...]:
+    """`axis` (None, an int or a tuple of ints) as a sorted tuple of distinct axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, tuple | list):
+        axes = tuple(normalize_axis(op, a, ndim) for a in axis)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{where(op)}: duplicate value in axis {tuple(axis)!r}")
+        return tuple(sorted(axes))
+    return (normalize_axis(op, axis, ndim),)
+
+
+def _identity(monoid: str, dtype: np.dtype):
+    if monoid in ("add", "or", "xor"):
+        return 0
+    if monoid == "multiply":
+        return 1
+    if monoid == "and":
+        return True if dtype == _BOOL else ~np.zeros((), dtype)
+    big = monoid == "min"
+    if dtype == _BOOL:
+        return big
+    if dtypes.is_inexact(dtype):
+        return np.inf if big else -np.inf
+    info = np.iinfo(dtype)
+    return info.max if big else info.min
+
+
+_LOGICAL = {"add": "or", "multiply": "and", "max": "or", "min": "and"}
+
+
+def reduce_raw(x: Tracer, axes: tuple[int, ...], monoid: str) -> Tracer:
+    """Reduces `x` over `axes` with `monoid` in its own dtype (no NumPy widening)."""
+    if not axes:
+        return x
+    if x.dtype == _BOOL:
+        monoid = _LOGICAL.get(monoid, monoid)
+    init = full((), _identity(monoid, x.dtype), x.dtype)
+    return bind1("reduce", x, init, axes=tuple(axes), monoid=monoid)
+
+
+def _keep(x: Tracer, axes: tuple[int, ...], in_shape: tuple[int, ...], keepdims: bool) -> Tracer:
+    if not keepdims:
+        return x
+    return reshape_to(x, tuple(1 if i in axes else d for i, d in enumerate(in_shape)))
+
+
+def _mask(op: str, wh, shape: tuple[int, ...]) -> Tracer | None:
+    """The `where=` argument as a bool tracer of `shape` (None when it is True)."""
+    if wh is True or wh is None:
+        return None
+    if isinstance(wh, Tracer):
+        m = wh
+    else:
+        m = asarray(np.asarray(wh))
+    if m.dtype != _BOOL:
+        raise TypeError(
+            f"{where(op)}: where= must be a boolean mask, got dtype {m.dtype}; "
+            "compare first (e.g. where=x > 0)"
+        )
+    if broadcast_shapes(op, m.shape, shape) != shape:
+        raise ValueError(
+            f"{where(op)}: where= of shape {m.shape} does not broadcast to the array's "
+            f"shape {shape}"
+        )
+    return to_operand(op, m, _BOOL, shape)
+
+
+def _masked(x: Tracer, mask: Tracer | None, fill) -> Tracer:
+    if mask is None:
+        return x
+    return bind1("select", mask, x, full(x.shape, fill, x.dtype))
+
+
+def _sum_dtype(dtype: np.dtype) -> np.dtype:
+    """NumPy's add.reduce dtype: bool and narrow integers widen to 64 bits."""
+    if dtype == _BOOL or (dtypes.is_signed_int(dtype) and dtype.itemsize < 8):
+        return _INT64
+    if dtypes.is_unsigned_int(dtype) and dtype.itemsize < 8:
+        return np.dtype(np.uint64)
+    return dtype
+
+
+def _accumulator(dtype: np.dtype) -> np.dtype:
+    """Sums of float16 and bfloat16 run in float32 (NumPy's float16 loops do the same)."""
+    return _F32 if dtype in (np.float16, dtypes.bfloat16) else dtype
+
+
+def _dtype_arg(op: str, dtype) -> np.dtype | None:
+    return None if dtype is None else dtypes.canonicalize(dtype, where=where(op))
+
+
+def _no_out(op: str, out) -> None:
+    if out is not None:
+        raise NotImplementedError(
+            f"{where(op)}: out= is not supported; traced arrays are immutable, use the return value"
+        )
+
+
+def _scalar_operand(op: str, v, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
+    return to_operand(op, v, dtype, shape)
+
+
+def _combine(monoid: str, r: Tracer, other: Tracer) -> Tracer:
+    return bind1(_LOGICAL.get(monoid, monoid) if r.dtype == _BOOL else monoid, r, other)
+
+
+def _reduced_size(shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
+    return math.prod(shape[i] for i in axes)
+
+
+_NAMES = {"add": "add", "multiply": "multiply", "max": "maximum", "min": "minimum"}
+
+
+def _arith_reduce(op, monoid, a, axis, dtype, out, keepdims, initial, wh) -> Tracer:
+    _no_out(op, out)
+    x = asarray(a)
+    axes = normalize_axes(op, axis, x.ndim)
+    out_dtype = _dtype_arg(op, dtype) or _sum_dtype(x.dtype)
+    acc = _accumulator(out_dtype)
+    xc = _masked(cast(x, acc), _mask(op, wh, x.shape), _identity(monoid, acc))
+    r = reduce_raw(xc, axes, monoid)
+    if initial is not None:
+        r = _combine(monoid, r, to_operand(op, initial, acc, r.shape))
+    return _keep(cast(r, out_dtype), axes, x.shape, keepdims)
+
+
+def _extreme(op, monoid, a, axis, out, keepdims, initial, wh) -> Tracer:
+    _no_out(op, out)
+    x = asarray(a)
+    if dtypes.is_complex(x.dtype):
+        raise NotImplementedError(
+            f"{where(op)}: {op} of a complex array (NumPy orders complex numbers "
+            "lexicographically) is not supported; reduce the real and imaginary parts"
+        )
+    axes = normalize_axes(op, axis, x.ndim)
+    mask = _mask(op, wh, x.shape)
+    if initial is None and mask is not None:
+        raise ValueError(
+            f"{where(op)}: reduction operation {_NAMES[monoid]!r} has no identity, so a "
+            "where= mask needs initial= as well"
+        )
+    if initial is None and _reduced_size(x.shape, axes) == 0 and x.size == 0 and x.ndim:
+        raise ValueError(
+            f"{where(op)}: zero-size array of shape {x.shape} to reduction operation "
+            f"{_NAMES[monoid]!r} which has no identity; pass initial="
+        )
+    r = reduce_raw(_masked(x, mask, _identity(monoid, x.dtype)), axes, monoid)
+    if initial is not None:
+        r = _combine(monoid, r, to_operand(op, initial, x.dtype, r.shape))
+    return _keep(r, axes, x.shape, keepdims)
+
+
+@export("sum")
+def sum_(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    return _arith_reduce("sum", "add", a, axis, dtype, out, keepdims, initial, where)
+
+
+@export("prod")
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    return _arith_reduce("prod", "multiply", a, axis, dtype, out, keepdims, initial, where)
+
+
+@export("max", "amax")
+def max_(a, axis=None, out=None, keepdims=False, initial=None, where=True):
+    return _extreme("max", "max", a, axis, out, keepdims, initial, where)
+
+
+@export("min", "amin")
+def min_(a, axis=None, out=None, keepdims=False, initial=None, where=True):
+    return _extreme("min", "min", a, axis, out, keepdims, initial, where)
+
+
+def _logical_reduce(op, monoid, a, axis, out, keepdims, wh) -> Tracer:
+    _no_out(op, out)
+    x = asarray(a)
+    axes = normalize_axes(op, axis, x.ndim)
+    xb = _masked(cast(x, _BOOL), _mask(op, wh, x.shape), monoid == "and")
+    return _keep(reduce_raw(xb, axes, monoid), axes, x.shape, keepdims)
+
+
+@export("any")
+def any_(a, axis=None, out=None, keepdims=False, *, where=True):
+    return _logical_reduce("any", "or", a, axis, out, keepdims, where)
+
+
+@export("all")
+def all_(a, axis=None, out=None, keepdims=False, *, where=True):
+    return _logical_reduce("all", "and", a, axis, out, keepdims, where)
+
+
+def _mean_dtype(op: str, x: Tracer, dtype) -> np.dtype:
+    if dtype is not None:
+        return dtypes.canonicalize(dtype, where=where(op))
+    if x.dtype == _BOOL or dtypes.is_integer(x.dtype):
+        return _F64
+    return x.dtype
+
+
+def _mean_parts(op, x, axes, acc, mask) -> tuple[Tracer, Tracer]:
+    """(sum, count) over `axes` in `acc`, both of the reduced shape."""
+    s = reduce_raw(_masked(cast(x, acc), mask, 0), axes, "add")
+    if mask is None:
+        count = full(s.shape, _reduced_size(x.shape, axes), acc)
+    else:
+        count = reduce_raw(cast(mask, acc), axes, "add")
+    return s, count
+
+
+@export("mean")
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+    _no_out("mean", out)
+    x = asarray(a)
+    axes = normalize_axes("mean", axis, x.ndim)
+    out_dtype = _mean_dtype("mean", x, dtype)
+    acc = _accumulator(out_dtype)
+    s, count = _mean_parts("mean", x, axes, acc, _mask("mean", where, x.shape))
+    return _keep(cast(bind1("divide", s, count), out_dtype), axes, x.shape, keepdims)
+
+
+def _expand(r: Tracer, axes: tuple[int, ...], shape: tuple[int, ...]) -> Tracer:
+    """Broadcasts a reduction result back over the reduced axes."""
+    kept = tuple(i for i in range(len(shape)) if i not in axes)
+    return bind1("broadcast_in_dim", r, shape=shape, dims=kept) if r.shape != shape else r
+
+
+def _var(op, a, axis, dtype, out, ddof, keepdims, wh, mean_, correction) -> Tracer:
+    _no_out(op, out)
+    if correction is not None:
+        if ddof != 0:
+            raise ValueError(
+                f"{where(op)}: ddof={ddof!r} and correction={correction!r} were both given; "
+                "they are the same parameter, pass one"
+            )
+        ddof = correction
+    x = asarray(a)
+    axes = normalize_axes(op, axis, x.ndim)
+    comp_dtype = _mean_dtype(op, x, dtype)
+    acc = _accumulator(comp_dtype)
+    mask = _mask(op, wh, x.shape)
+    s, count = _mean_parts(op, x, axes, acc, mask)
+    if mean_ is not None:
+        m = to_operand(op, mean_, acc, x.shape)
+    else:
+        m = _expand(bind1("divide", s, count), axes, x.shape)
+    d = bind1("subtract", cast(x, acc), m)
+    if dtypes.is_complex(acc):
+        sq = bind1(
+            "add",
+            bind1("multiply", bind1("real", d), bind1("real", d)),
+            bind1("multiply", bind1("imag", d), bind1("imag", d)),
+        )
+        count = bind1("real", count)
+    else:
+        sq = bind1("multiply", d, d)
+    ss = reduce_raw(_masked(sq, mask, 0), axes, "add")
+    rd = sq.dtype
+    denom = bind1(
+        "max", bind1("subtract", count, full(count.shape, ddof, rd)), full(count.shape, 0, rd)
+    )
+    v = bind1("divide", ss, denom)
+    if op == "std":
+        v = bind1("sqrt", v)
+    return _keep(cast(v, dtypes.real_dtype(comp_dtype)), axes, x.shape, keepdims)
+
+
+@export("var")
+def var(
+    a,
+    axis=None,
+    dtype=None,
+    out=None,
+    ddof=0,
+    keepdims=False,
+    *,
+    where=True,
+    mean=None,
+    correction=None,
+):
+    return _var("var", a, axis, dtype, out, ddof, keepdims, where, mean, correction)
+
+
+@export("std")
+def std(
+    a,
+    axis=None,
+    dtype=None,
+    out=None,
+    ddof=0,
+    keepdims=False,
+    *,
+    where=True,
+    mean=None,
+    correction=None,
+):
+    return _var("std", a, axis, dtype, out, ddof, keepdims, where, mean, correction)
+
+
+def _argreduce(op: str, a, axis, out, keepdims) -> Tracer:
+    from aotkit.lowering.creation import iota
+
+    _no_out(op, out)
+    x = asarray(a)
+    if dtypes.is_complex(x.dtype):
+        raise NotImplementedError(
+            f"{where(op)}: {op} of a complex array (lexicographic order) is not supported; "
+            "use the real or imaginary part"
+        )
+    in_shape = x.shape
+    if axis is None:
+        x = reshape_to(x, (x.size,))
+        ax = 0
+    else:
+        ax = normalize_axis(op, axis, x.ndim)
+    if x.shape[ax] == 0:
+        raise ValueError(f"{where(op)}: attempt to get {op} of an empty sequence")
+    if x.dtype == _BOOL:
+        # i1 compares as signed in some lowerings; u8 keeps True > False unambiguous.
+        x = cast(x, np.dtype(np.uint8))
+    monoid = "max" if op == "argmax" else "min"
+    idx = iota(x.shape, _INT64, ax)
+    init_v = full((), _identity(monoid, x.dtype), x.dtype)
+    init_i = full((), 0, _INT64)
+    _, i = bind("reduce", x, idx, init_v, init_i, axes=(ax,), monoid=op)
+    if not keepdims:
+        return i
+    if axis is None:
+        return reshape_to(i, (1,) * len(in_shape))
+    return _keep(i, (ax,), x.shape, True)
+
+
+@export("argmax")
+def argmax(a, axis=None, out=None, *, keepdims=False):
+    return _argreduce("argmax", a, axis, out, keepdims)
+
+
+@export("argmin")
+def argmin(a, axis=None, out=None, *, keepdims=False):
+    return _argreduce("argmin", a, axis, out, keepdims)
+
+
+@export("ptp")
+def ptp(a, axis=None, out=None, keepdims=False):
+    hi = max_(a, axis=axis, out=out, keepdims=keepdims)
+    lo = min_(a, axis=axis, keepdims=keepdims)
+    return NUMPY_FUNCTIONS["subtract"](hi, lo)
+
+
+@export("count_nonzero")
+def count_nonzero(a, axis=None, *, keepdims=False):
+    x = asarray(a)
+    axes = normalize_axes("count_nonzero", axis, x.ndim)
+    r = reduce_raw(cast(cast(x, _BOOL), _INT64), axes, "add")
+    return _keep(r, axes, x.shape, keepdims)
+
+
+def cumulative(x: Tracer, axis: int, monoid: str) -> Tracer:
+    """The inclusive scan of `x` along `axis` with `monoid`, in `x`'s dtype."""
+    if x.shape[axis] == 0:
+        return x
+    if x.dtype == _BOOL:
+        monoid = _LOGICAL.get(monoid, monoid)
+    init = full((), _identity(monoid, x.dtype), x.dtype)
+    return bind1("cumulative", x, init, axis=axis, monoid=monoid)
+
+
+def _cumulative(op, monoid, a, axis, dtype, out) -> Tracer:
+    _no_out(op, out)
+    x = asarray(a)
+    if axis is None:
+        x = reshape_to(x, (x.size,))
+        ax = 0
+    else:
+        ax = normalize_axis(op, axis, x.ndim)
+    out_dtype = _dtype_arg(op, dtype) or _sum_dtype(x.dtype)
+    return cast(cumulative(cast(x, _accumulator(out_dtype)), ax, monoid), out_dtype)
+
+
+@export("cumsum")
+def cumsum(a, axis=None, dtype=None, out=None):
+    return _cumulative("cumsum", "add", a, axis, dtype, out)
+
+
+@export("cumprod")
+def cumprod(a, axis=None, dtype=None, out=None):
+    return _cumulative("cumprod", "multiply", a, axis, dtype, out)
+
+
+_NOVALUE = object()
+
+
+def _edge(op: str, v, x: Tracer, ax: int) -> Tracer:
+    """A prepend/append value as an array that concatenates to `x` along `ax`."""
+    e = asarray(v)
+    if e.ndim == 0:
+        shape = x.shape[:ax] + (1,) + x.shape[ax + 1 :]
+        return to_operand(op, e, e.dtype, shape)
+    return e
+
+
+@export("diff")
+def diff(a, n=1, axis=-1, prepend=_NOVALUE, append=_NOVALUE):
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError(f"{where('diff')}: n must be a Python int, got {n!r}")
+    if n < 0:
+        raise ValueError(f"{where('diff')}: order must be non-negative but got {n}")
+    x = asarray(a)
+    if x.ndim == 0:
+        raise ValueError(f"{where('diff')}: diff requires input that is at least one dimensional")
+    ax = normalize_axis("diff", axis, x.ndim)
+    if n == 0:
+        return x
+    if prepend is not _NOVALUE or append is not _NOVALUE:
+        concat = NUMPY_FUNCTIONS.get("concatenate")
+        if concat is None:
+            raise NotImplementedError(f"{where('diff')}: prepend=/append= need concatenate")
+        parts = [x]
+        if prepend is not _NOVALUE:
+            parts.insert(0, _edge("diff", prepend, x, ax))
+        if append is not _NOVALUE:
+            parts.append(_edge("diff", append, x, ax))
+        x = concat(parts, axis=ax)
+    for _ in range(n):
+        if x.shape[ax] == 0:
+            break
+        x = bind1("diff", x, axis=ax)
+    return x
+
+
+# --- NaN-aware reductions ----------------------------------------------------------------------
+
+
+def _not_nan(x: Tracer) -> Tracer | None:
+    if not dtypes.is_inexact(x.dtype):
+        return None
+    return (
+        bind1("compare", x, x, direction="EQ")
+        if not dtypes.is_complex(x.dtype)
+        else (
+            bind1(
+                "and",
+                bind1("compare", bind1("real", x), bind1("real", x), direction="EQ"),
+                bind1("compare", bind1("imag", x), bind1("imag", x), direction="EQ"),
+            )
+        )
+    )
+
+
+def _and_masks(a: Tracer | None, b: Tracer | None) -> Tracer | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return bind1("and", a, b)
+
+
+@export("nansum")
+def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    x = asarray(a)
+    ok = _not_nan(x)
+    if ok is not None:
+        x = bind1("select", ok, x, full(x.shape, 0, x.dtype))
+    return _arith_reduce("nansum", "add", x, axis, dtype, out, keepdims, initial, where)
+
+
+@export("nanmean")
+def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+    _no_out("nanmean", out)
+    x = asarray(a)
+    mask = _and_masks(_not_nan(x), _mask("nanmean", where, x.shape))
+    return mean(x, axis=axis, dtype=dtype, keepdims=keepdims, where=True if mask is None else mask)
+
+
+def _nan_extreme(op, monoid, a, axis, out, keepdims, initial, wh) -> Tracer:
+    x = asarray(a)
+    ok = _not_nan(x)
+    if ok is None:
+        return _extreme(op, monoid, x, axis, out, keepdims, initial, wh)
+    filled = bind1("select", ok, x, full(x.shape, _identity(monoid, x.dtype), x.dtype))
+    r = _extreme(op, monoid, filled, axis, out, keepdims, initial, wh)
+    if initial is not None:
+        return r
+    # An all-NaN slice gives NaN, as in NumPy (which also warns).
+    any_ok = _logical_reduce(op, "or", ok, axis, None, keepdims, wh)
+    return bind1("select", any_ok, r, full(r.shape, np.nan, r.dtype))
+
+
+@export("nanmax")
+def nanmax(a, axis=None, out=None, keepdims=False, initial=None, where=True):
+    return _nan_extreme("nanmax", "max", a, axis, out, keepdims, initial, where)
+
+
+@export("nanmin")
+def nanmin(a, axis=None, out=None, keepdims=False, initial=None, where=True):
+    return _nan_extreme("nanmin", "min", a, axis, out, keepdims, initial, where)
+
+
+# --- weighted and log-domain -------------------------------------------------------------------
+
+
+@export("average")
+def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
+    x = asarray(a)
+    if weights is None:
+        avg = mean(x, axis=axis, keepdims=keepdims)
+        scl = full(avg.shape, x.size // max(avg.size, 1), avg.dtype)
+        return (avg, scl) if returned else avg
+    w = asarray(weights)
+    if x.dtype == _BOOL or dtypes.is_integer(x.dtype):
+        rdt = dtypes.result_type(x.dtype, w.dtype, _F64)
+    else:
+        rdt = dtypes.result_type(x.dtype, w.dtype)
+    if x.shape != w.shape:
+        if axis is None:
+            raise TypeError(
+                f"{where('average')}: axis must be specified when shapes of a {x.shape} "
+                f"and weights {w.shape} differ"
+            )
+        axes = tuple(
+            normalize_axis("average", ax, x.ndim)
+            for ax in (axis if isinstance(axis, tuple | list) else (axis,))
+        )
+        if w.shape != tuple(x.shape[ax] for ax in axes):
+            raise ValueError(
+                f"{where('average')}: shape of weights {w.shape} must be consistent with "
+                f"shape of a {x.shape} along axis {axis!r}"
+            )
+        order = tuple(int(i) for i in np.argsort(axes))
+        if order != tuple(range(len(order))):
+            w = bind1("transpose", w, perm=order)
+        w = reshape_to(w, tuple(s if i in axes else 1 for i, s in enumerate(x.shape)))
+    shape = broadcast_shapes("average", x.shape, w.shape)
+    xw = bind1(
+        "multiply", to_operand("average", x, rdt, shape), to_operand("average", w, rdt, shape)
+    )
+    scl = sum_(w, axis=axis, dtype=rdt, keepdims=keepdims)
+    avg = NUMPY_FUNCTIONS["divide"](sum_(xw, axis=axis, keepdims=keepdims), scl)
+    if returned:
+        return avg, broadcast_to_shape(scl, avg.shape)
+    return avg
+
+
+@export("logsumexp")
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+    """`log(sum(b * exp(a)))` along `axis`, computed stably (as scipy.special.logsumexp)."""
+    x = asarray(a)
+    keys = [x.dtype] if b is None else [x.dtype, asarray(b).dtype]
+    out_dtype = dtypes.result_type(*keys, float)
+    if dtypes.is_complex(out_dtype):
+        raise NotImplementedError(f"{where('logsumexp')}: complex inputs are not supported")
+    shape = (
+        x.shape
+        if b is None
+        else broadcast_shapes(
+            "logsumexp", x.shape, np.shape(b) if not isinstance(b, Tracer) else b.shape
+        )
+    )
+    acc = _accumulator(out_dtype)
+    x = to_operand("logsumexp", x, acc, shape)
+    axes = normalize_axes("logsumexp", axis, len(shape))
+    m = reduce_raw(x, axes, "max")
+    m = bind1("select", bind1("is_finite", m), m, full(m.shape, 0, acc))
+    e = bind1("exp", bind1("subtract", x, _expand(m, axes, shape)))
+    if b is not None:
+        e = bind1("multiply", e, to_operand("logsumexp", b, acc, shape))
+    s = reduce_raw(e, axes, "add")
+    sign = None
+    if return_sign:
+        sign = bind1("sign", s)
+        s = bind1("abs", s)
+    r = cast(bind1("add", bind1("log", s), m), out_dtype)
+    r = _keep(r, axes, shape, keepdims)
+    if return_sign:
+        return r, _keep(cast(sign, out_dtype), axes, shape, keepdims)
+    return r

@@ -6,11 +6,13 @@ StableHLO module (after the pass pipeline) with the argument and result pytrees 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 from jax import tree_util
 from jaxlib.mlir import ir
 
+from aotkit import dumps, passes
 from aotkit._context import IR_LOCK
 from aotkit.lowering.trace import trace_to_module
 from aotkit.specs import ShapeDtype, spec_of
@@ -31,6 +33,7 @@ class Lowered:
         donated: tuple[bool, ...] = (),
         pipeline: str = "none",
         backend: str | None = None,
+        dumper: dumps.Dumper | None = None,
     ):
         self.module = module
         self.name = name
@@ -41,6 +44,8 @@ class Lowered:
         self.donated = donated or (False,) * len(flat_in_specs)
         self.pipeline = pipeline
         self.backend = backend
+        # The compile step writes its stages (optimized HLO, cost) after the lowering's files.
+        self.dumper = dumper
 
     @property
     def in_specs(self):
@@ -131,9 +136,12 @@ def lower_function(
     donate_argnums: Sequence[int] = (),
     pipeline: str = "default",
     backend: str | None = None,
+    dump_dir: str | os.PathLike | None = None,
 ) -> Lowered:
-    """Traces `fn` on `args`/`kwargs` (values or specs) and returns the `Lowered` stage."""
+    """Traces `fn` on `args`/`kwargs` (values or specs), runs `pipeline` on the module and
+    returns the `Lowered` stage; dumps each stage under `dump_dir` or `AOTKIT_DUMP_DIR`."""
     name = function_name(fn)
+    passes.check_pipeline(pipeline)
     dyn_args, dyn_kwargs, static_pos, static_kw = split_static(
         args, kwargs, static_argnums, static_argnames
     )
@@ -144,7 +152,9 @@ def lower_function(
         full_args, full_kwargs = merge_static(t_args, t_kwargs, static_pos, static_kw)
         return fn(*full_args, **full_kwargs)
 
+    dumper = dumps.Dumper.create(name, dump_dir)
     result = trace_to_module(body, name, specs)
+    passes.run_pipeline(result.module, pipeline, name=name, dumper=dumper, verified=True)
     return Lowered(
         result.module,
         name=name,
@@ -154,14 +164,16 @@ def lower_function(
         flat_out_specs=result.flat_out_specs,
         pipeline=pipeline,
         backend=backend,
+        dumper=dumper,
     )
 
 
-def lower(fn: Callable, *args, **kwargs) -> Lowered:
-    """Lowers `fn` for the given arguments (concrete values or `aotkit.ShapeDtype` specs).
+def lower(fn: Callable, *args, pipeline: str = "default", **kwargs) -> Lowered:
+    """Lowers `fn` for the given arguments (concrete values or `aotkit.ShapeDtype` specs),
+    then runs `pipeline` ("default", "none" or MLIR pipeline text) on the module.
 
     `aotkit.lower(lambda x: anp.sqrt(x ** 2) + 1., aotkit.spec("f32[]")).as_text()`
     """
     if not callable(fn):
         raise TypeError(f"lower: expected a function, got {type(fn).__name__}")
-    return lower_function(fn, args, kwargs)
+    return lower_function(fn, args, kwargs, pipeline=pipeline)

@@ -14,6 +14,8 @@ FAMILIES = (
     "creation",
     "operators",
     "reduction",
+    "linalg",
+    "control",
 )
 
 

@@ -17,6 +17,7 @@ from aotkit.lowering.core import NUMPY_FUNCTIONS as _FUNCTIONS
 
 _lowering.load_families()
 globals().update(_FUNCTIONS)
+from aotkit.numpy import linalg as linalg  # noqa: E402  (needs the families loaded above)
 
 # Dtypes and constants, as NumPy spells them.
 bool_ = _np.bool_

@@ -1,0 +1,531 @@
+"""Trace stage, linear algebra family: matmul, dot, tensordot, einsum and norms.
+
+Every product is one `stablehlo.dot_general` (batch and contracting dimensions named
+explicitly, HIGHEST precision so float32 stays float32 on accelerators that would use
+TF32) plus the transposes, reshapes and reductions the NumPy spelling needs. Result dtypes
+are NumPy's: integer products stay in their (promoted) integer dtype and wrap on overflow,
+boolean products are logical (any of ands).
+
+`LINALG_FUNCTIONS` holds the `aotkit.numpy.linalg` namespace (`norm`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from aotkit import dtypes
+from aotkit.lowering.core import (
+    NUMPY_FUNCTIONS,
+    RuleContext,
+    Tracer,
+    bind1,
+    export,
+    full,
+    register,
+    where,
+)
+from aotkit.lowering.elementwise import asarray, cast
+from aotkit.lowering.reduction import reduce_raw
+from aotkit.lowering.shape import (
+    broadcast_shapes,
+    broadcast_to_shape,
+    normalize_axis,
+    reshape_to,
+)
+
+_BOOL = np.dtype(np.bool_)
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
+LINALG_FUNCTIONS: dict[str, Callable] = {}
+
+# --- primitive -------------------------------------------------------------------------------
+
+
+def _dot_shape(a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
+    batch = tuple(a[0][i] for i in lhs_batch)
+    lhs_free = tuple(d for i, d in enumerate(a[0]) if i not in lhs_batch and i not in lhs_contract)
+    rhs_free = tuple(d for i, d in enumerate(b[0]) if i not in rhs_batch and i not in rhs_contract)
+    return [(batch + lhs_free + rhs_free, a[1])]
+
+
+@register("dot_general", shape=_dot_shape)
+def _lower_dot_general(ctx: RuleContext, a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
+    dims = stablehlo.DotDimensionNumbers.get(
+        lhs_batching_dimensions=list(lhs_batch),
+        rhs_batching_dimensions=list(rhs_batch),
+        lhs_contracting_dimensions=list(lhs_contract),
+        rhs_contracting_dimensions=list(rhs_contract),
+    )
+    highest = stablehlo.PrecisionAttr.get("HIGHEST")
+    return [
+        stablehlo.dot_general(
+            ctx.out_type(), a, b, dims, precision_config=ir.ArrayAttr.get([highest, highest])
+        )
+    ]
+
+
+def dot_general(
+    a: Tracer,
+    b: Tracer,
+    contract: tuple[tuple[int, ...], tuple[int, ...]],
+    batch: tuple[tuple[int, ...], tuple[int, ...]] = ((), ()),
+) -> Tracer:
+    """Contracts two tracers of one dtype; result dims: batch, a's free, b's free."""
+    assert a.dtype == b.dtype, (a.dtype, b.dtype)
+    logical = a.dtype == _BOOL
+    if logical:
+        # XLA has no boolean dot; count the true products and test the count instead.
+        a, b = cast(a, np.dtype(np.int32)), cast(b, np.dtype(np.int32))
+    r = bind1(
+        "dot_general",
+        a,
+        b,
+        lhs_batch=tuple(batch[0]),
+        rhs_batch=tuple(batch[1]),
+        lhs_contract=tuple(contract[0]),
+        rhs_contract=tuple(contract[1]),
+    )
+    return cast(r, _BOOL) if logical else r
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _promoted(op: str, *xs, dtype=None) -> list[Tracer]:
+    ts = [asarray(x) for x in xs]
+    if dtype is not None:
+        dt = dtypes.canonicalize(dtype, where=where(op))
+    else:
+        try:
+            dt = dtypes.result_type(*(t.dtype for t in ts))
+        except TypeError as e:
+            raise TypeError(f"{where(op)}: {e}") from None
+    return [cast(t, dt) for t in ts]
+
+
+def _no_out(op: str, out) -> None:
+    if out is not None:
+        raise NotImplementedError(
+            f"{where(op)}: out= is not supported; traced arrays are immutable, use the return value"
+        )
+
+
+def _multiply(a, b) -> Tracer:
+    return NUMPY_FUNCTIONS["multiply"](a, b)
+
+
+# --- NumPy-level products --------------------------------------------------------------------
+
+
+@export("matmul")
+def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", subok=True):
+    _no_out("matmul", out)
+    a, b = _promoted("matmul", x1, x2, dtype=dtype)
+    for i, t in enumerate((a, b)):
+        if t.ndim == 0:
+            raise ValueError(
+                f"{where('matmul')}: input operand {i} is a scalar (shape ()); matmul needs "
+                "arrays of at least one dimension, use multiply (*) for scalars"
+            )
+    a_vec, b_vec = a.ndim == 1, b.ndim == 1
+    if a_vec:
+        a = reshape_to(a, (1,) + a.shape)
+    if b_vec:
+        b = reshape_to(b, b.shape + (1,))
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(
+            f"{where('matmul')}: shapes {tuple(x1.shape if a_vec else a.shape)} and "
+            f"{tuple(x2.shape if b_vec else b.shape)}: core dimension {a.shape[-1]} "
+            f"(last of operand 0) does not match {b.shape[-2]} (second to last of operand 1)"
+        )
+    if b.ndim == 2:
+        # No batch on the right: a's leading dimensions are free dims of one dot.
+        r = dot_general(a, b, ((a.ndim - 1,), (0,)))
+    else:
+        batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+        a = broadcast_to_shape(a, batch + a.shape[-2:])
+        b = broadcast_to_shape(b, batch + b.shape[-2:])
+        nb = len(batch)
+        r = dot_general(a, b, ((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb))))
+    if a_vec:
+        r = reshape_to(r, r.shape[:-2] + r.shape[-1:])
+    if b_vec:
+        r = reshape_to(r, r.shape[:-1])
+    return r
+
+
+def _not_aligned(op: str, a: Tracer, b: Tracer, ia: int, ib: int) -> ValueError:
+    return ValueError(
+        f"{where(op)}: shapes {a.shape} and {b.shape} not aligned: {a.shape[ia]} "
+        f"(dim {ia}) != {b.shape[ib]} (dim {ib})"
+    )
+
+
+@export("dot")
+def dot(a, b, out=None):
+    _no_out("dot", out)
+    x, y = _promoted("dot", a, b)
+    if x.ndim == 0 or y.ndim == 0:
+        return _multiply(x, y)
+    ia = x.ndim - 1
+    ib = 0 if y.ndim == 1 else y.ndim - 2
+    if x.shape[ia] != y.shape[ib]:
+        raise _not_aligned("dot", x, y, ia, ib)
+    return dot_general(x, y, ((ia,), (ib,)))
+
+
+@export("vdot")
+def vdot(a, b, /):
+    x, y = _promoted("vdot", a, b)
+    if x.size != y.size:
+        raise ValueError(
+            f"{where('vdot')}: vectors have different lengths {x.size} ({x.shape}) and "
+            f"{y.size} ({y.shape})"
+        )
+    x = NUMPY_FUNCTIONS["conj"](reshape_to(x, (x.size,)))
+    return dot_general(x, reshape_to(y, (y.size,)), ((0,), (0,)))
+
+
+@export("inner")
+def inner(a, b, /):
+    x, y = _promoted("inner", a, b)
+    if x.ndim == 0 or y.ndim == 0:
+        return _multiply(x, y)
+    if x.shape[-1] != y.shape[-1]:
+        raise _not_aligned("inner", x, y, x.ndim - 1, y.ndim - 1)
+    return dot_general(x, y, ((x.ndim - 1,), (y.ndim - 1,)))
+
+
+@export("tensordot")
+def tensordot(a, b, axes=2):
+    x, y = _promoted("tensordot", a, b)
+    if isinstance(axes, int):
+        if axes < 0 or axes > min(x.ndim, y.ndim):
+            raise ValueError(
+                f"{where('tensordot')}: axes={axes} must be between 0 and the smaller "
+                f"rank ({x.ndim}, {y.ndim})"
+            )
+        ax_a = tuple(range(x.ndim - axes, x.ndim))
+        ax_b = tuple(range(axes))
+    else:
+        try:
+            ax_a, ax_b = axes
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{where('tensordot')}: axes={axes!r} must be an int or a pair of axis sequences"
+            ) from None
+        ax_a = (ax_a,) if isinstance(ax_a, int) else tuple(ax_a)
+        ax_b = (ax_b,) if isinstance(ax_b, int) else tuple(ax_b)
+        if len(ax_a) != len(ax_b):
+            raise ValueError(f"{where('tensordot')}: axes {ax_a} and {ax_b} have different lengths")
+        ax_a = tuple(normalize_axis("tensordot", i, x.ndim) for i in ax_a)
+        ax_b = tuple(normalize_axis("tensordot", i, y.ndim) for i in ax_b)
+    for i, j in zip(ax_a, ax_b, strict=True):
+        if x.shape[i] != y.shape[j]:
+            raise ValueError(
+                f"{where('tensordot')}: shape mismatch for sum: axis {i} of {x.shape} has "
+                f"{x.shape[i]}, axis {j} of {y.shape} has {y.shape[j]}"
+            )
+    return dot_general(x, y, (ax_a, ax_b))
+
+
+@export("vecdot")
+def vecdot(x1, x2, /, *, axis=-1):
+    x, y = _promoted("vecdot", x1, x2)
+    shape = broadcast_shapes("vecdot", x.shape, y.shape)
+    if not shape:
+        raise ValueError(f"{where('vecdot')}: inputs must have at least one dimension")
+    ax = normalize_axis("vecdot", axis, len(shape))
+    prod = _multiply(NUMPY_FUNCTIONS["conj"](x), y)
+    return reduce_raw(prod, (ax,), "add")
+
+
+# --- einsum ----------------------------------------------------------------------------------
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _sublist_to_str(op: str, sub) -> str:
+    out = []
+    for s in sub:
+        if s is Ellipsis:
+            out.append("...")
+        elif isinstance(s, int) and 0 <= s < len(_LETTERS):
+            out.append(_LETTERS[s])
+        else:
+            raise ValueError(f"{where(op)}: subscript {s!r} must be an int in [0, 52) or ...")
+    return "".join(out)
+
+
+def _interleaved(args) -> tuple[str, list]:
+    operands, subs = list(args[0::2]), list(args[1::2])
+    out = None
+    if len(operands) > len(subs):  # a trailing output sublist
+        out = operands.pop()
+    if len(operands) != len(subs):
+        raise ValueError(f"{where('einsum')}: operands and sublists do not pair up")
+    spec = ",".join(_sublist_to_str("einsum", s) for s in subs)
+    if out is not None:
+        spec += "->" + _sublist_to_str("einsum", out)
+    return spec, operands
+
+
+def _parse_term(term: str, ndim: int, i: int) -> tuple[list[str], int]:
+    """The letters of one input term (None for its ellipsis) and its ellipsis rank."""
+    if term.count("...") > 1 or ("." in term.replace("...", "")):
+        raise ValueError(f"{where('einsum')}: term {term!r} has a malformed ellipsis")
+    head, ell, tail = term.partition("...")
+    for c in head + tail:
+        if c not in _LETTERS:
+            raise ValueError(
+                f"{where('einsum')}: invalid subscript {c!r} in term {term!r}; use letters"
+            )
+    n_letters = len(head) + len(tail)
+    if not ell:
+        if n_letters != ndim:
+            raise ValueError(
+                f"{where('einsum')}: term {term!r} has {n_letters} subscripts but operand "
+                f"{i} has {ndim} dimensions"
+            )
+        return list(head), 0
+    n_ell = ndim - n_letters
+    if n_ell < 0:
+        raise ValueError(
+            f"{where('einsum')}: term {term!r} has more subscripts than operand {i} has "
+            f"dimensions ({ndim})"
+        )
+    return list(head) + [None] * n_ell + list(tail), n_ell
+
+
+def _diagonal(x: Tracer, p: int, q: int) -> Tracer:
+    """Keeps x[..., i (at p), ..., i (at q), ...] as axis p, dropping axis q."""
+    from aotkit.lowering.creation import iota
+
+    i32 = np.dtype(np.int32)
+    eye = bind1("compare", iota(x.shape, i32, p), iota(x.shape, i32, q), direction="EQ")
+    return reduce_raw(bind1("select", eye, x, full(x.shape, 0, x.dtype)), (q,), "add")
+
+
+@export("einsum")
+def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=False):
+    _no_out("einsum", out)
+    if not operands:
+        raise ValueError(f"{where('einsum')}: no subscripts given")
+    if isinstance(operands[0], str):
+        spec, arrays = operands[0], list(operands[1:])
+    else:
+        spec, arrays = _interleaved(operands)
+    xs = _promoted("einsum", *arrays, dtype=dtype) if arrays else []
+    spec = spec.replace(" ", "")
+    explicit = "->" in spec
+    ins, _, out_spec = spec.partition("->")
+    terms = ins.split(",")
+    if len(terms) != len(xs):
+        raise ValueError(
+            f"{where('einsum')}: {len(terms)} terms in {spec!r} but {len(xs)} operands"
+        )
+    parsed = [_parse_term(t, x.ndim, i) for i, (t, x) in enumerate(zip(terms, xs, strict=True))]
+    n_ell = max((p[1] for p in parsed), default=0)
+    # Ellipsis dims are labelled 0..n_ell-1, right-aligned as in broadcasting.
+    labels: list[list] = []
+    for letters, k in parsed:
+        ell = iter(range(n_ell - k, n_ell))
+        labels.append([c if c is not None else next(ell) for c in letters])
+    counts: dict[str, int] = {}
+    for ls in labels:
+        for c in ls:
+            if isinstance(c, str):
+                counts[c] = counts.get(c, 0) + 1
+    if explicit:
+        out_letters, _ = _parse_term(out_spec, len(out_spec.replace("...", "")) + n_ell, -1)
+        out_ell = iter(range(n_ell))
+        out_labels = [c if c is not None else next(out_ell) for c in out_letters]
+        if "..." not in out_spec and n_ell:
+            raise ValueError(
+                f"{where('einsum')}: output {out_spec!r} has no '...' but the inputs have "
+                "broadcast dimensions; add ... to the output"
+            )
+        for c in out_labels:
+            if isinstance(c, str) and c not in counts:
+                raise ValueError(
+                    f"{where('einsum')}: output subscript {c!r} does not appear in the inputs"
+                )
+        if len(set(out_labels)) != len(out_labels):
+            raise ValueError(f"{where('einsum')}: output {out_spec!r} repeats a subscript")
+    else:
+        out_labels = list(range(n_ell)) + sorted(c for c, n in counts.items() if n == 1)
+
+    sizes: dict = {}
+    for i, (ls, x) in enumerate(zip(labels, xs, strict=True)):
+        for c, d in zip(ls, x.shape, strict=True):
+            prev = sizes.get(c)
+            if prev is None or prev == 1:
+                sizes[c] = d
+            elif d not in (1, prev):
+                name = repr(c) if isinstance(c, str) else "'...'"
+                raise ValueError(
+                    f"{where('einsum')}: size {d} of subscript {name} in operand {i} does not "
+                    f"match size {prev} elsewhere"
+                )
+
+    prepared: list[tuple[Tracer, list]] = []
+    for ls, x in zip(labels, xs, strict=True):
+        ls = list(ls)
+        while len(set(ls)) != len(ls):
+            p = next(i for i, c in enumerate(ls) if ls.index(c) != i)
+            first = ls.index(ls[p])
+            if x.shape[first] != x.shape[p]:
+                raise ValueError(
+                    f"{where('einsum')}: repeated subscript {ls[p]!r} has sizes "
+                    f"{x.shape[first]} and {x.shape[p]} in one operand"
+                )
+            x = _diagonal(x, first, p)
+            del ls[p]
+        target = tuple(sizes[c] for c in ls)
+        if x.shape != target:
+            x = bind1("broadcast_in_dim", x, shape=target, dims=tuple(range(len(ls))))
+        prepared.append((x, ls))
+
+    def needed_after(k: int) -> set:
+        need = set(out_labels)
+        for _, ls in prepared[k + 1 :]:
+            need.update(ls)
+        return need
+
+    def sum_unneeded(x: Tracer, ls: list, need: set) -> tuple[Tracer, list]:
+        drop = tuple(i for i, c in enumerate(ls) if c not in need)
+        if not drop:
+            return x, ls
+        return reduce_raw(x, drop, "add"), [c for c in ls if c in need]
+
+    if not prepared:
+        raise ValueError(f"{where('einsum')}: no operands given")
+    need0 = set(out_labels)
+    for _, ls in prepared[1:]:
+        need0.update(ls)
+    acc, acc_ls = sum_unneeded(*prepared[0], need0)
+    for k in range(1, len(prepared)):
+        x, ls = prepared[k]
+        need = needed_after(k)
+        x, ls = sum_unneeded(x, ls, need | set(acc_ls))
+        shared = [c for c in acc_ls if c in ls]
+        batch = [c for c in shared if c in need]
+        contract = [c for c in shared if c not in need]
+        acc = dot_general(
+            acc,
+            x,
+            (tuple(acc_ls.index(c) for c in contract), tuple(ls.index(c) for c in contract)),
+            (tuple(acc_ls.index(c) for c in batch), tuple(ls.index(c) for c in batch)),
+        )
+        acc_ls = batch + [c for c in acc_ls if c not in shared] + [c for c in ls if c not in shared]
+        acc, acc_ls = sum_unneeded(acc, acc_ls, need)
+    perm = tuple(acc_ls.index(c) for c in out_labels)
+    if perm != tuple(range(len(perm))):
+        acc = bind1("transpose", acc, perm=perm)
+    return acc
+
+
+# --- norms -----------------------------------------------------------------------------------
+
+
+def _linalg(name: str):
+    def decorate(fn):
+        LINALG_FUNCTIONS[name] = fn
+        return fn
+
+    return decorate
+
+
+def _sum(x: Tracer, axes: tuple[int, ...]) -> Tracer:
+    """A float sum; float16 and bfloat16 accumulate in float32."""
+    if x.dtype in (np.float16, dtypes.bfloat16):
+        return cast(reduce_raw(cast(x, _F32), axes, "add"), x.dtype)
+    return reduce_raw(x, axes, "add")
+
+
+def _abs(x: Tracer) -> Tracer:
+    return bind1("abs", x)
+
+
+def _abs_sq(x: Tracer) -> Tracer:
+    if dtypes.is_complex(x.dtype):
+        re, im = bind1("real", x), bind1("imag", x)
+        return bind1("add", bind1("multiply", re, re), bind1("multiply", im, im))
+    return bind1("multiply", x, x)
+
+
+def _vector_norm(x: Tracer, ord, axes: tuple[int, ...]) -> Tracer:
+    if isinstance(ord, str):
+        raise ValueError(f"{where('linalg.norm')}: invalid norm order {ord!r} for vectors")
+    if ord is None or ord == 2:
+        return bind1("sqrt", _sum(_abs_sq(x), axes))
+    a = _abs(x)
+    if ord == np.inf:
+        return reduce_raw(a, axes, "max")
+    if ord == -np.inf:
+        return reduce_raw(a, axes, "min")
+    if ord == 0:
+        nz = bind1("compare", a, full(a.shape, 0, a.dtype), direction="NE")
+        return _sum(cast(nz, a.dtype), axes)
+    if ord == 1:
+        return _sum(a, axes)
+    p = full(a.shape, ord, a.dtype)
+    s = _sum(bind1("pow", a, p), axes)
+    return bind1("pow", s, full(s.shape, 1.0 / ord, s.dtype))
+
+
+def _matrix_norm(x: Tracer, ord, row: int, col: int) -> Tracer:
+    if ord is None or ord == "fro":
+        return bind1("sqrt", _sum(_abs_sq(x), (row, col)))
+    if ord in (2, -2, "nuc"):
+        raise NotImplementedError(
+            f"{where('linalg.norm')}: matrix norm ord={ord!r} needs singular values (SVD), "
+            "which aotkit does not lower yet; use ord='fro', 1, -1, inf or -inf"
+        )
+    if ord in (1, -1):
+        sums = _sum(_abs(x), (row,))
+        return reduce_raw(sums, (col - 1 if col > row else col,), "max" if ord == 1 else "min")
+    if ord in (np.inf, -np.inf):
+        sums = _sum(_abs(x), (col,))
+        return reduce_raw(sums, (row - 1 if row > col else row,), "max" if ord > 0 else "min")
+    raise ValueError(f"{where('linalg.norm')}: invalid norm order {ord!r} for matrices")
+
+
+@_linalg("norm")
+def norm(x, ord=None, axis=None, keepdims=False):
+    x = asarray(x)
+    if not dtypes.is_inexact(x.dtype):
+        x = cast(x, _F64)
+    if axis is None:
+        if ord is None:
+            axes = tuple(range(x.ndim))
+            r = bind1("sqrt", _sum(_abs_sq(x), axes))
+            return reshape_to(r, (1,) * x.ndim) if keepdims else r
+        if x.ndim not in (1, 2):
+            raise ValueError(
+                f"{where('linalg.norm')}: improper number of dimensions to norm: "
+                f"{x.ndim} (with ord={ord!r} and no axis, x must be 1-D or 2-D)"
+            )
+        axes = tuple(range(x.ndim))
+    elif isinstance(axis, tuple | list):
+        axes = tuple(normalize_axis("linalg.norm", a, x.ndim) for a in axis)
+    else:
+        axes = (normalize_axis("linalg.norm", axis, x.ndim),)
+    if len(axes) == 1:
+        r = _vector_norm(x, ord, axes)
+    elif len(axes) == 2:
+        if axes[0] == axes[1]:
+            raise ValueError(f"{where('linalg.norm')}: duplicate axes given: {axis!r}")
+        r = _matrix_norm(x, ord, axes[0], axes[1])
+    else:
+        raise ValueError(
+            f"{where('linalg.norm')}: improper number of dimensions to norm: axis={axis!r}"
+        )
+    if keepdims:
+        r = reshape_to(r, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+    return r

@@ -15,6 +15,7 @@ FAMILIES = (
     "operators",
     "reduction",
     "linalg",
+    "dispatch",
     "control",
 )
 

@@ -1,0 +1,249 @@
+"""Trace stage: NumPy's dispatch protocols on `Tracer`, so plain `np.*` code traces.
+
+`Tracer.__array_ufunc__` routes `np.sin(x)`, `np.add(a, x)` and the ufunc methods `reduce`,
+`accumulate` and `outer` to `aotkit.numpy`; `Tracer.__array_function__` routes every other
+NumPy function (`np.sum`, `np.where`, `np.einsum`, `np.linalg.norm`, ...) by name. A NumPy
+function, ufunc method or keyword aotkit does not lower raises NotImplementedError naming
+it, at the user's line. Like operators.py this module only fills in `Tracer`; the core
+does not depend on it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import numpy as np
+
+from aotkit import dtypes
+from aotkit.lowering.core import NUMPY_FUNCTIONS, Tracer, export, where
+from aotkit.lowering.elementwise import asarray, cast
+from aotkit.lowering.linalg import LINALG_FUNCTIONS
+from aotkit.lowering.reduction import cumulative, normalize_axes, reduce_raw
+from aotkit.lowering.shape import normalize_axis, reshape_to
+
+_BOOL = np.dtype(np.bool_)
+
+# --- keyword checking ------------------------------------------------------------------------
+
+_signatures: dict[Callable, tuple[frozenset[str], bool]] = {}
+
+
+def _accepted(fn: Callable) -> tuple[frozenset[str], bool]:
+    """The keyword names `fn` takes, and whether it takes any (**kwargs)."""
+    got = _signatures.get(fn)
+    if got is None:
+        params = inspect.signature(fn).parameters.values()
+        names = frozenset(
+            p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        )
+        got = _signatures[fn] = (names, any(p.kind == p.VAR_KEYWORD for p in params))
+    return got
+
+
+def _check_keywords(qualname: str, fn: Callable, kwargs: dict) -> None:
+    names, var_kw = _accepted(fn)
+    if var_kw:
+        return
+    for k in kwargs:
+        if k not in names:
+            raise NotImplementedError(
+                f"{where('numpy.' + qualname)}: keyword {k}= of numpy.{qualname} is not "
+                f"supported by aotkit.numpy.{qualname}; accepted: {', '.join(sorted(names))}"
+            )
+
+
+def _missing(qualname: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"{where('numpy.' + qualname)}: aotkit.numpy has no {qualname!r}, so numpy.{qualname} "
+        "cannot run on a traced array; see docs/coverage.md for what is supported"
+    )
+
+
+def _no_out(qualname: str, kwargs: dict) -> None:
+    out = kwargs.pop("out", None)
+    if out is not None and not (isinstance(out, tuple) and all(o is None for o in out)):
+        raise NotImplementedError(
+            f"{where('numpy.' + qualname)}: out= is not supported on traced arrays; they are "
+            "immutable, use the return value"
+        )
+
+
+# --- __array_function__ ----------------------------------------------------------------------
+
+_HANDLED_TYPES = (Tracer, np.ndarray, np.generic)
+
+
+def _array_function(self, func, types, args, kwargs):
+    if not all(issubclass(t, _HANDLED_TYPES) for t in types):
+        return NotImplemented
+    module = getattr(func, "__module__", "") or ""
+    name = func.__name__
+    if module == "numpy.linalg":
+        table, qualname = LINALG_FUNCTIONS, f"linalg.{name}"
+    elif module == "numpy":
+        table, qualname = NUMPY_FUNCTIONS, name
+    else:
+        raise _missing(f"{module.removeprefix('numpy.')}.{name}")
+    fn = table.get(name)
+    if fn is None:
+        raise _missing(qualname)
+    _check_keywords(qualname, fn, kwargs)
+    return fn(*args, **kwargs)
+
+
+# --- __array_ufunc__ -------------------------------------------------------------------------
+
+# ufunc -> the aotkit.numpy reduction with NumPy's `ufunc.reduce` semantics (dtype widening
+# for add and multiply included), or a monoid reduced in the operand's own dtype.
+_REDUCE_FUNCTIONS = {
+    "add": "sum",
+    "multiply": "prod",
+    "maximum": "max",
+    "minimum": "min",
+    "fmax": "nanmax",
+    "fmin": "nanmin",
+    "logical_and": "all",
+    "logical_or": "any",
+}
+_REDUCE_MONOIDS = {"bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor"}
+_ACCUMULATE = {
+    "add": ("cumsum", None),
+    "multiply": ("cumprod", None),
+    "maximum": (None, "max"),
+    "minimum": (None, "min"),
+    "logical_and": (None, "and"),
+    "logical_or": (None, "or"),
+    "bitwise_and": (None, "and"),
+    "bitwise_or": (None, "or"),
+    "bitwise_xor": (None, "xor"),
+}
+
+
+def _ufunc_reduce(name: str, array, axis=0, dtype=None, keepdims=False, **kwargs):
+    qualname = f"{name}.reduce"
+    fname = _REDUCE_FUNCTIONS.get(name)
+    if fname is not None:
+        fn = NUMPY_FUNCTIONS[fname]
+        if dtype is not None:
+            kwargs["dtype"] = dtype
+        _check_keywords(qualname, fn, kwargs)
+        return fn(array, axis=axis, keepdims=keepdims, **kwargs)
+    monoid = _REDUCE_MONOIDS.get(name)
+    if monoid is None:
+        raise _missing(qualname)
+    if kwargs:
+        raise NotImplementedError(
+            f"{where('numpy.' + qualname)}: keyword {next(iter(kwargs))}= is not supported "
+            f"by numpy.{qualname} on traced arrays"
+        )
+    x = asarray(array)
+    if dtype is not None:
+        x = cast(x, dtypes.canonicalize(dtype, where=where(qualname)))
+    if dtypes.is_inexact(x.dtype):
+        raise TypeError(f"{where('numpy.' + qualname)}: {name} is not defined for {x.dtype}")
+    axes = normalize_axes(qualname, axis, x.ndim)
+    r = reduce_raw(x, axes, monoid)
+    if keepdims:
+        r = reshape_to(r, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+    return r
+
+
+def _ufunc_accumulate(name: str, array, axis=0, dtype=None, **kwargs):
+    qualname = f"{name}.accumulate"
+    entry = _ACCUMULATE.get(name)
+    if entry is None:
+        raise _missing(qualname)
+    if kwargs:
+        raise NotImplementedError(
+            f"{where('numpy.' + qualname)}: keyword {next(iter(kwargs))}= is not supported "
+            f"by numpy.{qualname} on traced arrays"
+        )
+    fname, monoid = entry
+    if fname is not None:
+        return NUMPY_FUNCTIONS[fname](array, axis=axis, dtype=dtype)
+    x = asarray(array)
+    if dtype is not None:
+        x = cast(x, dtypes.canonicalize(dtype, where=where(qualname)))
+    elif name.startswith("logical"):
+        x = cast(x, _BOOL)
+    if x.ndim == 0:
+        raise TypeError(f"{where('numpy.' + qualname)}: cannot accumulate on a scalar")
+    return cumulative(x, normalize_axis(qualname, axis, x.ndim), monoid)
+
+
+def _ufunc_outer(name: str, a, b, **kwargs):
+    fn = NUMPY_FUNCTIONS.get(name)
+    if fn is None:
+        raise _missing(f"{name}.outer")
+    b_ndim = b.ndim if isinstance(b, Tracer) else np.ndim(b)
+    if b_ndim:
+        x = asarray(a)
+        a = reshape_to(x, x.shape + (1,) * b_ndim)
+    return fn(a, b, **kwargs)
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    name = ufunc.__name__
+    if "out" in kwargs:
+        _no_out(f"{name}", kwargs)
+    if method == "__call__":
+        fn = NUMPY_FUNCTIONS.get(name)
+        if fn is None:
+            raise _missing(name)
+        return fn(*inputs, **kwargs)
+    if method == "reduce":
+        return _ufunc_reduce(name, *inputs, **kwargs)
+    if method == "accumulate":
+        return _ufunc_accumulate(name, *inputs, **kwargs)
+    if method == "outer":
+        return _ufunc_outer(name, *inputs, **kwargs)
+    raise _missing(f"{name}.{method}")
+
+
+Tracer.__array_ufunc__ = _array_ufunc
+Tracer.__array_function__ = _array_function
+
+
+# --- static array metadata, as NumPy functions ---------------------------------------------
+
+
+def _static(name: str):
+    def decorate(fn):
+        if name not in NUMPY_FUNCTIONS:
+            export(name)(fn)
+        return fn
+
+    return decorate
+
+
+@_static("shape")
+def shape(a):
+    return a.shape if isinstance(a, Tracer) else np.shape(a)
+
+
+@_static("ndim")
+def ndim(a):
+    return a.ndim if isinstance(a, Tracer) else np.ndim(a)
+
+
+@_static("size")
+def size(a, axis=None):
+    if not isinstance(a, Tracer):
+        return np.size(a, axis)
+    return a.size if axis is None else a.shape[normalize_axis("size", axis, a.ndim)]
+
+
+@_static("result_type")
+def result_type(*arrays_and_dtypes):
+    keys = []
+    for a in arrays_and_dtypes:
+        if isinstance(a, Tracer):
+            keys.append(a.dtype)
+        elif dtypes.weak_kind(a) is not None:
+            keys.append(dtypes.weak_kind(a))
+        elif isinstance(a, np.ndarray | np.generic):
+            keys.append(a.dtype)
+        else:
+            keys.append(dtypes.canonicalize(a, where=where("result_type")))
+    return dtypes.result_type(*keys)

@@ -34,8 +34,10 @@ def _run_raw_cpu(lowered, *args, **kwargs):
         lowered.as_text(), xc.DeviceList(tuple(client.devices()[:1])), xc.CompileOptions()
     )
     leaves = tree_util.tree_leaves((args, kwargs))
-    bufs = [
-        jax.device_put(np.asarray(x, dtype=s.dtype)) for x, s in zip(leaves, lowered.flat_in_specs)
-    ]
+    with jax.enable_x64(True):  # keep 64-bit inputs 64-bit
+        bufs = [
+            jax.device_put(np.asarray(x, dtype=s.dtype))
+            for x, s in zip(leaves, lowered.flat_in_specs)
+        ]
     outs = [np.asarray(o) for o in exe.execute(bufs)]
     return tree_util.tree_unflatten(lowered.out_tree, outs)

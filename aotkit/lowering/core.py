@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -32,12 +31,21 @@ _INTERNAL_FILES = ("<__array_function__ internals>",)
 _locations: dict[tuple[str, int], ir.Location] = {}
 
 
+_internal_code: dict[object, bool] = {}
+
+
 def _user_frame():
-    f = sys._getframe(1)
+    # Walking frames is on the hot path of every op: remember per code object whether it
+    # is aotkit's or NumPy's own, instead of comparing file names each time.
+    f = sys._getframe(2)
+    internal = _internal_code
     while f is not None:
-        name = f.f_code.co_filename
-        if not name.startswith(_SKIP_PREFIXES) and name not in _INTERNAL_FILES:
-            # aotkit's own tests and benchmarks are user code too.
+        code = f.f_code
+        skip = internal.get(code)
+        if skip is None:
+            name = code.co_filename
+            skip = internal[code] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
+        if not skip:
             return f
         f = f.f_back
     return None
@@ -202,13 +210,15 @@ class Tracer:
 # --- Registry and bind -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
 class RuleContext:
     """What a lowering rule sees besides its operands."""
 
-    op: str
-    avals_in: tuple[Aval, ...]
-    avals_out: tuple[Aval, ...]
+    __slots__ = ("op", "avals_in", "avals_out")
+
+    def __init__(self, op: str, avals_in: list[Aval], avals_out: list[Aval]):
+        self.op = op
+        self.avals_in = avals_in
+        self.avals_out = avals_out
 
     def out_type(self, i: int = 0) -> ir.RankedTensorType:
         shape, dtype = self.avals_out[i]
@@ -217,8 +227,7 @@ class RuleContext:
 
 ShapeRule = Callable[..., list[Aval]]
 LoweringRule = Callable[..., list[ir.Value]]
-_shape_rules: dict[str, ShapeRule] = {}
-_lowerings: dict[str, LoweringRule] = {}
+_rules: dict[str, tuple[ShapeRule, LoweringRule]] = {}
 
 
 def register(*names: str, shape: ShapeRule):
@@ -226,16 +235,15 @@ def register(*names: str, shape: ShapeRule):
 
     def decorate(rule: LoweringRule) -> LoweringRule:
         for name in names:
-            assert name not in _lowerings, f"op {name!r} registered twice"
-            _shape_rules[name] = shape
-            _lowerings[name] = rule
+            assert name not in _rules, f"op {name!r} registered twice"
+            _rules[name] = (shape, rule)
         return rule
 
     return decorate
 
 
 def registered_ops() -> list[str]:
-    return sorted(_lowerings)
+    return sorted(_rules)
 
 
 def _check_live(t: Tracer, op: str) -> None:
@@ -249,19 +257,21 @@ def _check_live(t: Tracer, op: str) -> None:
 
 def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
     """Applies `op` to tracers: shape rule, then its lowering rule, at the user's location."""
-    rule = _lowerings.get(op)
-    if rule is None:
+    entry = _rules.get(op)
+    if entry is None:
         raise NotImplementedError(f"aotkit has no lowering rule for op {op!r}")
+    avals_in = []
+    values = []
     for t in operands:
         if not t._scope.open:
             _check_live(t, op)
-    avals_in = tuple((t.shape, t.dtype) for t in operands)
-    avals_out = tuple(_shape_rules[op](*avals_in, **params))
-    ctx = RuleContext(op, avals_in, avals_out)
+        avals_in.append((t.shape, t.dtype))
+        values.append(t.value)
+    avals_out = entry[0](*avals_in, **params)
     with user_location():
-        values = rule(ctx, *(t.value for t in operands), **params)
+        results = entry[1](RuleContext(op, avals_in, avals_out), *values, **params)
     scope = _scopes[-1]
-    return [Tracer(v, a[0], a[1], scope) for v, a in zip(values, avals_out, strict=True)]
+    return [Tracer(v, a[0], a[1], scope) for v, a in zip(results, avals_out)]  # noqa: B905
 
 
 def bind1(op: str, *operands: Tracer, **params) -> Tracer:
@@ -271,8 +281,27 @@ def bind1(op: str, *operands: Tracer, **params) -> Tracer:
 # --- Constants ----------------------------------------------------------------------------------
 
 
-def _splat_attr(scalar: np.ndarray, shape, dtype: np.dtype) -> ir.DenseElementsAttr:
-    one = np.asarray(scalar, dtype).reshape(1)
+_splats: dict[tuple, ir.DenseElementsAttr] = {}
+_PY_SCALARS = (bool, int, float, complex)
+
+
+def _splat_attr(scalar, shape, dtype: np.dtype) -> ir.DenseElementsAttr:
+    # Scalars meet arrays all the time (x * 2.0); building the attribute from NumPy costs
+    # ten times the op itself, so splats are cached (attributes are uniqued and immutable).
+    # repr, not the value, keys Python scalars: 0.0 == -0.0 but they are different constants.
+    t = type(scalar)
+    key = (dtype, shape, t, repr(scalar)) if t in _PY_SCALARS else None
+    attr = _splats.get(key) if key is not None else None
+    if attr is None:
+        attr = _build_splat(np.asarray(scalar, dtype).reshape(1), shape, dtype)
+        if key is not None:
+            if len(_splats) > 65536:
+                _splats.clear()
+            _splats[key] = attr
+    return attr
+
+
+def _build_splat(one: np.ndarray, shape, dtype: np.dtype) -> ir.DenseElementsAttr:
     if dtype == dtypes.bfloat16:
         one = one.view(np.uint16)
     elif dtype == np.bool_:
@@ -315,8 +344,10 @@ def constant(x, dtype: np.dtype | None = None) -> Tracer:
 
 def full(shape: tuple[int, ...], value, dtype: np.dtype) -> Tracer:
     """A splat constant of `shape`: one op and one element of storage, however large."""
+    if type(value) not in _PY_SCALARS:
+        value = np.asarray(value).astype(dtype)
     with user_location():
-        v = stablehlo.constant(_splat_attr(np.asarray(value).astype(dtype), shape, dtype))
+        v = stablehlo.constant(_splat_attr(value, tuple(shape), dtype))
     return Tracer(v, tuple(shape), dtype, current_scope())
 
 

@@ -159,13 +159,17 @@ def _lower_bitcast(ctx: RuleContext, x, *, dtype):
 # --- operand preparation ---------------------------------------------------------------------
 
 
+_BOOL = np.dtype(np.bool_)
+
+
 def _operand_key(op: str, x):
     """The dtype of an array operand, or the weak kind (int, float, ...) of a Python scalar."""
     if isinstance(x, Tracer):
         return x.dtype
     kind = dtypes.weak_kind(x)
     if kind is not None:
-        return kind
+        # A Python bool promotes like np.bool_ (the lowest kind), so it needs no weak form.
+        return _BOOL if kind is bool else kind
     if isinstance(x, np.ndarray | np.generic):
         return dtypes.canonicalize(x.dtype, where=where(op))
     if isinstance(x, list | tuple):
@@ -225,10 +229,9 @@ def to_operand(op: str, x, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
         return broadcast_to_shape(cast(x, dtype), shape)
     if dtypes.weak_kind(x) is not None:
         try:
-            np.array(x, dtype=dtype)
-        except OverflowError as e:
+            return full(shape, x, dtype)
+        except OverflowError as e:  # NumPy 2 refuses out-of-range Python ints too
             raise OverflowError(f"{where(op)}: {e}; cast the array to a wider dtype") from None
-        return full(shape, x, dtype)
     arr = _host_array(op, x)
     if arr.ndim == 0:
         return full(shape, arr.astype(dtype), dtype)
@@ -255,7 +258,7 @@ def _resolve(ufunc: np.ufunc, keys: tuple) -> tuple[tuple[np.dtype, ...], tuple[
 
 
 def _prepare(op: str, ufunc: np.ufunc, args) -> tuple[list[Tracer], np.dtype]:
-    keys = tuple(_operand_key(op, a) for a in args)
+    keys = tuple([a.dtype if type(a) is Tracer else _operand_key(op, a) for a in args])
     try:
         ins, outs = _resolve(ufunc, keys)
     except TypeError as e:
@@ -264,8 +267,14 @@ def _prepare(op: str, ufunc: np.ufunc, args) -> tuple[list[Tracer], np.dtype]:
             f"{where(op)}: NumPy's {ufunc.__name__} does not support operands of dtype "
             f"({names}); cast them with .astype first"
         ) from e
-    shape = broadcast_shapes(op, *(_shape_of(a) for a in args))
-    return [to_operand(op, a, d, shape) for a, d in zip(args, ins, strict=True)], outs[0]
+    shape = broadcast_shapes(op, *[_shape_of(a) for a in args])
+    operands = [
+        a
+        if type(a) is Tracer and a.dtype is d and a.shape == shape
+        else to_operand(op, a, d, shape)
+        for a, d in zip(args, ins, strict=True)
+    ]
+    return operands, outs[0]
 
 
 def _check_ufunc_kwargs(op: str, kwargs: dict) -> None:
@@ -285,13 +294,38 @@ def _check_ufunc_kwargs(op: str, kwargs: dict) -> None:
 _UFUNC_IMPLS: dict[str, tuple[np.ufunc, object]] = {}
 
 
+def _same_dtype_loop(np_ufunc: np.ufunc, d: np.dtype) -> np.dtype | None:
+    """The output dtype when `np_ufunc`'s loop for operands of dtype `d` is `d` itself."""
+    try:
+        ins, outs = _resolve(np_ufunc, (d,) * np_ufunc.nin)
+    except TypeError:
+        return None
+    return outs[0] if all(i == d for i in ins) else None
+
+
 def ufunc(np_ufunc: np.ufunc, *names: str):
     """Exports an elementwise function under `names`; `impl` sees operands in loop dtypes."""
 
     def decorate(impl):
         op = names[0]
 
+        same_dtype_loops: dict[np.dtype, np.dtype | None] = {}
+
         def fn(*args, dtype=None, **kwargs):
+            # Fast path, the common case in real programs: tracer operands of one dtype and
+            # shape whose NumPy loop is that dtype need no conversion or broadcasting.
+            first = args[0] if args else None
+            if type(first) is Tracer and dtype is None and not kwargs:
+                d = first.dtype
+                if (
+                    all(type(a) is Tracer and a.dtype is d and a.shape == first.shape for a in args)
+                    and len(args) == np_ufunc.nin
+                ):
+                    out = same_dtype_loops.get(d, False)
+                    if out is False:
+                        out = same_dtype_loops[d] = _same_dtype_loop(np_ufunc, d)
+                    if out is not None:
+                        return impl(*args, out)
             if len(args) != np_ufunc.nin:
                 raise TypeError(
                     f"{where(op)}: takes {np_ufunc.nin} array argument(s), got {len(args)}"

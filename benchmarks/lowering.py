@@ -1,0 +1,118 @@
+"""Trace+lower time: aotkit against `jax.jit(f).lower()` on the same programs, in one run.
+
+    python benchmarks/lowering.py [--repeat 5]
+
+Programs: a 5,000-op elementwise chain and a 32-layer MLP. Each cell is the best of
+`--repeat` runs (fresh Python function each time, so no cache can help either side).
+Prints microseconds per op (StableHLO ops in aotkit's module) and the ratio JAX / aotkit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import aotkit
+import aotkit.numpy as anp
+
+CHAIN_OPS = 5000
+MLP_LAYERS = 32
+MLP_WIDTH = 256
+
+
+def make_chain(np_mod):
+    def chain(x, y):
+        z = x
+        for i in range(CHAIN_OPS):
+            k = i % 4
+            if k == 0:
+                z = np_mod.sin(z)
+            elif k == 1:
+                z = z * y
+            elif k == 2:
+                z = z + x
+            else:
+                z = np_mod.tanh(z)
+        return z
+
+    return chain
+
+
+def make_mlp(np_mod):
+    def mlp(params, x):
+        for w, b in params:
+            x = np_mod.maximum(x @ w + b, 0.0)
+        return x
+
+    return mlp
+
+
+def best_of(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def count_ops(text: str) -> int:
+    return sum(1 for line in text.splitlines() if " = stablehlo." in line or " = chlo." in line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+
+    f32 = aotkit.spec("f32[128]")
+    x = np.zeros(128, np.float32)
+    params_spec = [
+        (aotkit.ShapeDtype((MLP_WIDTH, MLP_WIDTH), "float32"), aotkit.ShapeDtype((MLP_WIDTH,), "float32"))
+        for _ in range(MLP_LAYERS)
+    ]
+    params_jax = [
+        (jax.ShapeDtypeStruct(w.shape, w.dtype), jax.ShapeDtypeStruct(b.shape, b.dtype))
+        for w, b in params_spec
+    ]
+    xs_spec = aotkit.ShapeDtype((8, MLP_WIDTH), "float32")
+    xs_jax = jax.ShapeDtypeStruct((8, MLP_WIDTH), np.float32)
+
+    cases = [
+        ("chain (5,000 ops)", make_chain, (f32, f32), (x, x)),
+        ("mlp (32 layers)", make_mlp, (params_spec, xs_spec), (params_jax, xs_jax)),
+    ]
+    pipelines = ["none", "default"] if _has_pipelines() else ["none"]
+    header = f"{'program':<20} {'ops':>6} " + " ".join(
+        f"{'aotkit ' + p + ' ms':>18}" for p in pipelines
+    ) + f" {'jax ms':>10} {'aotkit us/op':>13} {'jax us/op':>10} {'jax/aotkit':>11}"
+    print(header)
+    print("-" * len(header))
+    for name, make, a_args, j_args in cases:
+        times = {}
+        for p in pipelines:
+            kw = {"pipeline": p} if _has_pipelines() else {}
+            times[p] = best_of(lambda kw=kw: aotkit.lower(make(anp), *a_args, **kw), args.repeat)
+        n_ops = count_ops(aotkit.lower(make(anp), *a_args).as_text())
+        t_jax = best_of(lambda: jax.jit(make(jnp)).lower(*j_args), args.repeat)
+        t_aot = times["none"]
+        print(
+            f"{name:<20} {n_ops:>6} "
+            + " ".join(f"{times[p] * 1e3:>18.1f}" for p in pipelines)
+            + f" {t_jax * 1e3:>10.1f} {t_aot / n_ops * 1e6:>13.2f} {t_jax / n_ops * 1e6:>10.2f}"
+            f" {t_jax / t_aot:>10.1f}x"
+        )
+
+
+def _has_pipelines() -> bool:
+    import inspect
+
+    return "pipeline" in inspect.signature(aotkit.lower).parameters
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""The tracer and `aotkit.lower`: module shape, pytrees, locations, and bad input."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pytest
+
+import aotkit
+import aotkit.numpy as anp
+from aotkit.lowering.core import Tracer
+from tests.helpers import run_on
+
+F32 = aotkit.spec("f32[]")
+
+
+def test_seed_function_lowers_to_stablehlo():
+    text = aotkit.lower(lambda x: anp.sqrt(x**2) + 1.0, F32, pipeline="none").as_text()
+    assert text.startswith("module @lambda {")
+    assert "func.func public @main(%arg0: tensor<f32>) -> tensor<f32>" in text
+    assert re.search(r"stablehlo\.(multiply|power) %arg0", text)
+    assert "stablehlo.sqrt" in text and "stablehlo.add" in text
+
+
+def test_module_is_named_after_the_function():
+    def predict(x):
+        return x * 2
+
+    lowered = aotkit.lower(predict, F32)
+    assert lowered.name == "predict"
+    assert str(lowered.module.operation.attributes["sym_name"]) == '"predict"'
+    assert repr(lowered) == "<Lowered predict(f32[]) -> (f32[])>"
+
+
+def test_tracer_properties_and_methods():
+    seen = {}
+
+    def f(x):
+        seen.update(shape=x.shape, dtype=x.dtype, ndim=x.ndim, size=x.size, r=repr(x))
+        return x.T, x.reshape(3, 2), x.reshape((-1,)), x.astype("int32"), -x, abs(x)
+
+    outs = aotkit.lower(f, aotkit.spec("f32[2,3]")).out_specs
+    assert seen == {
+        "shape": (2, 3),
+        "dtype": np.float32,
+        "ndim": 2,
+        "size": 6,
+        "r": "Tracer<f32[2,3]>",
+    }
+    assert [str(s) for s in outs] == [
+        "f32[3,2]",
+        "f32[3,2]",
+        "f32[6]",
+        "i32[2,3]",
+        "f32[2,3]",
+        "f32[2,3]",
+    ]
+
+
+def test_operators_match_numpy():
+    x = np.array([[1, -2, 3], [4, 5, -6]], np.int32)
+    y = np.array([2, 3, 1], np.int32)
+
+    def ops(a, b):
+        return (a + b, a - b, a * b, a / b, a // b, a % b, a**2, a & b, a | b, a ^ b, ~a,
+                a << 1, a >> 1, a < b, a <= b, a > b, a >= b, a == b, a != b, -a, +a, abs(a),
+                2 - a, 7 // b, 1.5 * a)  # fmt: skip
+
+    got = run_on("cpu", ops, x, y)
+    with np.errstate(all="ignore"):
+        want = ops(x, y)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g, w)
+
+
+def test_pytrees_in_and_out():
+    def f(params, x, *, scale):
+        return {"y": params["w"] * x + params["b"], "parts": [x, None, (scale * 2,)]}
+
+    params = {"w": aotkit.spec("f32[3]"), "b": aotkit.spec("f32[3]")}
+    lowered = aotkit.lower(f, params, aotkit.spec("f32[3]"), scale=aotkit.spec("f32[]"))
+    assert len(lowered.flat_in_specs) == 4
+    assert lowered.in_specs[1]["scale"] == aotkit.spec("f32[]")
+    assert str(lowered.out_tree) == "PyTreeDef({'parts': [*, None, (*,)], 'y': *})"
+    values = {"w": np.ones(3, np.float32), "b": np.arange(3, dtype=np.float32)}
+    out = run_on("cpu", f, values, np.full(3, 2, np.float32), scale=np.float32(4))
+    np.testing.assert_allclose(out["y"], [2, 3, 4])
+    assert out["parts"][1] is None and out["parts"][2][0] == 8
+
+
+def test_python_scalar_and_constant_outputs():
+    out = run_on("cpu", lambda x: (x, 3, 2.5, np.arange(3)), np.float32(1))
+    assert [o.dtype for o in out] == [np.float32, np.int64, np.float64, np.int64]
+
+
+def test_locations_point_at_user_lines():
+    def f(x):
+        y = anp.sin(x)  # the line below is asserted on
+        return y * 2.0
+
+    text = aotkit.lower(f, F32).as_text(debug_info=True)
+    line = f.__code__.co_firstlineno + 1
+    assert re.search(rf'loc\(".*test_tracer.py":{line}:0\)', text)
+    assert re.search(rf'loc\(".*test_tracer.py":{line + 1}:0\)', text)
+    assert "loc(" not in aotkit.lower(f, F32).as_text()
+
+
+def test_concrete_arguments_give_specs():
+    lowered = aotkit.lower(lambda a, b, c: a + b + c, np.zeros((2,), np.int8), 3, 2.5)
+    assert [str(s) for s in lowered.flat_in_specs] == ["i8[2]", "i64[]", "f64[]"]
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+def _where_re() -> str:
+    return r"\(at .*test_tracer\.py:\d+\)"
+
+
+@pytest.mark.parametrize(
+    "fn, what",
+    [
+        (lambda x: 1 if x > 0 else 0, r"bool\(\) of a traced bool\[\] array"),
+        (lambda x: bool(x), r"bool\(\) of a traced f32\[\] array"),
+        (lambda x: int(x), r"int\(\) of a traced f32\[\] array"),
+        (lambda x: float(x), r"float\(\) of a traced f32\[\] array"),
+        (lambda x: np.asarray(x), r"np.asarray\(\) of a traced f32\[\] array"),
+        (lambda x: [0, 1][x], r"using a traced f32\[\] array as a Python index"),
+    ],
+    ids=["if", "bool", "int", "float", "np.asarray", "index"],
+)
+def test_python_control_flow_on_tracers_is_a_clear_error(fn, what):
+    with pytest.raises(TypeError, match=what + " " + _where_re() + ": the value is traced"):
+        aotkit.lower(fn, F32)
+
+
+def test_if_on_a_tracer_suggests_cond_and_where():
+    with pytest.raises(TypeError, match=r"aotkit\.numpy\.where\(cond, a, b\).*aotkit\.cond"):
+        aotkit.lower(lambda x: x if x > 0 else -x, F32)
+
+
+def test_len_of_0d_tracer():
+    with pytest.raises(TypeError, match=r"len\(\) of a 0-d traced array " + _where_re()):
+        aotkit.lower(lambda x: len(x), F32)
+    assert aotkit.lower(lambda x: x * len(x), aotkit.spec("f32[4]")) is not None
+
+
+@pytest.mark.parametrize(
+    "arg, what",
+    [
+        ("hello", r"argument args\[0\] of type str is not an array"),
+        (object(), r"argument args\[0\] of type object is not an array"),
+        (np.zeros(2, np.float128) if hasattr(np, "float128") else np.array(["a"]),
+         r"argument args\[0\] of type ndarray is not an array \(ShapeDtype: unsupported dtype"),
+    ],
+    ids=["str", "object", "unsupported-dtype"],
+)  # fmt: skip
+def test_non_array_arguments_are_refused(arg, what):
+    with pytest.raises(
+        TypeError, match=r"lambda: " + what + ".*mark it static with static_argnums"
+    ):
+        aotkit.lower(lambda x: x, arg)
+
+
+def test_non_array_kwarg_names_its_path():
+    with pytest.raises(TypeError, match=r"argument kwargs\['opts'\]\['mode'\] of type str"):
+        aotkit.lower(lambda x, opts: x, F32, opts={"mode": "fast"})
+
+
+def test_non_array_output_is_refused():
+    with pytest.raises(TypeError, match=r"output \[1\]: a str is not an array"):
+        aotkit.lower(lambda x: (x, "done"), F32)
+
+
+def test_unsupported_operand_type():
+    with pytest.raises(TypeError, match=r"add " + _where_re() + ": operand of type dict"):
+        aotkit.lower(lambda x: anp.add(x, {}), F32)
+
+
+def test_leaked_tracer_is_refused():
+    leaked = []
+    aotkit.lower(lambda x: leaked.append(x) or x, F32)
+    with pytest.raises(TypeError, match=r"a tracer from a finished trace .* was used again"):
+        aotkit.lower(lambda y: y + leaked[0], F32)
+
+
+def test_lists_of_tracers_need_stack():
+    with pytest.raises(TypeError, match=r"cannot make an array of list"):
+        aotkit.lower(lambda x: anp.add(x, [x, 1.0]), aotkit.spec("f32[2]"))
+
+
+def test_lower_needs_a_function():
+    with pytest.raises(TypeError, match="lower: expected a function, got int"):
+        aotkit.lower(3, F32)
+
+
+def test_tracer_is_a_tracer():
+    kinds = []
+    aotkit.lower(lambda x: kinds.append(type(x)) or x, F32)
+    assert kinds == [Tracer]
+
+
+def test_concurrent_lowering_from_threads():
+    # One MLIR context serves every thread; IR_LOCK serializes tracing (see _context.py).
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            text = aotkit.lower(lambda x: anp.sin(x) * i, aotkit.spec(f"f32[{i + 1}]")).as_text()
+            results[i] = text
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i, text in results.items():
+        assert f"tensor<{i + 1}xf32>" in text

@@ -39,10 +39,12 @@ PassFn = Callable[[ir.Module], bool]
 
 NAMED_PIPELINES: dict[str, str] = {
     "none": "builtin.module()",
-    # cse before aotkit-simplify so duplicated subexpressions are rewritten once, and after
-    # it because rewriting identities away exposes new duplicates (`x*1 + x` -> `x + x`).
+    # aotkit-inline, not MLIR's `inline`: jaxlib does not register func's inliner extension,
+    # so `inline` leaves every func.call in place. cse runs before aotkit-simplify so
+    # duplicated subexpressions are rewritten once, and after it because rewriting
+    # identities away exposes new duplicates (`x*1 + x` -> `x + x`).
     "default": (
-        "builtin.module(inline,symbol-dce,func.func(chlo-legalize-to-stablehlo),"
+        "builtin.module(aotkit-inline,symbol-dce,func.func(chlo-legalize-to-stablehlo),"
         "stablehlo-refine-shapes,func.func(canonicalize,cse),aotkit-simplify,func.func(cse))"
     ),
 }
@@ -205,6 +207,7 @@ class _Rewriter:
         # Constant results, as their op until a rule first asks for the decoded value.
         self.constants: dict[ir.Value, ir.Operation | _Const] = {}
         self.negated: dict[ir.Value, ir.Value] = {}
+        self.transposed: dict[ir.Value, tuple[ir.Value, list[int]]] = {}
         self.replaced: list[ir.Operation] = []
 
     def const(self, value: ir.Value) -> _Const | None:
@@ -375,7 +378,16 @@ def _noop_broadcast(rw: _Rewriter, op: ir.Operation):
 
 
 def _noop_transpose(rw: _Rewriter, op: ir.Operation):
-    return _same_type(op.operands[0], op) if _iota(op.attributes["permutation"]) else None
+    x = op.operands[0]
+    outer = list(op.attributes["permutation"])
+    if _iota(outer):
+        return _same_type(x, op)
+    inner = rw.transposed.get(x)
+    # Result dim i is x's dim inner[outer[i]]: the pair cancels when that is always i.
+    if inner is not None and _iota(inner[1][i] for i in outer):
+        return _same_type(inner[0], op)
+    rw.transposed[op.results[0]] = (x, outer)
+    return None
 
 
 def _select_known(rw: _Rewriter, op: ir.Operation):
@@ -529,8 +541,8 @@ _SIMPLIFY = _merge(_IDENTITIES, _FOLDS)  # identities first: they reuse an exist
 
 
 def algebraic_simplify(module: ir.Module) -> bool:
-    """Removes identities: x+0, x-0, x*1, -(-x), and no-op converts, reshapes, broadcasts,
-    transposes and selects."""
+    """Removes identities: x+0, x-0, x*1, -(-x), transposes that cancel, and no-op
+    converts, reshapes, broadcasts, transposes and selects."""
     return _Rewriter(_IDENTITIES).run(module)
 
 
@@ -556,6 +568,67 @@ def remove_dead_ops(module: ir.Module) -> bool:
 
     module.operation.walk(collect)
     return _erase_dead(candidates)
+
+
+def _remap(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> None:
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        operands = inner.operands
+        for i, v in enumerate(operands):
+            new = mapping.get(v)
+            if new is not None:
+                operands[i] = new
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)  # nested regions may use the callee's arguments too
+
+
+def _inline_call(call: ir.Operation, body: ir.Block) -> None:
+    mapping = dict(zip(body.arguments, call.operands, strict=True))
+    where = ir.InsertionPoint(call)
+    results: list[ir.Value] = []
+    for op in body.operations:
+        op = op.operation
+        if op.name == "func.return":
+            results = [mapping.get(v, v) for v in op.operands]
+            break
+        clone = op.clone(where)
+        _remap(clone, mapping)
+        mapping.update(zip(op.results, clone.results, strict=True))
+    for old, new in zip(call.results, results, strict=True):
+        old.replace_all_uses_with(new)
+    call.erase()
+
+
+def inline_calls(module: ir.Module) -> bool:
+    """Inlines every func.call to a single-block function of the module (recursion aside).
+
+    Each round inlines the calls present at its start, so a call chain of depth d takes d
+    rounds; rounds stop when no call is left or after one per function (a recursive cycle).
+    """
+    bodies: dict[str, ir.Block] = {}
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and len(op.regions[0].blocks) == 1:
+            bodies[ir.StringAttr(op.attributes["sym_name"]).value] = op.regions[0].blocks[0]
+    calls: list[tuple[ir.Operation, ir.Block]] = []
+
+    def collect(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "func.call":
+            callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+            if callee in bodies:
+                calls.append((op, bodies[callee]))
+        return ir.WalkResult.ADVANCE
+
+    changed = False
+    for _ in range(len(bodies)):
+        calls.clear()
+        module.operation.walk(collect)
+        if not calls:
+            break
+        for call, body in calls:
+            _inline_call(call, body)
+        changed = True
+    return changed
 
 
 # --- Pipeline text -------------------------------------------------------------------------------
@@ -659,6 +732,11 @@ def _manager(name: str, element: str, anchors: tuple[str, ...], pipeline: str):
         # Passes such as chlo-legalize-to-stablehlo run on functions: nest them for the user.
         return _parse_manager(_nested(("func.func",), element))
     if "does not refer to a registered pass" in message:
+        if name in _NOT_IN_JAXLIB:
+            raise ValueError(
+                f"pipeline {pipeline!r}: unknown pass {name!r} (jaxlib does not register it); "
+                f"use {_NOT_IN_JAXLIB[name]}"
+            ) from None
         near = difflib.get_close_matches(name, known_names(), n=3, cutoff=0.6)
         suggestion = (
             f"nearest registered: {', '.join(near)}"
@@ -681,6 +759,12 @@ def _parse_manager(text: str) -> passmanager.PassManager:
     return pm
 
 
+# StableHLO passes upstream has and jaxlib leaves out, with the aotkit pass to use instead.
+_NOT_IN_JAXLIB = {
+    "stablehlo-aggressive-simplification": "aotkit-simplify",
+    "stablehlo-aggressive-folder": "aotkit-fold-constants",
+}
+
 # Candidates for "did you mean": MLIR passes jaxlib may register. Only those that parse in
 # this jaxlib are offered.
 _MLIR_CANDIDATES = (
@@ -692,8 +776,7 @@ _MLIR_CANDIDATES = (
     "stablehlo-compatibility-expander stablehlo-complex-math-expander "
     "stablehlo-legalize-composite-to-call stablehlo-legalize-deprecated-ops "
     "stablehlo-legalize-quant-to-math stablehlo-refine-arguments stablehlo-convert-to-signless "
-    "stablehlo-wrap-in-composite shape-legalize-to-stablehlo "
-    "stablehlo-aggressive-simplification stablehlo-aggressive-folder"
+    "stablehlo-wrap-in-composite shape-legalize-to-stablehlo"
 ).split()
 
 
@@ -834,6 +917,7 @@ def _run_step(step: _Step, module: ir.Module, *, name, pipeline, dumper) -> None
 
 
 for _name, _fn in (
+    ("aotkit-inline", inline_calls),
     ("aotkit-algebraic-simplify", algebraic_simplify),
     ("aotkit-fold-constants", fold_constants),
     ("aotkit-dce", remove_dead_ops),

@@ -74,12 +74,18 @@ def _row_starts(i: Tracer, ndim: int) -> list[Tracer]:
 
 def _take_row(x: Tracer, i: Tracer) -> Tracer:
     """`x[i]` for a traced scalar `i` (in range by construction)."""
+    if x.shape[0] == 0:
+        # A scan of length 0 traces its body but never runs it; an empty axis has no row
+        # to slice (a dynamic_slice there would not verify).
+        return full(x.shape[1:], 0, x.dtype)
     row = bind1("scan.dynamic_slice", x, *_row_starts(i, x.ndim), sizes=(1,) + x.shape[1:])
     return bind1("reshape", row, shape=x.shape[1:])
 
 
 def _put_row(x: Tracer, row: Tracer, i: Tracer) -> Tracer:
     """`x` with `x[i] = row`, functionally."""
+    if x.shape[0] == 0:
+        return x
     update = bind1("reshape", row, shape=(1,) + row.shape)
     return bind1("scan.dynamic_update_slice", x, update, *_row_starts(i, x.ndim))
 
@@ -405,6 +411,14 @@ class _Retrace(Exception):
         self.dtype = dtype
 
 
+class _Probed(Exception):
+    """The dtypes a probe trace found for Python-scalar inits (None: keep the default)."""
+
+    def __init__(self, found: list):
+        super().__init__(found)
+        self.found = found
+
+
 def _carry_leaves(op: str, init, root: str = "carry") -> tuple[list[_Carry], object]:
     leaves_with_paths, tree = tree_util.tree_flatten_with_path(init)
     carry = []
@@ -428,16 +442,28 @@ def _carry_leaves(op: str, init, root: str = "carry") -> tuple[list[_Carry], obj
 
 
 def _check_carry(
-    op: str, fn_name: str, carry: Sequence[_Carry], tree, out, *, offset: int = 0
+    op: str, fn_name: str, carry: Sequence[_Carry], tree, out, *, offset: int = 0, probe=False
 ) -> list[Tracer]:
     """The body's new carry as tracers of the carry's types; raises `_Retrace` when a
-    Python-scalar init must be promoted, and TypeError for any other mismatch."""
+    Python-scalar init must be promoted, and TypeError for any other mismatch. In a probe
+    trace it raises `_Probed` with the dtypes the body gave the Python-scalar inits."""
     leaves_with_paths, out_tree = tree_util.tree_flatten_with_path(out)
     if out_tree != tree:
         raise TypeError(
             f"{where(op)}: {fn_name} must return the carry's pytree {tree}, got {out_tree}; "
             "a loop carry keeps its structure across iterations"
         )
+    if probe:
+        found = [None] * offset
+        for (_, leaf), c in zip(leaves_with_paths, carry, strict=True):
+            fits = (
+                c.weak is not None
+                and isinstance(leaf, Tracer)
+                and leaf.shape == ()
+                and _weak_fits(c.weak, leaf.dtype)
+            )
+            found.append(leaf.dtype if fits else None)
+        raise _Probed(found)
     new = []
     for j, ((_, leaf), c) in enumerate(zip(leaves_with_paths, carry, strict=True)):
         leaf = _output_leaf(op, fn_name, c.name, leaf)
@@ -472,10 +498,11 @@ class _LoopBody:
     """What a loop body builder sees: the carry's types in this attempt, and a way to add
     carries whose types the body decides (scan's stacked outputs)."""
 
-    def __init__(self, block: ir.Block, scope, carry: list[_Carry]):
+    def __init__(self, block: ir.Block, scope, carry: list[_Carry], probe: bool = False):
         self.block = block
         self.scope = scope
         self.carry = carry
+        self.probe = probe
         self.extra: list[tuple[tuple, np.dtype]] = []
 
     def add_carry(self, shape: tuple[int, ...], dtype: np.dtype) -> Tracer:
@@ -483,6 +510,25 @@ class _LoopBody:
         arg = self.block.add_argument(dtypes.tensor_type(shape, dtype), ir.Location.unknown())
         self.extra.append((shape, dtype))
         return Tracer(arg, shape, dtype, self.scope)
+
+
+def _probe(op: str, carry: list[_Carry], body_fn) -> list[_Carry]:
+    """The carry with each Python-scalar init typed as NumPy's first iteration would type
+    it: that iteration sees the scalar itself (`c = 0; c = c + x` is x's dtype), so the
+    body is traced once with the scalars in place. A body that cannot run on a Python
+    scalar keeps the default dtypes, promoted later by `_Retrace` where NumPy allows."""
+    scratch = _scratch(1)
+    try:
+        with _region(scratch.regions[0], [c.aval for c in carry], f"{op} probe") as (block, args):
+            args = [c.init if c.weak is not None else a for c, a in zip(carry, args, strict=True)]
+            body_fn(args, _LoopBody(block, current_scope(), carry, probe=True))
+    except _Probed as p:
+        carry = [c if d is None else c.promoted(d) for c, d in zip(carry, p.found, strict=True)]
+    except Exception:  # the real trace reports the body's own errors
+        pass
+    finally:
+        scratch.erase()
+    return carry
 
 
 def _while(
@@ -493,6 +539,8 @@ def _while(
 ) -> tuple[list[Tracer], list[_Carry]]:
     """One `stablehlo.while` over `carry` (plus carries the body adds); returns its results
     and the carry as finally typed."""
+    if any(c.weak is not None for c in carry):
+        carry = _probe(op, carry, body_fn)
     for _ in range(_MAX_RETRACES):
         scratch = _scratch(2)
         try:
@@ -560,7 +608,7 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init):
 
     def body(args, loop):
         out = body_fn(tree_util.tree_unflatten(tree, args))
-        return _check_carry("while_loop", "body_fn", loop.carry, tree, out)
+        return _check_carry("while_loop", "body_fn", loop.carry, tree, out, probe=loop.probe)
 
     def cond(args):
         return _check_pred("while_loop", "cond_fn", cond_fn(tree_util.tree_unflatten(tree, args)))
@@ -607,7 +655,9 @@ def fori_loop(lower, upper, body_fn: Callable, init):
     def body(args, loop):
         i, rest = args[0], args[1:]
         out = body_fn(i, tree_util.tree_unflatten(tree, rest))
-        new = _check_carry("fori_loop", "body_fn", loop.carry[1:], tree, out, offset=1)
+        new = _check_carry(
+            "fori_loop", "body_fn", loop.carry[1:], tree, out, offset=1, probe=loop.probe
+        )
         return [bind1("add", i, full((), 1, index_dtype))] + new
 
     def cond(args):
@@ -686,7 +736,7 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
     k = _unroll(op, unroll, length)
     n_loop = length // k * k
 
-    def step(t: Tracer, cs: list[Tracer], types: list[_Carry], *, promote: bool):
+    def step(t: Tracer, cs: list, types: list[_Carry], *, promote: bool, probe=False):
         idx = bind1("subtract", full((), length - 1, _INDEX), t) if reverse else t
         x = tree_util.tree_unflatten(x_tree, [_take_row(xl, idx) for xl in x_leaves])
         out = f(tree_util.tree_unflatten(tree, cs), x)
@@ -697,7 +747,7 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
                 else f"{where(op)}: f must return a pair (carry, y), got a {type(out).__name__}"
             )
         try:
-            new = _check_carry(op, "f", types, tree, out[0], offset=1)
+            new = _check_carry(op, "f", types, tree, out[0], offset=1, probe=probe)
         except _Retrace as r:
             if promote:
                 raise
@@ -731,7 +781,7 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
         bufs = None
         for j in range(k):
             t = i if j == 0 else bind1("add", i, full((), j, _INDEX))
-            cs, y_tree, ys, idx = step(t, cs, loop.carry[1:], promote=True)
+            cs, y_tree, ys, idx = step(t, cs, loop.carry[1:], promote=True, probe=loop.probe)
             if bufs is None:
                 y_spec[:] = [y_tree, [y.aval for y in ys]]
                 bufs = [loop.add_carry((length,) + y.shape, y.dtype) for y in ys]

@@ -15,7 +15,7 @@ from jaxlib.mlir.dialects import func
 
 from aotkit import dtypes
 from aotkit._context import IR_LOCK, context
-from aotkit.lowering.core import Tracer, constant, pop_scope, push_scope
+from aotkit.lowering.core import Tracer, _check_live, constant, pop_scope, push_scope
 from aotkit.specs import ShapeDtype
 
 
@@ -35,6 +35,10 @@ def _symbol_name(name: str) -> str:
 
 def _output_value(path, leaf) -> Tracer:
     if isinstance(leaf, Tracer):
+        if not leaf._scope.open:
+            # A tracer leaked from a control-flow body (or an earlier trace) is not
+            # visible here; returning it would make an invalid module.
+            _check_live(leaf, "return")
         return leaf
     if dtypes.weak_kind(leaf) is not None or isinstance(leaf, np.ndarray | np.generic):
         return constant(leaf)

@@ -1,0 +1,131 @@
+"""Front ends: the ways a program enters aotkit's pipeline as a `Lowered` stage.
+
+- `aotkit`: aotkit's own tracer (`aotkit/lowering/`), for `aotkit.numpy` and plain NumPy code.
+- `jax`: a JAX function lowered by JAX itself and imported (`aotkit.frontends.jax`).
+- files: StableHLO text, bytecode, portable artifacts, jax.export artifacts
+  (`aotkit.frontends.files.load_module`).
+
+`frontend="auto"` picks between the first two by looking at what the function refers to;
+`choose(fn)` returns the choice with the reason, which the CLI prints with `-v`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import types
+from dataclasses import dataclass
+
+FRONTENDS = ("aotkit", "jax", "auto")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The front end picked for a function, and why (one line for `-v`)."""
+
+    name: str
+    reason: str
+
+
+def check_frontend(where: str, frontend) -> str:
+    if frontend not in FRONTENDS:
+        raise ValueError(
+            f"{where}: unknown frontend {frontend!r}; expected one of {', '.join(FRONTENDS)}"
+        )
+    return frontend
+
+
+def resolve(fn, frontend: str, where: str = "lower") -> Choice:
+    """The front end to use for `fn`: `frontend` itself unless it is `auto`."""
+    check_frontend(where, frontend)
+    if frontend == "auto":
+        return choose(fn)
+    return Choice(frontend, f"frontend={frontend!r} was asked for")
+
+
+def choose(fn) -> Choice:
+    """`jax` when `fn` uses JAX and not aotkit, else `aotkit` (the tracer also runs NumPy code).
+
+    Looks first at the global names `fn`'s code refers to (nested functions included), then,
+    when those settle nothing (say `fn` only calls helpers), at what its module imports.
+    """
+    target = _unwrap(fn)
+    label = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(fn))
+    if _is_jax(target):
+        return Choice("jax", f"{label} is a JAX-transformed function")
+    code = getattr(target, "__code__", None)
+    scope = getattr(target, "__globals__", None)
+    if code is not None and scope is not None:
+        names = sorted(_global_names(code))
+        aotkit_names = [n for n in names if _is_aotkit(scope.get(n))]
+        if aotkit_names:
+            return Choice("aotkit", f"{label} uses {', '.join(aotkit_names)} from aotkit")
+        jax_names = [n for n in names if _is_jax(scope.get(n))]
+        if jax_names:
+            return Choice("jax", f"{label} uses {', '.join(jax_names)} from JAX")
+    module = sys.modules.get(getattr(target, "__module__", None) or "")
+    if module is not None:
+        values = vars(module)
+        module_aotkit = sorted(k for k, v in values.items() if _is_aotkit(v))
+        module_jax = sorted(k for k, v in values.items() if _is_jax(v))
+        if module_jax and not module_aotkit:
+            return Choice(
+                "jax",
+                f"module {module.__name__} imports {', '.join(module_jax)} from JAX and "
+                "nothing from aotkit",
+            )
+        if module_aotkit:
+            return Choice(
+                "aotkit", f"module {module.__name__} imports {', '.join(module_aotkit)} from aotkit"
+            )
+    return Choice("aotkit", f"{label} uses neither JAX nor aotkit directly (NumPy code)")
+
+
+def _unwrap(fn):
+    while True:
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif isinstance(fn, types.MethodType):
+            fn = fn.__func__
+        elif hasattr(fn, "__wrapped__") and not _is_jax(fn):
+            fn = fn.__wrapped__
+        elif not inspect.isfunction(fn) and not _is_jax(fn) and callable(fn):
+            call = inspect.getattr_static(type(fn), "__call__", None)
+            if call is None or not inspect.isfunction(call):
+                return fn
+            fn = call
+        else:
+            return fn
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _packages(obj) -> set[str]:
+    """Top-level packages `obj` comes from: its own module and its type's (a jitted function
+    keeps the user's `__module__` but its type lives in jaxlib)."""
+    if isinstance(obj, types.ModuleType):
+        return {obj.__name__.partition(".")[0]}
+    found = set()
+    for name in (getattr(obj, "__module__", None), getattr(type(obj), "__module__", None)):
+        if isinstance(name, str):
+            found.add(name.partition(".")[0])
+    return found
+
+
+def _is_jax(obj) -> bool:
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return False
+    return not _packages(obj).isdisjoint(("jax", "jaxlib"))
+
+
+def _is_aotkit(obj) -> bool:
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return False
+    return "aotkit" in _packages(obj)

@@ -1,0 +1,138 @@
+"""Adopting a StableHLO module that aotkit did not trace (from JAX or from a file).
+
+Shared by the JAX and file front ends. `adopt` takes a module already parsed in aotkit's
+context and makes it look like one the tracer produced: `module @<name>` with a public
+`@main`, single-device, without sharding annotations the backends do not need, verified. It
+returns `@main`'s flat argument and result specs and which arguments are donated.
+"""
+
+from __future__ import annotations
+
+import re
+
+from jaxlib.mlir import ir
+
+from aotkit._context import IR_LOCK, context
+from aotkit.backends.base import main_function, signature
+from aotkit.lowering.trace import _symbol_name
+from aotkit.specs import ShapeDtype
+
+# Argument and result attributes that only describe placement on a mesh. A single-device
+# compile ignores them at best; dropping them keeps the module within what every aotkit
+# backend (the reference interpreter included) accepts.
+_PLACEMENT_ATTRS = frozenset(
+    {
+        "mhlo.sharding",
+        "mhlo.layout_mode",
+        "mhlo.memory_kind",
+        "sdy.sharding",
+        "mhlo.is_same_data_across_replicas",
+    }
+)
+# What marks an argument as donated: JAX writes `tf.aliasing_output = k` when it pairs the
+# argument with result k, `jax.buffer_donor` when it leaves the pairing to XLA.
+_DONATION_ATTRS = ("tf.aliasing_output", "jax.buffer_donor")
+_DEVICE_COUNT_ATTRS = ("mhlo.num_partitions", "mhlo.num_replicas")
+_LOCATION = re.compile(r'^"[^"]*":(\d+):(\d+):\s*')
+
+
+class Adopted:
+    __slots__ = ("module", "name", "flat_in_specs", "flat_out_specs", "donated")
+
+    def __init__(self, module, name, flat_in_specs, flat_out_specs, donated):
+        self.module = module
+        self.name = name
+        self.flat_in_specs: tuple[ShapeDtype, ...] = flat_in_specs
+        self.flat_out_specs: tuple[ShapeDtype, ...] = flat_out_specs
+        self.donated: tuple[bool, ...] = donated
+
+
+def first_error(text: str) -> str:
+    """The first `error:` line of an MLIR diagnostic dump, without the `error:` prefix."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("error:"):
+            return line[len("error:") :].strip()
+        if ": error: " in line:
+            return line.split(": error: ", 1)[1].strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else text.strip()
+
+
+def diagnostic(message: str) -> str:
+    """The first error of an MLIR diagnostic dump, its location as `line L, column C`."""
+    line = first_error(message)
+    line = line.split(" If this is intended, please call allowUnregisteredDialects()")[0]
+    m = _LOCATION.match(line)
+    if m is None:
+        return line
+    row, col = int(m.group(1)), int(m.group(2))
+    rest = line[m.end() :]
+    return rest if row == 0 else f"line {row}, column {col}: {rest}"
+
+
+def function_names(module: ir.Module) -> list[str]:
+    names = []
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and "sym_name" in op.attributes:
+            names.append(ir.StringAttr(op.attributes["sym_name"]).value)
+    return names
+
+
+def _device_count(module: ir.Module) -> tuple[str, int] | None:
+    attrs = module.operation.attributes
+    for key in _DEVICE_COUNT_ATTRS:
+        if key in attrs:
+            value = ir.IntegerAttr(attrs[key]).value
+            if value != 1:
+                return key, value
+    return None
+
+
+def _clean_attrs(array: ir.ArrayAttr) -> tuple[ir.ArrayAttr, list[bool]]:
+    """Drops placement attributes from per-argument dicts; says which carry a donation."""
+    dicts, donated = [], []
+    for d in array:
+        d = ir.DictAttr(d)
+        kept = {a.name: a.attr for a in d if a.name not in _PLACEMENT_ATTRS}
+        donated.append(any(k in kept for k in _DONATION_ATTRS))
+        dicts.append(ir.DictAttr.get(kept))
+    return ir.ArrayAttr.get(dicts), donated
+
+
+def adopt(module: ir.Module, *, name: str, where: str) -> Adopted:
+    """Normalizes `module` in place (see the module docstring); ValueError if it cannot run."""
+    with IR_LOCK, context():
+        main = main_function(module)
+        if main is None:
+            found = ", ".join("@" + n for n in function_names(module)) or "none"
+            raise ValueError(
+                f"{where}: the module has no @main function (functions: {found}); aotkit "
+                "runs a module's @main: name the entry function main"
+            )
+        many = _device_count(module)
+        if many is not None:
+            key, value = many
+            raise ValueError(
+                f"{where}: the module is partitioned for several devices ({key} = {value}); "
+                "aotkit compiles single-device modules: lower or export for one device"
+            )
+        module.operation.attributes["sym_name"] = ir.StringAttr.get(_symbol_name(name))
+        main.attributes["sym_visibility"] = ir.StringAttr.get("public")
+        donated: list[bool] = []
+        if "arg_attrs" in main.attributes:
+            cleaned, donated = _clean_attrs(ir.ArrayAttr(main.attributes["arg_attrs"]))
+            main.attributes["arg_attrs"] = cleaned
+        if "res_attrs" in main.attributes:
+            cleaned, _ = _clean_attrs(ir.ArrayAttr(main.attributes["res_attrs"]))
+            main.attributes["res_attrs"] = cleaned
+        try:
+            module.operation.verify()
+        except ir.MLIRError as e:
+            raise ValueError(
+                f"{where}: the module does not verify: {diagnostic(str(e))}; fix the module "
+                "or re-export it"
+            ) from None
+    in_specs, out_specs = signature(module, where)
+    donated_flags = tuple(donated) if donated else (False,) * len(in_specs)
+    return Adopted(module, name, in_specs, out_specs, donated_flags)

@@ -1,0 +1,84 @@
+"""Sandbox for untrusted MLIR: parse it in a throwaway process, hand back trusted bytecode.
+
+Not a stage of its own: `aotkit.frontends.files` runs this file as a script (by path, so the
+child does not import aotkit and starts in a fraction of a second). Measured on jaxlib 0.10.2:
+about one in ten corrupted bytecode files or portable artifacts kills the process that parses
+it (SIGABRT from a diagnostic that is not UTF-8, double frees, SIGSEGV). Here that kills only
+this child; the parent reads the exit status and turns it into an error.
+
+Protocol: argv = [this file, path of aotkit/_compat.py, format], where format is `text`,
+`bytecode` or `portable`; the input comes on stdin. On success the module, verified and in
+the StableHLO dialect, goes to stdout as MLIR bytecode (written by MLIR's own writer, which
+the parent can parse safely) and the exit status is 0. `EXIT_PARSE` or `EXIT_VERIFY` mean
+the input was rejected, with the first diagnostic on stderr.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+EXIT_PARSE = 3
+EXIT_VERIFY = 4
+
+
+def _load_compat(path: str):
+    spec = importlib.util.spec_from_file_location("_aotkit_probe_compat", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _context(compat):
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import chlo, stablehlo
+
+    # The same dialects as aotkit._context.context(), so what parses here parses there.
+    registry = ir.DialectRegistry()
+    compat.register_upstream_dialects(registry)
+    ctx = ir.Context()
+    ctx.append_dialect_registry(registry)
+    ctx.load_all_available_dialects()
+    stablehlo.register_dialect(ctx)
+    chlo.register_dialect(ctx)
+    return ctx
+
+
+def _is_vhlo(module) -> bool:
+    return any(op.operation.name.startswith("vhlo.") for op in module.body.operations)
+
+
+def _fail(status: int, message: str) -> int:
+    sys.stderr.buffer.write(message.encode("utf-8", "backslashreplace"))
+    return status
+
+
+def main(argv: list[str]) -> int:
+    compat_path, fmt = argv[1], argv[2]
+    data = sys.stdin.buffer.read()
+    compat = _load_compat(compat_path)
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    ctx = _context(compat)
+    with ctx:
+        try:
+            if fmt == "portable":
+                module = stablehlo.deserialize_portable_artifact(ctx, data)
+            else:
+                module = ir.Module.parse(data.decode("utf-8") if fmt == "text" else data)
+                if _is_vhlo(module):
+                    module = stablehlo.deserialize_portable_artifact(ctx, data)
+        except (ir.MLIRError, ValueError) as e:
+            return _fail(EXIT_PARSE, str(e))
+        try:
+            module.operation.verify()
+        except ir.MLIRError as e:
+            return _fail(EXIT_VERIFY, str(e))
+        module.operation.write_bytecode(sys.stdout.buffer)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,350 @@
+"""The file front end: a StableHLO module on disk (or in memory) as a `Lowered` stage.
+
+`load_module(path_or_bytes)` accepts StableHLO MLIR text, MLIR bytecode, StableHLO portable
+artifacts (versioned bytecode of the `vhlo` dialect) and `jax.export` artifacts
+(`Exported.serialize()` output, a flatbuffer). The format is read from the bytes, never from
+the file name. The result compiles like any other `Lowered`; its pipeline is `"none"`: the
+module runs as written.
+
+What it promises: the input signature is `@main`'s (for `jax.export` artifacts, the exported
+function's argument and result pytrees); bad input raises ValueError (or FileNotFoundError)
+naming the file and the formats accepted, and never aborts the process: every MLIR input is
+parsed first in a throwaway subprocess (see `_probe.py`), because jaxlib's bytecode reader
+can crash on corrupt input.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from jax import tree_util
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func
+
+from aotkit import _compat, dtypes
+from aotkit._context import IR_LOCK, context
+from aotkit.backends.base import main_function
+from aotkit.frontends import _probe
+from aotkit.frontends._module import adopt, diagnostic, first_error
+from aotkit.stages import Lowered
+
+FORMATS = (
+    "StableHLO MLIR text, MLIR bytecode, a StableHLO portable artifact or a jax.export "
+    "artifact (Exported.serialize() output)"
+)
+BYTECODE_MAGIC = b"ML\xefR"
+# Seconds a sandboxed parse may take; a real module of millions of ops parses in a few.
+PROBE_TIMEOUT_S = 300.0
+
+# Files people pass by mistake, recognized by their first bytes, so the error can say
+# what the file is rather than only what it is not.
+_OTHER_KINDS = (
+    (b"\x93NUMPY", "a NumPy .npy array"),
+    (b"PK\x03\x04", "a zip archive (an .npz file?)"),
+    (b"\x7fELF", "an ELF binary (a shared library or an executable)"),
+    (b"\x89HDF", "an HDF5 file"),
+    (b"HloModule", "XLA HLO text, not StableHLO"),
+)
+_PICKLE_PROTOCOLS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+_OP_DIAGNOSTIC = re.compile(r"'[\w.]+' op ")
+
+
+def load_module(source, *, name: str | None = None) -> Lowered:
+    """Loads a StableHLO module (text, bytecode, portable artifact, jax.export artifact).
+
+    `source` is a path (str or os.PathLike) or the file's bytes. `name` overrides the module
+    name (default: the exported function's name, the module's own `sym_name`, or the file
+    stem). Returns a `Lowered` whose `in_specs`/`out_specs` come from `@main`; compile it
+    with `.compile(backend=...)`.
+    """
+    data, label = _read(source)
+    kind = sniff(data, label)
+    if kind == "jax.export":
+        return _from_exported(data, label, name)
+    module = parse_untrusted(data, kind, label)
+    where = f"load_module: {label}"
+    default = _module_sym_name(module) or (Path(label).stem if label != "<bytes>" else "module")
+    adopted = adopt(module, name=name or default, where=where)
+    n_in, n_out = len(adopted.flat_in_specs), len(adopted.flat_out_specs)
+    in_tree = tree_util.tree_structure(((0,) * n_in, {}))
+    # One result reads as one array, as it would from the function that produced it.
+    out_tree = tree_util.tree_structure(0 if n_out == 1 else (0,) * n_out)
+    return _lowered(adopted, in_tree, out_tree)
+
+
+def _lowered(adopted, in_tree, out_tree) -> Lowered:
+    lowered = Lowered(
+        adopted.module,
+        name=adopted.name,
+        in_tree=in_tree,
+        out_tree=out_tree,
+        flat_in_specs=adopted.flat_in_specs,
+        flat_out_specs=adopted.flat_out_specs,
+        donated=adopted.donated,
+        pipeline="none",
+    )
+    lowered.frontend = "file"
+    return lowered
+
+
+def _read(source) -> tuple[bytes, str]:
+    if isinstance(source, bytes | bytearray | memoryview):
+        return bytes(source), "<bytes>"
+    if not isinstance(source, str | os.PathLike):
+        raise TypeError(
+            f"load_module: expected a path or bytes, got {type(source).__name__}; pass the "
+            "file's path or its contents as bytes"
+        )
+    path = Path(source)
+    label = str(source)
+    if path.is_dir():
+        raise ValueError(f"load_module: {label} is a directory; pass a file holding {FORMATS}")
+    try:
+        return path.read_bytes(), label
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"load_module: no such file {label!r}; pass the path of a file holding {FORMATS}, "
+            "or its contents as bytes"
+        ) from None
+
+
+def sniff(data: bytes, label: str = "<bytes>") -> str:
+    """The format of `data`: `text`, `bytecode`, `portable` or `jax.export`; else ValueError."""
+    where = f"load_module: {label}"
+    if not data:
+        raise ValueError(f"{where} is empty; expected {FORMATS}")
+    if data.startswith(BYTECODE_MAGIC):
+        producer = bytecode_producer(data)
+        return (
+            "portable" if producer is not None and producer.startswith("StableHLO_") else "bytecode"
+        )
+    if label.endswith(".py"):
+        raise ValueError(
+            f"{where} is Python source, not a module; lower a function from it with "
+            "aotkit.lower(fn, ...) or `aotkit lower FILE.py:FN`"
+        )
+    for magic, what in _OTHER_KINDS:
+        if data.startswith(magic):
+            raise ValueError(f"{where} is {what}; expected {FORMATS}")
+    if data[:2] in _PICKLE_PROTOCOLS:
+        raise ValueError(f"{where} is a Python pickle; expected {FORMATS}")
+    text = _as_text(data)
+    if text is not None:
+        return "text"
+    if _looks_like_flatbuffer(data):
+        return "jax.export"
+    raise ValueError(
+        f"{where} is binary data of no known kind (starts with {data[:8]!r}); expected {FORMATS}"
+    )
+
+
+def bytecode_producer(data: bytes) -> str | None:
+    """The producer string of MLIR bytecode (`StableHLO_v1.15.0` for portable artifacts)."""
+    pos = len(BYTECODE_MAGIC)
+    # The version is a prefix varint: the count of trailing zero bits of the first byte
+    # says how many more bytes follow.
+    if pos >= len(data):
+        return None
+    first = data[pos]
+    extra = (first & -first).bit_length() - 1 if first else 8
+    pos += 1 + extra
+    end = data.find(b"\x00", pos)
+    if end < 0:
+        return None
+    try:
+        return data[pos:end].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+
+
+def _as_text(data: bytes) -> str | None:
+    if b"\x00" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _looks_like_flatbuffer(data: bytes) -> bool:
+    """Whether `data` has a flatbuffer's root table and vtable where they must be."""
+    n = len(data)
+    if n < 12:
+        return False
+    root = int.from_bytes(data[0:4], "little")
+    if root < 4 or root > n - 4 or root % 4:
+        return False
+    vtable = root - int.from_bytes(data[root : root + 4], "little", signed=True)
+    if vtable < 4 or vtable > n - 4:
+        return False
+    vt_size = int.from_bytes(data[vtable : vtable + 2], "little")
+    return vt_size >= 4 and vt_size % 2 == 0 and vtable + vt_size <= n
+
+
+def parse_untrusted(data: bytes, kind: str, label: str) -> ir.Module:
+    """Parses MLIR `data` of `kind` into aotkit's context, after a sandboxed parse succeeds."""
+    where = f"load_module: {label}"
+    what = {
+        "text": "MLIR text",
+        "bytecode": "MLIR bytecode",
+        "portable": "a StableHLO portable artifact",
+    }[kind]
+    command = [sys.executable, _probe.__file__, _compat.__file__, kind]
+    try:
+        proc = subprocess.run(command, input=data, capture_output=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ValueError(
+            f"{where}: parsing {what} took longer than {PROBE_TIMEOUT_S:g} s; check the file"
+        ) from None
+    message = proc.stderr.decode("utf-8", "backslashreplace")
+    # MLIR verifies while it parses: an op verifier's complaint is not a syntax error.
+    if proc.returncode == _probe.EXIT_PARSE and not _OP_DIAGNOSTIC.search(first_error(message)):
+        raise ValueError(f"{where} is not valid {what}: {diagnostic(message)}; expected {FORMATS}")
+    if proc.returncode in (_probe.EXIT_PARSE, _probe.EXIT_VERIFY):
+        raise ValueError(
+            f"{where}: the module does not verify: {diagnostic(message)}; fix the module "
+            "or re-export it"
+        )
+    if proc.returncode != 0:
+        raise ValueError(
+            f"{where} is corrupt {what}: {_crash(proc.returncode, message)} while reading it "
+            "(in a sandbox process); re-export the file"
+        )
+    with IR_LOCK, context():
+        return ir.Module.parse(proc.stdout)
+
+
+def _crash(returncode: int, message: str) -> str:
+    if returncode < 0:
+        try:
+            return f"MLIR's reader crashed ({signal.Signals(-returncode).name})"
+        except ValueError:
+            return f"MLIR's reader crashed (signal {-returncode})"
+    last = [line for line in message.splitlines() if line.strip()]
+    detail = f": {last[-1].strip()}" if last else ""
+    return f"MLIR's reader failed (exit status {returncode}{detail})"
+
+
+def _module_sym_name(module: ir.Module) -> str | None:
+    with IR_LOCK:
+        attrs = module.operation.attributes
+        if "sym_name" in attrs:
+            return ir.StringAttr(attrs["sym_name"]).value
+    return None
+
+
+# --- jax.export artifacts ------------------------------------------------------------------
+
+
+def _from_exported(data: bytes, label: str, name: str | None) -> Lowered:
+    where = f"load_module: {label}"
+    exported = _deserialize(data, where)
+    _check_exported(exported, where)
+    module = parse_untrusted(bytes(exported.mlir_module_serialized), "portable", label)
+    kept = tuple(exported.module_kept_var_idx)
+    if len(kept) != len(exported.in_avals):
+        _restore_unused_arguments(module, exported.in_avals, kept)
+    adopted = adopt(module, name=name or exported.fun_name, where=where)
+    expected_in = tuple(_aval_spec(a) for a in exported.in_avals)
+    expected_out = tuple(_aval_spec(a) for a in exported.out_avals)
+    if adopted.flat_in_specs != expected_in or adopted.flat_out_specs != expected_out:
+        raise ValueError(
+            f"{where}: the exported module's @main takes "
+            f"({', '.join(map(str, adopted.flat_in_specs))}) -> "
+            f"({', '.join(map(str, adopted.flat_out_specs))}) but the artifact declares "
+            f"({', '.join(map(str, expected_in))}) -> ({', '.join(map(str, expected_out))}); "
+            "the artifact is inconsistent: re-export it"
+        )
+    return _lowered(adopted, exported.in_tree, exported.out_tree)
+
+
+def _deserialize(data: bytes, where: str):
+    from jax import export as jax_export
+
+    try:
+        return jax_export.deserialize(bytearray(data))
+    except ImportError as e:
+        raise ImportError(
+            f"{where} is a jax.export artifact; reading one needs the flatbuffers package "
+            f"({e}); install it with: pip install flatbuffers"
+        ) from None
+    except Exception as e:  # flatbuffers raises whatever a bad offset leads to
+        raise ValueError(
+            f"{where} looks like a flatbuffer but JAX cannot read it as a jax.export artifact "
+            f"({type(e).__name__}: {e}); expected {FORMATS}"
+        ) from None
+
+
+def _check_exported(exported, where: str) -> None:
+    symbolic = [str(a) for a in (*exported.in_avals, *exported.out_avals) if not _static(a.shape)]
+    if symbolic:
+        raise ValueError(
+            f"{where} was exported with symbolic shapes ({', '.join(symbolic)}); aotkit "
+            "compiles static shapes: export with concrete shapes"
+        )
+    if exported.nr_devices != 1:
+        raise ValueError(
+            f"{where} was exported for {exported.nr_devices} devices; aotkit compiles "
+            "single-device modules: export for one device"
+        )
+    effects = (*exported.ordered_effects, *exported.unordered_effects)
+    if effects:
+        raise ValueError(
+            f"{where} was exported with effects ({', '.join(map(str, effects))}); aotkit runs "
+            "pure functions: export a function without callbacks or effects"
+        )
+    if len(exported.platforms) != 1:
+        raise ValueError(
+            f"{where} was exported for several platforms ({', '.join(exported.platforms)}); "
+            "export for one: jax.export.export(fn, platforms=['cpu'])"
+        )
+
+
+def _static(shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def _aval_spec(aval):
+    from aotkit.specs import ShapeDtype
+
+    return ShapeDtype(tuple(aval.shape), aval.dtype)
+
+
+def _restore_unused_arguments(module: ir.Module, in_avals, kept: tuple[int, ...]) -> None:
+    """Gives `@main` back the arguments JAX pruned as unused, so it takes every leaf.
+
+    `jax.export` drops unused arguments from the module (`module_kept_var_idx`); aotkit's
+    calling convention is one `@main` argument per input leaf. The exported body becomes a
+    private function that the new `@main` calls with the kept arguments.
+    """
+    with IR_LOCK, context(), ir.Location.unknown():
+        old = main_function(module)
+        old_type = ir.FunctionType(ir.TypeAttr(old.attributes["function_type"]).value)
+        inner = "main_kept_arguments"
+        old.attributes["sym_name"] = ir.StringAttr.get(inner)
+        old.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        types = [dtypes.tensor_type(tuple(a.shape), a.dtype) for a in in_avals]
+        with ir.InsertionPoint(module.body):
+            main = func.FuncOp("main", ir.FunctionType.get(types, old_type.results))
+        main.attributes["sym_visibility"] = ir.StringAttr.get("public")
+        block = main.add_entry_block()
+        with ir.InsertionPoint(block):
+            call = func.CallOp(old_type.results, inner, [block.arguments[i] for i in kept])
+            func.ReturnOp(call.results)
+        # Donation and result names only mean something on the entry function.
+        empty = ir.DictAttr.get({})
+        if "arg_attrs" in old.attributes:
+            old_attrs = list(ir.ArrayAttr(old.attributes["arg_attrs"]))
+            new_attrs = [empty] * len(in_avals)
+            for position, index in enumerate(kept):
+                new_attrs[index] = old_attrs[position]
+            main.attributes["arg_attrs"] = ir.ArrayAttr.get(new_attrs)
+            del old.attributes["arg_attrs"]
+        if "res_attrs" in old.attributes:
+            main.attributes["res_attrs"] = old.attributes["res_attrs"]
+            del old.attributes["res_attrs"]

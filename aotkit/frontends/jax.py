@@ -1,0 +1,233 @@
+"""The JAX front end: a JAX function, lowered by JAX itself, as aotkit's `Lowered` stage.
+
+This is the one place in aotkit where JAX traces (`jax.jit(fn).lower(...)`). JAX's StableHLO
+module lives in JAX's own MLIR context; it is written as bytecode and read back into
+aotkit's context, then adopted (`_module.adopt`): `module @<fn name>` with a public `@main`
+whose arguments are the flat input leaves (static arguments removed; unused ones kept, so
+the calling convention is the tracer's), placement attributes dropped, donation kept.
+From there the module takes aotkit's pipeline, dumps, backends and `Compiled` like a traced one.
+
+Semantics are JAX's, not NumPy's: dtypes follow JAX's promotion and `jax_enable_x64`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+from jax import tree_util
+from jaxlib.mlir import ir
+
+from aotkit import dtypes, dumps, passes
+from aotkit._context import IR_LOCK, context
+from aotkit.frontends._module import Adopted, adopt, diagnostic
+from aotkit.specs import ShapeDtype
+from aotkit.stages import Lowered, _arg_path, function_name, merge_static, split_static
+
+# Custom calls through which a JAX program calls back into this Python process
+# (jax.debug.print, jax.pure_callback, io_callback). Their targets point at live Python
+# objects of the JAX lowering, which an aotkit executable does not keep.
+HOST_CALLBACK_TARGETS = frozenset(
+    {
+        "xla_python_cpu_callback",
+        "xla_ffi_python_cpu_callback",
+        "xla_python_gpu_callback",
+        "xla_ffi_python_gpu_callback",
+        "xla_ffi_partitioned_python_cpu_callback",
+        "xla_ffi_partitioned_python_gpu_callback",
+    }
+)
+
+
+def lower_jax(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    static_argnums: Sequence[int] = (),
+    static_argnames: Sequence[str] = (),
+    donate_argnums: Sequence[int] = (),
+    pipeline: str = "default",
+    backend: str | None = None,
+    dump_dir: str | os.PathLike | None = None,
+) -> Lowered:
+    """Lowers `fn` with JAX for `args`/`kwargs` (values, `aotkit.ShapeDtype` or
+    `jax.ShapeDtypeStruct` specs) and returns aotkit's `Lowered` after `pipeline`.
+
+    Static arguments, pytrees and `donate_argnums` mean what they mean to `jax.jit`.
+    """
+    name = function_name(fn)
+    passes.check_pipeline(pipeline)
+    imported, in_tree, out_tree = import_jax(
+        fn,
+        args,
+        kwargs,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+    )
+    dumper = dumps.Dumper.create(name, dump_dir)
+    passes.run_pipeline(imported.module, pipeline, name=name, dumper=dumper, verified=True)
+    lowered = Lowered(
+        imported.module,
+        name=name,
+        in_tree=in_tree,
+        out_tree=out_tree,
+        flat_in_specs=imported.flat_in_specs,
+        flat_out_specs=imported.flat_out_specs,
+        donated=imported.donated,
+        pipeline=pipeline,
+        backend=backend,
+        dumper=dumper,
+    )
+    lowered.frontend = "jax"
+    return lowered
+
+
+def import_jax(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    static_argnums: Sequence[int] = (),
+    static_argnames: Sequence[str] = (),
+    donate_argnums: Sequence[int] = (),
+) -> tuple[Adopted, object, object]:
+    """JAX's module for `fn`, adopted in aotkit's context, with the input and output trees."""
+    name = function_name(fn)
+    where = f"lower: {name} (frontend='jax')"
+    static_argnums = _as_tuple(static_argnums)
+    static_argnames = _as_tuple(static_argnames)
+    dyn_args, dyn_kwargs, static_pos, static_kw = split_static(
+        args, kwargs, static_argnums, static_argnames
+    )
+    leaves_with_paths, user_tree = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))
+    abstract_args, abstract_kwargs = tree_util.tree_unflatten(
+        user_tree, [_jax_argument(leaf) for _, leaf in leaves_with_paths]
+    )
+    full_args, full_kwargs = merge_static(abstract_args, abstract_kwargs, static_pos, static_kw)
+    jax_lowered = _jitted(fn, static_argnums, static_argnames, donate_argnums).lower(
+        *full_args, **full_kwargs
+    )
+    jax_module = jax_lowered.compiler_ir("stablehlo")
+    _refuse_host_callbacks(jax_module, where)
+    module = _import_module(jax_module, where)
+    # JAX's own tree: it knows the statics of a function the user already wrapped in jax.jit.
+    in_tree = jax_lowered.in_tree
+    n_main = _main_arity(module)
+    if n_main != in_tree.num_leaves:
+        raise ValueError(
+            f"{where}: JAX's module takes {n_main} arguments for {in_tree.num_leaves} input "
+            "leaves (jax.jit drops unused arguments unless keep_unused=True; effects such as "
+            "ordered io_callback add tokens); pass the plain function or "
+            "jax.jit(fn, keep_unused=True), and no effects"
+        )
+    adopted = adopt(module, name=name, where=where)
+    if in_tree == user_tree:
+        _check_dtypes(leaves_with_paths, adopted.flat_in_specs, where)
+    return adopted, in_tree, jax_lowered.out_tree
+
+
+def _jitted(fn, static_argnums, static_argnames, donate_argnums):
+    """`fn` under jax.jit; a function the user already jitted keeps its own options."""
+    if _is_jax_jitted(fn):
+        return fn
+    # keep_unused: aotkit's calling convention has one @main argument per input leaf.
+    return jax.jit(
+        fn,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=_as_tuple(donate_argnums),
+        keep_unused=True,
+    )
+
+
+def _is_jax_jitted(fn) -> bool:
+    return callable(getattr(fn, "lower", None)) and type(fn).__module__.startswith("jaxlib")
+
+
+def _as_tuple(value) -> tuple:
+    if value is None:
+        return ()
+    if isinstance(value, int | str):
+        return (value,)
+    return tuple(value)
+
+
+def _jax_argument(leaf):
+    """An argument JAX can lower with: aotkit specs become `jax.ShapeDtypeStruct`."""
+    if isinstance(leaf, ShapeDtype):
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)
+    return leaf
+
+
+def _import_module(jax_module: ir.Module, where: str) -> ir.Module:
+    # Bytecode, not text: exact constants, locations kept, and no printing of large weights.
+    buffer = io.BytesIO()
+    jax_module.operation.write_bytecode(buffer)
+    with IR_LOCK, context():
+        try:
+            return ir.Module.parse(buffer.getvalue())
+        except ir.MLIRError as e:
+            raise ValueError(
+                f"{where}: aotkit's MLIR context cannot read JAX's module: "
+                f"{diagnostic(str(e))}; aotkit compiles single-device programs without "
+                "sharding annotations (the 'sdy' dialect): remove sharding constraints"
+            ) from None
+
+
+def _main_arity(module: ir.Module) -> int:
+    from aotkit.backends.base import main_function
+
+    with IR_LOCK:
+        main = main_function(module)
+        if main is None:
+            return -1
+        return len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).inputs)
+
+
+def _refuse_host_callbacks(module: ir.Module, where: str) -> None:
+    found: list[str] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "stablehlo.custom_call":
+            target = ir.StringAttr(op.attributes["call_target_name"]).value
+            if target in HOST_CALLBACK_TARGETS:
+                found.append(target)
+        return ir.WalkResult.ADVANCE
+
+    # `module` is still in JAX's context: this walk reads JAX's IR, not aotkit's.
+    module.operation.walk(visit)
+    if found:
+        raise ValueError(
+            f"{where}: the function calls back into Python ({found[0]}: jax.debug.print, "
+            "jax.pure_callback or io_callback); an aotkit executable cannot call Python: "
+            "remove the callback"
+        )
+
+
+def _check_dtypes(leaves_with_paths, specs: tuple[ShapeDtype, ...], where: str) -> None:
+    """A leaf with an explicit dtype must keep it; JAX narrows 64-bit types without x64."""
+    for (path, leaf), got in zip(leaves_with_paths, specs, strict=True):
+        if dtypes.weak_kind(leaf) is not None:
+            continue
+        dtype = getattr(leaf, "dtype", None)
+        if dtype is None:
+            continue
+        asked = np.dtype(dtype)
+        if asked == got.dtype:
+            continue
+        argument = _arg_path(path)
+        if asked.itemsize > got.dtype.itemsize and not jax.config.jax_enable_x64:
+            raise ValueError(
+                f"{where}: argument {argument} is {asked.name} but JAX lowered it as "
+                f"{got.dtype.name} because jax_enable_x64 is off; enable it with "
+                f"jax.config.update('jax_enable_x64', True), or pass {got.dtype.name}"
+            )
+        raise ValueError(
+            f"{where}: argument {argument} is {asked.name} but JAX lowered it as "
+            f"{got.dtype.name}; pass {got.dtype.name}"
+        )

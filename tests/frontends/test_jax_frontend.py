@@ -1,0 +1,309 @@
+"""The JAX front end: JAX functions lowered by JAX, compiled and run by aotkit.
+
+The oracle is `jax.jit` of the same function on the same inputs: values and result dtypes.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import tree_util
+
+import aotkit
+import aotkit.numpy as anp
+from aotkit import frontends
+from aotkit.frontends.jax import lower_jax
+from tests.helpers import run_lowered
+
+RNG = np.random.default_rng(0)
+
+
+def normal(*shape, scale=1.0, dtype=np.float32):
+    return (scale * RNG.standard_normal(shape)).astype(dtype)
+
+
+def assert_same(got, want, rtol=1e-5, atol=1e-6):
+    """Same tree, same dtypes, close values."""
+    want = tree_util.tree_map(np.asarray, want)
+    assert tree_util.tree_structure(got) == tree_util.tree_structure(want)
+    for g, w in zip(tree_util.tree_leaves(got), tree_util.tree_leaves(want), strict=True):
+        assert g.dtype == w.dtype
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+# --- The three programs of the issue -------------------------------------------------------
+
+
+def mlp(params, x):
+    for w, b in params[:-1]:
+        x = jax.nn.relu(x @ w + b)
+    w, b = params[-1]
+    return jax.nn.log_softmax(x @ w + b)
+
+
+def mlp_params():
+    sizes = [16, 32, 32, 10]
+    return [(normal(m, n, scale=1 / np.sqrt(m)), normal(n)) for m, n in zip(sizes[:-1], sizes[1:])]
+
+
+def layer_norm(x, scale, bias, eps=1e-5):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.var(x, axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * scale + bias
+
+
+def transformer_block(p, x):
+    """Pre-norm block: causal multi-head self-attention, then a GELU MLP."""
+    seq, dim = x.shape
+    heads = 4
+    h = layer_norm(x, p["ln1_scale"], p["ln1_bias"])
+    q, k, v = (jnp.split(h @ p["qkv"], 3, axis=-1)[i].reshape(seq, heads, -1) for i in range(3))
+    logits = jnp.einsum("qhd,khd->hqk", q, k) / jnp.sqrt(q.shape[-1]).astype(x.dtype)
+    mask = jnp.tril(jnp.ones((seq, seq), bool))
+    logits = jnp.where(mask, logits, jnp.finfo(x.dtype).min)
+    attention = jax.nn.softmax(logits, axis=-1)
+    out = jnp.einsum("hqk,khd->qhd", attention, v).reshape(seq, dim)
+    x = x + out @ p["proj"]
+    h = layer_norm(x, p["ln2_scale"], p["ln2_bias"])
+    return x + jax.nn.gelu(h @ p["up"]) @ p["down"]
+
+
+def transformer_params(dim=32):
+    return {
+        "ln1_scale": normal(dim, scale=0.1) + 1,
+        "ln1_bias": normal(dim, scale=0.1),
+        "qkv": normal(dim, 3 * dim, scale=1 / np.sqrt(dim)),
+        "proj": normal(dim, dim, scale=1 / np.sqrt(dim)),
+        "ln2_scale": normal(dim, scale=0.1) + 1,
+        "ln2_bias": normal(dim, scale=0.1),
+        "up": normal(dim, 4 * dim, scale=1 / np.sqrt(dim)),
+        "down": normal(4 * dim, dim, scale=1 / np.sqrt(4 * dim)),
+    }
+
+
+def rnn(w, h0, xs):
+    def step(h, x):
+        h = jnp.tanh(h @ w + x)
+        return h, jnp.sum(h * h)
+
+    return jax.lax.scan(step, h0, xs)
+
+
+PROGRAMS = {
+    "mlp": (mlp, lambda: (mlp_params(), normal(8, 16))),
+    "transformer_block": (transformer_block, lambda: (transformer_params(), normal(16, 32))),
+    "scan": (rnn, lambda: (normal(8, 8, scale=1 / 3), normal(8), normal(20, 8))),
+}
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_lower_frontend_jax_matches_jax_jit(program):
+    fn, make_args = PROGRAMS[program]
+    args = make_args()
+    lowered = aotkit.lower(fn, *args, frontend="jax")
+    assert lowered.frontend == "jax"
+    assert f"module @{fn.__name__}" in lowered.as_text()
+    assert_same(run_lowered("cpu", lowered, *args), jax.jit(fn)(*args))
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_lower_from_specs_matches_jax_jit(program):
+    fn, make_args = PROGRAMS[program]
+    args = make_args()
+    specs = tree_util.tree_map(lambda a: aotkit.ShapeDtype(a.shape, a.dtype), args)
+    lowered = aotkit.lower(fn, *specs, frontend="jax")
+    assert lowered.in_specs == (specs, {})
+    assert_same(run_lowered("cpu", lowered, *args), jax.jit(fn)(*args))
+
+
+def test_scan_stays_one_while_loop():
+    lowered = aotkit.lower(rnn, *PROGRAMS["scan"][1](), frontend="jax")
+    assert lowered.as_text().count("stablehlo.while") == 1
+
+
+# --- Calling convention: pytrees, statics, unused arguments, donation -----------------------
+
+
+def with_kwargs(x, n, *, table, unused):
+    return {"y": x**n + table["b"], "n": jnp.asarray(n)}
+
+
+def test_statics_and_keyword_pytrees():
+    x, table = normal(3), {"b": normal(3)}
+    unused = np.zeros(2, np.int32)
+    lowered = lower_jax(
+        with_kwargs, (x, 3), {"table": table, "unused": unused}, static_argnums=(1,)
+    )
+    assert lowered.in_tree == tree_util.tree_structure(((x,), {"table": table, "unused": 0}))
+    # The unused argument stays: one @main argument per input leaf, as for traced functions.
+    assert [str(s) for s in lowered.flat_in_specs] == ["f32[3]", "f32[3]", "i32[2]"]
+    got = run_lowered("cpu", lowered, x, table=table, unused=unused)
+    want = jax.jit(with_kwargs, static_argnums=1)(x, 3, table=table, unused=unused)
+    assert_same(got, want)
+
+
+def test_static_argnames():
+    lowered = lower_jax(with_kwargs, (normal(3),), {"n": 2, "table": {"b": normal(3)}, "unused": 0},
+                        static_argnames=("n",))  # fmt: skip
+    assert lowered.in_tree.num_leaves == 3
+
+
+def test_python_scalar_is_weak_float32():
+    lowered = aotkit.lower(lambda x, s: x * s, normal(3), 2.0, frontend="jax")
+    assert [str(s) for s in lowered.flat_in_specs] == ["f32[3]", "f32[]"]
+
+
+def test_donation_carries_over():
+    def step(state, grad):
+        return state - 0.1 * grad
+
+    lowered = lower_jax(step, (normal(4), normal(4)), {}, donate_argnums=(0,))
+    assert lowered.donated == (True, False)
+    assert "tf.aliasing_output = 0" in lowered.as_text()
+
+
+def test_already_jitted_function_keeps_its_statics():
+    jitted = jax.jit(lambda x, n: x * n, static_argnums=1)
+    lowered = aotkit.lower(jitted, normal(3), 4, frontend="jax")
+    assert [str(s) for s in lowered.flat_in_specs] == ["f32[3]"]
+    assert "stablehlo.multiply" in lowered.as_text()
+
+
+def test_module_is_clean_for_backends():
+    text = aotkit.lower(mlp, mlp_params(), normal(2, 16), frontend="jax").as_text()
+    assert "func.func public @main" in text
+    assert "mhlo.sharding" not in text and "sdy." not in text
+
+
+def test_debug_info_keeps_jax_locations():
+    text = aotkit.lower(mlp, mlp_params(), normal(2, 16), frontend="jax").as_text(debug_info=True)
+    assert "test_jax_frontend.py" in text
+
+
+def test_pipeline_none_and_dump_dir(tmp_path):
+    from aotkit.stages import lower_function
+
+    lowered = lower_function(
+        mlp, (mlp_params(), normal(2, 16)), {}, pipeline="none", dump_dir=tmp_path,
+        frontend="jax",
+    )  # fmt: skip
+    assert lowered.pipeline == "none"
+    assert any(p.name.endswith("final.mlir") for p in tmp_path.iterdir())
+
+
+# --- Errors ---------------------------------------------------------------------------------
+
+
+def test_float64_without_x64_is_an_error():
+    with pytest.raises(ValueError, match=(
+        r"^lower: lambda \(frontend='jax'\): argument args\[0\] is float64 but JAX lowered "
+        r"it as float32 because jax_enable_x64 is off; enable it with "
+        r"jax.config.update\('jax_enable_x64', True\), or pass float32$"
+    )):  # fmt: skip
+        aotkit.lower(lambda x: x + 1, aotkit.spec("f64[3]"), frontend="jax")
+
+
+def test_float64_with_x64_is_kept():
+    with jax.enable_x64(True):
+        x = np.arange(3.0)
+        lowered = aotkit.lower(lambda x: jnp.sin(x), x, frontend="jax")
+        assert [str(s) for s in lowered.flat_out_specs] == ["f64[3]"]
+        assert_same(run_lowered("cpu", lowered, x), np.sin(x))
+
+
+def test_host_callback_is_an_error():
+    def noisy(x):
+        jax.debug.print("x = {}", x)
+        return x * 2
+
+    with pytest.raises(ValueError, match=(
+        r"^lower: noisy \(frontend='jax'\): the function calls back into Python "
+        r"\(xla_ffi_python_cpu_callback: jax.debug.print, jax.pure_callback or io_callback\); "
+        r"an aotkit executable cannot call Python: remove the callback$"
+    )):  # fmt: skip
+        aotkit.lower(noisy, normal(3), frontend="jax")
+
+
+def test_jitted_without_keep_unused_is_an_error():
+    jitted = jax.jit(lambda x, y: x * 2)
+    with pytest.raises(ValueError, match=(
+        r"^lower: lambda \(frontend='jax'\): JAX's module takes 1 arguments for 2 input "
+        r"leaves \(jax.jit drops unused arguments unless keep_unused=True; effects such as "
+        r"ordered io_callback add tokens\); pass the plain function or "
+        r"jax.jit\(fn, keep_unused=True\), and no effects$"
+    )):  # fmt: skip
+        aotkit.lower(jitted, normal(3), normal(3), frontend="jax")
+
+
+def test_unknown_frontend_is_an_error():
+    with pytest.raises(ValueError, match=(
+        r"^lower: unknown frontend 'torch'; expected one of aotkit, jax, auto$"
+    )):  # fmt: skip
+        aotkit.lower(mlp, mlp_params(), normal(2, 16), frontend="torch")
+
+
+# --- frontend="auto" ------------------------------------------------------------------------
+
+
+def uses_anp(x):
+    return anp.sin(x)
+
+
+def uses_numpy(x):
+    return np.sin(x)
+
+
+def _module_with(source: str, name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+@pytest.mark.parametrize(
+    "fn, name, reason",
+    [
+        (mlp, "jax", "mlp uses jax from JAX"),
+        (transformer_block, "jax", "transformer_block uses jax, jnp from JAX"),
+        (uses_anp, "aotkit", "uses_anp uses anp from aotkit"),
+        (jax.jit(uses_numpy), "jax", "uses_numpy is a JAX-transformed function"),
+    ],
+)
+def test_auto_choice(fn, name, reason):
+    assert frontends.choose(fn) == frontends.Choice(name, reason)
+
+
+def test_auto_looks_at_module_imports_when_the_function_only_calls_helpers():
+    module = _module_with(
+        "import jax.numpy as jnp\ndef helper(x):\n    return jnp.cos(x)\n"
+        "def f(x):\n    return helper(x) + 1\n",
+        "_aotkit_test_jax_model",
+    )
+    choice = frontends.choose(module.f)
+    assert choice == frontends.Choice(
+        "jax", "module _aotkit_test_jax_model imports jnp from JAX and nothing from aotkit"
+    )
+
+
+def test_auto_defaults_to_the_tracer_for_numpy_code():
+    module = _module_with(
+        "import numpy as np\ndef f(x):\n    return np.sin(x)\n", "_aotkit_test_numpy_model"
+    )
+    choice = frontends.choose(module.f)
+    assert choice == frontends.Choice(
+        "aotkit", "f uses neither JAX nor aotkit directly (NumPy code)"
+    )
+
+
+def test_auto_lowers_both_kinds():
+    x = normal(3)
+    assert aotkit.lower(mlp, mlp_params(), normal(2, 16), frontend="auto").frontend == "jax"
+    lowered = aotkit.lower(uses_anp, x, frontend="auto")
+    assert lowered.frontend == "aotkit"
+    assert_same(run_lowered("cpu", lowered, x), np.sin(x))

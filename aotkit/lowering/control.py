@@ -311,9 +311,7 @@ def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
     same pytree of shapes and dtypes; they may close over outer tracers.
     """
     _start("cond")
-    for name, fn in (("true_fn", true_fn), ("false_fn", false_fn)):
-        if not callable(fn):
-            raise TypeError(f"{where('cond')}: {name} must be callable, got {type(fn).__name__}")
+    _callables("cond", true_fn=true_fn, false_fn=false_fn)
     _scalar_operand("cond", "pred", pred, lambda d: d in dtypes.SUPPORTED, "a scalar")
     pred = cast(pred, np.dtype(np.bool_)) if isinstance(pred, Tracer) else bool(pred)
     operands = _branch_operands("cond", operands)
@@ -333,11 +331,7 @@ def switch(index, branches: Sequence[Callable], *operands):
     branches = tuple(branches) if isinstance(branches, Sequence) else None
     if not branches:
         raise ValueError(f"{where('switch')}: branches must be a non-empty sequence of functions")
-    for i, fn in enumerate(branches):
-        if not callable(fn):
-            raise TypeError(
-                f"{where('switch')}: branches[{i}] must be callable, got {type(fn).__name__}"
-            )
+    _callables("switch", **{f"branches[{i}]": fn for i, fn in enumerate(branches)})
     _scalar_operand(
         "switch",
         "index",
@@ -555,8 +549,9 @@ def _while(
                 pred = cond_fn(args[: len(carry)])
                 with user_location():
                     stablehlo.ReturnOp([pred.value])
-        except _Retrace as r:
+        except _Retrace as retrace:
             scratch.erase()
+            r = retrace
             carry = list(carry)
             carry[r.index] = carry[r.index].promoted(r.dtype)
             continue
@@ -573,7 +568,12 @@ def _while(
         body_block.append_to(real.regions[1])
         scratch.erase()
         return _results(real.operation, avals), carry
-    raise TypeError(f"{where(op)}: the loop carry's dtypes did not settle after promotion")
+    c = carry[r.index]
+    raise TypeError(
+        f"{where(op)}: the dtype of {c.name}, whose init is a Python {c.weak.__name__}, does "
+        f"not settle: after {_MAX_RETRACES} promotions the body still returns a new dtype "
+        f"({dtypes.short_name(r.dtype)}); give the init an explicit dtype (np.int32(0), ...)"
+    )
 
 
 def _check_pred(op: str, fn_name: str, pred) -> Tracer:
@@ -751,9 +751,11 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
         except _Retrace as r:
             if promote:
                 raise
+            c = types[r.index - 1]
             raise TypeError(
-                f"{where(op)}: f returns {_aval_str((), r.dtype)} for "
-                f"{types[r.index - 1].name} at a later step than the first"
+                f"{where(op)}: f returns {_aval_str((), r.dtype)} for {c.name} at a later "
+                f"step than the first, whose init is {c.describe()}; f must return the same "
+                "carry types at every step"
             ) from None
         y_with_paths, y_tree = tree_util.tree_flatten_with_path(out[1])
         ys = []

@@ -521,3 +521,205 @@ def test_trace_continues_after_a_caught_error(backend):
         return lax.cond(x > 0, lambda: x, lambda: -x)
 
     assert_same(run(backend, f, np.float32(-2)), np.float32(2))
+
+
+CARRY_DTYPES = ["bool", "int8", "uint32", "int64", "float16", "bfloat16", "float64", "complex64"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", CARRY_DTYPES)
+def test_every_dtype_travels_through_branches_and_carries(backend, dtype):
+    xs = np.array([1, 0, 3, 2], dtype=np.float32).astype(aotkit.numpy.dtype(dtype))
+
+    def f(xs, p):
+        def step(c, x):
+            a, b = c
+            picked = lax.cond(p, lambda: x, lambda: a)
+            return (b, picked), a
+
+        return lax.scan(step, (xs[0:1].reshape(()), xs[1:2].reshape(())), xs)
+
+    a, b = xs[0], xs[1]
+    ys = []
+    for x in xs:
+        ys.append(a)
+        a, b = b, x
+    got = run(backend, f, xs, np.bool_(True))
+    want = ((a, b), np.array(ys, xs.dtype))
+    for g, w in zip(tree_util.tree_leaves(got), tree_util.tree_leaves(want), strict=True):
+        assert g.dtype == np.asarray(w).dtype
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "index_dtype"),
+    [
+        (0, 3, "int64"),
+        (np.int32(0), 3, "int32"),
+        (np.uint8(0), np.uint8(3), "uint8"),
+        (np.int8(0), np.int16(3), "int16"),
+    ],
+)
+def test_fori_loop_index_has_the_bounds_dtype(lo, hi, index_dtype):
+    def f(x):
+        return lax.fori_loop(lo, hi, lambda i, c: c + i, np.zeros((), index_dtype))
+
+    c = np.zeros((), index_dtype)
+    for i in range(int(lo), int(hi)):
+        c = c + np.asarray(i, index_dtype)
+    assert_same(run("cpu", f, np.float32(0)), c)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wide_and_unsigned_switch_indices_clamp_without_wrapping(backend):
+    def f(i, u, x):
+        branches = [lambda: x, lambda: x * 2, lambda: x * 3]
+        return lax.switch(i, branches), lax.switch(u, branches)
+
+    got = run(backend, f, np.int64(2**32), np.uint16(1), np.float32(1))
+    assert_same(got, (np.float32(3), np.float32(2)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loop_in_branch_closing_over_the_enclosing_body(backend):
+    def f(x, n):
+        def body(i, acc):
+            # The branch and the inner loop close over `i` and `acc` of the outer body.
+            return lax.cond(
+                i % 2 == 0,
+                lambda: lax.while_loop(lambda c: c < acc + i, lambda c: c + 1, acc),
+                lambda: acc * 2,
+            )
+
+        return lax.fori_loop(0, n, body, x)
+
+    acc = 1
+    for i in range(5):
+        acc = acc + i if i % 2 == 0 else acc * 2
+    assert_same(run(backend, f, np.int64(1), np.int64(5)), np.int64(acc))
+
+
+def test_promotion_retraced_when_the_body_rejects_python_scalars():
+    # `c.reshape` fails on the Python int the probe passes, so the carry starts as int64
+    # and is promoted (traced again) to the float64 the body returns: NumPy's 0 + 0.5.
+    def f(x):
+        return lax.while_loop(lambda c: c < x, lambda c: c.reshape(()) + 0.5, 0)
+
+    assert_same(run("cpu", f, np.float64(2)), np.float64(2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scan_python_scalar_init_follows_nep50(backend):
+    def f(xs):
+        return lax.scan(lambda c, x: (c + x, c * 1), 0, xs, unroll=2)
+
+    xs = np.array([1, 2, 3], np.float32)
+    assert_same(run(backend, f, xs), (np.float32(6), np.array([0, 1, 3], np.float32)))
+
+
+def test_carry_dtype_that_never_settles():
+    cycle = {"int8": "int16", "int16": "int32", "int32": "int64", "int64": "int8"}
+
+    def f(x, s):
+        body = lambda c: anp.asarray(c).astype(cycle[str(anp.asarray(c).dtype)])  # noqa: E731
+        return lax.while_loop(lambda c: s < 0, body, 0)
+
+    with pytest.raises(
+        TypeError,
+        match=message(
+            "while_loop: the dtype of carry, whose init is a Python int, does not settle: "
+            "after 4 promotions the body still returns a new dtype (i8); give the init an "
+            "explicit dtype (np.int32(0), ...)"
+        ),
+    ):
+        lower_f32(f)
+
+
+def test_scan_remainder_step_must_return_the_loop_types():
+    calls = []
+
+    def f(x, s):
+        def step(c, e):
+            calls.append(1)
+            # The probe and the two unrolled loop steps see int carries; the remainder a float.
+            return (c + 0.5 if len(calls) == 4 else c), e
+
+        return lax.scan(step, 0, anp.ones(3), unroll=2)
+
+    with pytest.raises(
+        TypeError,
+        match=message(
+            "scan: f returns f64[] for carry at a later step than the first, whose init is a "
+            "Python int (traced as i64[]); f must return the same carry types at every step"
+        ),
+    ):
+        lower_f32(f)
+
+
+@pytest.mark.parametrize(
+    ("fn", "kind", "text"),
+    [
+        (
+            lambda x, s: lax.cond(np.array("a"), lambda: x, lambda: x),
+            TypeError,
+            "cond: pred must be a scalar, got dtype <U1",
+        ),
+        (
+            lambda x, s: lax.cond([True], lambda: x, lambda: x),
+            TypeError,
+            "cond: pred must be a scalar, got a list",
+        ),
+        (
+            lambda x, s: lax.switch(1, [lambda: x, None]),
+            TypeError,
+            "switch: branches[1] must be callable, got NoneType",
+        ),
+        (
+            lambda x, s: lax.while_loop(lambda c: 1, lambda c: c, x),
+            TypeError,
+            "while_loop: cond_fn must return a boolean scalar, got a Python int",
+        ),
+        (
+            lambda x, s: lax.while_loop(lambda c: "go", lambda c: c, x),
+            TypeError,
+            "while_loop: cond_fn must return a boolean scalar, got a str",
+        ),
+        (
+            lambda x, s: lax.while_loop(lambda c: True, 3, x),
+            TypeError,
+            "while_loop: body_fn must be callable, got int",
+        ),
+        (
+            lambda x, s: lax.scan(lambda c, e: (c, e), 0, None, length=-1),
+            TypeError,
+            "scan: length must be a non-negative Python int, got -1",
+        ),
+        (
+            lambda x, s: lax.scan(lambda c, e: (c, e), 0, x, unroll="all"),
+            ValueError,
+            "scan: unroll must be a positive int or a bool, got 'all'",
+        ),
+        (
+            lambda x, s: lax.fori_loop(0, 2, lambda i, c: c, (x, object())),
+            TypeError,
+            "fori_loop: carry[1] is a object, not an array; a loop carry is a pytree (tuples, "
+            "lists, dicts, None) of arrays and Python scalars",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None,
+)
+def test_more_bad_input(fn, kind, text):
+    with pytest.raises(kind, match=message(text)):
+        lower_f32(fn)
+
+
+def test_tracers_of_a_finished_trace_are_refused():
+    kept = []
+    aotkit.lower(lambda x: kept.append(x) or x, aotkit.spec("f32[]"))
+    for fn in (
+        lambda x: lax.cond(kept[0] > 0, lambda: x, lambda: x),
+        lambda x: lax.while_loop(lambda c: c < 1, lambda c: c, kept[0]),
+        lambda x: lax.scan(lambda c, e: (c, e), x, kept[0]),
+    ):
+        with pytest.raises(TypeError, match="a tracer from a finished trace"):
+            aotkit.lower(fn, aotkit.spec("f32[]"))

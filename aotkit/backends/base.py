@@ -1,0 +1,219 @@
+"""The backend interface: what the compile stage needs from a backend, and nothing more.
+
+A `Backend` has a `name`, a `platform`, `devices()` and `compile(module, options)`, which
+returns an `Executable`. An `Executable` runs flat argument leaves to flat results and
+answers the inspection questions `Compiled` forwards (`as_text`, `cost_analysis`,
+`memory_analysis`, `runtime_executable`); a view it cannot give is `None`.
+
+Argument rules shared by every backend live here too, so that `Compiled` reports the same
+errors whatever runs underneath: an argument must be a NumPy array (or NumPy scalar) of
+exactly the compiled shape and dtype, an array the backend itself produced, or a Python
+scalar filling a 0-d slot whose dtype kind is its own or higher (NEP 50: `3.` fits
+`f32[]`, `3` fits `u8[]` when in range, `3.` does not fit `i32[]`).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from jaxlib.mlir import ir
+
+from aotkit import dtypes
+from aotkit._context import IR_LOCK, context
+from aotkit.specs import ShapeDtype
+
+
+class ArgumentMismatch(Exception):
+    """Internal: leaf `index` does not fit its slot; `Compiled` turns it into a user error."""
+
+    def __init__(self, index: int, reason: str, kind: type[Exception] = TypeError):
+        super().__init__(index, reason)
+        self.index = index
+        self.reason = reason
+        self.kind = kind
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryAnalysis:
+    """Byte sizes of a compiled executable's buffers and code."""
+
+    argument_size_in_bytes: int
+    output_size_in_bytes: int
+    alias_size_in_bytes: int
+    temp_size_in_bytes: int
+    generated_code_size_in_bytes: int
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInfo:
+    """One row of `aotkit.backends.available()`."""
+
+    name: str
+    platform: str
+    version: str
+    device_count: int
+
+
+class Executable(abc.ABC):
+    """A module compiled by one backend for fixed flat argument and result specs."""
+
+    backend: Backend
+    name: str
+    in_specs: tuple[ShapeDtype, ...]
+    out_specs: tuple[ShapeDtype, ...]
+
+    @abc.abstractmethod
+    def execute(self, leaves: Sequence) -> list:
+        """Runs on flat argument leaves; raises `ArgumentMismatch` for a leaf that does not fit."""
+
+    @abc.abstractmethod
+    def as_text(self) -> str:
+        """The backend's final program text (optimized HLO, or the final StableHLO)."""
+
+    def cost_analysis(self) -> dict[str, float] | None:
+        return None
+
+    def memory_analysis(self) -> MemoryAnalysis | None:
+        return None
+
+    @abc.abstractmethod
+    def runtime_executable(self):
+        """The backend's own executable object."""
+
+
+class Backend(abc.ABC):
+    """A compiler plus runtime for StableHLO modules."""
+
+    name: str
+    platform: str
+
+    @abc.abstractmethod
+    def devices(self) -> list:
+        """The devices this backend runs on; executables run on the first."""
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    def info(self) -> BackendInfo:
+        return BackendInfo(self.name, self.platform, self.version, len(self.devices()))
+
+    @abc.abstractmethod
+    def compile(self, module: ir.Module, options: Mapping[str, object] | None = None) -> Executable:
+        """Compiles a verified module with a public `@main`; failures raise CompileError."""
+
+    def __repr__(self) -> str:
+        return f"<aotkit backend {self.name!r} platform={self.platform!r}>"
+
+
+def module_name(module: ir.Module) -> str:
+    """The module's `sym_name` (aotkit names modules after the traced function)."""
+    with IR_LOCK:
+        attr = module.operation.attributes
+        if "sym_name" in attr:
+            return ir.StringAttr(attr["sym_name"]).value
+    return "module"
+
+
+def main_function(module: ir.Module):
+    """The public `@main` func.func of `module` (caller holds IR_LOCK)."""
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and "sym_name" in op.attributes:
+            if ir.StringAttr(op.attributes["sym_name"]).value == "main":
+                return op
+    return None
+
+
+def signature(module: ir.Module, where: str) -> tuple[tuple[ShapeDtype, ...], tuple]:
+    """The flat argument and result specs of `@main`; TypeError for types aotkit cannot carry."""
+    with IR_LOCK, context():
+        main = main_function(module)
+        if main is None:
+            raise ValueError(f"{where}: module has no @main function; lower with aotkit.lower")
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        return (
+            tuple(_spec_of_type(t, where) for t in ftype.inputs),
+            tuple(_spec_of_type(t, where) for t in ftype.results),
+        )
+
+
+def _spec_of_type(t: ir.Type, where: str) -> ShapeDtype:
+    if not isinstance(t, ir.RankedTensorType):
+        raise TypeError(f"{where}: @main has a non-tensor argument or result {t}; only tensors")
+    rt = t
+    if not rt.has_static_shape:
+        raise TypeError(f"{where}: @main has dynamic shape {t}; only static shapes compile")
+    return ShapeDtype(tuple(rt.shape), dtypes.dtype_of_ir_type(rt.element_type))
+
+
+# NEP 50: a Python scalar fills a slot whose kind is its own or higher.
+_SCALAR_RANK = {bool: 0, int: 1, float: 2, complex: 3}
+
+
+def _slot_rank(dtype: np.dtype) -> int:
+    if dtype.kind == "b":
+        return 0
+    if dtype.kind in "iu":
+        return 1
+    if dtype.kind == "c":
+        return 3
+    return 2  # float kinds, bfloat16 included
+
+
+def _kind_rank_ok(kind: type, dtype: np.dtype) -> bool:
+    return _SCALAR_RANK[kind] <= _slot_rank(dtype)
+
+
+def describe(leaf) -> str:
+    """How an argument reads in an error: `f64[3]`, `Python float 3.0`, `str`."""
+    kind = dtypes.weak_kind(leaf)
+    if kind is not None:
+        return f"Python {kind.__name__} {leaf!r}"
+    shape = getattr(leaf, "shape", None)
+    dtype = getattr(leaf, "dtype", None)
+    if shape is not None and dtype is not None:
+        try:
+            return str(ShapeDtype(shape, dtype))
+        except (TypeError, ValueError):
+            return f"{type(leaf).__name__} of dtype {dtype} and shape {tuple(shape)}"
+    return f"a {type(leaf).__name__}"
+
+
+def host_value(index: int, leaf, spec: ShapeDtype) -> np.ndarray:
+    """The NumPy array for a host argument (NumPy array/scalar or Python scalar) in `spec`'s slot.
+
+    Raises `ArgumentMismatch` when it does not fit; device arrays are the caller's business.
+    """
+    t = type(leaf)
+    if t is np.ndarray or isinstance(leaf, np.ndarray | np.generic):
+        if leaf.dtype == spec.dtype and leaf.shape == spec.shape:
+            return leaf if t is np.ndarray else np.asarray(leaf)
+        raise ArgumentMismatch(index, _expected(spec, leaf))
+    kind = dtypes.weak_kind(leaf)
+    if kind is not None:
+        if spec.shape != () or not _kind_rank_ok(kind, spec.dtype):
+            raise ArgumentMismatch(index, _expected(spec, leaf))
+        try:
+            return np.asarray(leaf, dtype=spec.dtype)
+        except OverflowError:
+            raise ArgumentMismatch(
+                index,
+                f"is Python {kind.__name__} {leaf!r}, out of range for {spec}; pass a value "
+                f"that fits or a NumPy array of dtype {spec.dtype.name}",
+                ValueError,
+            ) from None
+    if isinstance(leaf, ShapeDtype):
+        raise ArgumentMismatch(
+            index, f"is the spec {leaf}; a compiled function runs on arrays, not specs"
+        )
+    raise ArgumentMismatch(index, _expected(spec, leaf))
+
+
+def _expected(spec: ShapeDtype, leaf) -> str:
+    return f"expected {spec}, got {describe(leaf)}"

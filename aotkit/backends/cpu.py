@@ -1,0 +1,14 @@
+"""The `cpu` backend: jaxlib's embedded PJRT CPU client, aotkit's default.
+
+It is the same client JAX itself uses, so arrays JAX made on the CPU are accepted as
+arguments without a copy. The client starts on the first `aotkit.backends.get("cpu")`.
+"""
+
+from __future__ import annotations
+
+from aotkit import _compat
+from aotkit.backends.pjrt import PjrtBackend
+
+
+def create() -> PjrtBackend:
+    return PjrtBackend("cpu", _compat.pjrt_backend("cpu"))

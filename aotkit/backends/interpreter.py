@@ -1,0 +1,259 @@
+"""The `interpreter` backend: StableHLO's reference interpreter, a slow golden backend for tests.
+
+"Compiling" legalizes CHLO to StableHLO and checks, before anything reaches
+`stablehlo.eval_module`, that every op and element type is one the interpreter carries:
+in jaxlib 0.10.2 an unsupported op ends the process (LLVM ERROR / SIGABRT) instead of
+raising, and so does converting a complex result back to Python. What is refused raises
+here, in Python: an op the interpreter does not implement is a `CompileError`, an element
+type outside aotkit's dtypes a `TypeError`.
+
+bfloat16 and complex values are carried anyway: arguments go in as raw bits, and the
+evaluated copy of `@main` returns bf16 results widened to f32 (exact) and complex results
+as real and imaginary parts, which are reassembled in NumPy.
+
+`as_text()` is the final StableHLO (after legalization); cost and memory analyses are
+`None`. Results are NumPy arrays. Every call allocates MLIR attributes that live as long
+as the process's context, so keep interpreter inputs small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from jaxlib.mlir import ir, passmanager
+from jaxlib.mlir.dialects import func, stablehlo
+
+from aotkit import dtypes
+from aotkit._context import IR_LOCK, context
+from aotkit.backends.base import (
+    ArgumentMismatch,
+    Backend,
+    Executable,
+    describe,
+    host_value,
+    main_function,
+    module_name,
+    signature,
+)
+from aotkit.backends.pjrt import first_line
+from aotkit.errors import CompileError
+
+_LEGALIZE = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
+
+# Ops the reference interpreter in jaxlib 0.10.2 evaluates. Everything else (custom_call,
+# rng, rng_bit_generator, cholesky, fft, collectives, infeed/outfeed, tokens, dynamic-shape
+# ops, ...) aborts the process inside eval_module, so it is refused before the call.
+_SUPPORTED_OPS = frozenset(
+    ["builtin.module", "func.func", "func.return", "func.call"]
+    + [
+        "stablehlo." + name
+        for name in """
+        abs add and atan2 bitcast_convert broadcast_in_dim case cbrt ceil clamp compare
+        complex composite concatenate constant convert convolution cosine
+        count_leading_zeros divide dot_general dynamic_slice dynamic_update_slice
+        exponential exponential_minus_one floor gather get_tuple_element if imag iota
+        is_finite log log_plus_one logistic map maximum minimum multiply negate not
+        optimization_barrier or pad popcnt power real reduce reduce_precision
+        reduce_window remainder reshape return reverse round_nearest_afz
+        round_nearest_even rsqrt scatter select select_and_scatter shift_left
+        shift_right_arithmetic shift_right_logical sign sine slice sort sqrt subtract
+        tan tanh transpose triangular_solve tuple while xor
+        """.split()
+    ]
+)
+
+
+def create() -> InterpreterBackend:
+    return InterpreterBackend()
+
+
+class InterpreterBackend(Backend):
+    name = "interpreter"
+    platform = "interpreter"
+
+    def devices(self) -> list:
+        return ["interpreter:0"]
+
+    @property
+    def version(self) -> str:
+        return f"StableHLO {stablehlo.get_current_version()}"
+
+    def compile(self, module: ir.Module, options: Mapping[str, object] | None = None):
+        name = module_name(module)
+        where = f"backend 'interpreter': module {name!r}"
+        if options:
+            raise ValueError(
+                f"backend 'interpreter': takes no compile options, got {dict(options)!r}; "
+                "XLA options apply to backend='cpu'"
+            )
+        in_specs, out_specs = signature(module, where)
+        with IR_LOCK, context():
+            try:
+                module.operation.verify()
+            except ir.MLIRError as e:
+                raise CompileError(
+                    f"backend 'interpreter' rejected module {name!r}: it does not verify: "
+                    f"{first_line(e)}; build modules with aotkit.lower",
+                    backend="interpreter",
+                    module_name=name,
+                ) from e
+            final = ir.Module.parse(module.operation.get_asm(enable_debug_info=True))
+            passmanager.PassManager.parse(_LEGALIZE).run(final.operation)
+            _check_carried(final, name, where)
+            text = final.operation.get_asm()
+            runnable = ir.Module.parse(module.operation.get_asm())
+            passmanager.PassManager.parse(_LEGALIZE).run(runnable.operation)
+            decoders = _widen_results(runnable, out_specs)
+        return InterpreterExecutable(self, name, text, runnable, in_specs, out_specs, decoders)
+
+
+def _check_carried(module: ir.Module, name: str, where: str) -> None:
+    """Refuses ops and element types the interpreter would abort on (caller holds IR_LOCK)."""
+
+    def visit(op: ir.Operation) -> None:
+        op_name = op.name
+        if op_name not in _SUPPORTED_OPS:
+            raise CompileError(
+                f"backend 'interpreter' rejected module {name!r}: the reference interpreter "
+                f"cannot run op {op_name}; use backend='cpu'",
+                backend="interpreter",
+                module_name=name,
+            )
+        for result in op.results:
+            _check_type(result.type, op_name, where)
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.arguments:
+                    _check_type(arg.type, op_name, where)
+                for inner in block.operations:
+                    visit(inner.operation)
+
+    visit(module.operation)
+
+
+_CARRIED: dict[str, np.dtype] = {}
+
+
+def _check_type(t: ir.Type, op_name: str, where: str) -> None:
+    if isinstance(t, ir.TupleType):
+        for i in range(t.num_types):
+            _check_type(t.get_type(i), op_name, where)
+        return
+    if not isinstance(t, ir.RankedTensorType):
+        raise TypeError(
+            f"{where}: op {op_name} has a value of type {t}, which the reference interpreter "
+            "does not carry; use backend='cpu'"
+        )
+    element = t.element_type
+    key = str(element)
+    if key in _CARRIED:
+        return
+    try:
+        _CARRIED[key] = dtypes.dtype_of_ir_type(element)
+    except TypeError:
+        raise TypeError(
+            f"{where}: op {op_name} uses element type {key}, which the interpreter backend "
+            f"does not carry (it carries {', '.join(dtypes.SHORT_NAMES)}); use backend='cpu'"
+        ) from None
+
+
+def _widen_results(module: ir.Module, out_specs) -> list[tuple[str, int]]:
+    """Rewrites `@main` to return bf16 as f32 and complex as (real, imag); caller holds IR_LOCK.
+
+    Returns one decoder per original result: ('plain' | 'bf16' | 'complex', first index).
+    """
+    main = main_function(module)
+    block = main.regions[0].blocks[0]
+    ret = block.operations[len(block.operations) - 1]
+    decoders = []
+    values = []
+    with ir.InsertionPoint(ret), ir.Location.unknown():
+        for value, spec in zip(ret.operands, out_specs):
+            index = len(values)
+            if dtypes.is_complex(spec.dtype):
+                values += [stablehlo.real(value), stablehlo.imag(value)]
+                decoders.append(("complex", index))
+            elif spec.dtype == dtypes.bfloat16:
+                f32 = dtypes.tensor_type(spec.shape, np.dtype(np.float32))
+                values.append(stablehlo.convert(f32, value))
+                decoders.append(("bf16", index))
+            else:
+                values.append(value)
+                decoders.append(("plain", index))
+        func.ReturnOp(values)
+    ret.erase()
+    ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+    main.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get(list(ftype.inputs), [v.type for v in values])
+    )
+    if "res_attrs" in main.attributes:
+        del main.attributes["res_attrs"]
+    module.operation.verify()
+    return decoders
+
+
+def _to_attribute(x: np.ndarray, spec) -> ir.DenseElementsAttr:
+    """A DenseElementsAttr holding `x` bit for bit (caller holds IR_LOCK inside the context)."""
+    x = np.ascontiguousarray(x)
+    dtype = spec.dtype
+    if dtypes.is_bool(dtype):
+        buffer = x.view(np.uint8)
+    elif dtype == dtypes.bfloat16:
+        buffer = x.view(np.uint16)
+    elif dtypes.is_complex(dtype):
+        buffer = x.view(dtypes.real_dtype(dtype)).reshape(x.shape + (2,))
+    else:
+        buffer = x
+    element = dtypes.ir_element_type(dtype)
+    return ir.DenseElementsAttr.get(buffer, type=element, shape=list(spec.shape))
+
+
+class InterpreterExecutable(Executable):
+    def __init__(self, backend, name, text, runnable, in_specs, out_specs, decoders):
+        self.backend = backend
+        self.name = name
+        self.in_specs = tuple(in_specs)
+        self.out_specs = tuple(out_specs)
+        self._text = text
+        self._module = runnable
+        self._decoders = decoders
+
+    def _host(self, index: int, leaf, spec) -> np.ndarray:
+        if isinstance(leaf, np.ndarray | np.generic) or dtypes.weak_kind(leaf) is not None:
+            return host_value(index, leaf, spec)
+        # Device arrays of other backends (e.g. a jax.Array from `cpu`) by their NumPy view.
+        if hasattr(leaf, "__array__") and hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            if leaf.shape == spec.shape and leaf.dtype == spec.dtype:
+                return np.asarray(leaf)
+            raise ArgumentMismatch(index, f"expected {spec}, got {describe(leaf)}")
+        return host_value(index, leaf, spec)
+
+    def execute(self, leaves: Sequence) -> list:
+        hosts = [self._host(i, x, s) for i, (x, s) in enumerate(zip(leaves, self.in_specs))]
+        with IR_LOCK, context():
+            attrs = [_to_attribute(x, s) for x, s in zip(hosts, self.in_specs)]
+            try:
+                raw = stablehlo.eval_module(self._module, attrs)
+            except ValueError as e:
+                raise RuntimeError(
+                    f"backend 'interpreter': evaluating module {self.name!r} failed: {e}"
+                ) from e
+            arrays = [np.array(a) for a in raw]
+        outs = []
+        for (how, i), spec in zip(self._decoders, self.out_specs):
+            if how == "complex":
+                # Assigning parts keeps inf/nan parts apart (`1j * inf` would be nan+infj).
+                value = np.empty(spec.shape, spec.dtype)
+                value.real = arrays[i].reshape(spec.shape)
+                value.imag = arrays[i + 1].reshape(spec.shape)
+            else:
+                value = np.asarray(arrays[i], dtype=spec.dtype).reshape(spec.shape)
+            outs.append(value)
+        return outs
+
+    def as_text(self) -> str:
+        return self._text
+
+    def runtime_executable(self):
+        return self._module

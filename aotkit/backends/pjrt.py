@@ -1,0 +1,250 @@
+"""PJRT backends: compile a StableHLO module with XLA through a PJRT client and run it.
+
+`cpu` (jaxlib's embedded CPU client) and the plugins (`cuda`, `rocm`, `tpu`, any plugin
+`.so`) differ only in where their client comes from; this module holds what they share.
+
+The call path is the hot path of `Compiled.__call__`. It mirrors what JAX's own dispatch
+does in C++, in a few Python lines per argument: each argument slot gets a precomputed
+closure that passes a matching device array through untouched and copies a NumPy value
+with jaxlib's batched transfer (the fast host->device path), and outputs are wrapped by
+jaxlib's C++ result handlers. Nothing is allocated per call beyond the argument list.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+
+from jaxlib.mlir import ir
+
+from aotkit import _compat
+from aotkit._context import IR_LOCK
+from aotkit.backends.base import (
+    ArgumentMismatch,
+    Backend,
+    Executable,
+    MemoryAnalysis,
+    describe,
+    host_value,
+    module_name,
+    signature,
+)
+from aotkit.errors import CompileError
+from aotkit.specs import ShapeDtype
+
+_OPTION_VALUE_TYPES = (bool, int, float, str)
+# XLA's own wording for a bad entry in env_option_overrides.
+_BAD_OPTION_MARKERS = ("No such compile option", "While setting option")
+
+
+def check_options(options: Mapping[str, object] | None, where: str) -> dict[str, object]:
+    """Validates XLA option names and values as far as Python can (types); XLA checks names."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            f"{where}: options must be a dict of XLA flags, got {type(options).__name__}; "
+            "e.g. {'xla_cpu_enable_fast_math': True}"
+        )
+    checked = {}
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{where}: option name {key!r} is not a string; use XLA flag names")
+        if not isinstance(value, _OPTION_VALUE_TYPES):
+            raise TypeError(
+                f"{where}: option {key!r} has a {type(value).__name__} value {value!r}; "
+                "XLA options take bool, int, float or str"
+            )
+        checked[key] = value
+    return checked
+
+
+def first_line(message: str) -> str:
+    for line in str(message).splitlines():
+        if line.strip():
+            return line.strip()
+    return str(message)
+
+
+class PjrtBackend(Backend):
+    """A backend over one PJRT client; executables run on its first local device."""
+
+    def __init__(self, name: str, client):
+        self.name = name
+        self.platform = client.platform
+        self._client = client
+        self._device = client.local_devices()[0]
+
+    @property
+    def client(self):
+        return self._client
+
+    @property
+    def version(self) -> str:
+        import jaxlib
+
+        return f"jaxlib {jaxlib.__version__}, {self._client.platform_version}"
+
+    def devices(self) -> list:
+        return list(self._client.local_devices())
+
+    def compile(self, module: ir.Module, options: Mapping[str, object] | None = None):
+        where = f"backend {self.name!r}"
+        overrides = check_options(options, f"{where}: compile")
+        name = module_name(module)
+        in_specs, out_specs = signature(module, f"{where}: module {name!r}")
+        with IR_LOCK:
+            try:
+                module.operation.verify()
+            except ir.MLIRError as e:
+                raise CompileError(
+                    f"{where} rejected module {name!r}: it does not verify: {first_line(e)}; "
+                    "build modules with aotkit.lower or check them with Lowered.as_text()",
+                    backend=self.name,
+                    module_name=name,
+                ) from e
+            buffer = io.BytesIO()
+            module.operation.write_bytecode(buffer)
+        runtime_error = _compat.runtime_error_type()
+        try:
+            exe = self._client.compile_and_load(
+                buffer.getvalue(),
+                _compat.device_list([self._device]),
+                _compat.compile_options(overrides),
+            )
+        except runtime_error as e:
+            message = first_line(e)
+            if any(m in message for m in _BAD_OPTION_MARKERS):
+                raise ValueError(
+                    f"{where}: compile options {overrides!r} rejected: {message}; options are "
+                    "XLA debug flags such as {'xla_cpu_enable_fast_math': True}"
+                ) from None
+            raise CompileError(
+                f"{where} rejected module {name!r}: {message}",
+                backend=self.name,
+                module_name=name,
+            ) from e
+        return PjrtExecutable(self, name, exe, in_specs, out_specs)
+
+
+_avals: dict[ShapeDtype, object] = {}
+
+
+def _aval(spec: ShapeDtype):
+    """One shared abstract value per spec, so that an output fed back in is known by identity."""
+    aval = _avals.get(spec)
+    if aval is None:
+        aval = _avals.setdefault(spec, _compat.shaped_array(spec.shape, spec.dtype))
+    return aval
+
+
+class PjrtExecutable(Executable):
+    """A loaded PJRT executable with its per-slot argument transfer closures."""
+
+    def __init__(self, backend: PjrtBackend, name: str, exe, in_specs, out_specs):
+        self.backend = backend
+        self.name = name
+        self.in_specs = tuple(in_specs)
+        self.out_specs = tuple(out_specs)
+        self._exe = exe
+        device = backend._device
+        self._sharding = _compat.single_device_sharding(device)
+        self._slots = [self._slot(i, s, device) for i, s in enumerate(self.in_specs)]
+        self._handlers = [_compat.result_handler(_aval(s), self._sharding) for s in self.out_specs]
+        self.execute = self._make_execute(exe.execute_sharded, self._slots, self._handlers)
+
+    @staticmethod
+    def _make_execute(run, slots, handlers):
+        """`execute(leaves)`, unrolled for small arities: a list comprehension costs ~1 µs."""
+        if len(slots) == 0:
+            return lambda leaves: run([]).consume_with_handlers(handlers)
+        if len(slots) == 1:
+            (put0,) = slots
+            return lambda leaves: run([put0(leaves[0])]).consume_with_handlers(handlers)
+        if len(slots) == 2:
+            put0, put1 = slots
+            return lambda leaves: run([put0(leaves[0]), put1(leaves[1])]).consume_with_handlers(
+                handlers
+            )
+
+        def execute(leaves):
+            return run([put(x) for put, x in zip(slots, leaves)]).consume_with_handlers(handlers)
+
+        return execute
+
+    def _slot(self, index: int, spec: ShapeDtype, device):
+        """The transfer function for argument `index`: leaf -> device array, or mismatch."""
+        array_type = _compat.array_type()
+        shape, dtype = spec.shape, spec.dtype
+        sharding = self._sharding
+        aval = _aval(spec)
+        device_put = _compat.host_to_device(aval, sharding, device)
+        backend_name = self.backend.name
+
+        def put(x):
+            if type(x) is array_type:
+                # Arrays this backend returned carry our aval and sharding objects; anything
+                # else (e.g. a jax.Array) is compared by value.
+                if x.aval is not aval and (x.dtype != dtype or x.shape != shape):
+                    raise ArgumentMismatch(index, f"expected {spec}, got {describe(x)}")
+                s = x.sharding
+                if s is not sharding and s != sharding and s.device_set != {device}:
+                    raise ArgumentMismatch(
+                        index,
+                        f"lives on {sorted(map(str, s.device_set))}, but backend "
+                        f"{backend_name!r} runs it on {device}; pass np.asarray(x) or "
+                        "compile for that backend",
+                        ValueError,
+                    )
+                if x.is_deleted():
+                    raise ArgumentMismatch(
+                        index,
+                        "was deleted or donated to an earlier call; pass a live array",
+                        ValueError,
+                    )
+                return x
+            return device_put(host_value(index, x, spec))
+
+        return put
+
+    def execute(self, leaves: Sequence) -> list:
+        # Shadowed per instance by the unrolled version `_make_execute` builds.
+        return self.execute(leaves)
+
+    def as_text(self) -> str:
+        return "\n".join(m.to_string() for m in self._exe.hlo_modules())
+
+    def cost_analysis(self) -> dict[str, float] | None:
+        try:
+            raw = self._exe.cost_analysis()
+        except Exception:  # plugins may not implement it; the view is then absent
+            return None
+        if isinstance(raw, list | tuple):
+            raw = raw[0] if raw else None
+        if raw is None:
+            return None
+        cost = {k: float(v) for k, v in dict(raw).items()}
+        for key in ("flops", "bytes accessed", "transcendentals"):
+            cost.setdefault(key, 0.0)
+        return cost
+
+    def memory_analysis(self) -> MemoryAnalysis | None:
+        try:
+            stats = self._exe.get_compiled_memory_stats()
+        except Exception:  # not every plugin reports memory statistics
+            return None
+        code = stats.generated_code_size_in_bytes
+        try:
+            code = max(code, self._exe.size_of_generated_code_in_bytes())
+        except Exception:  # optional on plugins
+            pass
+        return MemoryAnalysis(
+            argument_size_in_bytes=stats.argument_size_in_bytes,
+            output_size_in_bytes=stats.output_size_in_bytes,
+            alias_size_in_bytes=stats.alias_size_in_bytes,
+            temp_size_in_bytes=stats.temp_size_in_bytes,
+            generated_code_size_in_bytes=code,
+        )
+
+    def runtime_executable(self):
+        return self._exe

@@ -1,0 +1,189 @@
+"""The compiled stage: `Compiled`, a callable executable for one fixed signature.
+
+`Compiled` wraps a backend `Executable` with the argument and result pytrees. Calling it
+checks the arguments against the compiled pytree and specs and runs; it never retraces or
+recompiles. A mismatch is a TypeError naming both PyTreeDefs and the first difference, or
+the argument path with the expected and given specs.
+
+The call is the dispatch hot path. For the common case (positional array arguments, no
+kwargs) it skips flattening: the backend's per-slot checks reject anything that is not a
+matching leaf, and only then is the full pytree diagnosis run to word the error.
+"""
+
+from __future__ import annotations
+
+from jax import tree_util
+
+from aotkit.backends.base import ArgumentMismatch, Backend, Executable, MemoryAnalysis
+from aotkit.specs import ShapeDtype
+
+
+class Compiled:
+    """A function compiled by one backend for fixed argument specs; call it like the function."""
+
+    def __init__(self, executable: Executable, *, in_tree, out_tree, lowered=None):
+        n_in, n_out = len(executable.in_specs), len(executable.out_specs)
+        if in_tree.num_leaves != n_in or out_tree.num_leaves != n_out:
+            raise ValueError(
+                f"Compiled: pytrees with {in_tree.num_leaves} inputs and {out_tree.num_leaves} "
+                f"outputs do not fit executable {executable.name!r} ({n_in} arguments, "
+                f"{n_out} results); build Compiled through Lowered.compile"
+            )
+        self.name = executable.name
+        self.in_tree = in_tree
+        self.out_tree = out_tree
+        self.flat_in_specs: tuple[ShapeDtype, ...] = tuple(executable.in_specs)
+        self.flat_out_specs: tuple[ShapeDtype, ...] = tuple(executable.out_specs)
+        self.lowered = lowered
+        self._executable = executable
+        self._execute = executable.execute
+        self._n_args = n_in
+        self._positional = in_tree == tree_util.tree_structure(((0,) * n_in, {}))
+        self._single_out = out_tree == tree_util.tree_structure(0)
+        self._unflatten_out = out_tree.unflatten
+        self._paths: list[str] | None = None
+
+    # -- calling
+
+    def __call__(self, *args, **kwargs):
+        if self._positional and not kwargs and len(args) == self._n_args:
+            try:
+                outs = self._execute(args)
+            except ArgumentMismatch as mismatch:
+                raise self._diagnose(args, kwargs, mismatch) from None
+        else:
+            leaves, tree = tree_util.tree_flatten((args, kwargs))
+            if tree != self.in_tree:
+                raise self._tree_error(tree)
+            try:
+                outs = self._execute(leaves)
+            except ArgumentMismatch as mismatch:
+                raise self._argument_error(mismatch) from None
+        if self._single_out:
+            return outs[0]
+        return self._unflatten_out(outs)
+
+    def call_flat(self, leaves) -> list:
+        """Runs on leaves already flattened with `in_tree`; returns the flat results."""
+        try:
+            return self._execute(leaves)
+        except ArgumentMismatch as mismatch:
+            raise self._argument_error(mismatch) from None
+
+    def _diagnose(self, args, kwargs, mismatch: ArgumentMismatch) -> Exception:
+        tree = tree_util.tree_structure((args, kwargs))
+        if tree != self.in_tree:
+            return self._tree_error(tree)
+        return self._argument_error(mismatch)
+
+    def _tree_error(self, tree) -> TypeError:
+        where, expected, given = _first_difference(self.in_tree, tree, ())
+        return TypeError(
+            f"Compiled {self.name!r}: function compiled for {self.in_tree}, called with "
+            f"{tree}; first difference at {_path_text(where)}: expected {_node_text(expected)}, "
+            f"got {_node_text(given)}; call it with the structure it was compiled for"
+        )
+
+    def _argument_error(self, mismatch: ArgumentMismatch) -> Exception:
+        if self._paths is None:
+            self._paths = _leaf_paths(self.in_tree)
+        message = f"Compiled {self.name!r}: argument {self._paths[mismatch.index]} "
+        message += mismatch.reason
+        if mismatch.kind is TypeError:
+            message += (
+                "; pass an array of the compiled shape and dtype, or lower and compile again "
+                "for the new one"
+            )
+        return mismatch.kind(message)
+
+    # -- inspection
+
+    @property
+    def in_specs(self):
+        """The argument pytree `((args...), {kwargs})` with ShapeDtype leaves."""
+        return tree_util.tree_unflatten(self.in_tree, self.flat_in_specs)
+
+    @property
+    def out_specs(self):
+        """The result pytree with ShapeDtype leaves."""
+        return tree_util.tree_unflatten(self.out_tree, self.flat_out_specs)
+
+    @property
+    def backend(self) -> Backend:
+        return self._executable.backend
+
+    def as_text(self) -> str:
+        """The backend's optimized program: XLA's optimized HLO, or the interpreter's StableHLO."""
+        return self._executable.as_text()
+
+    def cost_analysis(self) -> dict[str, float] | None:
+        """XLA's cost estimate ('flops', 'bytes accessed', 'transcendentals', ...) or None."""
+        return self._executable.cost_analysis()
+
+    def memory_analysis(self) -> MemoryAnalysis | None:
+        """Argument, output, alias, temp and generated-code sizes in bytes, or None."""
+        return self._executable.memory_analysis()
+
+    def runtime_executable(self):
+        """The backend's own executable (a PJRT LoadedExecutable for PJRT backends)."""
+        return self._executable.runtime_executable()
+
+    def __repr__(self) -> str:
+        ins = ", ".join(map(str, self.flat_in_specs))
+        outs = ", ".join(map(str, self.flat_out_specs))
+        return f"<Compiled {self.name}({ins}) -> ({outs}) on {self.backend.name}>"
+
+
+def _leaf_paths(tree) -> list[str]:
+    dummy = tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
+    return [_path_text(_keys(path)) for path, _ in tree_util.tree_flatten_with_path(dummy)[0]]
+
+
+def _keys(path) -> tuple[str, ...]:
+    return tuple(tree_util.keystr((k,)) for k in path)
+
+
+def _path_text(keys: tuple[str, ...]) -> str:
+    """`args[0]['w']`: the root pair `(args, kwargs)` is named, the rest is indexing."""
+    if not keys:
+        return "the argument list"
+    head = {"[0]": "args", "[1]": "kwargs"}.get(keys[0], keys[0])
+    return head + "".join(keys[1:])
+
+
+def _first_difference(expected, given, where: tuple[str, ...]):
+    """(path, expected subtree, given subtree) at the first place two PyTreeDefs differ."""
+    e_node, g_node = expected.node_data(), given.node_data()
+    if e_node is None or g_node is None or e_node[0] is not g_node[0] or e_node[1] != g_node[1]:
+        return where, expected, given
+    e_children, g_children = expected.children(), given.children()
+    if len(e_children) != len(g_children):
+        return where, expected, given
+    for i, (e, g) in enumerate(zip(e_children, g_children)):
+        if e != g:
+            return _first_difference(e, g, where + (_child_key(e_node, i),))
+    return where, expected, given
+
+
+def _child_key(node, i: int) -> str:
+    kind, data = node
+    if kind is dict and data is not None:
+        return f"[{list(data)[i]!r}]"
+    return f"[{i}]"
+
+
+def _node_text(tree) -> str:
+    node = tree.node_data()
+    if node is None:
+        return "an array"
+    kind, data = node
+    n = len(tree.children())
+    if kind is type(None):
+        return "None"
+    if kind is dict:
+        return f"a dict with keys {list(data)}"
+    if kind is tuple:
+        return f"a tuple of {n}"
+    if kind is list:
+        return f"a list of {n}"
+    return f"a {kind.__name__} of {n}"

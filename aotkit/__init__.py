@@ -7,10 +7,27 @@ print(lowered.as_text())
 
 from __future__ import annotations
 
-from aotkit import numpy  # noqa: F401  (registers every op family)
+from aotkit import (
+    lax,
+    numpy,  # noqa: F401  (registers every op family)
+)
 from aotkit.errors import CompileError
+from aotkit.lax import cond, fori_loop, scan, switch, while_loop
 from aotkit.specs import ShapeDtype, spec
 from aotkit.stages import Lowered, lower
 
 __version__ = "0.1.0"
-__all__ = ["CompileError", "Lowered", "ShapeDtype", "lower", "numpy", "spec"]
+__all__ = [
+    "CompileError",
+    "Lowered",
+    "ShapeDtype",
+    "cond",
+    "fori_loop",
+    "lax",
+    "lower",
+    "numpy",
+    "scan",
+    "spec",
+    "switch",
+    "while_loop",
+]

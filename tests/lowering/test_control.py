@@ -723,3 +723,9 @@ def test_tracers_of_a_finished_trace_are_refused():
     ):
         with pytest.raises(TypeError, match="a tracer from a finished trace"):
             aotkit.lower(fn, aotkit.spec("f32[]"))
+
+
+@pytest.mark.parametrize("name", ["cond", "switch", "while_loop", "fori_loop", "scan"])
+def test_public_names(name):
+    assert getattr(aotkit, name) is getattr(aotkit.lax, name)
+    assert name in aotkit.__all__ and name in aotkit.lax.__all__

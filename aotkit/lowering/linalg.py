@@ -101,10 +101,7 @@ def _promoted(op: str, *xs, dtype=None) -> list[Tracer]:
     if dtype is not None:
         dt = dtypes.canonicalize(dtype, where=where(op))
     else:
-        try:
-            dt = dtypes.result_type(*(t.dtype for t in ts))
-        except TypeError as e:
-            raise TypeError(f"{where(op)}: {e}") from None
+        dt = dtypes.result_type(*(t.dtype for t in ts))
     return [cast(t, dt) for t in ts]
 
 
@@ -403,8 +400,6 @@ def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=
             return x, ls
         return reduce_raw(x, drop, "add"), [c for c in ls if c in need]
 
-    if not prepared:
-        raise ValueError(f"{where('einsum')}: no operands given")
     need0 = set(out_labels)
     for _, ls in prepared[1:]:
         need0.update(ls)

@@ -220,7 +220,11 @@ def _mask(op: str, wh, shape: tuple[int, ...]) -> Tracer | None:
             f"{where(op)}: where= must be a boolean mask, got dtype {m.dtype}; "
             "compare first (e.g. where=x > 0)"
         )
-    if broadcast_shapes(op, m.shape, shape) != shape:
+    try:
+        fits = np.broadcast_shapes(m.shape, shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
         raise ValueError(
             f"{where(op)}: where= of shape {m.shape} does not broadcast to the array's "
             f"shape {shape}"

@@ -1,16 +1,31 @@
-"""Trace stage, shape family: broadcast, reshape, transpose (StableHLO's static-shape ops).
+"""Trace stage, shape family: layout functions over StableHLO's static-shape ops.
 
-The primitives are strict (the caller gives the result shape); the NumPy-level functions
-validate user input first and raise errors that name the user's call site.
+Everything here moves, copies or selects elements by positions known at trace time:
+broadcast, reshape, transpose, slice, reverse, concatenate and pad are the primitives,
+and NumPy's layout functions (stack, split, tile, repeat, pad, roll, rot90, diag, tril,
+eye, meshgrid, kron, ...) are built from them with NumPy 2's names, defaults and result
+dtypes. The primitives are strict (the caller gives valid parameters); the NumPy-level
+functions validate user input first and raise errors that name the user's call site.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit.lowering.core import RuleContext, Tracer, bind1, export, register, where
+from aotkit import dtypes
+from aotkit.lowering.core import (
+    NUMPY_FUNCTIONS,
+    RuleContext,
+    Tracer,
+    bind1,
+    export,
+    full,
+    register,
+    where,
+)
 
 # --- primitives ------------------------------------------------------------------------------
 
@@ -28,6 +43,48 @@ def _lower_reshape(ctx: RuleContext, x, *, shape):
 @register("transpose", shape=lambda a, *, perm: [(tuple(a[0][p] for p in perm), a[1])])
 def _lower_transpose(ctx: RuleContext, x, *, perm):
     return [stablehlo.transpose(x, list(perm))]
+
+
+def _slice_shape(a, *, start, limit, strides):
+    return [
+        (
+            tuple(
+                max(0, -(-(hi - lo) // st))
+                for lo, hi, st in zip(start, limit, strides, strict=True)
+            ),
+            a[1],
+        )
+    ]
+
+
+@register("slice", shape=_slice_shape)
+def _lower_slice(ctx: RuleContext, x, *, start, limit, strides):
+    return [stablehlo.slice(x, list(start), list(limit), list(strides))]
+
+
+@register("reverse", shape=lambda a, *, dims: [a])
+def _lower_reverse(ctx: RuleContext, x, *, dims):
+    return [stablehlo.reverse(x, list(dims))]
+
+
+def _concatenate_shape(*avals, dim):
+    shape = list(avals[0][0])
+    shape[dim] = sum(a[0][dim] for a in avals)
+    return [(tuple(shape), avals[0][1])]
+
+
+@register("concatenate", shape=_concatenate_shape)
+def _lower_concatenate(ctx: RuleContext, *xs, dim):
+    return [stablehlo.concatenate(list(xs), dim)]
+
+
+def _pad_shape(a, v, *, low, high):
+    return [(tuple(n + lo + hi for n, lo, hi in zip(a[0], low, high, strict=True)), a[1])]
+
+
+@register("pad", shape=_pad_shape)
+def _lower_pad(ctx: RuleContext, x, value, *, low, high):
+    return [stablehlo.pad(x, value, list(low), list(high), [0] * len(low))]
 
 
 # --- helpers used by every family ------------------------------------------------------------
@@ -87,7 +144,200 @@ def normalize_axis(op: str, axis, ndim: int) -> int:
     return axis % ndim if ndim else 0
 
 
-# --- NumPy-level functions -------------------------------------------------------------------
+def normalize_axes(op: str, axis, ndim: int, name: str = "axis") -> tuple[int, ...]:
+    """An int or a sequence of ints as distinct non-negative axes (ValueError on repeats)."""
+    axes = (axis,) if _is_int(axis) or isinstance(axis, Tracer) else tuple(axis)
+    out = tuple(normalize_axis(op, a, ndim) for a in axes)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{where(op)}: repeated axis in `{name}` argument: {axis!r}")
+    return out
+
+
+def slice_static(
+    x: Tracer,
+    start: tuple[int, ...],
+    limit: tuple[int, ...],
+    strides: tuple[int, ...] | None = None,
+) -> Tracer:
+    """`x[start:limit:strides]` per dimension, positive strides, in-range bounds."""
+    strides = strides or (1,) * x.ndim
+    if start == (0,) * x.ndim and limit == x.shape and strides == (1,) * x.ndim:
+        return x
+    return bind1("slice", x, start=tuple(start), limit=tuple(limit), strides=tuple(strides))
+
+
+def slice_axis(x: Tracer, axis: int, start: int, stop: int, step: int = 1) -> Tracer:
+    """`x[..., start:stop:step, ...]` on one axis with Python slice semantics (any step)."""
+    n = x.shape[axis]
+    start, stop, step = slice(start, stop, step).indices(n)
+    length = len(range(start, stop, step))
+    lo = [0] * x.ndim
+    hi = list(x.shape)
+    st = [1] * x.ndim
+    if step > 0:
+        lo[axis], hi[axis], st[axis] = start, start + max(length - 1, 0) * step + 1, step
+        if length == 0:
+            hi[axis] = start
+    else:
+        # Select the same elements in increasing order, then reverse them.
+        first = start + (length - 1) * step if length else 0
+        lo[axis], hi[axis], st[axis] = first, (start + 1) if length else 0, -step
+    out = slice_static(x, tuple(lo), tuple(hi), tuple(st))
+    if step < 0 and length > 1:
+        out = reverse(out, (axis,))
+    return out
+
+
+def reverse(x: Tracer, dims: tuple[int, ...]) -> Tracer:
+    dims = tuple(d for d in dims if x.shape[d] > 1)
+    return bind1("reverse", x, dims=dims) if dims else x
+
+
+def concat(xs: list[Tracer], axis: int) -> Tracer:
+    """Concatenates tracers of one dtype and matching shapes along `axis`."""
+    xs = [x for x in xs if x.shape[axis] != 0] or xs[:1]
+    return xs[0] if len(xs) == 1 else bind1("concatenate", *xs, dim=axis)
+
+
+def insert_axes(x: Tracer, axes: tuple[int, ...]) -> Tracer:
+    """Inserts size-1 axes at the (result) positions `axes`."""
+    shape = list(x.shape)
+    for a in sorted(axes):
+        shape.insert(a, 1)
+    return reshape_to(x, tuple(shape))
+
+
+def take_static(x: Tracer, axis: int, idx: np.ndarray) -> Tracer:
+    """`x` at the static in-range positions `idx` along `axis`, as slices where it can.
+
+    Index patterns from pad, roll and repeat are a few runs of consecutive, reversed or
+    repeated positions; each run becomes one slice (reverse, broadcast) and the runs are
+    concatenated. Irregular patterns fall back to one gather.
+    """
+    idx = np.asarray(idx, np.int64).ravel()
+    n = len(idx)
+    if n == 0:
+        return slice_axis(x, axis, 0, 0)
+    if n == x.shape[axis] and (idx == np.arange(n)).all():
+        return x
+    runs = []
+    i = 0
+    while i < n:
+        j = i + 1
+        step = int(idx[j] - idx[i]) if j < n else 1
+        if step not in (-1, 0, 1):
+            step = 1
+        else:
+            while j < n and idx[j] - idx[j - 1] == step:
+                j += 1
+        runs.append((int(idx[i]), step, j - i))
+        i = j
+    if len(runs) > 16:
+        from aotkit.lowering.indexing import gather_along
+
+        return gather_along(x, axis, idx)
+    parts = []
+    for first, step, length in runs:
+        if step == 1:
+            parts.append(slice_axis(x, axis, first, first + length))
+        elif step == -1:
+            parts.append(
+                slice_axis(x, axis, first, first - length if first >= length else None, -1)
+            )
+        else:
+            one = slice_axis(x, axis, first, first + 1)
+            shape = list(one.shape)
+            shape[axis] = length
+            parts.append(
+                bind1("broadcast_in_dim", one, shape=tuple(shape), dims=tuple(range(x.ndim)))
+            )
+    return concat(parts, axis)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)
+
+
+def _asarray(a) -> Tracer:
+    return NUMPY_FUNCTIONS["asarray"](a)
+
+
+def _cast(x: Tracer, dtype: np.dtype) -> Tracer:
+    from aotkit.lowering.elementwise import cast
+
+    return cast(x, dtype)
+
+
+def _static_int(op: str, name: str, v) -> int:
+    if not _is_int(v):
+        what = "traced" if isinstance(v, Tracer) else f"{v!r}"
+        raise TypeError(
+            f"{where(op)}: {name} must be a static Python int, got {what}; shapes are fixed at "
+            "trace time"
+        )
+    return int(v)
+
+
+def _static_ints(op: str, name: str, v) -> tuple[int, ...]:
+    if _is_int(v):
+        return (int(v),)
+    if isinstance(v, Tracer):
+        _static_int(op, name, v)
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        return (_static_int(op, name, v[()]),)
+    try:
+        seq = tuple(v)
+    except TypeError:
+        seq = (v,)
+    return tuple(_static_int(op, name, e) for e in seq)
+
+
+def _arrays(op: str, arrays) -> list[Tracer]:
+    if isinstance(arrays, Tracer):
+        return [arrays[i] for i in range(arrays.shape[0])] if arrays.ndim else [arrays]
+    if isinstance(arrays, np.ndarray):
+        return [_asarray(a) for a in arrays]
+    try:
+        items = list(arrays)
+    except TypeError:
+        raise TypeError(
+            f"{where(op)}: expected a sequence of arrays, got {type(arrays).__name__}"
+        ) from None
+    return [_asarray(a) for a in items]
+
+
+def _check_casting(op: str, xs: list[Tracer], dtype: np.dtype, casting: str) -> None:
+    for x in xs:
+        if casting != "unsafe" and not np.can_cast(x.dtype, dtype, casting):
+            raise TypeError(
+                f"{where(op)}: cannot cast array data from {x.dtype.name} to {dtype.name} "
+                f"according to the rule {casting!r}; pass casting='unsafe' or cast first"
+            )
+
+
+def _common_dtype(op: str, xs: list[Tracer], dtype, casting: str) -> list[Tracer]:
+    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
+        raise ValueError(
+            f"{where(op)}: casting must be one of 'no', 'equiv', 'safe', 'same_kind' or "
+            f"'unsafe', got {casting!r}"
+        )
+    if dtype is None:
+        target = dtypes.result_type(*(x.dtype for x in xs))
+    else:
+        target = dtypes.canonicalize(dtype, where=where(op))
+        _check_casting(op, xs, target, casting)
+    return [_cast(x, target) for x in xs]
+
+
+def _no_out(op: str, out) -> None:
+    if out is not None:
+        raise NotImplementedError(
+            f"{where(op)}: out= is not supported; traced arrays are immutable, use the "
+            "returned array"
+        )
+
+
+# --- reshaping -------------------------------------------------------------------------------
 
 
 def _resolve_newshape(op: str, size: int, shape) -> tuple[int, ...]:
@@ -113,23 +363,38 @@ def _resolve_newshape(op: str, size: int, shape) -> tuple[int, ...]:
     return shape
 
 
+def _c_order(op: str, order) -> None:
+    if order not in ("C", "A", "K"):
+        raise NotImplementedError(f"{where(op)}: only order='C' is supported, got {order!r}")
+
+
 @export("reshape")
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
-    from aotkit.lowering.elementwise import asarray
-
     if shape is None:
         shape = newshape
-    if order != "C":
-        raise NotImplementedError(f"{where('reshape')}: only order='C' is supported")
-    a = asarray(a)
+    _c_order("reshape", order)
+    a = _asarray(a)
     return reshape_to(a, _resolve_newshape("reshape", a.size, shape))
+
+
+@export("ravel")
+def ravel(a, order="C"):
+    _c_order("ravel", order)
+    a = _asarray(a)
+    return reshape_to(a, (a.size,))
+
+
+def _flatten(self, order="C"):
+    _c_order("flatten", order)
+    return reshape_to(self, (self.size,))
+
+
+Tracer.flatten = _flatten
 
 
 @export("transpose", "permute_dims")
 def transpose(a, axes=None):
-    from aotkit.lowering.elementwise import asarray
-
-    a = asarray(a)
+    a = _asarray(a)
     if axes is None:
         perm = tuple(reversed(range(a.ndim)))
     else:
@@ -144,15 +409,637 @@ def transpose(a, axes=None):
     return bind1("transpose", a, perm=perm)
 
 
+@export("matrix_transpose")
+def matrix_transpose(x, /):
+    x = _asarray(x)
+    if x.ndim < 2:
+        raise ValueError(
+            f"{where('matrix_transpose')}: input must be at least 2-dimensional, got shape "
+            f"{x.shape}"
+        )
+    return swapaxes(x, -1, -2)
+
+
+@export("swapaxes")
+def swapaxes(a, axis1, axis2):
+    a = _asarray(a)
+    i = normalize_axis("swapaxes", axis1, a.ndim)
+    j = normalize_axis("swapaxes", axis2, a.ndim)
+    perm = list(range(a.ndim))
+    perm[i], perm[j] = perm[j], perm[i]
+    return transpose(a, perm)
+
+
+@export("moveaxis")
+def moveaxis(a, source, destination):
+    a = _asarray(a)
+    src = normalize_axes("moveaxis", source, a.ndim, "source")
+    dst = normalize_axes("moveaxis", destination, a.ndim, "destination")
+    if len(src) != len(dst):
+        raise ValueError(
+            f"{where('moveaxis')}: `source` and `destination` arguments must have the same "
+            f"number of elements, got {len(src)} and {len(dst)}"
+        )
+    order = [n for n in range(a.ndim) if n not in src]
+    for d, s in sorted(zip(dst, src, strict=True)):
+        order.insert(d, s)
+    return transpose(a, order)
+
+
+@export("expand_dims")
+def expand_dims(a, axis):
+    a = _asarray(a)
+    axes = normalize_axes(
+        "expand_dims", axis, a.ndim + len(_static_ints("expand_dims", "axis", axis))
+    )
+    return insert_axes(a, axes)
+
+
+@export("squeeze")
+def squeeze(a, axis=None):
+    a = _asarray(a)
+    if axis is None:
+        axes = tuple(i for i, d in enumerate(a.shape) if d == 1)
+    else:
+        axes = normalize_axes("squeeze", axis, a.ndim)
+        for ax in axes:
+            if a.shape[ax] != 1:
+                raise ValueError(
+                    f"{where('squeeze')}: cannot select an axis to squeeze out which has size "
+                    f"not equal to one (axis {ax} of shape {a.shape})"
+                )
+    return reshape_to(a, tuple(d for i, d in enumerate(a.shape) if i not in axes))
+
+
 @export("broadcast_to")
 def broadcast_to(array, shape):
-    from aotkit.lowering.elementwise import asarray
-
-    array = asarray(array)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    array = _asarray(array)
+    shape = _static_ints("broadcast_to", "shape", shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{where('broadcast_to')}: all elements of shape {shape} must be >= 0")
     out = broadcast_shapes("broadcast_to", array.shape, shape)
     if out != shape:
         raise ValueError(
             f"{where('broadcast_to')}: cannot broadcast shape {array.shape} to {shape}"
         )
     return broadcast_to_shape(array, shape)
+
+
+@export("broadcast_arrays")
+def broadcast_arrays(*args, subok=False):
+    xs = [_asarray(a) for a in args]
+    shape = broadcast_shapes("broadcast_arrays", *(x.shape for x in xs))
+    return tuple(broadcast_to_shape(x, shape) for x in xs)
+
+
+def _atleast(op: str, arys, fix):
+    out = tuple(fix(_asarray(a)) for a in arys)
+    return out[0] if len(out) == 1 else out
+
+
+@export("atleast_1d")
+def atleast_1d(*arys):
+    return _atleast("atleast_1d", arys, lambda x: reshape_to(x, (1,)) if x.ndim == 0 else x)
+
+
+def _to_2d(x: Tracer) -> Tracer:
+    return reshape_to(x, (1,) * (2 - x.ndim) + x.shape) if x.ndim < 2 else x
+
+
+def _to_3d(x: Tracer) -> Tracer:
+    if x.ndim == 0:
+        return reshape_to(x, (1, 1, 1))
+    if x.ndim == 1:
+        return reshape_to(x, (1, x.shape[0], 1))
+    if x.ndim == 2:
+        return reshape_to(x, x.shape + (1,))
+    return x
+
+
+@export("atleast_2d")
+def atleast_2d(*arys):
+    return _atleast("atleast_2d", arys, _to_2d)
+
+
+@export("atleast_3d")
+def atleast_3d(*arys):
+    return _atleast("atleast_3d", arys, _to_3d)
+
+
+# --- joining and splitting -------------------------------------------------------------------
+
+
+def _concatenate(op: str, xs: list[Tracer], axis, dtype, casting) -> Tracer:
+    if not xs:
+        raise ValueError(f"{where(op)}: need at least one array to concatenate")
+    if axis is None:
+        xs = [reshape_to(x, (x.size,)) for x in xs]
+        axis = 0
+    if any(x.ndim == 0 for x in xs):
+        raise ValueError(f"{where(op)}: zero-dimensional arrays cannot be concatenated")
+    ndim = xs[0].ndim
+    axis = normalize_axis(op, axis, ndim)
+    for i, x in enumerate(xs[1:], 1):
+        if x.ndim != ndim:
+            raise ValueError(
+                f"{where(op)}: all the input arrays must have the same number of dimensions, "
+                f"but the array at index 0 has {ndim} dimension(s) and the array at index {i} "
+                f"has {x.ndim} dimension(s)"
+            )
+        for d in range(ndim):
+            if d != axis and x.shape[d] != xs[0].shape[d]:
+                raise ValueError(
+                    f"{where(op)}: all the input array dimensions except for the "
+                    f"concatenation axis must match exactly, but along dimension {d}, the "
+                    f"array at index 0 has size {xs[0].shape[d]} and the array at index {i} "
+                    f"has size {x.shape[d]}"
+                )
+    xs = _common_dtype(op, xs, dtype, casting)
+    return concat(xs, axis)
+
+
+@export("concatenate", "concat")
+def concatenate(arrays, /, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    _no_out("concatenate", out)
+    return _concatenate("concatenate", _arrays("concatenate", arrays), axis, dtype, casting)
+
+
+@export("stack")
+def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    _no_out("stack", out)
+    xs = _arrays("stack", arrays)
+    if not xs:
+        raise ValueError(f"{where('stack')}: need at least one array to stack")
+    for x in xs[1:]:
+        if x.shape != xs[0].shape:
+            raise ValueError(
+                f"{where('stack')}: all input arrays must have the same shape, got "
+                f"{xs[0].shape} and {x.shape}"
+            )
+    axis = normalize_axis("stack", axis, xs[0].ndim + 1)
+    return _concatenate("stack", [insert_axes(x, (axis,)) for x in xs], axis, dtype, casting)
+
+
+@export("unstack")
+def unstack(x, /, *, axis=0):
+    x = _asarray(x)
+    if x.ndim == 0:
+        raise ValueError(f"{where('unstack')}: input array must be at least 1-d")
+    axis = normalize_axis("unstack", axis, x.ndim)
+    rest = x.shape[:axis] + x.shape[axis + 1 :]
+    return tuple(reshape_to(slice_axis(x, axis, i, i + 1), rest) for i in range(x.shape[axis]))
+
+
+@export("hstack")
+def hstack(tup, *, dtype=None, casting="same_kind"):
+    xs = [atleast_1d(x) for x in _arrays("hstack", tup)]
+    axis = 0 if xs and xs[0].ndim == 1 else 1
+    return _concatenate("hstack", xs, axis, dtype, casting)
+
+
+@export("vstack")
+def vstack(tup, *, dtype=None, casting="same_kind"):
+    xs = [_to_2d(x) for x in _arrays("vstack", tup)]
+    return _concatenate("vstack", xs, 0, dtype, casting)
+
+
+@export("dstack")
+def dstack(tup):
+    xs = [_to_3d(x) for x in _arrays("dstack", tup)]
+    return _concatenate("dstack", xs, 2, None, "same_kind")
+
+
+@export("column_stack")
+def column_stack(tup):
+    xs = [
+        reshape_to(x, (x.shape[0], 1)) if x.ndim == 1 else _to_2d(x)
+        for x in _arrays("column_stack", tup)
+    ]
+    return _concatenate("column_stack", xs, 1, None, "same_kind")
+
+
+def _split(op: str, ary, indices_or_sections, axis, equal: bool) -> list[Tracer]:
+    x = _asarray(ary)
+    if x.ndim == 0:
+        raise ValueError(f"{where(op)}: cannot split a 0-d array")
+    axis = normalize_axis(op, axis, x.ndim)
+    n = x.shape[axis]
+    if _is_int(indices_or_sections) or isinstance(indices_or_sections, Tracer):
+        sections = _static_int(op, "indices_or_sections", indices_or_sections)
+        if sections <= 0:
+            raise ValueError(f"{where(op)}: number sections must be larger than 0, got {sections}")
+        if equal and n % sections:
+            raise ValueError(
+                f"{where(op)}: array split does not result in an equal division ({n} elements "
+                f"into {sections} sections); use array_split for unequal sections"
+            )
+        each, extra = divmod(n, sections)
+        sizes = [each + 1] * extra + [each] * (sections - extra)
+        points = [0, *np.cumsum(sizes).tolist()]
+    else:
+        points = [0, *_static_ints(op, "indices_or_sections", indices_or_sections), n]
+    return [slice_axis(x, axis, lo, hi) for lo, hi in zip(points[:-1], points[1:], strict=True)]
+
+
+@export("split")
+def split(ary, indices_or_sections, axis=0):
+    return _split("split", ary, indices_or_sections, axis, equal=True)
+
+
+@export("array_split")
+def array_split(ary, indices_or_sections, axis=0):
+    return _split("array_split", ary, indices_or_sections, axis, equal=False)
+
+
+for _name, _axis, _min in [("hsplit", 1, 1), ("vsplit", 0, 2), ("dsplit", 2, 3)]:
+
+    def _directional(ary, indices_or_sections, _name=_name, _axis=_axis, _min=_min):
+        x = _asarray(ary)
+        if x.ndim < _min:
+            raise ValueError(
+                f"{where(_name)}: only works on arrays of {_min} or more dimensions, got "
+                f"shape {x.shape}"
+            )
+        axis = 0 if (_name == "hsplit" and x.ndim == 1) else _axis
+        return _split(_name, x, indices_or_sections, axis, equal=True)
+
+    _directional.__name__ = _name
+    export(_name)(_directional)
+
+
+# --- repeating and padding -------------------------------------------------------------------
+
+
+@export("tile")
+def tile(A, reps):
+    x = _asarray(A)
+    reps = _static_ints("tile", "reps", reps)
+    if any(r < 0 for r in reps):
+        raise ValueError(f"{where('tile')}: reps {reps} must be non-negative")
+    ndim = max(len(reps), x.ndim)
+    reps = (1,) * (ndim - len(reps)) + reps
+    x = reshape_to(x, (1,) * (ndim - x.ndim) + x.shape)
+    if all(r == 1 for r in reps):
+        return x
+    wide = tuple(v for r, d in zip(reps, x.shape, strict=True) for v in (r, d))
+    b = bind1("broadcast_in_dim", x, shape=wide, dims=tuple(range(1, 2 * ndim, 2)))
+    return reshape_to(b, tuple(r * d for r, d in zip(reps, x.shape, strict=True)))
+
+
+@export("repeat")
+def repeat(a, repeats, axis=None):
+    x = _asarray(a)
+    if axis is None:
+        x = reshape_to(x, (x.size,))
+        axis = 0
+    else:
+        axis = normalize_axis("repeat", axis, x.ndim)
+    if isinstance(repeats, Tracer):
+        raise TypeError(
+            f"{where('repeat')}: repeats is traced, but the length of the result depends on "
+            "it; pass static repeats (a Python int or a NumPy array)"
+        )
+    reps = np.asarray(repeats)
+    if reps.dtype.kind not in "iu":
+        raise TypeError(f"{where('repeat')}: repeats must be integers, got {reps.dtype.name}")
+    if (reps < 0).any():
+        raise ValueError(f"{where('repeat')}: repeats may not contain negative values: {repeats!r}")
+    n = x.shape[axis]
+    if reps.ndim == 0 or reps.size == 1:
+        r = int(reps.reshape(-1)[0]) if reps.size else 0
+        if r == 1:
+            return x
+        wide = x.shape[: axis + 1] + (r,) + x.shape[axis + 1 :]
+        dims = tuple(d if d <= axis else d + 1 for d in range(x.ndim))
+        b = bind1("broadcast_in_dim", x, shape=wide, dims=dims)
+        return reshape_to(b, x.shape[:axis] + (n * r,) + x.shape[axis + 1 :])
+    if reps.ndim != 1 or reps.shape[0] != n:
+        raise ValueError(
+            f"{where('repeat')}: repeats of shape {reps.shape} cannot broadcast to the "
+            f"{n} elements of axis {axis}"
+        )
+    return take_static(x, axis, np.repeat(np.arange(n), reps))
+
+
+_PAD_KWARGS = {
+    "constant": {"constant_values"},
+    "edge": set(),
+    "wrap": set(),
+    "reflect": {"reflect_type"},
+    "symmetric": {"reflect_type"},
+    "empty": set(),
+}
+
+
+def _pad_pairs(op: str, widths, ndim: int) -> np.ndarray:
+    if isinstance(widths, Tracer):
+        raise TypeError(f"{where(op)}: pad_width is traced; pass static Python ints")
+    arr = np.asarray(widths)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{where(op)}: pad_width must be of integral type, got {widths!r}")
+    try:
+        pairs = np.broadcast_to(arr, (ndim, 2))
+    except ValueError:
+        raise ValueError(
+            f"{where(op)}: pad_width {widths!r} cannot broadcast to ({ndim}, 2) (one "
+            "(before, after) pair per axis)"
+        ) from None
+    if (pairs < 0).any():
+        raise ValueError(f"{where(op)}: index can't contain negative values: {widths!r}")
+    return pairs.astype(np.int64)
+
+
+@export("pad")
+def pad(array, pad_width, mode="constant", **kwargs):
+    x = _asarray(array)
+    if not isinstance(mode, str) or mode not in _PAD_KWARGS:
+        raise NotImplementedError(
+            f"{where('pad')}: mode {mode!r} is not supported; supported modes: "
+            f"{', '.join(_PAD_KWARGS)}"
+        )
+    unknown = set(kwargs) - _PAD_KWARGS[mode]
+    if unknown:
+        raise ValueError(
+            f"{where('pad')}: unsupported keyword arguments for mode {mode!r}: {sorted(unknown)}"
+        )
+    pairs = _pad_pairs("pad", pad_width, x.ndim)
+    if x.ndim == 0 or not pairs.any():
+        return x
+    if mode in ("constant", "empty"):
+        return _pad_constant(x, pairs, kwargs.get("constant_values", 0))
+    if kwargs.get("reflect_type", "even") != "even":
+        raise NotImplementedError(
+            f"{where('pad')}: reflect_type={kwargs['reflect_type']!r} is not supported; only 'even'"
+        )
+    for axis, (before, after) in enumerate(pairs.tolist()):
+        if before == after == 0:
+            continue
+        n = x.shape[axis]
+        if n == 0:
+            raise ValueError(
+                f"{where('pad')}: can't extend empty axis {axis} using modes other than "
+                "'constant' or 'empty'"
+            )
+        # NumPy's own pad of the positions gives the source position of every output.
+        x = take_static(x, axis, np.pad(np.arange(n), (before, after), mode=mode))
+    return x
+
+
+def _pad_constant(x: Tracer, pairs: np.ndarray, values) -> Tracer:
+    if isinstance(values, Tracer):
+        if values.ndim:
+            raise NotImplementedError(
+                f"{where('pad')}: a traced constant_values must be a scalar, got {values!r}"
+            )
+        return bind1(
+            "pad",
+            x,
+            _cast(values, x.dtype),
+            low=tuple(pairs[:, 0].tolist()),
+            high=tuple(pairs[:, 1].tolist()),
+        )
+    vals = np.asarray(values)
+    try:
+        vals = np.broadcast_to(vals, (x.ndim, 2))
+    except ValueError:
+        raise ValueError(
+            f"{where('pad')}: constant_values {values!r} cannot broadcast to ({x.ndim}, 2)"
+        ) from None
+    vals = vals.astype(x.dtype) if vals.dtype != object else vals
+    if (vals == vals.flat[0]).all():
+        v = full((), vals.flat[0], x.dtype)
+        return bind1("pad", x, v, low=tuple(pairs[:, 0].tolist()), high=tuple(pairs[:, 1].tolist()))
+    # Different values per side: NumPy pads one axis after the other, so corners take the
+    # value of the last axis; concatenating in axis order does the same.
+    for axis, ((before, after), (vb, va)) in enumerate(
+        zip(pairs.tolist(), vals.tolist(), strict=True)
+    ):
+        parts = []
+        for width, v in ((before, vb), (0, None), (after, va)):
+            if v is None:
+                parts.append(x)
+            elif width:
+                shape = list(x.shape)
+                shape[axis] = width
+                parts.append(full(tuple(shape), v, x.dtype))
+        x = concat(parts, axis)
+    return x
+
+
+# --- reordering ------------------------------------------------------------------------------
+
+
+@export("flip")
+def flip(m, axis=None):
+    x = _asarray(m)
+    axes = tuple(range(x.ndim)) if axis is None else normalize_axes("flip", axis, x.ndim)
+    return reverse(x, axes)
+
+
+@export("fliplr")
+def fliplr(m):
+    x = _asarray(m)
+    if x.ndim < 2:
+        raise ValueError(f"{where('fliplr')}: input must be >= 2-d, got shape {x.shape}")
+    return reverse(x, (1,))
+
+
+@export("flipud")
+def flipud(m):
+    x = _asarray(m)
+    if x.ndim < 1:
+        raise ValueError(f"{where('flipud')}: input must be >= 1-d, got a 0-d array")
+    return reverse(x, (0,))
+
+
+@export("roll")
+def roll(a, shift, axis=None):
+    x = _asarray(a)
+    if axis is None:
+        return reshape_to(roll(reshape_to(x, (x.size,)), shift, 0), x.shape)
+    axes = _static_ints("roll", "axis", axis)
+    shifts = _static_ints("roll", "shift", shift)
+    if len(axes) != len(shifts) and 1 not in (len(axes), len(shifts)):
+        raise ValueError(
+            f"{where('roll')}: 'shift' and 'axis' should be scalars or 1D sequences of the "
+            f"same length, got {shift!r} and {axis!r}"
+        )
+    total = {}
+    for ax, s in np.broadcast(np.array(axes), np.array(shifts)):
+        ax = normalize_axis("roll", int(ax), x.ndim)
+        total[ax] = total.get(ax, 0) + int(s)
+    for ax, s in total.items():
+        n = x.shape[ax]
+        if n and s % n:
+            x = take_static(x, ax, np.roll(np.arange(n), s))
+    return x
+
+
+@export("rot90")
+def rot90(m, k=1, axes=(0, 1)):
+    x = _asarray(m)
+    axes = tuple(axes)
+    if len(axes) != 2:
+        raise ValueError(f"{where('rot90')}: len(axes) must be 2, got axes={axes}")
+    if axes[0] == axes[1] or abs(axes[0] - axes[1]) == x.ndim:
+        raise ValueError(f"{where('rot90')}: axes must be different, got axes={axes}")
+    if not (-x.ndim <= axes[0] < x.ndim and -x.ndim <= axes[1] < x.ndim):
+        raise ValueError(f"{where('rot90')}: axes={axes} out of range for array of ndim={x.ndim}")
+    k = _static_int("rot90", "k", k) % 4
+    a0, a1 = axes[0] % x.ndim, axes[1] % x.ndim
+    if k == 0:
+        return x
+    if k == 2:
+        return reverse(x, (a0, a1))
+    perm = list(range(x.ndim))
+    perm[a0], perm[a1] = perm[a1], perm[a0]
+    if k == 1:
+        return transpose(reverse(x, (a1,)), perm)
+    return reverse(transpose(x, perm), (a1,))
+
+
+# --- matrices --------------------------------------------------------------------------------
+
+
+def _iota(shape: tuple[int, ...], dim: int) -> Tracer:
+    return bind1("iota", shape=shape, dtype=np.dtype(np.int64), dim=dim)
+
+
+def _diagonal_mask(rows: int, cols: int, k: int, direction: str) -> Tracer:
+    """`col - row <direction> k` over a (rows, cols) grid."""
+    diff = bind1("subtract", _iota((rows, cols), 1), _iota((rows, cols), 0))
+    return bind1("compare", diff, full((rows, cols), k, diff.dtype), direction=direction)
+
+
+def _triangle(op: str, m, k, direction: str) -> Tracer:
+    x = _asarray(m)
+    k = _static_int(op, "k", k)
+    if x.ndim == 0:
+        raise ValueError(f"{where(op)}: input must be at least 1-d, got a 0-d array")
+    if x.ndim == 1:
+        x = broadcast_to_shape(x, (x.shape[0], x.shape[0]))
+    rows, cols = x.shape[-2:]
+    keep = broadcast_to_shape(_diagonal_mask(rows, cols, k, direction), x.shape)
+    return bind1("select", keep, x, full(x.shape, 0, x.dtype))
+
+
+@export("tril")
+def tril(m, k=0):
+    return _triangle("tril", m, k, "LE")
+
+
+@export("triu")
+def triu(m, k=0):
+    return _triangle("triu", m, k, "GE")
+
+
+@export("eye")
+def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, like=None):
+    n = _static_int("eye", "N", N)
+    m = n if M is None else _static_int("eye", "M", M)
+    k = _static_int("eye", "k", k)
+    if n < 0 or m < 0:
+        raise ValueError(f"{where('eye')}: negative dimensions are not allowed: N={n}, M={m}")
+    dtype = dtypes.canonicalize(dtype, where=where("eye"))
+    return _cast(_diagonal_mask(n, m, k, "EQ"), dtype)
+
+
+@export("identity")
+def identity(n, dtype=None, *, like=None):
+    return eye(n, dtype=float if dtype is None else dtype)
+
+
+@export("diagonal")
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    x = _asarray(a)
+    if x.ndim < 2:
+        raise ValueError(
+            f"{where('diagonal')}: diag requires an array of at least two dimensions, got "
+            f"shape {x.shape}"
+        )
+    offset = _static_int("diagonal", "offset", offset)
+    i = normalize_axis("diagonal", axis1, x.ndim)
+    j = normalize_axis("diagonal", axis2, x.ndim)
+    if i == j:
+        raise ValueError(f"{where('diagonal')}: axis1 and axis2 cannot be the same ({axis1})")
+    x = transpose(x, [d for d in range(x.ndim) if d not in (i, j)] + [i, j])
+    rows, cols = x.shape[-2:]
+    r0, c0 = (0, offset) if offset >= 0 else (-offset, 0)
+    n = max(0, min(rows - r0, cols - c0))
+    batch = x.shape[:-2]
+    x = slice_static(
+        x,
+        (0,) * len(batch) + (min(r0, rows), min(c0, cols)),
+        batch + (min(r0 + n, rows), min(c0 + n, cols)),
+    )
+    # The diagonal of an n x n block is every (n+1)-th element of its flattening.
+    flat = reshape_to(x, batch + (n * n,))
+    return slice_static(flat, (0,) * (len(batch) + 1), flat.shape, (1,) * len(batch) + (n + 1,))
+
+
+@export("diag")
+def diag(v, k=0):
+    x = _asarray(v)
+    k = _static_int("diag", "k", k)
+    if x.ndim == 2:
+        return diagonal(x, k)
+    if x.ndim != 1:
+        raise ValueError(f"{where('diag')}: input must be 1- or 2-d, got shape {x.shape}")
+    n = x.shape[0] + abs(k)
+    padded = bind1("pad", x, full((), 0, x.dtype), low=(0,), high=(abs(k),))
+    # Row i holds v[i] on the k >= 0 diagonals; column j holds v[j] below the main one.
+    values = bind1("broadcast_in_dim", padded, shape=(n, n), dims=(0,) if k >= 0 else (1,))
+    return bind1("select", _diagonal_mask(n, n, k, "EQ"), values, full((n, n), 0, x.dtype))
+
+
+@export("trace")
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    _no_out("trace", out)
+    d = diagonal(a, offset, axis1, axis2)
+    total = NUMPY_FUNCTIONS.get("sum")
+    if total is None:
+        raise NotImplementedError(f"{where('trace')}: needs aotkit.numpy.sum (reduction family)")
+    return total(d, axis=-1, dtype=dtype)
+
+
+@export("meshgrid")
+def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    if indexing not in ("xy", "ij"):
+        raise ValueError(
+            f"{where('meshgrid')}: valid values for `indexing` are 'xy' and 'ij', got {indexing!r}"
+        )
+    xs = [ravel(x) for x in xi]
+    ndim = len(xs)
+    out = []
+    for i, x in enumerate(xs):
+        shape = [1] * ndim
+        shape[i] = x.shape[0]
+        if indexing == "xy" and ndim > 1 and i < 2:
+            shape[0], shape[1] = shape[1], shape[0]
+        out.append(reshape_to(x, tuple(shape)))
+    if not sparse:
+        out = list(broadcast_arrays(*out))
+    return tuple(out)
+
+
+@export("outer")
+def outer(a, b, out=None):
+    _no_out("outer", out)
+    x, y = ravel(a), ravel(b)
+    return NUMPY_FUNCTIONS["multiply"](
+        reshape_to(x, (x.shape[0], 1)), reshape_to(y, (1, y.shape[0]))
+    )
+
+
+@export("kron")
+def kron(a, b):
+    x, y = _asarray(a), _asarray(b)
+    if x.ndim == 0 or y.ndim == 0:
+        return NUMPY_FUNCTIONS["multiply"](x, y)
+    nd = max(x.ndim, y.ndim)
+    xs = (1,) * (nd - x.ndim) + x.shape
+    ys = (1,) * (nd - y.ndim) + y.shape
+    x = reshape_to(x, tuple(v for d in xs for v in (d, 1)))
+    y = reshape_to(y, tuple(v for d in ys for v in (1, d)))
+    prod = NUMPY_FUNCTIONS["multiply"](x, y)
+    return reshape_to(prod, tuple(p * q for p, q in zip(xs, ys, strict=True)))

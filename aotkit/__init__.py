@@ -12,6 +12,7 @@ from aotkit import (
     numpy,  # noqa: F401  (registers every op family)
 )
 from aotkit.errors import CompileError
+from aotkit.frontends.files import load_module
 from aotkit.lax import cond, fori_loop, scan, switch, while_loop
 from aotkit.specs import ShapeDtype, spec
 from aotkit.stages import Lowered, lower
@@ -24,6 +25,7 @@ __all__ = [
     "cond",
     "fori_loop",
     "lax",
+    "load_module",
     "lower",
     "numpy",
     "scan",

@@ -189,30 +189,38 @@ def _looks_like_flatbuffer(data: bytes) -> bool:
 def parse_untrusted(data: bytes, kind: str, label: str) -> ir.Module:
     """Parses MLIR `data` of `kind` into aotkit's context, after a sandboxed parse succeeds."""
     where = f"load_module: {label}"
-    what = {
-        "text": "MLIR text",
-        "bytecode": "MLIR bytecode",
-        "portable": "a StableHLO portable artifact",
+    valid, corrupt = {
+        "text": ("valid MLIR text", "corrupt MLIR text"),
+        "bytecode": ("valid MLIR bytecode", "corrupt MLIR bytecode"),
+        "portable": (
+            "a valid StableHLO portable artifact",
+            "a corrupt StableHLO portable artifact",
+        ),
     }[kind]
     command = [sys.executable, _probe.__file__, _compat.__file__, kind]
     try:
         proc = subprocess.run(command, input=data, capture_output=True, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise ValueError(
-            f"{where}: parsing {what} took longer than {PROBE_TIMEOUT_S:g} s; check the file"
+            f"{where}: parsing took longer than {PROBE_TIMEOUT_S:g} s; check the file"
         ) from None
     message = proc.stderr.decode("utf-8", "backslashreplace")
     # MLIR verifies while it parses: an op verifier's complaint is not a syntax error.
     if proc.returncode == _probe.EXIT_PARSE and not _OP_DIAGNOSTIC.search(first_error(message)):
-        raise ValueError(f"{where} is not valid {what}: {diagnostic(message)}; expected {FORMATS}")
+        raise ValueError(f"{where} is not {valid}: {diagnostic(message)}; expected {FORMATS}")
     if proc.returncode in (_probe.EXIT_PARSE, _probe.EXIT_VERIFY):
         raise ValueError(
             f"{where}: the module does not verify: {diagnostic(message)}; fix the module "
             "or re-export it"
         )
+    if proc.returncode > 0 and "Traceback (most recent call last)" in message:
+        raise RuntimeError(
+            f"{where}: aotkit's MLIR sandbox process failed ({_last_line(message)}); please "
+            "report this"
+        )
     if proc.returncode != 0:
         raise ValueError(
-            f"{where} is corrupt {what}: {_crash(proc.returncode, message)} while reading it "
+            f"{where} is {corrupt}: {_crash(proc.returncode, message)} while reading it "
             "(in a sandbox process); re-export the file"
         )
     with IR_LOCK, context():
@@ -225,9 +233,13 @@ def _crash(returncode: int, message: str) -> str:
             return f"MLIR's reader crashed ({signal.Signals(-returncode).name})"
         except ValueError:
             return f"MLIR's reader crashed (signal {-returncode})"
-    last = [line for line in message.splitlines() if line.strip()]
-    detail = f": {last[-1].strip()}" if last else ""
-    return f"MLIR's reader failed (exit status {returncode}{detail})"
+    detail = _last_line(message)
+    return f"MLIR's reader failed (exit status {returncode}{': ' + detail if detail else ''})"
+
+
+def _last_line(message: str) -> str:
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def _module_sym_name(module: ir.Module) -> str | None:
@@ -245,7 +257,9 @@ def _from_exported(data: bytes, label: str, name: str | None) -> Lowered:
     where = f"load_module: {label}"
     exported = _deserialize(data, where)
     _check_exported(exported, where)
-    module = parse_untrusted(bytes(exported.mlir_module_serialized), "portable", label)
+    module = parse_untrusted(
+        bytes(exported.mlir_module_serialized), "portable", f"{label} (its embedded module)"
+    )
     kept = tuple(exported.module_kept_var_idx)
     if len(kept) != len(exported.in_avals):
         _restore_unused_arguments(module, exported.in_avals, kept)

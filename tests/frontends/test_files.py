@@ -1,0 +1,345 @@
+"""The file front end: modules JAX (or aotkit) wrote to disk, loaded back and run by aotkit.
+
+Every format is produced by its real writer (JAX's lowering, MLIR's bytecode writer,
+StableHLO's portable serializer, `jax.export`); the oracle is `jax.jit` of the function that
+produced the file. Every bad-file error is matched exactly, and none may end the process.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import tree_util
+from jaxlib.mlir.dialects import stablehlo
+
+import aotkit
+import aotkit.numpy as anp
+from aotkit.frontends.files import FORMATS, load_module, sniff
+from tests.helpers import run_lowered
+
+EXPECTED = "expected " + re.escape(FORMATS) + "$"
+
+
+def model(params, x, unused):
+    h = jax.nn.gelu(x @ params["w"] + params["b"])
+    return {"out": jnp.tanh(h).sum(axis=-1), "h": h}
+
+
+def model_args():
+    rng = np.random.default_rng(1)
+    params = {
+        "w": rng.standard_normal((4, 5)).astype(np.float32),
+        "b": rng.standard_normal(5).astype(np.float32),
+    }
+    return params, rng.standard_normal((3, 4)).astype(np.float32), np.zeros(2, np.int32)
+
+
+def bytecode_of(module) -> bytes:
+    buffer = io.BytesIO()
+    module.operation.write_bytecode(buffer)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The same function as each file format, written by JAX and MLIR's own writers."""
+    root = tmp_path_factory.mktemp("modules")
+    args = model_args()
+    exported = jax.export.export(jax.jit(model))(*args)
+    jax_lowered = jax.jit(model, keep_unused=True).lower(*args)
+    text = jax_lowered.as_text()
+    written = {
+        "model.jax_export": bytes(exported.serialize()),
+        "model.mlir": text.encode(),
+        "model.mlirbc": bytecode_of(jax_lowered.compiler_ir("stablehlo")),
+        "model.vhlo": bytes(
+            stablehlo.serialize_portable_artifact_str(text, stablehlo.get_minimum_version())
+        ),
+    }
+    for name, data in written.items():
+        (root / name).write_bytes(data)
+    return root
+
+
+def flat_result(lowered, args):
+    """Runs a module file's flat signature on the model's flat leaves."""
+    return run_lowered("cpu", lowered, *tree_util.tree_leaves(args))
+
+
+def oracle_leaves():
+    return [np.asarray(v) for v in tree_util.tree_leaves(jax.jit(model)(*model_args()))]
+
+
+def assert_leaves_equal(got, want):
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+# --- Formats ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("model.jax_export", "jax.export"),
+        ("model.mlir", "text"),
+        ("model.mlirbc", "bytecode"),
+        ("model.vhlo", "portable"),
+    ],
+)
+def test_sniff_reads_the_format_from_the_bytes(files, name, kind):
+    assert sniff((files / name).read_bytes()) == kind
+
+
+def test_jax_export_artifact_keeps_its_pytrees_and_matches_jax(files):
+    args = model_args()
+    lowered = load_module(files / "model.jax_export")
+    assert lowered.frontend == "file" and lowered.pipeline == "none"
+    assert lowered.name == "model"
+    assert lowered.in_tree == tree_util.tree_structure((args, {}))
+    # jax.export dropped `unused`; aotkit's @main takes it again (one argument per leaf).
+    assert [str(s) for s in lowered.flat_in_specs] == ["f32[5]", "f32[4,5]", "f32[3,4]", "i32[2]"]
+    got = run_lowered("cpu", lowered, *args)
+    want = jax.jit(model)(*args)
+    assert tree_util.tree_structure(got) == tree_util.tree_structure(want)
+    assert_leaves_equal(tree_util.tree_leaves(got), oracle_leaves())
+
+
+@pytest.mark.parametrize("name", ["model.mlir", "model.mlirbc", "model.vhlo"])
+def test_module_files_match_jax(files, name):
+    lowered = load_module(str(files / name))
+    assert lowered.name == "jit_model"
+    assert [str(s) for s in lowered.flat_in_specs] == ["f32[5]", "f32[4,5]", "f32[3,4]", "i32[2]"]
+    assert [str(s) for s in lowered.flat_out_specs] == ["f32[3,5]", "f32[3]"]
+    assert_leaves_equal(flat_result(lowered, model_args()), oracle_leaves())
+
+
+def test_bytes_and_path_load_the_same_module(files):
+    data = (files / "model.mlirbc").read_bytes()
+    assert load_module(data).as_text() == load_module(files / "model.mlirbc").as_text()
+
+
+def test_name_override_and_single_result(files):
+    text = jax.jit(lambda x: x * 2).lower(np.ones(3, np.float32)).as_text()
+    lowered = load_module(text.encode(), name="double")
+    assert lowered.name == "double" and "module @double" in lowered.as_text()
+    assert lowered.out_tree == tree_util.tree_structure(0)
+    assert_leaves_equal([run_lowered("cpu", lowered, np.arange(3.0, dtype=np.float32))],
+                        [np.arange(3.0, dtype=np.float32) * 2])  # fmt: skip
+
+
+def test_aotkit_module_round_trip():
+    x = np.linspace(-2, 2, 5)
+    lowered = aotkit.lower(lambda x: anp.sqrt(x**2) + 1.0, x)
+    loaded = load_module(lowered.as_text().encode())
+    assert loaded.flat_in_specs == lowered.flat_in_specs
+    assert_leaves_equal([run_lowered("cpu", loaded, x)], [np.sqrt(x**2) + 1.0])
+
+
+def test_donation_is_read_from_arg_attrs():
+    x = np.ones(3, np.float32)
+    text = jax.jit(lambda s, g: s - g, donate_argnums=0).lower(x, x).as_text()
+    assert load_module(text.encode()).donated == (True, False)
+
+
+def test_placement_attrs_are_dropped():
+    text = """module @m {
+      func.func public @main(%a: tensor<2xf32> {mhlo.sharding = "{replicated}"}) -> tensor<2xf32> {
+        return %a : tensor<2xf32>
+      }
+    }"""
+    assert "mhlo.sharding" not in load_module(text.encode()).as_text()
+
+
+# --- Bad files -------------------------------------------------------------------------------
+
+
+def where(label="<bytes>"):
+    return f"^load_module: {label}"
+
+
+def test_truncated_bytecode(files):
+    data = (files / "model.mlirbc").read_bytes()[:60]
+    with pytest.raises(ValueError, match=where() + r" is not valid MLIR bytecode: .+; " + EXPECTED):
+        load_module(data)
+
+
+def test_truncated_portable_artifact(files):
+    data = (files / "model.vhlo").read_bytes()
+    with pytest.raises(
+        ValueError, match=where() + r" is not a valid StableHLO portable artifact: .+; " + EXPECTED
+    ):
+        load_module(data[: len(data) // 2])
+
+
+def test_corrupt_bytecode_that_crashes_mlir_is_an_error_not_an_abort(files):
+    # A dialect name that is not UTF-8 makes jaxlib's diagnostic conversion call
+    # std::terminate in-process; load_module must survive it.
+    data = (files / "model.mlirbc").read_bytes().replace(b"stablehlo", b"stablehl\xff", 1)
+    with pytest.raises(ValueError, match=(
+        where() + r" is corrupt MLIR bytecode: MLIR's reader crashed \(SIGABRT\) while reading "
+        r"it \(in a sandbox process\); re-export the file$"
+    )):  # fmt: skip
+        load_module(data)
+
+
+def test_text_that_is_not_mlir():
+    with pytest.raises(ValueError, match=(
+        where() + r" is not valid MLIR text: line 1, column 1: custom op 'hello' is unknown "
+        r"\(tried 'builtin.hello' as well\); " + EXPECTED
+    )):  # fmt: skip
+        load_module(b"hello world\n")
+
+
+def test_module_that_does_not_verify():
+    text = b"""module @m {
+  func.func @main(%a: tensor<2xf32>, %b: tensor<3xf32>) -> tensor<2xf32> {
+    %0 = "stablehlo.add"(%a, %b) : (tensor<2xf32>, tensor<3xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}"""
+    with pytest.raises(ValueError, match=(
+        where() + r": the module does not verify: line 3, column 10: 'stablehlo.add' op requires "
+        r"the same shape for all operands and results; fix the module or re-export it$"
+    )):  # fmt: skip
+        load_module(text)
+
+
+def test_module_without_main(tmp_path):
+    path = tmp_path / "nomain.mlir"
+    path.write_text(
+        "func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {\n  return %a : tensor<2xf32>\n}\n"
+    )
+    with pytest.raises(ValueError, match=(
+        where(str(path)) + r": the module has no @main function \(functions: @f\); aotkit runs a "
+        r"module's @main: name the entry function main$"
+    )):  # fmt: skip
+        load_module(path)
+
+
+def test_partitioned_module():
+    text = b"""module @m attributes {mhlo.num_partitions = 2 : i32} {
+  func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+    return %a : tensor<2xf32>
+  }
+}"""
+    with pytest.raises(ValueError, match=(
+        where() + r": the module is partitioned for several devices \(mhlo.num_partitions = 2\); "
+        r"aotkit compiles single-device modules: lower or export for one device$"
+    )):  # fmt: skip
+        load_module(text)
+
+
+def test_dynamic_shapes_are_refused():
+    text = b"func.func @main(%a: tensor<?xf32>) -> tensor<?xf32> {\n  return %a : tensor<?xf32>\n}"
+    with pytest.raises(TypeError, match=where() + r": @main has dynamic shape tensor<\?xf32>"):
+        load_module(text)
+
+
+@pytest.mark.parametrize(
+    "data, what",
+    [
+        (np.lib.format.magic(1, 0) + b"rest", "a NumPy .npy array"),
+        (b"PK\x03\x04rest", r"a zip archive \(an .npz file\?\)"),
+        (b"\x7fELF\x02\x01", r"an ELF binary \(a shared library or an executable\)"),
+        (b"HloModule m, entry_computation_layout={()->f32[]}", "XLA HLO text, not StableHLO"),
+        (pickle.dumps({"w": 1}), "a Python pickle"),
+    ],
+)
+def test_other_kinds_of_file_are_named(data, what):
+    with pytest.raises(ValueError, match=where() + f" is {what}; " + EXPECTED):
+        load_module(data)
+
+
+def test_unknown_binary():
+    with pytest.raises(ValueError, match=(
+        where() + r" is binary data of no known kind \(starts with b'\\x00\\x01\\x02\\x03"
+        r"\\x04\\x05\\x06\\x07'\); " + EXPECTED
+    )):  # fmt: skip
+        load_module(bytes(range(256)))
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.mlir"
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match=where(str(path)) + " is empty; " + EXPECTED):
+        load_module(path)
+
+
+def test_python_source(tmp_path):
+    path = tmp_path / "model.py"
+    path.write_text("def f(x):\n    return x\n")
+    with pytest.raises(ValueError, match=(
+        where(str(path)) + r" is Python source, not a module; lower a function from it with "
+        r"aotkit.lower\(fn, ...\) or `aotkit lower FILE.py:FN`$"
+    )):  # fmt: skip
+        load_module(path)
+
+
+def test_missing_file(tmp_path):
+    path = str(tmp_path / "absent.mlir")
+    with pytest.raises(FileNotFoundError, match=(
+        rf"^load_module: no such file '{path}'; pass the path of a file holding .+, or its "
+        r"contents as bytes$"
+    )):  # fmt: skip
+        load_module(path)
+
+
+def test_directory(tmp_path):
+    with pytest.raises(
+        ValueError, match=where(str(tmp_path)) + " is a directory; pass a file holding"
+    ):
+        load_module(tmp_path)
+
+
+def test_not_a_path():
+    with pytest.raises(TypeError, match=(
+        r"^load_module: expected a path or bytes, got int; pass the file's path or its "
+        r"contents as bytes$"
+    )):  # fmt: skip
+        load_module(3)
+
+
+# --- Bad jax.export artifacts ----------------------------------------------------------------
+
+
+def test_truncated_jax_export_artifact(files):
+    data = (files / "model.jax_export").read_bytes()
+    with pytest.raises(ValueError, match=(
+        where() + r" looks like a flatbuffer but JAX cannot read it as a jax.export artifact "
+        r"\(error: .+\); " + EXPECTED
+    )):  # fmt: skip
+        load_module(data[: len(data) // 2])
+
+
+def test_jax_export_with_symbolic_shapes():
+    spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape("b, 4"), np.float32)
+    data = jax.export.export(jax.jit(jnp.sin))(spec).serialize()
+    with pytest.raises(ValueError, match=(
+        where() + r" was exported with symbolic shapes \(float32\[b,4\], float32\[b,4\]\); "
+        r"aotkit compiles static shapes: export with concrete shapes$"
+    )):  # fmt: skip
+        load_module(data)
+
+
+def test_jax_export_for_several_platforms():
+    exported = jax.export.export(jax.jit(jnp.sin), platforms=["cpu", "cuda"])
+    data = exported(np.ones(3, np.float32)).serialize()
+    with pytest.raises(ValueError, match=(
+        where() + r" was exported for several platforms \(cpu, cuda\); export for one: "
+        r"jax.export.export\(fn, platforms=\['cpu'\]\)$"
+    )):  # fmt: skip
+        load_module(data)
+
+
+def test_process_survives_every_bad_file():
+    # The loads above ran in this process; reaching here means none of them aborted it.
+    assert sys.modules["aotkit"] is aotkit

@@ -264,8 +264,16 @@ class _Rewriter:
         if name == "stablehlo.constant":
             self.constants[op.results[0]] = op
             return
-        for rule in self.rules.get(name, ()):
-            new = rule(self, op)
+        rules = self.rules.get(name)
+        if rules is None:
+            return
+        operands = tuple(op.operands)
+        constants = self.constants
+        has_const = any(v in constants for v in operands)
+        for rule, needs_const in rules:
+            if needs_const and not has_const:
+                continue
+            new = rule(self, op, operands)
             if new is not None:
                 op.results[0].replace_all_uses_with(new)
                 self.replaced.append(op)
@@ -331,8 +339,8 @@ def _same_type(value: ir.Value, op: ir.Operation) -> ir.Value | None:
 # Identity rules: each returns the value that replaces the op's single result, or None.
 
 
-def _add_zero(rw: _Rewriter, op: ir.Operation):
-    x, y = op.operands
+def _add_zero(rw: _Rewriter, op: ir.Operation, operands):
+    x, y = operands
     if rw.is_splat(y, 0):
         return _same_type(x, op)
     if rw.is_splat(x, 0):
@@ -340,13 +348,13 @@ def _add_zero(rw: _Rewriter, op: ir.Operation):
     return None
 
 
-def _subtract_zero(rw: _Rewriter, op: ir.Operation):
-    x, y = op.operands
+def _subtract_zero(rw: _Rewriter, op: ir.Operation, operands):
+    x, y = operands
     return _same_type(x, op) if rw.is_splat(y, 0) else None
 
 
-def _multiply_one(rw: _Rewriter, op: ir.Operation):
-    x, y = op.operands
+def _multiply_one(rw: _Rewriter, op: ir.Operation, operands):
+    x, y = operands
     if rw.is_splat(y, 1):
         return _same_type(x, op)
     if rw.is_splat(x, 1):
@@ -354,8 +362,8 @@ def _multiply_one(rw: _Rewriter, op: ir.Operation):
     return None
 
 
-def _double_negation(rw: _Rewriter, op: ir.Operation):
-    x = op.operands[0]
+def _double_negation(rw: _Rewriter, op: ir.Operation, operands):
+    x = operands[0]
     inner = rw.negated.get(x)
     if inner is not None:
         return _same_type(inner, op)
@@ -363,22 +371,22 @@ def _double_negation(rw: _Rewriter, op: ir.Operation):
     return None
 
 
-def _same_type_noop(rw: _Rewriter, op: ir.Operation):
-    return _same_type(op.operands[0], op)
+def _same_type_noop(rw: _Rewriter, op: ir.Operation, operands):
+    return _same_type(operands[0], op)
 
 
 def _iota(values) -> bool:
     return all(v == i for i, v in enumerate(values))
 
 
-def _noop_broadcast(rw: _Rewriter, op: ir.Operation):
+def _noop_broadcast(rw: _Rewriter, op: ir.Operation, operands):
     if not _iota(op.attributes["broadcast_dimensions"]):
         return None
-    return _same_type(op.operands[0], op)
+    return _same_type(operands[0], op)
 
 
-def _noop_transpose(rw: _Rewriter, op: ir.Operation):
-    x = op.operands[0]
+def _noop_transpose(rw: _Rewriter, op: ir.Operation, operands):
+    x = operands[0]
     outer = list(op.attributes["permutation"])
     if _iota(outer):
         return _same_type(x, op)
@@ -390,24 +398,26 @@ def _noop_transpose(rw: _Rewriter, op: ir.Operation):
     return None
 
 
-def _select_known(rw: _Rewriter, op: ir.Operation):
-    pred, on_true, on_false = op.operands
+def _select_known(rw: _Rewriter, op: ir.Operation, operands):
+    pred, on_true, on_false = operands
     c = rw.const(pred)
     if c is None or c.scalar is None:
         return None
     return _same_type(on_true if c.scalar else on_false, op)
 
 
+# Each rule is (function, needs a constant operand): the sweep skips the latter unless an
+# operand is a known constant, which keeps ops without constants cheap.
 _IDENTITIES: dict[str, tuple] = {
-    "stablehlo.add": (_add_zero,),
-    "stablehlo.subtract": (_subtract_zero,),
-    "stablehlo.multiply": (_multiply_one,),
-    "stablehlo.negate": (_double_negation,),
-    "stablehlo.convert": (_same_type_noop,),
-    "stablehlo.reshape": (_same_type_noop,),
-    "stablehlo.broadcast_in_dim": (_noop_broadcast,),
-    "stablehlo.transpose": (_noop_transpose,),
-    "stablehlo.select": (_select_known,),
+    "stablehlo.add": ((_add_zero, True),),
+    "stablehlo.subtract": ((_subtract_zero, True),),
+    "stablehlo.multiply": ((_multiply_one, True),),
+    "stablehlo.negate": ((_double_negation, False),),
+    "stablehlo.convert": ((_same_type_noop, False),),
+    "stablehlo.reshape": ((_same_type_noop, False),),
+    "stablehlo.broadcast_in_dim": ((_noop_broadcast, False),),
+    "stablehlo.transpose": ((_noop_transpose, False),),
+    "stablehlo.select": ((_select_known, True),),
 }
 
 # Folding rules. Only operations whose NumPy result is bit-identical to XLA's are folded:
@@ -416,9 +426,9 @@ _IDENTITIES: dict[str, tuple] = {
 # are left to the backend.
 
 
-def _operand_consts(rw: _Rewriter, op: ir.Operation) -> list[_Const] | None:
+def _operand_consts(rw: _Rewriter, operands) -> list[_Const] | None:
     consts = []
-    for v in op.operands:
+    for v in operands:
         c = rw.const(v)
         if c is None or c.value is None:
             return None
@@ -427,8 +437,8 @@ def _operand_consts(rw: _Rewriter, op: ir.Operation) -> list[_Const] | None:
 
 
 def _elementwise(fn: Callable, categories: frozenset[str]):
-    def fold(rw: _Rewriter, op: ir.Operation):
-        consts = _operand_consts(rw, op)
+    def fold(rw: _Rewriter, op: ir.Operation, operands):
+        consts = _operand_consts(rw, operands)
         if consts is None or _CATEGORY[consts[0].elem] not in categories:
             return None
         with np.errstate(all="ignore"):
@@ -447,20 +457,20 @@ _COMPARE = {
 }
 
 
-def _fold_compare(rw: _Rewriter, op: ir.Operation):
+def _fold_compare(rw: _Rewriter, op: ir.Operation, operands):
     attrs = op.attributes
     if "compare_type" in attrs:
         if stablehlo.ComparisonTypeAttr(attrs["compare_type"]).value == "TOTALORDER":
             return None
-    consts = _operand_consts(rw, op)
+    consts = _operand_consts(rw, operands)
     if consts is None:
         return None
     fn = _COMPARE[stablehlo.ComparisonDirectionAttr(attrs["comparison_direction"]).value]
     return rw.make_const(op, fn(consts[0].value, consts[1].value))
 
 
-def _fold_select(rw: _Rewriter, op: ir.Operation):
-    consts = _operand_consts(rw, op)
+def _fold_select(rw: _Rewriter, op: ir.Operation, operands):
+    consts = _operand_consts(rw, operands)
     if consts is None:
         return None
     return rw.make_const(op, np.where(*(c.value for c in consts)))
@@ -475,8 +485,8 @@ def _exact_convert(src: str, dst: str) -> bool:
     return d == _FLOAT and dst in ("f32", "f64")
 
 
-def _fold_convert(rw: _Rewriter, op: ir.Operation):
-    c = rw.const(op.operands[0])
+def _fold_convert(rw: _Rewriter, op: ir.Operation, operands):
+    c = rw.const(operands[0])
     dst = str(op.results[0].type.element_type)
     if c is None or c.value is None or dst not in _DTYPES or not _exact_convert(c.elem, dst):
         return None
@@ -501,31 +511,31 @@ def _fold_shape(op: ir.Operation, c: _Const) -> np.ndarray | None:
     return np.broadcast_to(x.reshape(expanded), shape)
 
 
-def _fold_layout(rw: _Rewriter, op: ir.Operation):
-    c = rw.const(op.operands[0])
+def _fold_layout(rw: _Rewriter, op: ir.Operation, operands):
+    c = rw.const(operands[0])
     if c is None or c.value is None:
         return None
     return rw.make_const(op, _fold_shape(op, c))
 
 
 _FOLDS: dict[str, tuple] = {
-    "stablehlo.add": (_elementwise(np.add, _INTS | _NUMBERS),),
-    "stablehlo.subtract": (_elementwise(np.subtract, _NUMBERS),),
-    "stablehlo.multiply": (_elementwise(np.multiply, _INTS | _NUMBERS),),
-    "stablehlo.negate": (_elementwise(np.negative, _NUMBERS),),
-    "stablehlo.abs": (_elementwise(np.abs, frozenset({_SIGNED, _FLOAT})),),
-    "stablehlo.maximum": (_elementwise(np.maximum, _INTS),),
-    "stablehlo.minimum": (_elementwise(np.minimum, _INTS),),
-    "stablehlo.and": (_elementwise(np.bitwise_and, _INTS),),
-    "stablehlo.or": (_elementwise(np.bitwise_or, _INTS),),
-    "stablehlo.xor": (_elementwise(np.bitwise_xor, _INTS),),
-    "stablehlo.not": (_elementwise(np.invert, _INTS),),
-    "stablehlo.compare": (_fold_compare,),
-    "stablehlo.select": (_fold_select,),
-    "stablehlo.convert": (_fold_convert,),
-    "stablehlo.broadcast_in_dim": (_fold_layout,),
-    "stablehlo.reshape": (_fold_layout,),
-    "stablehlo.transpose": (_fold_layout,),
+    "stablehlo.add": ((_elementwise(np.add, _INTS | _NUMBERS), True),),
+    "stablehlo.subtract": ((_elementwise(np.subtract, _NUMBERS), True),),
+    "stablehlo.multiply": ((_elementwise(np.multiply, _INTS | _NUMBERS), True),),
+    "stablehlo.negate": ((_elementwise(np.negative, _NUMBERS), True),),
+    "stablehlo.abs": ((_elementwise(np.abs, frozenset({_SIGNED, _FLOAT})), True),),
+    "stablehlo.maximum": ((_elementwise(np.maximum, _INTS), True),),
+    "stablehlo.minimum": ((_elementwise(np.minimum, _INTS), True),),
+    "stablehlo.and": ((_elementwise(np.bitwise_and, _INTS), True),),
+    "stablehlo.or": ((_elementwise(np.bitwise_or, _INTS), True),),
+    "stablehlo.xor": ((_elementwise(np.bitwise_xor, _INTS), True),),
+    "stablehlo.not": ((_elementwise(np.invert, _INTS), True),),
+    "stablehlo.compare": ((_fold_compare, True),),
+    "stablehlo.select": ((_fold_select, True),),
+    "stablehlo.convert": ((_fold_convert, True),),
+    "stablehlo.broadcast_in_dim": ((_fold_layout, True),),
+    "stablehlo.reshape": ((_fold_layout, True),),
+    "stablehlo.transpose": ((_fold_layout, True),),
 }
 
 
@@ -610,6 +620,8 @@ def inline_calls(module: ir.Module) -> bool:
         op = op.operation
         if op.name == "func.func" and len(op.regions[0].blocks) == 1:
             bodies[ir.StringAttr(op.attributes["sym_name"]).value] = op.regions[0].blocks[0]
+    if len(bodies) < 2:
+        return False  # a call needs a second function, or is recursive: nothing to inline
     calls: list[tuple[ir.Operation, ir.Block]] = []
 
     def collect(op: ir.Operation) -> ir.WalkResult:

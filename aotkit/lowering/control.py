@@ -2,9 +2,10 @@
 
 Branches and loops stay branches and loops: each call lowers to one `stablehlo.if`,
 `stablehlo.case` or `stablehlo.while` whose regions hold the traced bodies, so the size of
-the IR does not depend on the trip count. Each body is traced once into the op's region
-(twice when a Python-scalar init has to be promoted, see below); bodies may close over
-outer tracers and constants (StableHLO regions are not isolated from above) and may nest.
+the IR does not depend on the trip count. Each body is traced into the op's region once
+(a loop whose init holds Python scalars traces its body once or twice more, see below);
+bodies may close over outer tracers and constants (StableHLO regions are not isolated from
+above) and may nest.
 
 Operands, branch outputs and loop carries are pytrees (`jax.tree_util`). Their structure,
 shapes and dtypes are checked before any op is built, so a mismatch is a TypeError naming
@@ -16,9 +17,11 @@ tracing; the finished blocks are then moved into the real op.
 
 Python scalars follow NEP 50. A Python scalar returned by a branch or loop body takes the
 dtype of the other branches or of the carry when NumPy would give it that dtype. A loop
-carry whose init is a Python scalar starts at NumPy's default dtype for its kind (int64,
-float64, ...) and is promoted to the dtype the body returns when NumPy would promote the
-scalar to it (`0` to float32); otherwise the TypeError says so.
+carry whose init is a Python scalar gets the dtype NumPy's first iteration would give it:
+the body is probed once with the scalar itself (`c = 0; c = c + x` has x's dtype), then
+traced with the carry at that dtype (NumPy's default for the kind, int64/float64/...,
+when the probe cannot tell). If the body still returns another dtype that NumPy would
+give the scalar, the loop is traced again at that dtype; otherwise the TypeError says so.
 """
 
 from __future__ import annotations
@@ -184,9 +187,11 @@ def _scalar_operand(op: str, name: str, x, check: Callable[[np.dtype], bool], wa
     if isinstance(x, Tracer):
         _live(x, op)
         shape, dtype = x.shape, x.dtype
-    elif dtypes.weak_kind(x) is not None or isinstance(x, np.ndarray | np.generic):
-        arr = np.asarray(x)
-        shape, dtype = arr.shape, arr.dtype
+    elif (kind := dtypes.weak_kind(x)) is not None:
+        # By kind, not value: a huge Python int is still an int (its range is checked later).
+        shape, dtype = (), dtypes.result_type(kind)
+    elif isinstance(x, np.ndarray | np.generic):
+        shape, dtype = x.shape, x.dtype
     else:
         raise TypeError(f"{where(op)}: {name} must be {want}, got a {type(x).__name__}")
     if shape != () or not check(dtype):
@@ -258,7 +263,8 @@ def _join(op: str, labels: Sequence[str], traced: list) -> list:
 
 
 def _branches(op: str, labels: Sequence[str], fns: Sequence[Callable], operands: tuple):
-    """Traces each branch into a scratch region; returns (blocks, out_tree, out_avals)."""
+    """Traces each branch into a region of a scratch op, checks that their outputs agree
+    and returns them; returns (scratch, blocks, out_tree, out_avals)."""
     scratch = _scratch(len(fns))
     try:
         traced = []
@@ -336,7 +342,7 @@ def switch(index, branches: Sequence[Callable], *operands):
         "switch",
         "index",
         index,
-        lambda d: dtypes.is_integer(d),
+        dtypes.is_integer,
         "an integer scalar",
     )
     last = len(branches) - 1
@@ -587,7 +593,7 @@ def _check_pred(op: str, fn_name: str, pred) -> Tracer:
         f"{where(op)}: {fn_name} must return a boolean scalar, got {_type_str(pred)}"
         if isinstance(pred, Tracer) or dtypes.weak_kind(pred) is not None
         else f"{where(op)}: {fn_name} must return a boolean scalar, got a {type(pred).__name__}"
-    ) from None
+    )
 
 
 def _callables(op: str, **fns) -> None:
@@ -642,8 +648,9 @@ def fori_loop(lower, upper, body_fn: Callable, init):
     _bound("fori_loop", "lower", lower)
     _bound("fori_loop", "upper", upper)
     index_dtype = dtypes.result_type(_key(lower), _key(upper))
+    info = np.iinfo(index_dtype)
     for name, b in (("lower", lower), ("upper", upper)):
-        if not isinstance(b, Tracer) and int(b) != np.array(b).astype(index_dtype):
+        if not isinstance(b, Tracer) and not info.min <= int(b) <= info.max:
             raise OverflowError(
                 f"{where('fori_loop')}: {name} bound {b!r} does not fit the loop index "
                 f"dtype {dtypes.short_name(index_dtype)}"

@@ -18,15 +18,7 @@ from tests.helpers import run_on
 BACKENDS = ["cpu", "interpreter"]
 
 
-def run(backend: str, fn, *args):
-    if backend == "interpreter" and not hasattr(aotkit.Lowered, "compile"):
-        # Until the staged compile lands, drive the interpreter backend directly.
-        backends = pytest.importorskip("aotkit.backends")
-        lowered = aotkit.lower(fn, *args)
-        exe = backends.get("interpreter").compile(lowered.module)
-        outs = exe.execute(list(tree_util.tree_leaves(args)))
-        return tree_util.tree_unflatten(lowered.out_tree, [np.asarray(o) for o in outs])
-    return run_on(backend, fn, *args)
+run = run_on
 
 
 def assert_same(got, want, rtol=1e-6):
@@ -388,6 +380,11 @@ def lower_f32(fn):
             "fori_loop: upper bound 300 does not fit the loop index dtype i8",
         ),
         (
+            lambda x, s: lax.fori_loop(2**70, 3, lambda i, c: c, x),
+            OverflowError,
+            "fori_loop: lower bound 1180591620717411303424 does not fit the loop index dtype i64",
+        ),
+        (
             lambda x, s: lax.scan(lambda c, e: c + e, s, x),
             TypeError,
             "scan: f must return a pair (carry, y), got f32[]",
@@ -729,3 +726,16 @@ def test_tracers_of_a_finished_trace_are_refused():
 def test_public_names(name):
     assert getattr(aotkit, name) is getattr(aotkit.lax, name)
     assert name in aotkit.__all__ and name in aotkit.lax.__all__
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_empty_outputs_and_carries(backend):
+    def f(x):
+        return (
+            lax.cond(x > 0, lambda: None, lambda: None),
+            lax.while_loop(lambda c: False, lambda c: c, ()),
+            lax.fori_loop(0, 3, lambda i, c: None, None),
+            x,
+        )
+
+    assert_same(run(backend, f, np.float32(1)), (None, (), None, np.float32(1)))

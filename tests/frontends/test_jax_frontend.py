@@ -18,6 +18,7 @@ import aotkit
 import aotkit.numpy as anp
 from aotkit import frontends
 from aotkit.frontends.jax import lower_jax
+from aotkit.stages import jit
 from tests.helpers import run_lowered
 
 RNG = np.random.default_rng(0)
@@ -120,6 +121,55 @@ def test_lower_from_specs_matches_jax_jit(program):
     lowered = aotkit.lower(fn, *specs, frontend="jax")
     assert lowered.in_specs == (specs, {})
     assert_same(run_lowered("cpu", lowered, *args), jax.jit(fn)(*args))
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_jit_frontend_jax_matches_jax_jit(program):
+    fn, make_args = PROGRAMS[program]
+    args = make_args()
+    jitted = jit(fn, frontend="jax")
+    assert_same(tree_util.tree_map(np.asarray, jitted(*args)), jax.jit(fn)(*args))
+    jitted(*args)
+    assert jitted.cache_info()[:3] == (1, 1, 1)  # traces, lowerings, compiles
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_interpreter_backend_agrees(program):
+    fn, make_args = PROGRAMS[program]
+    args = make_args()
+    lowered = aotkit.lower(fn, *args, frontend="jax")
+    assert_same(run_lowered("interpreter", lowered, *args), jax.jit(fn)(*args), rtol=1e-4,
+                atol=1e-5)  # fmt: skip
+
+
+def test_jit_lower_compile_then_call_is_one_compile():
+    def f(x):
+        return jax.nn.sigmoid(x) * 2
+
+    jitted = jit(f, frontend="jax")
+    x = normal(5)
+    compiled = jitted.lower(aotkit.ShapeDtype((5,), np.float32)).compile()
+    assert_same(np.asarray(compiled(x)), jax.jit(f)(x))
+    assert_same(np.asarray(jitted(x)), jax.jit(f)(x))
+    assert jitted.cache_info()[:3] == (1, 1, 1)
+
+
+def test_jit_statics_and_donation():
+    def sgd(params, grads, lr):
+        return jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads)
+
+    params = {"w": normal(3, 2), "b": normal(2)}
+    grads = {"w": normal(3, 2), "b": normal(2)}
+    jitted = jit(sgd, static_argnums=2, donate_argnums=0, frontend="jax")
+    assert jitted.lower(params, grads, 0.5).donated == (True, True, False, False)
+    want = params
+    got = jitted(params, grads, 0.5)
+    for _ in range(2):  # device arrays from the last call are donated to the next
+        want = jax.jit(sgd, static_argnums=2)(want, grads, 0.5)
+        got = jitted(got, grads, 0.5)
+    assert_same(
+        tree_util.tree_map(np.asarray, got), jax.jit(sgd, static_argnums=2)(want, grads, 0.5)
+    )
 
 
 def test_scan_stays_one_while_loop():

@@ -13,7 +13,7 @@ from jax import tree_util
 import aotkit
 import aotkit.numpy as anp
 from aotkit import lax
-from tests.helpers import run_on
+from tests.helpers import run_lowered, run_on
 
 BACKENDS = ["cpu", "interpreter"]
 
@@ -739,3 +739,25 @@ def test_empty_outputs_and_carries(backend):
         )
 
     assert_same(run(backend, f, np.float32(1)), (None, (), None, np.float32(1)))
+
+
+@pytest.mark.parametrize("pipeline", ["none", "default"])
+def test_pass_pipelines_keep_control_flow_results(pipeline):
+    def f(xs, n):
+        def step(c, x):
+            i = (x > 1).astype("int32") + (x > 2).astype("int32")
+            y = lax.switch(i, [lambda: x, lambda: x * x, lambda: -x])
+            return lax.fori_loop(0, n, lambda _, a: a * 0.5 + y, c), y
+
+        return lax.scan(step, np.float32(0), xs, reverse=True)
+
+    xs = np.array([0.5, 1.5, 2.5, 3.5], np.float32)
+    lowered = aotkit.lower(f, xs, np.int64(3), pipeline=pipeline)
+    assert lowered.as_text().count("stablehlo.while") == 2
+    c, ys = np.float32(0), np.zeros(4, np.float32)
+    for t in reversed(range(4)):
+        x = xs[t]
+        ys[t] = [x, x * x, -x][int(x > 1) + int(x > 2)]
+        for _ in range(3):
+            c = c * np.float32(0.5) + ys[t]
+    assert_same(run_lowered("cpu", lowered, xs, np.int64(3)), (c, ys))

@@ -316,11 +316,13 @@ def _options_key(where: str, options) -> tuple:
             "e.g. {'xla_cpu_enable_fast_math': True}"
         )
     try:
-        return tuple(sorted((str(k), type(v), v) for k, v in options.items()))
+        key = tuple(sorted((str(k), type(v), v) for k, v in options.items()))
+        hash(key)
     except TypeError:
         raise TypeError(
             f"{where}: option values must be hashable bool/int/float/str, got {options!r}"
         ) from None
+    return key
 
 
 def _compile_uncached(lowered: Lowered, backend: Backend, options) -> Compiled:

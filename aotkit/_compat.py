@@ -110,3 +110,14 @@ def load_pjrt_plugin(name: str, path: str) -> None:
 def plugin_client(name: str):
     """A PJRT C API client for a plugin loaded with `load_pjrt_plugin`."""
     return xla_client().make_c_api_client(name)
+
+
+def exclude_from_jax_locations(path: str) -> None:
+    """Makes the source locations JAX attaches to ops skip frames under `path`.
+
+    The JAX front end calls `jax.jit(fn).lower` from inside aotkit; without this, every op's
+    location is a call stack through aotkit's own files before it reaches the user's line.
+    """
+    from jax._src import source_info_util
+
+    source_info_util.register_exclusion(path)

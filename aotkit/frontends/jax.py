@@ -21,7 +21,8 @@ import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit import dtypes, dumps, passes
+import aotkit
+from aotkit import _compat, dtypes, dumps, passes
 from aotkit._context import IR_LOCK, context
 from aotkit.frontends._module import Adopted, adopt, diagnostic
 from aotkit.specs import ShapeDtype
@@ -40,6 +41,8 @@ HOST_CALLBACK_TARGETS = frozenset(
         "xla_ffi_partitioned_python_gpu_callback",
     }
 )
+
+_compat.exclude_from_jax_locations(os.path.dirname(aotkit.__file__) + os.sep)
 
 
 def lower_jax(

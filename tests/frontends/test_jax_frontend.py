@@ -234,6 +234,8 @@ def test_module_is_clean_for_backends():
 def test_debug_info_keeps_jax_locations():
     text = aotkit.lower(mlp, mlp_params(), normal(2, 16), frontend="jax").as_text(debug_info=True)
     assert "test_jax_frontend.py" in text
+    # Only the user's frames: JAX is told to skip aotkit's own files.
+    assert "aotkit/frontends" not in text and "aotkit/stages.py" not in text
 
 
 def test_pipeline_none_and_dump_dir(tmp_path):

@@ -2,6 +2,9 @@
 
 A jaxlib upgrade that moves any of these touches this file only. Everything else in
 aotkit uses the public `jaxlib.mlir` bindings, `jax.tree_util` and `jax.extend`.
+
+It imports nothing from aotkit at module level: `aotkit/frontends/_probe.py` loads this file
+by path in a sandbox process that must start without importing aotkit.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax import tree_util
 
 import aotkit
@@ -147,6 +149,35 @@ def test_fori_loop_static_and_traced_bounds(backend, lo, hi):
         c = c * 2 + i
     assert_same(run(backend, static, np.int64(1)), c)
     assert_same(run(backend, traced, np.int64(1), np.int64(lo), np.int64(hi)), c)
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    length=st.integers(0, 9),
+    unroll=st.one_of(st.integers(1, 5), st.booleans()),
+    reverse=st.booleans(),
+    width=st.integers(1, 3),
+)
+def test_scan_matches_a_python_loop_for_any_length_unroll_and_direction(
+    length, unroll, reverse, width
+):
+    # Exercises the unrolled body and the steps left after the loop (length % unroll).
+    rng = np.random.default_rng(length * 31 + width)
+    xs = rng.standard_normal((length, width)).astype(np.float32)
+
+    def f(xs):
+        return lax.scan(
+            lambda c, x: (c * 0.5 + x, c - x),
+            np.zeros(width, np.float32),
+            xs,
+            reverse=reverse,
+            unroll=unroll,
+        )
+
+    c, ys = np.zeros(width, np.float32), np.zeros((length, width), np.float32)
+    for t in reversed(range(length)) if reverse else range(length):
+        c, ys[t] = c * np.float32(0.5) + xs[t], c - xs[t]
+    assert_same(run("cpu", f, xs), (c, ys))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

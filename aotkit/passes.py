@@ -513,8 +513,8 @@ def _fold_shape(op: ir.Operation, c: _Const) -> np.ndarray | None:
 
 def _fold_layout(rw: _Rewriter, op: ir.Operation, operands):
     c = rw.const(operands[0])
-    if c is None or c.value is None:
-        return None
+    if c is None or c.value is None or not op.results[0].type.has_static_shape:
+        return None  # bounded dynamic results (`tensor<?xf32, #stablehlo.bounds<4>>`)
     return rw.make_const(op, _fold_shape(op, c))
 
 
@@ -596,7 +596,7 @@ def _inline_call(call: ir.Operation, body: ir.Block) -> None:
     mapping = dict(zip(body.arguments, call.operands, strict=True))
     where = ir.InsertionPoint(call)
     results: list[ir.Value] = []
-    for op in body.operations:
+    for op in list(body.operations):
         op = op.operation
         if op.name == "func.return":
             results = [mapping.get(v, v) for v in op.operands]
@@ -609,19 +609,53 @@ def _inline_call(call: ir.Operation, body: ir.Block) -> None:
     call.erase()
 
 
+def _callees(func_op: ir.Operation) -> set[str]:
+    names: set[str] = set()
+
+    def collect(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "func.call":
+            names.add(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+        return ir.WalkResult.ADVANCE
+
+    func_op.walk(collect)
+    return names
+
+
+def _recursive(graph: dict[str, set[str]]) -> set[str]:
+    """Functions that can reach themselves through calls."""
+    found = set()
+    for start in graph:
+        seen, stack = set(), list(graph[start])
+        while stack:
+            name = stack.pop()
+            if name == start:
+                found.add(start)
+                break
+            if name not in seen and name in graph:
+                seen.add(name)
+                stack.extend(graph[name])
+    return found
+
+
 def inline_calls(module: ir.Module) -> bool:
-    """Inlines every func.call to a single-block function of the module (recursion aside).
+    """Inlines every func.call to a single-block, non-recursive function of the module.
 
     Each round inlines the calls present at its start, so a call chain of depth d takes d
-    rounds; rounds stop when no call is left or after one per function (a recursive cycle).
+    rounds, at most one per function.
     """
-    bodies: dict[str, ir.Block] = {}
+    funcs: dict[str, ir.Operation] = {}
     for op in module.body.operations:
         op = op.operation
-        if op.name == "func.func" and len(op.regions[0].blocks) == 1:
-            bodies[ir.StringAttr(op.attributes["sym_name"]).value] = op.regions[0].blocks[0]
-    if len(bodies) < 2:
+        if op.name == "func.func":
+            funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
+    if len(funcs) < 2:
         return False  # a call needs a second function, or is recursive: nothing to inline
+    recursive = _recursive({name: _callees(op) for name, op in funcs.items()})
+    bodies = {
+        name: op.regions[0].blocks[0]
+        for name, op in funcs.items()
+        if name not in recursive and len(op.regions[0].blocks) == 1
+    }
     calls: list[tuple[ir.Operation, ir.Block]] = []
 
     def collect(op: ir.Operation) -> ir.WalkResult:

@@ -455,6 +455,13 @@ CASES = [
         "return %0 : tensor<2xbf16>",
         args="", results="tensor<2xbf16>"),
      "same"),
+    (SIMPLIFY, "bounded-dynamic-kept",
+     _m("%c = stablehlo.constant dense<[1, 2]> : tensor<2xi32>",
+        "%0 = stablehlo.broadcast_in_dim %c, dims = [1]"
+        " : (tensor<2xi32>) -> tensor<?x2xi32, #stablehlo.bounds<4, ?>>",
+        "return %0 : tensor<?x2xi32, #stablehlo.bounds<4, ?>>",
+        args="", results="tensor<?x2xi32, #stablehlo.bounds<4, ?>>"),
+     "same"),
     (FOLD, "complex-kept",
      _m("%a = stablehlo.constant dense<(1.0, 2.0)> : tensor<2xcomplex<f32>>",
         "%0 = stablehlo.add %a, %a : tensor<2xcomplex<f32>>",
@@ -625,6 +632,37 @@ def test_inline_pass_stops_on_recursion():
     )
     after = _run("aotkit-inline", text)
     assert after.count("call @rec") == 2  # one left in main, one in @rec itself
+
+
+MUTUAL_RECURSION = """module {
+  func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = func.call @leaf(%x) : (tensor<4xf32>) -> tensor<4xf32>
+    %1 = func.call @even(%0) : (tensor<4xf32>) -> tensor<4xf32>
+    return %1 : tensor<4xf32>
+  }
+  func.func private @even(%y: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = func.call @odd(%y) : (tensor<4xf32>) -> tensor<4xf32>
+    %1 = func.call @odd(%0) : (tensor<4xf32>) -> tensor<4xf32>
+    return %1 : tensor<4xf32>
+  }
+  func.func private @odd(%y: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = func.call @even(%y) : (tensor<4xf32>) -> tensor<4xf32>
+    %1 = func.call @leaf(%0) : (tensor<4xf32>) -> tensor<4xf32>
+    return %1 : tensor<4xf32>
+  }
+  func.func private @leaf(%y: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.negate %y : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}"""
+
+
+def test_inline_pass_leaves_mutually_recursive_functions_alone():
+    after = _run("aotkit-inline", MUTUAL_RECURSION)
+    # @leaf is inlined everywhere; the even/odd cycle keeps its calls, unexpanded.
+    assert "call @leaf" not in after
+    assert after.count("call @even") == 2 and after.count("call @odd") == 2
+    assert after.count("stablehlo.negate") == 3  # main, @odd, and @leaf itself
 
 
 def test_mlir_inline_pass_is_a_no_op_in_this_jaxlib():

@@ -648,6 +648,11 @@ def fori_loop(lower, upper, body_fn: Callable, init):
     _bound("fori_loop", "lower", lower)
     _bound("fori_loop", "upper", upper)
     index_dtype = dtypes.result_type(_key(lower), _key(upper))
+    if not dtypes.is_integer(index_dtype):
+        raise TypeError(
+            f"{where('fori_loop')}: the bounds promote to {dtypes.short_name(index_dtype)} "
+            "(NumPy mixes uint64 and signed ints as floats); give both bounds one integer dtype"
+        )
     info = np.iinfo(index_dtype)
     for name, b in (("lower", lower), ("upper", upper)):
         if not isinstance(b, Tracer) and not info.min <= int(b) <= info.max:

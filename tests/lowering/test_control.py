@@ -411,6 +411,12 @@ def lower_f32(fn):
             "fori_loop: upper bound 300 does not fit the loop index dtype i8",
         ),
         (
+            lambda x, s: lax.fori_loop(np.uint64(0), np.int64(3), lambda i, c: c, x),
+            TypeError,
+            "fori_loop: the bounds promote to f64 (NumPy mixes uint64 and signed ints as "
+            "floats); give both bounds one integer dtype",
+        ),
+        (
             lambda x, s: lax.fori_loop(2**70, 3, lambda i, c: c, x),
             OverflowError,
             "fori_loop: lower bound 1180591620717411303424 does not fit the loop index dtype i64",

@@ -112,6 +112,11 @@ def _no_out(op: str, out) -> None:
         )
 
 
+def _conj(x: Tracer) -> Tracer:
+    # Only complex values have a conjugate; NumPy's conjugate of bool would make int8.
+    return NUMPY_FUNCTIONS["conj"](x) if dtypes.is_complex(x.dtype) else x
+
+
 def _multiply(a, b) -> Tracer:
     return NUMPY_FUNCTIONS["multiply"](a, b)
 
@@ -184,7 +189,7 @@ def vdot(a, b, /):
             f"{where('vdot')}: vectors have different lengths {x.size} ({x.shape}) and "
             f"{y.size} ({y.shape})"
         )
-    x = NUMPY_FUNCTIONS["conj"](reshape_to(x, (x.size,)))
+    x = _conj(reshape_to(x, (x.size,)))
     return dot_general(x, reshape_to(y, (y.size,)), ((0,), (0,)))
 
 
@@ -238,7 +243,7 @@ def vecdot(x1, x2, /, *, axis=-1):
     if not shape:
         raise ValueError(f"{where('vecdot')}: inputs must have at least one dimension")
     ax = normalize_axis("vecdot", axis, len(shape))
-    prod = _multiply(NUMPY_FUNCTIONS["conj"](x), y)
+    prod = _multiply(_conj(x), y)
     return reduce_raw(prod, (ax,), "add")
 
 
@@ -264,8 +269,6 @@ def _interleaved(args) -> tuple[str, list]:
     out = None
     if len(operands) > len(subs):  # a trailing output sublist
         out = operands.pop()
-    if len(operands) != len(subs):
-        raise ValueError(f"{where('einsum')}: operands and sublists do not pair up")
     spec = ",".join(_sublist_to_str("einsum", s) for s in subs)
     if out is not None:
         spec += "->" + _sublist_to_str("einsum", out)
@@ -339,14 +342,15 @@ def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=
             if isinstance(c, str):
                 counts[c] = counts.get(c, 0) + 1
     if explicit:
-        out_letters, _ = _parse_term(out_spec, len(out_spec.replace("...", "")) + n_ell, -1)
-        out_ell = iter(range(n_ell))
-        out_labels = [c if c is not None else next(out_ell) for c in out_letters]
         if "..." not in out_spec and n_ell:
             raise ValueError(
                 f"{where('einsum')}: output {out_spec!r} has no '...' but the inputs have "
                 "broadcast dimensions; add ... to the output"
             )
+        out_rank = len(out_spec.replace("...", "")) + (n_ell if "..." in out_spec else 0)
+        out_letters, _ = _parse_term(out_spec, out_rank, -1)
+        out_ell = iter(range(n_ell))
+        out_labels = [c if c is not None else next(out_ell) for c in out_letters]
         for c in out_labels:
             if isinstance(c, str) and c not in counts:
                 raise ValueError(

@@ -577,15 +577,12 @@ def diff(a, n=1, axis=-1, prepend=_NOVALUE, append=_NOVALUE):
     if n == 0:
         return x
     if prepend is not _NOVALUE or append is not _NOVALUE:
-        concat = NUMPY_FUNCTIONS.get("concatenate")
-        if concat is None:
-            raise NotImplementedError(f"{where('diff')}: prepend=/append= need concatenate")
         parts = [x]
         if prepend is not _NOVALUE:
             parts.insert(0, _edge("diff", prepend, x, ax))
         if append is not _NOVALUE:
             parts.append(_edge("diff", append, x, ax))
-        x = concat(parts, axis=ax)
+        x = NUMPY_FUNCTIONS["concatenate"](parts, axis=ax)
     for _ in range(n):
         if x.shape[ax] == 0:
             break

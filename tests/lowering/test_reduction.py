@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 import aotkit
 import aotkit.numpy as anp
-from aotkit.lowering.core import NUMPY_FUNCTIONS
 from tests.helpers import run_on
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -245,8 +244,6 @@ def test_complex_sum_mean_var():
 
 
 def test_diff_prepend_append():
-    if "concatenate" not in NUMPY_FUNCTIONS:
-        pytest.skip("prepend=/append= need aotkit.numpy.concatenate (shape family)")
     x = RNG.integers(-9, 10, (3, 4)).astype(np.int32)
     got = run_on(
         "cpu",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import chlo, stablehlo
+from jaxlib.mlir.dialects import chlo, sdy, stablehlo
 
 from aotkit import _compat
 
@@ -32,6 +32,9 @@ def context() -> ir.Context:
                 ctx.load_all_available_dialects()
                 stablehlo.register_dialect(ctx)
                 chlo.register_dialect(ctx)
+                # JAX annotates ops (custom calls above all) with Shardy attributes even on
+                # one device; without the dialect its modules and exports do not parse.
+                sdy.register_dialect(ctx)
                 stablehlo.register_stablehlo_passes()
                 _context = ctx
     return _context

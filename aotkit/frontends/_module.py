@@ -100,6 +100,46 @@ def _clean_attrs(array: ir.ArrayAttr) -> tuple[ir.ArrayAttr, list[bool]]:
     return ir.ArrayAttr.get(dicts), donated
 
 
+def _attr_name(item) -> str:
+    # jaxlib 0.10 iterates an op's attributes as names; NamedAttribute is the documented item.
+    return item if isinstance(item, str) else item.name
+
+
+def _strip_shardy(module: ir.Module, where: str) -> None:
+    """Removes Shardy (`sdy`) sharding annotations, which say nothing on one device.
+
+    JAX puts `sdy.sharding_rule` on custom calls and an `sdy.mesh` beside host callbacks even
+    for a single device. An `sdy` op inside a function body (a sharding constraint, a manual
+    computation) means the program is written for a mesh: that is refused.
+    """
+    meshes: list[ir.Operation] = []
+    annotated: list[ir.Operation] = []
+    refused: list[str] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name.startswith("sdy."):
+            if op.name == "sdy.mesh":
+                meshes.append(op)
+            else:
+                refused.append(op.name)
+            return ir.WalkResult.ADVANCE
+        if any(_attr_name(a).startswith("sdy.") for a in op.attributes):
+            annotated.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if refused:
+        raise ValueError(
+            f"{where}: the module shards its computation ({refused[0]}); aotkit compiles "
+            "single-device programs: remove sharding constraints and shard_map"
+        )
+    for op in annotated:
+        for key in [n for n in map(_attr_name, op.attributes) if n.startswith("sdy.")]:
+            del op.attributes[key]
+    for op in meshes:
+        op.erase()
+
+
 def adopt(module: ir.Module, *, name: str, where: str) -> Adopted:
     """Normalizes `module` in place (see the module docstring); ValueError if it cannot run."""
     with IR_LOCK, context():
@@ -117,6 +157,7 @@ def adopt(module: ir.Module, *, name: str, where: str) -> Adopted:
                 f"{where}: the module is partitioned for several devices ({key} = {value}); "
                 "aotkit compiles single-device modules: lower or export for one device"
             )
+        _strip_shardy(module, where)
         module.operation.attributes["sym_name"] = ir.StringAttr.get(_symbol_name(name))
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
         donated: list[bool] = []

@@ -31,7 +31,7 @@ def _load_compat(path: str):
 
 def _context(compat):
     from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import chlo, stablehlo
+    from jaxlib.mlir.dialects import chlo, sdy, stablehlo
 
     # The same dialects as aotkit._context.context(), so what parses here parses there.
     registry = ir.DialectRegistry()
@@ -41,6 +41,7 @@ def _context(compat):
     ctx.load_all_available_dialects()
     stablehlo.register_dialect(ctx)
     chlo.register_dialect(ctx)
+    sdy.register_dialect(ctx)
     return ctx
 
 

@@ -122,6 +122,23 @@ def test_module_files_match_jax(files, name):
     assert_leaves_equal(flat_result(lowered, model_args()), oracle_leaves())
 
 
+@pytest.mark.parametrize("form", ["jax.export", "text"])
+def test_jax_modules_with_custom_calls_and_shardy_attributes(form):
+    def solve(a, b):
+        return jnp.linalg.solve(a, b)
+
+    a = np.eye(4, dtype=np.float32) * 2 + 0.1
+    b = np.ones((4, 2), np.float32)
+    if form == "jax.export":
+        data = bytes(jax.export.export(jax.jit(solve))(a, b).serialize())
+    else:
+        data = jax.jit(solve).lower(a, b).as_text().encode()
+        assert b"sdy.sharding_rule" in data
+    lowered = load_module(data)
+    assert "sdy." not in lowered.as_text()
+    assert_leaves_equal([run_lowered("cpu", lowered, a, b)], [np.asarray(jax.jit(solve)(a, b))])
+
+
 def test_bytes_and_path_load_the_same_module(files):
     data = (files / "model.mlirbc").read_bytes()
     assert load_module(data).as_text() == load_module(files / "model.mlirbc").as_text()

@@ -172,6 +172,18 @@ def test_jit_statics_and_donation():
     )
 
 
+def test_linalg_custom_calls_run_and_lose_their_sharding_rules():
+    def solve_and_eig(a, b):
+        return jnp.linalg.solve(a, b), jnp.linalg.eigh(a @ a.T)[0]
+
+    a = normal(4, 4) + 4 * np.eye(4, dtype=np.float32)
+    b = normal(4, 2)
+    lowered = aotkit.lower(solve_and_eig, a, b, frontend="jax")
+    assert "lapack_sgetrf_ffi" in lowered.as_text() and "sdy." not in lowered.as_text()
+    assert_same(run_lowered("cpu", lowered, a, b), jax.jit(solve_and_eig)(a, b), rtol=1e-4,
+                atol=1e-5)  # fmt: skip
+
+
 def test_scan_stays_one_while_loop():
     lowered = aotkit.lower(rnn, *PROGRAMS["scan"][1](), frontend="jax")
     assert lowered.as_text().count("stablehlo.while") == 1
@@ -280,6 +292,22 @@ def test_host_callback_is_an_error():
         r"an aotkit executable cannot call Python: remove the callback$"
     )):  # fmt: skip
         aotkit.lower(noisy, normal(3), frontend="jax")
+
+
+def test_sharding_constraint_is_an_error():
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((1,), ("x",), axis_types=(AxisType.Auto,))
+
+    def constrained(x):
+        return jax.lax.with_sharding_constraint(x * 2, NamedSharding(mesh, PartitionSpec("x")))
+
+    with pytest.raises(ValueError, match=(
+        r"^lower: constrained \(frontend='jax'\): the module shards its computation "
+        r"\(sdy.sharding_constraint\); aotkit compiles single-device programs: remove sharding "
+        r"constraints and shard_map$"
+    )):  # fmt: skip
+        aotkit.lower(constrained, normal(4), frontend="jax")
 
 
 def test_jitted_without_keep_unused_is_an_error():

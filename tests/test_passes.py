@@ -15,7 +15,7 @@ from jaxlib.mlir import ir
 
 import aotkit
 import aotkit.numpy as anp
-from aotkit import dumps, passes
+from aotkit import dumps, lax, passes
 from aotkit._context import IR_LOCK, context
 from tests.helpers import run_lowered
 
@@ -971,6 +971,10 @@ PROGRAMS = {
     "int-wrap": lambda x: (
         (anp.full(x.shape, 127, "int8") + anp.ones(x.shape, "int8")).astype(x.dtype) + x
     ),
+    "reduction-regions": lambda x: anp.sum(x * 1 + 0, axis=0) + anp.max(anp.negative(-x), axis=0),
+    "matmul": lambda x: (x * 1) @ (x.T + 0),
+    "fori-loop-body": lambda x: lax.fori_loop(0, 3, lambda i, c: c * 1 + c, x),
+    "cond-branches": lambda x: lax.cond(anp.sum(x) > 0, lambda a: a * 1, lambda a: a - 0, x),
     "bool-logic": lambda x: anp.where(
         anp.logical_and(anp.ones(x.shape, bool), ~anp.zeros(x.shape, bool)), x, x * 0
     ),
@@ -1024,7 +1028,7 @@ _UNARY_STEPS = [
 ]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     steps=st.lists(st.sampled_from(range(len(_UNARY_STEPS))), min_size=1, max_size=8),
     dtype=st.sampled_from(["float32", "int32", "int8"]),

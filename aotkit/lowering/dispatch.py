@@ -149,16 +149,11 @@ def _ufunc_reduce(name: str, array, axis=0, dtype=None, keepdims=False, **kwargs
     return r
 
 
-def _ufunc_accumulate(name: str, array, axis=0, dtype=None, **kwargs):
+def _ufunc_accumulate(name: str, array, axis=0, dtype=None):
     qualname = f"{name}.accumulate"
     entry = _ACCUMULATE.get(name)
     if entry is None:
         raise _missing(qualname)
-    if kwargs:
-        raise NotImplementedError(
-            f"{where('numpy.' + qualname)}: keyword {next(iter(kwargs))}= is not supported "
-            f"by numpy.{qualname} on traced arrays"
-        )
     fname, monoid = entry
     if fname is not None:
         return NUMPY_FUNCTIONS[fname](array, axis=axis, dtype=dtype)
@@ -176,11 +171,9 @@ def _ufunc_outer(name: str, a, b, **kwargs):
     fn = NUMPY_FUNCTIONS.get(name)
     if fn is None:
         raise _missing(f"{name}.outer")
-    b_ndim = b.ndim if isinstance(b, Tracer) else np.ndim(b)
-    if b_ndim:
-        x = asarray(a)
-        a = reshape_to(x, x.shape + (1,) * b_ndim)
-    return fn(a, b, **kwargs)
+    # NumPy makes arrays of both operands first, so Python scalars are not weak here.
+    x, y = asarray(a), asarray(b)
+    return fn(reshape_to(x, x.shape + (1,) * y.ndim), y, **kwargs)
 
 
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
@@ -191,6 +184,7 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         fn = NUMPY_FUNCTIONS.get(name)
         if fn is None:
             raise _missing(name)
+        _check_keywords(name, fn, kwargs)
         return fn(*inputs, **kwargs)
     if method == "reduce":
         return _ufunc_reduce(name, *inputs, **kwargs)

@@ -1,0 +1,932 @@
+"""The command line: `aotkit lower | compile | run | opt | backends`.
+
+Not a stage of its own: every command is a thin shell over the staged API (`lower`,
+`Lowered.compile`, the pass pipeline, the backends registry), so what the CLI prints for a
+function is exactly what the Python API returns for it.
+
+What it promises: `main(argv=None) -> int` returns 0 on success; 1 on a user error, with one
+line on stderr (when the user's own code raised, their traceback trimmed to their frames
+comes first); 2 on a usage error (argparse). Bad input never aborts the process and never
+prints aotkit's own traceback unless `--traceback` asks for it.
+
+Extension points: `_add_target_args` holds the flags every function-taking command shares
+(a `--frontend` flag belongs there), `_lower_python` is the one call into the front ends, and
+`_load_module_file` the one place module files are read (through `aotkit.load_module`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import difflib
+import importlib.util
+import inspect
+import io
+import json
+import os
+import re
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+EXIT_OK, EXIT_USER, EXIT_USAGE = 0, 1, 2
+
+# A step that takes longer than this (seconds) earns a progress line on an interactive stderr.
+PROGRESS_AFTER_S = 1.0
+_PROGRESS_EVERY_S = 0.25
+
+IR_EMITS = ("stablehlo", "bytecode", "portable")
+COMPILE_EMITS = ("hlo", "cost", "memory")
+_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+class UserError(Exception):
+    """A mistake in the command line or its inputs: one line on stderr, exit 1."""
+
+
+class UserCodeError(UserError):
+    """The user's own code raised while aotkit imported or traced it.
+
+    Reported as the user's traceback (their frames only) followed by one line.
+    """
+
+    def __init__(self, message: str, cause: BaseException):
+        super().__init__(message)
+        self.cause = cause
+
+
+# --- Reporting -----------------------------------------------------------------------------
+
+
+def _library_prefixes() -> tuple[str, ...]:
+    import aotkit
+
+    dirs = {os.path.dirname(os.path.abspath(aotkit.__file__))}
+    paths = sysconfig.get_paths()
+    dirs |= {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}
+    dirs |= {os.path.realpath(d) for d in dirs}
+    return tuple(d.rstrip(os.sep) + os.sep for d in sorted(dirs))
+
+
+def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of `exc`'s traceback that run the user's code (not aotkit, not libraries)."""
+    library = _library_prefixes()
+    return [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<") and not os.path.abspath(f.filename).startswith(library)
+    ]
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).strip()}".rstrip(": ")
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions aotkit raises for bad input (its error contract), as opposed to bugs."""
+    from aotkit.errors import CompileError
+
+    return (TypeError, ValueError, NotImplementedError, OSError, CompileError)
+
+
+def _report(command: str, exc: BaseException, show_traceback: bool) -> int:
+    """Writes `exc` to stderr the way the module docstring promises; returns the exit code."""
+    err = sys.stderr
+    prefix = f"aotkit {command}: error: " if command else "aotkit: error: "
+    if show_traceback:
+        traceback.print_exception(getattr(exc, "cause", None) or exc, file=err)
+    if isinstance(exc, UserCodeError):
+        if not show_traceback:
+            err.write(_user_traceback(exc.cause))
+        err.write(prefix + str(exc) + "\n")
+        return EXIT_USER
+    if isinstance(exc, (UserError, *_known_errors())):
+        err.write(prefix + str(exc).strip() + "\n")
+        return EXIT_USER
+    err.write(
+        f"{prefix}internal error: {_describe(exc)}; "
+        "rerun with --traceback and report it with the command line\n"
+    )
+    return EXIT_USER
+
+
+def _user_traceback(exc: BaseException) -> str:
+    frames = _user_frames(exc)
+    lines = []
+    if frames:
+        lines.append("Traceback (most recent call last; aotkit's frames hidden):\n")
+        lines.extend(traceback.format_list(frames))
+    if isinstance(exc, SyntaxError):
+        # The offending line and caret; the message itself ends the report.
+        lines.extend(traceback.format_exception_only(exc)[:-1])
+    return "".join(lines)
+
+
+def _user_code(what: str, exc: BaseException) -> UserCodeError:
+    return UserCodeError(f"{what}: {_describe(exc)}", exc)
+
+
+@contextlib.contextmanager
+def _progress(args, what: str):
+    """Shows `what` and its elapsed time on stderr while a slow step runs (terminal only)."""
+    if getattr(args, "quiet", False) or not _isatty(sys.stderr):
+        yield
+        return
+    done = threading.Event()
+    start = time.perf_counter()
+    shown = []
+
+    def tick():
+        if done.wait(PROGRESS_AFTER_S):
+            return
+        while not done.is_set():
+            sys.stderr.write(f"\raotkit: {what}... {time.perf_counter() - start:.1f} s\x1b[K")
+            sys.stderr.flush()
+            shown.append(True)
+            done.wait(_PROGRESS_EVERY_S)
+
+    thread = threading.Thread(target=tick, name="aotkit-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        if shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _say(args, message: str) -> None:
+    """A `-v` note on stderr."""
+    if getattr(args, "verbose", False) and not getattr(args, "quiet", False):
+        sys.stderr.write(f"aotkit: {message}\n")
+
+
+# --- Argument types --------------------------------------------------------------------------
+
+
+def _spec_arg(text: str):
+    from aotkit.specs import spec
+
+    try:
+        return spec(text)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _static_arg(text: str) -> tuple[str, object]:
+    name, eq, value = text.partition("=")
+    name = name.strip()
+    if not eq or not name.isidentifier():
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE with NAME a parameter of FN, got {text!r}; e.g. --static n=3"
+        )
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise argparse.ArgumentTypeError(
+            f"value of {name!r} must be a Python literal (3, 2.5, True, 'relu', (1, 2)), got "
+            f"{value!r}; quote strings for the shell too: --static {name}=\"'{value}'\""
+        ) from None
+
+
+# --- Targets: FILE.py:FN, module files -------------------------------------------------------
+
+
+def _is_python_target(target: str) -> bool:
+    path, colon, _ = target.rpartition(":")
+    return (bool(colon) and path.endswith(".py")) or target.endswith(".py")
+
+
+def _split_target(target: str) -> tuple[Path, str]:
+    path, colon, qualname = target.rpartition(":")
+    if not colon or not path:
+        raise UserError(
+            f"target {target!r} names no function; write FILE.py:FN, e.g. examples/mlp.py:predict"
+        )
+    if not qualname or not all(part.isidentifier() for part in qualname.split(".")):
+        raise UserError(
+            f"target {target!r}: {qualname!r} is not a function name; write FILE.py:FN or "
+            "FILE.py:OBJ.METHOD"
+        )
+    return Path(path), qualname
+
+
+def _import_file(path: Path):
+    """Imports a Python file as a fresh module, with its folder on sys.path meanwhile."""
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise UserError(f"file {str(path)!r} {what}; give the path of a Python file")
+    path = path.resolve()
+    name = re.sub(r"\W", "_", path.stem)
+    if not name or name[0].isdigit():
+        name = "_" + name
+    unique = f"aotkit_cli_{name}"
+    spec = importlib.util.spec_from_file_location(unique, path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"file {str(path)!r} cannot be imported as Python; give a .py file")
+    module = importlib.util.module_from_spec(spec)
+    folder = str(path.parent)
+    sys.path.insert(0, folder)
+    # Registered while it runs so dataclasses, pickling and typing find the module.
+    sys.modules[unique] = module
+    try:
+        spec.loader.exec_module(module)
+    except SystemExit as e:
+        raise UserError(
+            f"importing {str(path)!r} called sys.exit({e.code!r}); put script code under "
+            "`if __name__ == '__main__':`"
+        ) from None
+    except Exception as e:
+        raise _user_code(f"importing {str(path)!r} failed", e) from e
+    finally:
+        sys.modules.pop(unique, None)
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+    return module
+
+
+def _resolve(module, path: Path, qualname: str):
+    obj = module
+    for i, part in enumerate(qualname.split(".")):
+        if not hasattr(obj, part):
+            where = str(path) if i == 0 else f"{path}:{'.'.join(qualname.split('.')[:i])}"
+            names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n))]
+            near = difflib.get_close_matches(part, names, n=3)
+            hint = (
+                f"did you mean {', '.join(near)}?"
+                if near
+                else (f"callables there: {', '.join(names[:12]) or 'none'}")
+            )
+            raise UserError(f"{where} has no attribute {part!r}; {hint}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UserError(
+            f"{path}:{qualname} is not callable (it is {type(obj).__name__} {obj!r:.40}); "
+            "name a function or another callable"
+        )
+    return obj
+
+
+def _place_arguments(fn, label: str, specs: list, statics: dict):
+    """Places `--shapes` specs and `--static` values as a Python caller would.
+
+    Returns `(args, kwargs, static_argnums, static_argnames)`: specs fill the non-static
+    positional parameters in order, a static positional parameter keeps its position (so the
+    module's arguments are ordered as in `aotkit.lower(fn, *specs)`), keyword-only statics are
+    keywords.
+    """
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        if statics:
+            raise UserError(
+                f"--static: cannot read the parameters of {label}; wrap it in a Python function"
+            ) from None
+        return tuple(specs), {}, (), ()
+    P = inspect.Parameter
+    params = list(sig.parameters.values())
+    pending = list(specs)
+    remaining = dict(statics)
+    args, kwargs, argnums, argnames = [], {}, [], []
+    positional = True
+    for p in params:
+        if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD):
+            if p.name in remaining and positional:
+                argnums.append(len(args))
+                args.append(remaining.pop(p.name))
+            elif p.name in remaining:
+                argnames.append(p.name)
+                kwargs[p.name] = remaining.pop(p.name)
+            elif pending and positional:
+                args.append(pending.pop(0))
+            else:
+                positional = False
+        elif p.kind is P.VAR_POSITIONAL and positional:
+            args.extend(pending)
+            pending.clear()
+        elif p.kind is P.KEYWORD_ONLY and p.name in remaining:
+            argnames.append(p.name)
+            kwargs[p.name] = remaining.pop(p.name)
+    if remaining and params and params[-1].kind is P.VAR_KEYWORD:
+        argnames.extend(remaining)
+        kwargs.update(remaining)
+        remaining.clear()
+    names = [p.name for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    array_params = [n for n in names if n not in statics]
+    if remaining:
+        bad = next(iter(remaining))
+        raise UserError(
+            f"--static: {label} has no parameter {bad!r}; its parameters: "
+            f"{', '.join(sig.parameters) or 'none'}"
+        )
+    given = ", ".join(map(str, specs)) or "none"
+    if pending:
+        raise UserError(
+            f"--shapes: {label} takes {len(array_params)} array argument(s) "
+            f"({', '.join(array_params) or 'none'}) but got {len(specs)} spec(s): {given}; "
+            "give one spec per array argument"
+        )
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError:
+        missing = [
+            p.name
+            for p in params
+            if p.default is P.empty
+            and p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)
+            and p.name not in statics
+        ][len(specs) :]
+        raise UserError(
+            f"--shapes: {label} takes {len(array_params)} array argument(s) "
+            f"({', '.join(array_params)}) but got {len(specs)} spec(s): {given}; "
+            f"add a spec for {', '.join(missing) or 'each argument'} (or --static NAME=VALUE)"
+        ) from None
+    return tuple(args), kwargs, tuple(argnums), tuple(argnames)
+
+
+def _lower_python(args, specs: list | None):
+    """Imports FILE.py, finds FN and lowers it for `specs` through the Python API."""
+    from aotkit import stages
+
+    path, qualname = _split_target(args.target)
+    label = f"{path}:{qualname}"
+    with _progress(args, f"importing {path}"):
+        module = _import_file(path)
+    fn = _resolve(module, path, qualname)
+    statics = dict(args.static or ())
+    call_args, call_kwargs, argnums, argnames = _place_arguments(fn, label, specs or [], statics)
+    options = {"pipeline": args.pipeline} if args.pipeline else {}
+    with _dumps(args) as dump_dir, _progress(args, f"lowering {label}"):
+        start = time.perf_counter()
+        try:
+            lowered = stages.lower_function(
+                fn,
+                call_args,
+                call_kwargs,
+                static_argnums=argnums,
+                static_argnames=argnames,
+                dump_dir=dump_dir,
+                **options,
+            )
+        except Exception as e:
+            if _user_frames(e):
+                raise _user_code(f"lowering {label} failed", e) from e
+            raise
+        _print_ir_after_all(args, lowered.dumper)
+    _say(args, f"lowered {label} in {_ms(time.perf_counter() - start)}")
+    return lowered
+
+
+@contextlib.contextmanager
+def _dumps(args):
+    """The dump directory for the API, honouring `--dump-dir` and `--print-ir-after-all`.
+
+    The per-pass dumps are the one record of the IR after each pass, so
+    `--print-ir-after-all` without `--dump-dir` dumps into a temporary folder and prints
+    from there.
+    """
+    from aotkit import dumps
+
+    if not args.print_ir_after_all:
+        yield args.dump_dir
+        return
+    saved = os.environ.get(dumps.ENV_PRINT_IR_AFTER_ALL)
+    os.environ[dumps.ENV_PRINT_IR_AFTER_ALL] = "1"
+    try:
+        if args.dump_dir is not None:
+            yield args.dump_dir
+        else:
+            with tempfile.TemporaryDirectory(prefix="aotkit-ir-") as tmp:
+                yield tmp
+    finally:
+        if saved is None:
+            os.environ.pop(dumps.ENV_PRINT_IR_AFTER_ALL, None)
+        else:
+            os.environ[dumps.ENV_PRINT_IR_AFTER_ALL] = saved
+
+
+def _print_ir_after_all(args, dumper) -> None:
+    """Copies the per-pass dumps to stderr, headed the way mlir-opt heads them."""
+    if not args.print_ir_after_all or dumper is None:
+        return
+    for path in dumper.paths:
+        stage = path.name.split("-", 1)[-1].rsplit(".", 1)[0]
+        if path.suffix == ".mlir" and stage.startswith("after-"):
+            sys.stderr.write(f"// -----// IR Dump After {stage[len('after-') :]} //----- //\n")
+            sys.stderr.write(path.read_text())
+    sys.stderr.flush()
+
+
+def _run_pipeline(args, module, name: str, pipeline: str) -> None:
+    """Runs `pipeline` over a module read from a file, with `--dump-dir` and friends."""
+    from aotkit import dumps, passes
+
+    with _dumps(args) as dump_dir:
+        dumper = dumps.Dumper.create(
+            name, dump_dir, print_ir_after_all=args.print_ir_after_all or None
+        )
+        with _progress(args, f"running pipeline on {name}"):
+            start = time.perf_counter()
+            passes.run_pipeline(module, pipeline, name=name, dumper=dumper)
+        _print_ir_after_all(args, dumper)
+    _say(args, f"pipeline {pipeline!r} on {name} took {_ms(time.perf_counter() - start)}")
+
+
+# --- Module files ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _captured_diagnostics(ctx, into: list[str]):
+    """Collects MLIR diagnostics instead of letting MLIR print them to stderr."""
+
+    def handler(d):
+        into.append(d.message)
+        return True
+
+    handle = ctx.attach_diagnostic_handler(handler)
+    try:
+        yield
+    finally:
+        handle.detach()
+
+
+def _load_module_file(args):
+    """The `Lowered` stage of a module file (text, bytecode, portable or jax.export artifact).
+
+    `aotkit.load_module` reads it (crash-safe on corrupt bytes) and takes the signature from
+    `@main`; the module runs as written unless `--pipeline` names a pipeline.
+    """
+    import aotkit
+
+    if getattr(args, "shapes", None) is not None or getattr(args, "static", None):
+        raise UserError(
+            f"{args.target}: --shapes and --static apply to FILE.py:FN targets; a module "
+            "file's signature comes from its @main"
+        )
+    with _progress(args, f"reading {args.target}"):
+        lowered = aotkit.load_module(args.target)
+    if args.pipeline is not None:
+        _run_pipeline(args, lowered.module, lowered.name, args.pipeline)
+        lowered.pipeline = args.pipeline
+    return lowered
+
+
+def _lower_target(args, specs: list | None = None):
+    """The `Lowered` stage for the command's target: FILE.py:FN or a module file."""
+    if _is_python_target(args.target):
+        return _lower_python(args, specs if specs is not None else args.shapes)
+    if args.command == "lower":
+        raise UserError(
+            f"target {args.target!r} is not FILE.py:FN; `aotkit lower` traces a Python "
+            "function (use `aotkit opt FILE.mlir` for module files)"
+        )
+    return _load_module_file(args)
+
+
+# --- Output ------------------------------------------------------------------------------------
+
+
+def _write_text(dest: str | None, text: str) -> None:
+    if not text.endswith("\n"):
+        text += "\n"
+    if dest in (None, "-"):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        Path(dest).write_text(text)
+    except OSError as e:
+        raise UserError(
+            f"-o: cannot write {dest!r}: {e.strerror or e}; pick a writable path"
+        ) from None
+
+
+def _write_bytes(dest: str | None, data: bytes, what: str) -> None:
+    if dest in (None, "-"):
+        if _isatty(sys.stdout):
+            raise UserError(
+                f"--emit {what} writes binary data and stdout is a terminal; use -o FILE "
+                "(or redirect stdout)"
+            )
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        Path(dest).write_bytes(data)
+    except OSError as e:
+        raise UserError(
+            f"-o: cannot write {dest!r}: {e.strerror or e}; pick a writable path"
+        ) from None
+
+
+def _target_version(text: str | None) -> str:
+    from jaxlib.mlir.dialects import stablehlo
+
+    current, minimum = stablehlo.get_current_version(), stablehlo.get_minimum_version()
+    if text is None or text == "current":
+        return current
+    if text == "minimum":
+        return minimum
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split("."))
+
+    if not _VERSION_RE.match(text) or not key(minimum) <= key(text) <= key(current):
+        raise UserError(
+            f"--target-version {text!r} is not a StableHLO version this jaxlib can write; "
+            f"give MAJOR.MINOR.PATCH from {minimum} to {current} (or 'current', 'minimum')"
+        )
+    return text
+
+
+def _emit_module(args, module, name: str) -> None:
+    """Writes `module` as `--emit` asks: StableHLO text, MLIR bytecode or a portable artifact."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    from aotkit._context import IR_LOCK
+
+    emit = args.emit
+    if emit == "stablehlo":
+        with IR_LOCK:
+            text = module.operation.get_asm(enable_debug_info=args.debug_info)
+        _write_text(args.output, text)
+        return
+    if emit == "bytecode":
+        buf = io.BytesIO()
+        with IR_LOCK:
+            module.operation.write_bytecode(buf)
+        _write_bytes(args.output, buf.getvalue(), emit)
+        return
+    target = _target_version(args.target_version)
+    diags: list[str] = []
+    with IR_LOCK:
+        try:
+            with _captured_diagnostics(module.context, diags):
+                data = stablehlo.serialize_portable_artifact(module, target)
+        except ValueError:
+            raise UserError(
+                f"--emit portable: StableHLO cannot serialize module {name!r} for version "
+                f"{target}: {diags[0] if diags else 'unknown reason'}; lower with the default "
+                "pipeline (it legalizes CHLO) or use --emit bytecode"
+            ) from None
+    _write_bytes(args.output, data, emit)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+# --- Commands ----------------------------------------------------------------------------------
+
+
+def cmd_lower(args) -> int:
+    _check_pipeline(args)
+    lowered = _lower_target(args)
+    _emit_module(args, lowered.module, lowered.name)
+    return EXIT_OK
+
+
+def cmd_opt(args) -> int:
+    _check_pipeline(args)
+    lowered = _load_module_file(args)
+    if args.pipeline is None:
+        _run_pipeline(args, lowered.module, lowered.name, "default")
+    _emit_module(args, lowered.module, lowered.name)
+    return EXIT_OK
+
+
+def _check_pipeline(args) -> None:
+    """Rejects a bad `--pipeline` before any file is read or traced."""
+    from aotkit import passes
+
+    if args.pipeline is not None:
+        passes.check_pipeline(args.pipeline)
+
+
+def cmd_compile(args) -> int:
+    _check_pipeline(args)
+    lowered = _lower_target(args)
+    compiled = _compile(args, lowered)
+    if args.emit == "hlo":
+        _write_text(args.output, compiled.as_text())
+        return EXIT_OK
+    analysis = compiled.cost_analysis() if args.emit == "cost" else compiled.memory_analysis()
+    if analysis is None:
+        raise UserError(
+            f"--emit {args.emit}: backend {_backend_name(compiled)!r} gives no {args.emit} "
+            "analysis; use --backend cpu"
+        )
+    if hasattr(analysis, "to_dict"):
+        analysis = analysis.to_dict()
+    _write_text(args.output, json.dumps(analysis, indent=2, sort_keys=True, default=float))
+    return EXIT_OK
+
+
+def _backend_name(compiled) -> str:
+    backend = getattr(compiled, "backend", None)
+    return getattr(backend, "name", None) or str(backend)
+
+
+def _compile(args, lowered):
+    where = f"on {args.backend}" if args.backend else ""
+    with _progress(args, f"compiling {lowered.name} {where}".strip()):
+        start = time.perf_counter()
+        compiled = lowered.compile(backend=args.backend)
+    args.compile_seconds = time.perf_counter() - start
+    _say(args, f"compiled {lowered.name} in {_ms(args.compile_seconds)}")
+    return compiled
+
+
+def _load_inputs(paths: list[str]) -> list[np.ndarray]:
+    arrays = []
+    for p in paths:
+        try:
+            x = np.load(p, allow_pickle=False)
+        except FileNotFoundError:
+            raise UserError(
+                f"--inputs: file {p!r} does not exist; give one .npy file per argument"
+            ) from None
+        except (OSError, ValueError) as e:
+            raise UserError(
+                f"--inputs: cannot read {p!r} as a .npy array ({e}); save inputs with numpy.save"
+            ) from None
+        if not isinstance(x, np.ndarray):
+            raise UserError(f"--inputs: {p!r} is an .npz archive; give one .npy file per argument")
+        arrays.append(x)
+    return arrays
+
+
+def _check_inputs(inputs: list, specs, paths: list[str], source: str) -> None:
+    from aotkit.specs import spec_of
+
+    if len(inputs) != len(specs):
+        raise UserError(
+            f"--inputs: {source} {len(specs)} array(s) ({', '.join(map(str, specs)) or 'none'}) "
+            f"but got {len(inputs)} file(s); give one .npy file per array argument"
+        )
+    for i, (x, s, p) in enumerate(zip(inputs, specs, paths, strict=True)):
+        if spec_of(x) != s:
+            raise UserError(
+                f"--inputs: {p!r} holds {spec_of(x)} but argument {i} is {s}; "
+                "save the array with that shape and dtype"
+            )
+
+
+def _random_input(rng: np.random.Generator, spec) -> np.ndarray:
+    dtype, shape = spec.dtype, spec.shape
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        lo, hi = max(int(info.min), -10), min(int(info.max), 10)
+        return np.asarray(rng.integers(lo, hi, size=shape, endpoint=True), dtype=dtype)
+    if dtype.kind == "c":
+        z = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+        return np.asarray(z, dtype=dtype)
+    return np.asarray(rng.standard_normal(shape), dtype=dtype)
+
+
+def cmd_run(args) -> int:
+    from jax import tree_util
+
+    from aotkit.specs import spec_of
+
+    _check_pipeline(args)
+    inputs = _load_inputs(args.inputs) if args.inputs else None
+    specs = args.shapes
+    if inputs is not None and specs is not None:
+        # Checked before tracing: a mismatch would otherwise surface as a shape error in FN.
+        _check_inputs(inputs, specs, args.inputs, "--shapes gave")
+    if inputs is not None and specs is None and _is_python_target(args.target):
+        specs = [spec_of(x) for x in inputs]
+    start = time.perf_counter()
+    lowered = _lower_target(args, specs)
+    lower_s = time.perf_counter() - start
+    flat_specs = lowered.flat_in_specs
+    if inputs is None:
+        rng = np.random.default_rng(args.seed)
+        leaves = [_random_input(rng, s) for s in flat_specs]
+        _say(args, f"random inputs, seed {args.seed}: {', '.join(map(str, flat_specs))}")
+    else:
+        _check_inputs(inputs, flat_specs, args.inputs, f"{lowered.name} takes")
+        leaves = inputs
+    compiled = _compile(args, lowered)
+    call_args, call_kwargs = tree_util.tree_unflatten(lowered.in_tree, leaves)
+    times = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        out = compiled(*call_args, **call_kwargs)
+        _block(out)
+        times.append(time.perf_counter() - start)
+    for path, leaf in tree_util.tree_flatten_with_path(out)[0]:
+        x = np.asarray(leaf)
+        sys.stdout.write(f"out{tree_util.keystr(path)}: {spec_of(x)}\n{_format_array(x)}\n")
+    sys.stdout.flush()
+    if not args.quiet:
+        best = f"best of {args.repeat}: " if args.repeat > 1 else ""
+        sys.stderr.write(
+            f"aotkit run: lower {_ms(lower_s)}, compile {_ms(args.compile_seconds)}, "
+            f"run {best}{_ms(min(times))}\n"
+        )
+    return EXIT_OK
+
+
+def _block(out) -> None:
+    from jax import tree_util
+
+    for leaf in tree_util.tree_leaves(out):
+        ready = getattr(leaf, "block_until_ready", None)
+        if ready is not None:
+            ready()
+
+
+def _format_array(x: np.ndarray) -> str:
+    return np.array2string(x, threshold=64, edgeitems=3, max_line_width=100)
+
+
+def cmd_backends(args) -> int:
+    import aotkit.backends
+
+    rows = [("NAME", "PLATFORM", "VERSION", "DEVICES")]
+    infos = aotkit.backends.available()
+    for info in infos:
+        rows.append((info.name, info.platform, info.version or "-", str(info.device_count)))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        sys.stdout.write("\n")
+    if args.verbose:
+        for info in infos:
+            for d in aotkit.backends.get(info.name).devices():
+                sys.stdout.write(f"{info.name}: {d}\n")
+    return EXIT_OK
+
+
+# --- Parser ------------------------------------------------------------------------------------
+
+
+def _add_common_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("output control")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress or timing on stderr")
+    g.add_argument("-v", "--verbose", action="store_true", help="say what each step did")
+    g.add_argument("--traceback", action="store_true", help="on error, show aotkit's own traceback")
+
+
+def _add_target_args(p: argparse.ArgumentParser, *, files: bool) -> None:
+    what = "FILE.py:FN, or a StableHLO module file" if files else "FILE.py:FN"
+    p.add_argument(
+        "target",
+        metavar="TARGET",
+        help=f"{what} (FN may be dotted: model.forward; FILE's folder is importable)",
+    )
+    p.add_argument(
+        "--shapes",
+        nargs="*",
+        type=_spec_arg,
+        metavar="SPEC",
+        help="one spec per array argument: f32[] i32[3] bf16[2,3] (quote them in zsh)",
+    )
+    p.add_argument(
+        "--static",
+        action="append",
+        type=_static_arg,
+        metavar="NAME=VALUE",
+        help="a static argument as a Python literal (repeatable): --static n=3",
+    )
+
+
+def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--pipeline",
+        metavar="PIPELINE",
+        help="a named pipeline (none, default) or MLIR pass syntax: "
+        "'builtin.module(func.func(canonicalize,cse))' (default: default)",
+    )
+    p.add_argument("--dump-dir", metavar="DIR", help="dump the module after each stage into DIR")
+    p.add_argument(
+        "--print-ir-after-all",
+        action="store_true",
+        help="print the module after each pass to stderr (and dump it with --dump-dir)",
+    )
+
+
+def _add_ir_output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--emit", choices=IR_EMITS, default="stablehlo", help="output form")
+    p.add_argument(
+        "--target-version",
+        metavar="X.Y.Z",
+        help="StableHLO version of --emit portable (default: current)",
+    )
+    p.add_argument("--debug-info", action="store_true", help="print file:line locations")
+    p.add_argument("-o", "--output", metavar="PATH", help="write here ('-' = stdout, default)")
+
+
+def _add_backend_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", metavar="NAME", help="backend to compile for (default: cpu)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from aotkit import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="aotkit",
+        description="Lower, optimize, compile and run Python array programs through StableHLO.",
+    )
+    parser.add_argument("--version", action="version", version=f"aotkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("lower", help="print the StableHLO module of FILE.py:FN")
+    _add_target_args(p, files=False)
+    _add_pipeline_args(p)
+    _add_ir_output_args(p)
+    _add_common_args(p)
+    p.set_defaults(func=cmd_lower)
+
+    p = sub.add_parser("compile", help="compile and print optimized HLO or an analysis")
+    _add_target_args(p, files=True)
+    _add_pipeline_args(p)
+    _add_backend_arg(p)
+    p.add_argument("--emit", choices=COMPILE_EMITS, default="hlo", help="output form")
+    p.add_argument("-o", "--output", metavar="PATH", help="write here ('-' = stdout, default)")
+    _add_common_args(p)
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="compile and run on given or seeded random inputs")
+    _add_target_args(p, files=True)
+    _add_pipeline_args(p)
+    _add_backend_arg(p)
+    p.add_argument("--inputs", nargs="+", metavar="NPY", help="one .npy file per argument")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument(
+        "--repeat", type=_positive_int, default=1, help="run N times, report the best time"
+    )
+    _add_common_args(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("opt", help="run a pass pipeline over a StableHLO text or bytecode file")
+    p.add_argument(
+        "target",
+        metavar="FILE",
+        help="StableHLO text, MLIR bytecode, a portable artifact or a jax.export artifact",
+    )
+    _add_pipeline_args(p)
+    _add_ir_output_args(p)
+    _add_common_args(p)
+    p.set_defaults(func=cmd_opt)
+
+    p = sub.add_parser("backends", help="list backends with platform, version and devices")
+    _add_common_args(p)
+    p.set_defaults(func=cmd_backends)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs one `aotkit` command; returns the exit code (0 ok, 1 user error, 2 usage)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"aotkit {args.command}: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        # The reader (`| head`) left; Python would otherwise complain again at exit.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_USER
+    except Exception as e:
+        return _report(args.command, e, args.traceback)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

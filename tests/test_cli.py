@@ -1,0 +1,949 @@
+"""The `aotkit` command line against its oracle, the Python API.
+
+Most paths run in-process through `main(argv)`; a smaller set runs the real console script
+and `python -m aotkit` as subprocesses (each costs a JAX import, about a second).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+import aotkit
+from aotkit import cli, stages
+from aotkit._context import IR_LOCK, context
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "mlp.py"
+MLP_SHAPES = ["f32[8,4]", "f32[4,16]", "f32[16]", "f32[16,3]"]
+AOTKIT_SCRIPT = Path(sys.executable).with_name("aotkit")
+
+USER_CODE = """
+import aotkit.numpy as anp
+
+SIZE = 3
+
+def double(x):
+    return x + x
+
+def affine(x, w, b):
+    return anp.sin(x * w + b)
+
+def scaled(x, n, y, *, act="tanh"):
+    out = x * n + y
+    return anp.tanh(out) if act == "tanh" else out
+
+def branchy(x):
+    if x > 0:
+        return x
+    return -x
+
+def boom(x):
+    return helper(x)
+
+def helper(x):
+    return 1 / 0
+
+def pair(x):
+    return {"s": anp.sin(x), "c": (anp.cos(x), x * 2)}
+
+class Model:
+    def forward(self, x):
+        return anp.exp(x)
+
+model = Model()
+"""
+
+
+def load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"oracle_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def specs(*texts):
+    return [aotkit.spec(t) for t in texts]
+
+
+@pytest.fixture
+def user(tmp_path):
+    path = tmp_path / "user.py"
+    path.write_text(USER_CODE)
+    return path
+
+
+@pytest.fixture
+def run_cli(capsys):
+    def run(*argv):
+        code = cli.main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def fails(result, code: int, *fragments: str):
+    """The run exited with `code`, printed nothing on stdout and no internal traceback."""
+    rc, out, err = result
+    assert rc == code, err
+    assert out == ""
+    assert "internal error" not in err
+    assert "aotkit/cli.py" not in err and "aotkit/stages.py" not in err
+    for fragment in fragments:
+        assert fragment in err
+    return err
+
+
+def error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    return lines[-1]
+
+
+# --- lower ---------------------------------------------------------------------------------------
+
+
+def test_lower_example_prints_the_python_api_module(run_cli):
+    code, out, err = run_cli("lower", f"{EXAMPLE}:predict", "--shapes", *MLP_SHAPES)
+    assert code == 0, err
+    oracle = aotkit.lower(load(EXAMPLE).predict, *specs(*MLP_SHAPES))
+    assert out == oracle.as_text()
+    assert "stablehlo.dot_general" in out
+
+
+def test_lower_dotted_function(run_cli, user):
+    code, out, _ = run_cli("lower", f"{user}:model.forward", "--shapes", "f32[2]")
+    assert code == 0
+    assert out == aotkit.lower(load(user).model.forward, *specs("f32[2]")).as_text()
+
+
+def test_lower_static_arguments_keep_their_positions(run_cli, user):
+    argv = ["lower", f"{user}:scaled", "--shapes", "f32[3]", "f32[3]"]
+    code, out, err = run_cli(*argv, "--static", "n=2", "--static", "act='none'")
+    assert code == 0, err
+    x, y = specs("f32[3]", "f32[3]")
+    oracle = stages.lower_function(
+        load(user).scaled,
+        (x, 2, y),
+        {"act": "none"},
+        static_argnums=(1,),
+        static_argnames=("act",),
+    )
+    assert out == oracle.as_text()
+    assert "stablehlo.tanh" not in out
+
+
+def test_lower_pipeline_none_and_textual(run_cli, user):
+    fn, x = load(user).double, aotkit.spec("f32[3]")
+    for pipeline in ("none", "builtin.module(func.func(canonicalize,cse))"):
+        code, out, _ = run_cli(
+            "lower", f"{user}:double", "--shapes", "f32[3]", "--pipeline", pipeline
+        )
+        assert code == 0
+        assert out == aotkit.lower(fn, x, pipeline=pipeline).as_text()
+
+
+def test_lower_debug_info_has_user_locations(run_cli, user):
+    code, out, _ = run_cli("lower", f"{user}:double", "--shapes", "f32[3]", "--debug-info")
+    assert code == 0
+    assert out == aotkit.lower(load(user).double, *specs("f32[3]")).as_text(debug_info=True)
+    assert f'loc("{user}":' in out
+
+
+def test_lower_output_file(run_cli, user, tmp_path):
+    dest = tmp_path / "out.mlir"
+    code, out, _ = run_cli("lower", f"{user}:double", "--shapes", "f32[3]", "-o", dest)
+    assert (code, out) == (0, "")
+    assert dest.read_text() == aotkit.lower(load(user).double, *specs("f32[3]")).as_text()
+
+
+def test_lower_pytree_output(run_cli, user):
+    code, out, _ = run_cli("lower", f"{user}:pair", "--shapes", "f64[]")
+    assert code == 0
+    assert out == aotkit.lower(load(user).pair, *specs("f64[]")).as_text()
+
+
+def test_file_folder_is_importable_only_while_importing(run_cli, tmp_path):
+    (tmp_path / "helper_mod_cli.py").write_text("def twice(x):\n    return x * 2\n")
+    (tmp_path / "main_cli.py").write_text(
+        "from helper_mod_cli import twice\n\ndef f(x):\n    return twice(x)\n"
+    )
+    before = list(sys.path)
+    code, out, _ = run_cli("lower", f"{tmp_path / 'main_cli.py'}:f", "--shapes", "i32[2]")
+    assert code == 0
+    assert "stablehlo.multiply" in out
+    assert sys.path == before
+
+
+def parse(data: bytes) -> str:
+    with IR_LOCK, context():
+        return str(ir.Module.parse(data, context()))
+
+
+def test_emit_bytecode_round_trips(run_cli, user, tmp_path):
+    dest = tmp_path / "out.mlirbc"
+    code, _, _ = run_cli(
+        "lower",
+        f"{user}:affine",
+        "--shapes",
+        "f32[3]",
+        "f32[3]",
+        "f32[]",
+        "--emit",
+        "bytecode",
+        "-o",
+        dest,
+    )
+    assert code == 0
+    oracle = aotkit.lower(load(user).affine, *specs("f32[3]", "f32[3]", "f32[]"))
+    assert dest.read_bytes().startswith(b"ML\xefR")
+    assert parse(dest.read_bytes()) == oracle.as_text()
+
+
+@pytest.mark.parametrize("version", [None, "minimum", "1.0.0"])
+def test_emit_portable_artifact(run_cli, user, tmp_path, version):
+    dest = tmp_path / "out.sa"
+    extra = ["--target-version", version] if version else []
+    code, _, err = run_cli(
+        "lower", f"{user}:double", "--shapes", "f32[3]", "--emit", "portable", "-o", dest, *extra
+    )
+    assert code == 0, err
+    with IR_LOCK, context():
+        module = stablehlo.deserialize_portable_artifact(context(), dest.read_bytes())
+        text = str(module)
+    assert "stablehlo.add %arg0, %arg0" in text
+
+
+@pytest.mark.parametrize("version", ["0.1.0", "1.2", "99.0.0"])
+def test_emit_portable_bad_target_version(run_cli, user, tmp_path, version):
+    result = run_cli(
+        "lower",
+        f"{user}:double",
+        "--shapes",
+        "f32[3]",
+        "--emit",
+        "portable",
+        "-o",
+        tmp_path / "x",
+        "--target-version",
+        version,
+    )
+    err = fails(result, 1, f"--target-version {version!r} is not a StableHLO version")
+    assert f"from {stablehlo.get_minimum_version()} to {stablehlo.get_current_version()}" in err
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("emit", ["bytecode", "portable"])
+def test_binary_emit_refuses_a_terminal(user, monkeypatch, capsys, emit):
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    code = cli.main(["lower", f"{user}:double", "--shapes", "f32[3]", "--emit", emit])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert terminal.getvalue() == ""
+    assert error_line(err) == (
+        f"aotkit lower: error: --emit {emit} writes binary data and stdout is a terminal; "
+        "use -o FILE (or redirect stdout)"
+    )
+
+
+def test_dump_dir_writes_stage_files(run_cli, user, tmp_path):
+    dump = tmp_path / "dumps"
+    code, _, _ = run_cli("lower", f"{user}:double", "--shapes", "f32[3]", "--dump-dir", dump)
+    assert code == 0
+    names = sorted(p.name for p in dump.iterdir())
+    assert names[0].endswith(".double.01-traced.mlir")
+    assert any(n.endswith("-final.mlir") for n in names)
+
+
+def test_print_ir_after_all_goes_to_stderr(run_cli, user, tmp_path):
+    code, out, err = run_cli(
+        "lower",
+        f"{user}:double",
+        "--shapes",
+        "f32[3]",
+        "--pipeline",
+        "builtin.module(func.func(canonicalize,cse))",
+        "--print-ir-after-all",
+    )
+    assert code == 0
+    assert "// -----// IR Dump After canonicalize //----- //" in err
+    assert "// -----// IR Dump After cse //----- //" in err
+    assert (
+        out
+        == aotkit.lower(
+            load(user).double,
+            aotkit.spec("f32[3]"),
+            pipeline="builtin.module(func.func(canonicalize,cse))",
+        ).as_text()
+    )
+    assert os.environ.get("AOTKIT_PRINT_IR_AFTER_ALL") is None
+
+
+# --- Bad input: one line, exit 1 (2 for usage) ------------------------------------------------
+
+
+def test_missing_file(run_cli, tmp_path):
+    missing = tmp_path / "nope.py"
+    err = fails(run_cli("lower", f"{missing}:f", "--shapes", "f32[]"), 1)
+    assert err == (
+        f"aotkit lower: error: file {str(missing)!r} does not exist; give the path of a "
+        "Python file\n"
+    )
+
+
+def test_file_that_fails_to_import_shows_user_traceback(run_cli, tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("import math\n\nvalue = math.sqrt(-1)\n")
+    err = fails(run_cli("lower", f"{path}:f", "--shapes", "f32[]"), 1)
+    assert err.startswith("Traceback (most recent call last; aotkit's frames hidden):\n")
+    assert f'File "{path}", line 3, in <module>' in err
+    assert "importlib" not in err
+    assert error_line(err) == (
+        f"aotkit lower: error: importing {str(path)!r} failed: ValueError: math domain error"
+    )
+
+
+def test_file_with_syntax_error(run_cli, tmp_path):
+    path = tmp_path / "syntax.py"
+    path.write_text("def f(:\n    pass\n")
+    err = fails(run_cli("lower", f"{path}:f", "--shapes", "f32[]"), 1)
+    assert f'File "{path}", line 1' in err
+    assert error_line(err).startswith(
+        f"aotkit lower: error: importing {str(path)!r} failed: SyntaxError:"
+    )
+
+
+def test_file_that_exits_on_import(run_cli, tmp_path):
+    path = tmp_path / "script.py"
+    path.write_text("import sys\nsys.exit(3)\n")
+    err = fails(run_cli("lower", f"{path}:f"), 1)
+    assert error_line(err) == (
+        f"aotkit lower: error: importing {str(path)!r} called sys.exit(3); put script code "
+        "under `if __name__ == '__main__':`"
+    )
+
+
+def test_missing_function_suggests_names(run_cli, user):
+    err = fails(run_cli("lower", f"{user}:dubble", "--shapes", "f32[]"), 1)
+    assert err == f"aotkit lower: error: {user} has no attribute 'dubble'; did you mean double?\n"
+
+
+def test_missing_method(run_cli, user):
+    err = fails(run_cli("lower", f"{user}:model.zzz", "--shapes", "f32[]"), 1)
+    assert (
+        err
+        == f"aotkit lower: error: {user}:model has no attribute 'zzz'; callables there: forward\n"
+    )
+
+
+def test_function_not_callable(run_cli, user):
+    err = fails(run_cli("lower", f"{user}:SIZE", "--shapes", "f32[]"), 1)
+    assert err == (
+        f"aotkit lower: error: {user}:SIZE is not callable (it is int 3); name a function or "
+        "another callable\n"
+    )
+
+
+@pytest.mark.parametrize("target", ["user.py", "user.py:", "user.py:1x"])
+def test_target_without_function(run_cli, user, target):
+    target = str(user.parent / target)
+    err = fails(run_cli("lower", target, "--shapes", "f32[]"), 1)
+    assert "write FILE.py:FN" in err
+
+
+def test_too_many_shapes(run_cli, user):
+    err = fails(run_cli("lower", f"{user}:double", "--shapes", "f32[]", "f32[2]"), 1)
+    assert err == (
+        f"aotkit lower: error: --shapes: {user}:double takes 1 array argument(s) (x) but got 2 "
+        "spec(s): f32[], f32[2]; give one spec per array argument\n"
+    )
+
+
+def test_too_few_shapes(run_cli, user):
+    err = fails(run_cli("lower", f"{user}:affine", "--shapes", "f32[]"), 1)
+    assert err == (
+        f"aotkit lower: error: --shapes: {user}:affine takes 3 array argument(s) (x, w, b) but "
+        "got 1 spec(s): f32[]; add a spec for w, b (or --static NAME=VALUE)\n"
+    )
+
+
+def test_unknown_static_parameter(run_cli, user):
+    err = fails(run_cli("lower", f"{user}:double", "--shapes", "f32[]", "--static", "m=2"), 1)
+    assert (
+        err
+        == f"aotkit lower: error: --static: {user}:double has no parameter 'm'; its parameters: x\n"
+    )
+
+
+@pytest.mark.parametrize("text", ["f32[2,", "q7[3]", "f32[-1]", "f32[2.5]"])
+def test_malformed_spec_is_a_usage_error(run_cli, user, text):
+    err = fails(run_cli("lower", f"{user}:double", "--shapes", text), 2)
+    assert "aotkit lower: error: argument --shapes: spec: " in err
+    assert repr(text) in err
+    assert "usage: aotkit lower" in err
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("n", "expected NAME=VALUE with NAME a parameter of FN, got 'n'; e.g. --static n=3"),
+        ("n=abc", "value of 'n' must be a Python literal"),
+    ],
+)
+def test_malformed_static_is_a_usage_error(run_cli, user, text, message):
+    err = fails(run_cli("lower", f"{user}:scaled", "--static", text), 2)
+    assert f"argument --static: {message}" in err
+
+
+def test_user_code_error_during_tracing_shows_only_user_frames(run_cli, user):
+    err = fails(run_cli("lower", f"{user}:boom", "--shapes", "f32[]"), 1)
+    assert f'File "{user}", line 22, in boom' in err
+    assert f'File "{user}", line 25, in helper' in err
+    assert "aotkit" not in err.split("\n", 1)[1].rsplit("\n", 2)[0]
+    assert error_line(err) == (
+        f"aotkit lower: error: lowering {user}:boom failed: ZeroDivisionError: division by zero"
+    )
+
+
+def test_tracer_error_points_at_the_users_line(run_cli, user):
+    err = fails(run_cli("lower", f"{user}:branchy", "--shapes", "f32[]"), 1)
+    assert f'File "{user}", line 17, in branchy' in err
+    assert error_line(err).startswith(
+        f"aotkit lower: error: lowering {user}:branchy failed: TypeError:"
+    )
+
+
+def test_traceback_flag_shows_aotkits_frames(run_cli, user):
+    rc, _, err = run_cli("lower", f"{user}:boom", "--shapes", "f32[]", "--traceback")
+    assert rc == 1
+    assert "aotkit/stages.py" in err and "aotkit/cli.py" in err
+    assert error_line(err).endswith("ZeroDivisionError: division by zero")
+
+
+def test_unknown_pass(run_cli, user):
+    err = fails(
+        run_cli(
+            "lower",
+            f"{user}:double",
+            "--shapes",
+            "f32[]",
+            "--pipeline",
+            "builtin.module(canonicalise)",
+        ),
+        1,
+    )
+    assert err == (
+        "aotkit lower: error: pipeline 'builtin.module(canonicalise)': unknown pass "
+        "'canonicalise'; nearest registered: canonicalize\n"
+    )
+
+
+def test_internal_error_is_one_line(run_cli, user, monkeypatch):
+    # A builtin raising inside aotkit's frames stands in for a bug in aotkit.
+    monkeypatch.setattr(stages, "function_name", {}.__getitem__)
+    rc, out, err = run_cli("lower", f"{user}:double", "--shapes", "f32[]")
+    assert (rc, out) == (1, "")
+    assert err.startswith("aotkit lower: error: internal error: KeyError: <function double")
+    assert err.endswith("; rerun with --traceback and report it with the command line\n")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["frobnicate"], ["lower"], ["lower", "x.py:f", "--emit", "llvm"]]
+)
+def test_usage_errors_exit_2(run_cli, argv):
+    rc, out, err = run_cli(*argv)
+    assert rc == 2
+    assert "usage: aotkit" in err
+
+
+def test_help_exits_0(run_cli):
+    rc, out, _ = run_cli("lower", "--help")
+    assert rc == 0
+    assert "--shapes" in out and "--emit" in out
+
+
+# --- opt ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def module_file(user, tmp_path):
+    """`(x*1 + 0) + (x*1 + 0)` as StableHLO text before any pipeline."""
+    path = tmp_path / "dup.mlir"
+    path.write_text(
+        aotkit.lower(
+            lambda x: (x * 1 + 0) + (x * 1 + 0), aotkit.spec("f32[3]"), pipeline="none"
+        ).as_text()
+    )
+    return path
+
+
+def test_opt_runs_the_default_pipeline(run_cli, module_file):
+    rc, out, err = run_cli("opt", module_file)
+    assert rc == 0, err
+    assert "stablehlo.add %arg0, %arg0" in out
+    assert "stablehlo.multiply" not in out
+    assert out == aotkit.lower(lambda x: (x * 1 + 0) + (x * 1 + 0), aotkit.spec("f32[3]")).as_text()
+
+
+def test_opt_textual_pipeline_and_bytecode_input(run_cli, module_file, tmp_path):
+    bc = tmp_path / "dup.mlirbc"
+    rc, _, _ = run_cli("opt", module_file, "--pipeline", "none", "--emit", "bytecode", "-o", bc)
+    assert rc == 0
+    assert parse(bc.read_bytes()) == module_file.read_text()
+    rc, out, _ = run_cli("opt", bc, "--pipeline", "builtin.module(func.func(cse))")
+    assert rc == 0
+    assert out.count("stablehlo.multiply") == 1
+
+
+def test_opt_reads_portable_artifacts(run_cli, module_file, tmp_path):
+    sa = tmp_path / "dup.sa"
+    assert run_cli("opt", module_file, "--pipeline", "none", "--emit", "portable", "-o", sa)[0] == 0
+    rc, out, _ = run_cli("opt", sa)
+    assert rc == 0
+    assert "stablehlo.add %arg0, %arg0" in out
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (
+            b"module {\n  func.func @main( }\n",
+            "{path} is not valid MLIR text: line 2, column 19: expected non-function type; "
+            "expected StableHLO MLIR text, MLIR bytecode,",
+        ),
+        (
+            b"ML\xefR\rMLIR23.0.0git\x00\x01",
+            "{path} is not valid MLIR bytecode: attempting to parse a byte at the end of the "
+            "bytecode; expected StableHLO MLIR text, MLIR bytecode,",
+        ),
+        (
+            b"module {\n  func.func private @f() {\n    return\n  }\n}\n",
+            "{path}: the module has no @main function (functions: @f);",
+        ),
+    ],
+    ids=["text", "truncated-bytecode", "no-main"],
+)
+def test_opt_malformed_module_file(run_cli, tmp_path, content, message):
+    path = tmp_path / "bad.mlir"
+    path.write_bytes(content)
+    err = fails(run_cli("opt", path), 1)
+    assert err.startswith("aotkit opt: error: load_module: " + message.format(path=path))
+    assert err.count("\n") == 1
+
+
+def test_opt_missing_file(run_cli, tmp_path):
+    err = fails(run_cli("opt", tmp_path / "nope.mlir"), 1)
+    assert err.startswith(
+        f"aotkit opt: error: load_module: no such file {str(tmp_path / 'nope.mlir')!r}; "
+    )
+
+
+def test_opt_unknown_pass(run_cli, module_file):
+    err = fails(run_cli("opt", module_file, "--pipeline", "builtin.module(cse,frobnicate)"), 1)
+    assert "unknown pass 'frobnicate'" in err
+
+
+def test_opt_print_ir_after_all_and_dump_dir(run_cli, module_file, tmp_path):
+    dump = tmp_path / "d"
+    rc, _, err = run_cli(
+        "opt",
+        module_file,
+        "--pipeline",
+        "builtin.module(func.func(cse))",
+        "--print-ir-after-all",
+        "--dump-dir",
+        dump,
+    )
+    assert rc == 0
+    assert "// -----// IR Dump After cse //----- //" in err
+    assert any("after-cse" in p.name for p in dump.iterdir())
+
+
+# --- Progress -------------------------------------------------------------------------------------
+
+
+class FakeTerminalErr(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_progress_on_a_terminal_only(user, monkeypatch, capsys, quiet, tmp_path):
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\n\ndef f(x):\n    time.sleep(0.3)\n    return x\n")
+    monkeypatch.setattr(cli, "PROGRESS_AFTER_S", 0.0)
+    terminal = FakeTerminalErr()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    argv = ["lower", f"{slow}:f", "--shapes", "f32[]"] + (["-q"] if quiet else [])
+    assert cli.main(argv) == 0
+    shown = terminal.getvalue()
+    if quiet:
+        assert shown == ""
+    else:
+        assert f"\raotkit: lowering {slow}:f... " in shown
+        assert shown.endswith("\r\x1b[K")
+
+
+def test_no_progress_when_stderr_is_not_a_terminal(run_cli, tmp_path, monkeypatch):
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\n\ndef f(x):\n    time.sleep(0.1)\n    return x\n")
+    monkeypatch.setattr(cli, "PROGRESS_AFTER_S", 0.0)
+    rc, _, err = run_cli("lower", f"{slow}:f", "--shapes", "f32[]")
+    assert (rc, err) == (0, "")
+
+
+# --- Subprocesses: the real console script and `python -m aotkit` ---------------------------------
+
+
+def run_process(argv, **kwargs):
+    return subprocess.run(argv, capture_output=True, cwd=ROOT, timeout=120, **kwargs)
+
+
+def test_readme_first_command_console_script():
+    argv = [str(AOTKIT_SCRIPT), "lower", "examples/mlp.py:predict", "--shapes", *MLP_SHAPES]
+    proc = run_process(argv, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout == aotkit.lower(load(EXAMPLE).predict, *specs(*MLP_SHAPES)).as_text()
+
+
+def test_python_dash_m_matches(user):
+    proc = run_process(
+        [
+            sys.executable,
+            "-m",
+            "aotkit",
+            "lower",
+            f"{user}:affine",
+            "--shapes",
+            "f32[3]",
+            "f32[3]",
+            "f32[]",
+        ],
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    oracle = aotkit.lower(load(user).affine, *specs("f32[3]", "f32[3]", "f32[]"))
+    assert proc.stdout == oracle.as_text()
+
+
+def test_bytecode_to_a_pipe(user):
+    proc = run_process(
+        [str(AOTKIT_SCRIPT), "lower", f"{user}:double", "--shapes", "f32[3]", "--emit", "bytecode"]
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert parse(proc.stdout) == aotkit.lower(load(user).double, *specs("f32[3]")).as_text()
+
+
+@pytest.mark.parametrize(
+    "argv, code, last_line",
+    [
+        (
+            ["lower", "nope.py:f", "--shapes", "f32[]"],
+            1,
+            "aotkit lower: error: file 'nope.py' does not exist; give the path of a Python file",
+        ),
+        (
+            ["lower", "examples/mlp.py:predict", "--shapes", "f32[2,"],
+            2,
+            "aotkit lower: error: argument --shapes: spec: cannot parse 'f32[2,'; expected",
+        ),
+        (
+            ["lower", "examples/mlp.py:nope"],
+            1,
+            "aotkit lower: error: examples/mlp.py has no attribute 'nope'; callables there:",
+        ),
+    ],
+    ids=["missing-file", "malformed-spec", "missing-function"],
+)
+def test_subprocess_bad_input(argv, code, last_line):
+    proc = run_process([str(AOTKIT_SCRIPT), *argv], text=True)
+    assert proc.returncode == code
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert error_line(proc.stderr).startswith(last_line)
+
+
+def test_subprocess_import_failure_shows_user_traceback(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("def f(x):\n    return x\n\nraise RuntimeError('not today')\n")
+    proc = run_process(
+        [sys.executable, "-m", "aotkit", "lower", f"{path}:f", "--shapes", "f32[]"], text=True
+    )
+    assert proc.returncode == 1
+    assert f'File "{path}", line 4, in <module>' in proc.stderr
+    assert "aotkit/" not in proc.stderr.replace(str(path), "")
+    assert error_line(proc.stderr) == (
+        f"aotkit lower: error: importing {str(path)!r} failed: RuntimeError: not today"
+    )
+
+
+def test_subprocess_malformed_mlir(tmp_path):
+    path = tmp_path / "bad.mlir"
+    path.write_text("module { this is not mlir }\n")
+    proc = run_process([str(AOTKIT_SCRIPT), "opt", str(path)], text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"aotkit opt: error: load_module: {path} is not valid MLIR text")
+    assert proc.stderr.count("\n") == 1
+
+
+# --- compile -------------------------------------------------------------------------------------
+
+
+def test_compile_prints_the_optimized_hlo(run_cli, user):
+    code, out, err = run_cli("compile", f"{user}:affine", "--shapes", "f32[3]", "f32[3]", "f32[]")
+    assert code == 0, err
+    oracle = aotkit.lower(load(user).affine, *specs("f32[3]", "f32[3]", "f32[]")).compile()
+    assert out == oracle.as_text()
+    assert out.startswith("HloModule affine")
+
+
+@pytest.mark.parametrize("emit", ["cost", "memory"])
+def test_compile_analyses_as_json(run_cli, user, emit):
+    code, out, _ = run_cli("compile", f"{user}:double", "--shapes", "f32[16]", "--emit", emit)
+    assert code == 0
+    compiled = aotkit.lower(load(user).double, *specs("f32[16]")).compile()
+    expected = compiled.cost_analysis() if emit == "cost" else compiled.memory_analysis().to_dict()
+    assert json.loads(out) == pytest.approx(expected)
+
+
+def test_compile_on_the_interpreter(run_cli, user):
+    code, out, _ = run_cli(
+        "compile", f"{user}:double", "--shapes", "f32[3]", "--backend", "interpreter"
+    )
+    assert code == 0
+    oracle = aotkit.lower(load(user).double, *specs("f32[3]")).compile(backend="interpreter")
+    assert out == oracle.as_text()
+    err = fails(
+        run_cli(
+            "compile",
+            f"{user}:double",
+            "--shapes",
+            "f32[3]",
+            "--backend",
+            "interpreter",
+            "--emit",
+            "cost",
+        ),
+        1,
+    )
+    assert err == (
+        "aotkit compile: error: --emit cost: backend 'interpreter' gives no cost analysis; "
+        "use --backend cpu\n"
+    )
+
+
+def test_unknown_backend(run_cli, user):
+    err = fails(run_cli("compile", f"{user}:double", "--shapes", "f32[3]", "--backend", "nope"), 1)
+    assert err.startswith(
+        "aotkit compile: error: backends.get: unknown backend 'nope'; available: cpu, interpreter"
+    )
+    assert err.count("\n") == 1
+
+
+def test_compile_module_file(run_cli, module_file, tmp_path):
+    code, out, _ = run_cli("compile", module_file, "-o", tmp_path / "out.hlo")
+    assert (code, out) == (0, "")
+    assert (tmp_path / "out.hlo").read_text() == aotkit.load_module(module_file).compile().as_text()
+
+
+def test_module_file_takes_no_shapes(run_cli, module_file):
+    err = fails(run_cli("compile", module_file, "--shapes", "f32[3]"), 1)
+    assert err == (
+        f"aotkit compile: error: {module_file}: --shapes and --static apply to FILE.py:FN "
+        "targets; a module file's signature comes from its @main\n"
+    )
+
+
+# --- run -----------------------------------------------------------------------------------------
+
+
+def expected_outputs(out) -> str:
+    from jax import tree_util
+
+    text = ""
+    for path, leaf in tree_util.tree_flatten_with_path(out)[0]:
+        x = np.asarray(leaf)
+        text += f"out{tree_util.keystr(path)}: {aotkit.ShapeDtype(x.shape, x.dtype)}\n"
+        text += cli._format_array(x) + "\n"
+    return text
+
+
+@pytest.fixture
+def npy_inputs(tmp_path):
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal(3).astype(np.float32) for _ in range(2)]
+    arrays.append(np.float32(0.5) * np.ones((), np.float32))
+    paths = []
+    for i, a in enumerate(arrays):
+        paths.append(tmp_path / f"in{i}.npy")
+        np.save(paths[-1], a)
+    return arrays, paths
+
+
+def test_run_on_npy_inputs(run_cli, user, npy_inputs):
+    arrays, paths = npy_inputs
+    code, out, err = run_cli("run", f"{user}:affine", "--inputs", *paths)
+    assert code == 0, err
+    compiled = aotkit.lower(load(user).affine, *arrays).compile()
+    assert out == expected_outputs(compiled(*arrays))
+    assert re.fullmatch(r"aotkit run: lower \S+ m?s, compile \S+ m?s, run \S+ m?s\n", err)
+
+
+def test_run_seeded_random_inputs(run_cli, user):
+    code, out, err = run_cli("run", f"{user}:pair", "--shapes", "f64[4]", "--seed", "3", "-q")
+    assert (code, err) == (0, "")
+    x = np.random.default_rng(3).standard_normal(4)
+    compiled = aotkit.lower(load(user).pair, *specs("f64[4]")).compile()
+    assert out == expected_outputs(compiled(x))
+    assert "out['c'][0]: f64[4]" in out
+    assert run_cli("run", f"{user}:pair", "--shapes", "f64[4]", "--seed", "3", "-q")[1] == out
+    assert run_cli("run", f"{user}:pair", "--shapes", "f64[4]", "--seed", "4", "-q")[1] != out
+
+
+@pytest.mark.parametrize("text", ["i32[5]", "u8[2]", "bool[3]", "bf16[2]", "c64[2]"])
+def test_run_random_inputs_of_every_kind(run_cli, user, text):
+    code, out, err = run_cli("run", f"{user}:double", "--shapes", text, "-q")
+    assert code == 0, err
+    x = cli._random_input(np.random.default_rng(0), aotkit.spec(text))
+    assert x.dtype == aotkit.spec(text).dtype
+    compiled = aotkit.lower(load(user).double, aotkit.spec(text)).compile()
+    assert out == expected_outputs(compiled(x))
+
+
+def test_run_repeat_reports_best_time(run_cli, user):
+    code, _, err = run_cli("run", f"{user}:double", "--shapes", "f32[3]", "--repeat", "3")
+    assert code == 0
+    assert ", run best of 3: " in err
+
+
+def test_run_module_file(run_cli, module_file, tmp_path):
+    x = np.arange(3, dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code, out, _ = run_cli("run", module_file, "--inputs", tmp_path / "x.npy", "-q")
+    assert code == 0
+    assert out == expected_outputs(aotkit.load_module(module_file).compile()(x))
+
+
+def test_run_input_mismatch(run_cli, user, npy_inputs):
+    _, paths = npy_inputs
+    err = fails(
+        run_cli(
+            "run", f"{user}:affine", "--shapes", "f32[3]", "f32[4]", "f32[]", "--inputs", *paths
+        ),
+        1,
+    )
+    assert err == (
+        f"aotkit run: error: --inputs: {str(paths[1])!r} holds f32[3] but argument 1 is f32[4]; "
+        "save the array with that shape and dtype\n"
+    )
+    err = fails(
+        run_cli(
+            "run", f"{user}:affine", "--shapes", "f32[3]", "f32[3]", "f32[]", "--inputs", *paths[:2]
+        ),
+        1,
+    )
+    assert err == (
+        "aotkit run: error: --inputs: --shapes gave 3 array(s) (f32[3], f32[3], f32[]) but got "
+        "2 file(s); give one .npy file per array argument\n"
+    )
+
+
+def test_run_bad_input_files(run_cli, user, tmp_path):
+    err = fails(run_cli("run", f"{user}:double", "--inputs", tmp_path / "none.npy"), 1)
+    assert err == (
+        f"aotkit run: error: --inputs: file {str(tmp_path / 'none.npy')!r} does not exist; give "
+        "one .npy file per argument\n"
+    )
+    np.savez(tmp_path / "a.npz", x=np.ones(2))
+    err = fails(run_cli("run", f"{user}:double", "--inputs", tmp_path / "a.npz"), 1)
+    assert err == (
+        f"aotkit run: error: --inputs: {str(tmp_path / 'a.npz')!r} is an .npz archive; give "
+        "one .npy file per argument\n"
+    )
+    (tmp_path / "t.npy").write_text("hello")
+    err = fails(run_cli("run", f"{user}:double", "--inputs", tmp_path / "t.npy"), 1)
+    assert err.startswith(f"aotkit run: error: --inputs: cannot read {str(tmp_path / 't.npy')!r}")
+
+
+# --- backends ------------------------------------------------------------------------------------
+
+
+def test_backends_lists_the_registry(run_cli):
+    import aotkit.backends
+
+    code, out, _ = run_cli("backends")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["NAME", "PLATFORM", "VERSION", "DEVICES"]
+    for info in aotkit.backends.available():
+        row = next(line for line in lines[1:] if line.split()[0] == info.name)
+        assert row.split()[1] == info.platform
+        assert info.version in row
+        assert row.split()[-1] == str(info.device_count)
+
+
+# --- Subprocesses: compile, run, backends ------------------------------------------------------
+
+
+def test_subprocess_compile_matches_the_api(user):
+    proc = run_process(
+        [str(AOTKIT_SCRIPT), "compile", f"{user}:double", "--shapes", "f32[3]"], text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == aotkit.lower(load(user).double, *specs("f32[3]")).compile().as_text()
+
+
+def test_subprocess_run_on_inputs(user, npy_inputs):
+    arrays, paths = npy_inputs
+    argv = [sys.executable, "-m", "aotkit", "run", f"{user}:affine", "--inputs", *map(str, paths)]
+    proc = run_process(argv, text=True)
+    assert proc.returncode == 0, proc.stderr
+    compiled = aotkit.lower(load(user).affine, *arrays).compile()
+    assert proc.stdout == expected_outputs(compiled(*arrays))
+    assert proc.stderr.startswith("aotkit run: lower ")
+
+
+def test_subprocess_backends():
+    proc = run_process([str(AOTKIT_SCRIPT), "backends"], text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].split() == ["NAME", "PLATFORM", "VERSION", "DEVICES"]
+    assert {line.split()[0] for line in proc.stdout.splitlines()[1:]} >= {"cpu", "interpreter"}
+
+
+@pytest.mark.parametrize(
+    "extra, last_line",
+    [
+        (["--backend", "nope"], "aotkit compile: error: backends.get: unknown backend 'nope';"),
+        (
+            ["--pipeline", "builtin.module(cse,frobnicate)"],
+            "aotkit compile: error: pipeline 'builtin.module(cse,frobnicate)': unknown pass "
+            "'frobnicate'",
+        ),
+    ],
+    ids=["unknown-backend", "unknown-pass"],
+)
+def test_subprocess_compile_bad_options(user, extra, last_line):
+    argv = [str(AOTKIT_SCRIPT), "compile", f"{user}:double", "--shapes", "f32[3]", *extra]
+    proc = run_process(argv, text=True)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert error_line(proc.stderr).startswith(last_line)

@@ -14,6 +14,7 @@ FAMILIES = (
     "creation",
     "operators",
     "reduction",
+    "indexing",
     "linalg",
     "dispatch",
     "control",

@@ -1,0 +1,780 @@
+"""Trace stage, indexing family: `x[...]`, take, take_along_axis and functional updates.
+
+`x[idx]` follows NumPy's indexing rules (basic slicing, None, Ellipsis, integer-array
+indexing with broadcast index arrays, adjacent advanced indices keeping their place). Static
+slices and integers lower to one `stablehlo.slice` (plus `reverse` for negative steps), a
+traced scalar integer to `dynamic_slice`, and integer arrays to one `gather`.
+
+Out-of-range indices: static ones raise IndexError as NumPy does. Traced ones cannot be
+checked at trace time: negative values wrap once (as in NumPy), then reads clamp into range
+(like JAX) and updates outside the array are dropped (XLA's scatter semantics, like JAX).
+
+Updates are functional: `x.at[idx].set(v)` (and `.add`, `.multiply`, `.min`, `.max`) return
+a new array; `x[idx] = v` and `x += v` rebind the Python tracer object to the updated value,
+so NumPy code that writes into its own arrays traces. Views do not alias: `y = x[0]; y[0] = 1`
+leaves `x` unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from aotkit import dtypes
+from aotkit.lowering.core import (
+    NUMPY_FUNCTIONS,
+    RuleContext,
+    Tracer,
+    bind1,
+    constant,
+    current_scope,
+    export,
+    full,
+    register,
+    where,
+)
+from aotkit.lowering.elementwise import _contains_tracer, asarray, cast, to_operand
+from aotkit.lowering.shape import (
+    broadcast_to_shape,
+    concat,
+    normalize_axis,
+    reshape_to,
+    reverse,
+    slice_static,
+)
+
+# --- primitives ------------------------------------------------------------------------------
+
+
+@register("dynamic_slice", shape=lambda a, *starts, sizes: [(tuple(sizes), a[1])])
+def _lower_dynamic_slice(ctx: RuleContext, x, *starts, sizes):
+    return [stablehlo.dynamic_slice(x, list(starts), list(sizes))]
+
+
+@register("dynamic_update_slice", shape=lambda a, u, *starts: [a])
+def _lower_dynamic_update_slice(ctx: RuleContext, x, update, *starts):
+    return [stablehlo.dynamic_update_slice(x, update, list(starts))]
+
+
+def _gather_shape(a, idx, *, offset_dims, collapsed, slice_sizes):
+    batch = iter(idx[0][:-1])
+    window = iter(s for d, s in enumerate(slice_sizes) if d not in collapsed)
+    rank = len(idx[0]) - 1 + len(slice_sizes) - len(collapsed)
+    return [(tuple(next(window) if i in offset_dims else next(batch) for i in range(rank)), a[1])]
+
+
+@register("gather", shape=_gather_shape)
+def _lower_gather(ctx: RuleContext, x, idx, *, offset_dims, collapsed, slice_sizes):
+    dnums = stablehlo.GatherDimensionNumbers.get(
+        offset_dims=list(offset_dims),
+        collapsed_slice_dims=list(collapsed),
+        operand_batching_dims=[],
+        start_indices_batching_dims=[],
+        start_index_map=list(collapsed),
+        index_vector_dim=len(ctx.avals_in[1][0]) - 1,
+    )
+    return [
+        stablehlo.gather(
+            x, idx, dnums, list(slice_sizes), indices_are_sorted=False, results=[ctx.out_type()]
+        )
+    ]
+
+
+_COMBINE = {
+    "add": stablehlo.add,
+    "multiply": stablehlo.multiply,
+    "min": stablehlo.minimum,
+    "max": stablehlo.maximum,
+}
+# StableHLO has no i1 add or multiply; NumPy's ufunc.at on booleans is logical or / and.
+_COMBINE_BOOL = {"add": stablehlo.or_, "multiply": stablehlo.and_, "min": stablehlo.and_}
+_COMBINE_BOOL["max"] = stablehlo.or_
+
+
+@register("scatter", shape=lambda a, idx, upd, **_: [a])
+def _lower_scatter(ctx: RuleContext, x, idx, upd, *, window_dims, inserted, combine):
+    dnums = stablehlo.ScatterDimensionNumbers.get(
+        update_window_dims=list(window_dims),
+        inserted_window_dims=list(inserted),
+        input_batching_dims=[],
+        scatter_indices_batching_dims=[],
+        scattered_dims_to_operand_dims=list(inserted),
+        index_vector_dim=len(ctx.avals_in[1][0]) - 1,
+    )
+    op = stablehlo.ScatterOp(
+        [ctx.out_type()], [x], idx, [upd], dnums, indices_are_sorted=False, unique_indices=False
+    )
+    dtype = ctx.avals_in[0][1]
+    scalar = dtypes.tensor_type((), dtype)
+    block = op.update_computation.blocks.append(scalar, scalar)
+    with ir.InsertionPoint(block):
+        old, new = block.arguments
+        if combine != "set":
+            table = _COMBINE_BOOL if dtype == np.bool_ else _COMBINE
+            new = table[combine](old, new)
+        stablehlo.return_([new])
+    return [op.results[0]]
+
+
+# --- parsing an index ------------------------------------------------------------------------
+
+_VALID = (
+    "only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and integer or "
+    "boolean arrays are valid indices"
+)
+_FULL = slice(None)
+
+
+def _slice_bound(op: str, v, name: str):
+    if v is None:
+        return None
+    if isinstance(v, Tracer):
+        raise IndexError(
+            f"{where(op)}: slice {name} is traced, but slice bounds fix the result shape and "
+            "must be static; index with a traced integer array instead (x[i + arange(n)]) "
+            "or take(x, i + arange(n), axis)"
+        )
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise IndexError(
+            f"{where(op)}: slice indices must be integers or None, got {name}={v!r}"
+        ) from None
+
+
+def _classify(op: str, e):
+    if e is None:
+        return "none", None
+    if e is Ellipsis:
+        return "ellipsis", None
+    if isinstance(e, slice):
+        s = slice(*(_slice_bound(op, v, n) for v, n in ((e.start, "start"), (e.stop, "stop"))),
+                  _slice_bound(op, e.step, "step"))  # fmt: skip
+        if s.step == 0:
+            raise ValueError(f"{where(op)}: slice step cannot be zero")
+        return "slice", s
+    if isinstance(e, bool | np.bool_):
+        raise IndexError(
+            f"{where(op)}: a boolean scalar index ({e!r}) is not supported; use None "
+            "(np.newaxis) to add an axis"
+        )
+    if isinstance(e, int | np.integer):
+        return "int", int(e)
+    if isinstance(e, Tracer):
+        if e.dtype == np.bool_:
+            return "tmask", e
+        if not dtypes.is_integer(e.dtype):
+            raise IndexError(
+                f"{where(op)}: {_VALID}; got a traced {e.dtype.name} array (cast it with "
+                ".astype('int32'))"
+            )
+        return ("scalar" if e.ndim == 0 else "tarray"), e
+    if isinstance(e, list | tuple) and _contains_tracer(e):
+        return _classify(op, asarray(e))
+    if isinstance(e, list | tuple | np.ndarray | np.generic):
+        try:
+            arr = np.asarray(e)
+        except ValueError:
+            arr = np.asarray(0.5)  # ragged: rejected below
+        if arr.dtype == np.bool_:
+            if arr.ndim == 0:
+                return _classify(op, bool(arr))
+            return "mask", arr
+        if arr.size == 0 and not isinstance(e, np.ndarray):
+            arr = arr.astype(np.intp)  # NumPy reads [] as an empty integer index
+        if arr.dtype.kind in "iu":
+            return ("int", int(arr)) if arr.ndim == 0 else ("array", arr)
+    raise IndexError(f"{where(op)}: {_VALID}; got {type(e).__name__} {e!r:.60}")
+
+
+def _out_of_bounds(op: str, i: int, axis: int, n: int) -> IndexError:
+    return IndexError(f"{where(op)}: index {i} is out of bounds for axis {axis} with size {n}")
+
+
+class _Parsed:
+    """An index over `shape` (the operand with None axes inserted): one entry per dim.
+
+    Entries: ("slice", start, length, step) with NumPy's normalized bounds, ("int", i) and
+    ("array", ndarray) with in-range non-negative positions, ("scalar", tracer) and
+    ("tarray", tracer) for traced integers (not yet wrapped).
+    """
+
+    __slots__ = ("shape", "entries", "advanced", "mask")
+
+    def __init__(self, shape, entries, mask):
+        self.shape = tuple(shape)
+        self.entries = entries
+        self.mask = mask
+        arrays = any(e[0] in ("array", "tarray") for e in entries)
+        # With any integer array present, integers count as 0-d advanced indices too.
+        self.advanced = [d for d, e in enumerate(entries) if e[0] != "slice"] if arrays else []
+
+
+def _parse(op: str, shape: tuple[int, ...], idx) -> _Parsed:
+    items = [_classify(op, e) for e in (idx if isinstance(idx, tuple) else (idx,))]
+    if sum(k == "ellipsis" for k, _ in items) > 1:
+        raise IndexError(f"{where(op)}: an index can only have a single ellipsis ('...')")
+    used = sum(
+        v.ndim if k in ("mask", "tmask") else 1 for k, v in items if k not in ("none", "ellipsis")
+    )
+    if used > len(shape):
+        raise IndexError(
+            f"{where(op)}: too many indices for array: array is {len(shape)}-dimensional, "
+            f"but {used} were indexed"
+        )
+    fill = [("slice", _FULL)] * (len(shape) - used)
+    if any(k == "ellipsis" for k, _ in items):
+        at = next(i for i, (k, _) in enumerate(items) if k == "ellipsis")
+        items = items[:at] + fill + items[at + 1 :]
+    else:
+        items = items + fill
+    new_shape, entries, mask = [], [], None
+    d = 0
+    for kind, v in items:
+        if kind == "none":
+            new_shape.append(1)
+            entries.append(("slice", 0, 1, 1))
+            continue
+        if kind in ("mask", "tmask"):
+            if tuple(v.shape) != shape[d : d + v.ndim]:
+                bad = next(i for i in range(v.ndim) if v.shape[i] != shape[d + i])
+                raise IndexError(
+                    f"{where(op)}: boolean index did not match indexed array along axis "
+                    f"{d + bad}; size of axis is {shape[d + bad]} but size of corresponding "
+                    f"boolean axis is {v.shape[bad]}"
+                )
+            if kind == "tmask":
+                mask = (len(entries), v)
+                entries.extend(("mask",) for _ in range(v.ndim))
+                new_shape.extend(shape[d : d + v.ndim])
+                d += v.ndim
+                continue
+            for positions in np.nonzero(v):
+                new_shape.append(shape[d])
+                entries.append(("array", positions))
+                d += 1
+            continue
+        n = shape[d]
+        if kind == "slice":
+            start, stop, step = v.indices(n)
+            entries.append(("slice", start, len(range(start, stop, step)), step))
+        elif kind == "int":
+            if not -n <= v < n:
+                raise _out_of_bounds(op, v, d, n)
+            entries.append(("int", v % n))
+        elif kind == "array":
+            bad = (v < -n) | (v >= n)
+            if bad.any():
+                raise _out_of_bounds(op, int(v[bad].flat[0]), d, n)
+            entries.append(("array", np.where(v < 0, v + n, v).astype(np.int64)))
+        else:
+            if n == 0:
+                raise IndexError(
+                    f"{where(op)}: cannot index axis {d} of size 0 with a traced index"
+                )
+            entries.append((kind, v))
+        new_shape.append(n)
+        d += 1
+    return _Parsed(new_shape, entries, mask)
+
+
+def _traced_mask_error(op: str) -> IndexError:
+    return IndexError(
+        f"{where(op)}: indexing with a traced boolean mask gives a result whose shape depends "
+        "on the data (the number of True values), which a compiled program cannot have; use "
+        "aotkit.numpy.where(mask, x, other) to keep the shape (x[mask] = value also works)"
+    )
+
+
+# --- index arrays ----------------------------------------------------------------------------
+
+
+def _index_dtype(parts: list) -> np.dtype:
+    for p in parts:
+        if isinstance(p, Tracer) and (
+            p.dtype.itemsize == 8 or (dtypes.is_unsigned_int(p.dtype) and p.dtype.itemsize == 4)
+        ):
+            return np.dtype(np.int64)
+        if isinstance(p, np.ndarray) and p.size and p.max() >= 2**31:
+            return np.dtype(np.int64)
+    return np.dtype(np.int32)
+
+
+def _wrapped(t: Tracer, n: int, dtype: np.dtype) -> Tracer:
+    """A traced index in `dtype`, negative values wrapped once as NumPy does."""
+    t = cast(t, dtype)
+    if dtypes.is_unsigned_int(t.dtype) or n == 0:
+        return t
+    negative = bind1("compare", t, full(t.shape, 0, dtype), direction="LT")
+    return bind1("select", negative, bind1("add", t, full(t.shape, n, dtype)), t)
+
+
+def _index_tensor(parts: list, sizes: list[int], batch: tuple[int, ...], places: list) -> Tracer:
+    """Stacks index components into one `batch + (k,)` index array for gather/scatter.
+
+    `parts[i]` is a static array or a tracer (an index into a dim of size `sizes[i]`) whose
+    dims go to the batch positions `places[i]`.
+    """
+    dtype = _index_dtype(parts)
+    if not any(isinstance(p, Tracer) for p in parts):
+        cols = []
+        for p, at in zip(parts, places, strict=True):
+            shape = [1] * len(batch)
+            for i, axis in enumerate(at):
+                shape[axis] = p.shape[i]
+            cols.append(np.broadcast_to(np.reshape(p, shape), batch))
+        return constant(
+            np.stack(cols, axis=-1).astype(dtype) if cols else np.zeros(batch + (0,), dtype)
+        )
+    cols = []
+    for p, n, at in zip(parts, sizes, places, strict=True):
+        t = _wrapped(p, n, dtype) if isinstance(p, Tracer) else constant(p, dtype)
+        t = bind1("broadcast_in_dim", t, shape=batch, dims=tuple(at))
+        cols.append(reshape_to(t, batch + (1,)))
+    return concat(cols, len(batch))
+
+
+def _broadcast_index_shapes(op: str, arrays: list) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*(tuple(a.shape) for a in arrays)))
+    except ValueError:
+        shapes = " ".join(str(tuple(a.shape)) for a in arrays)
+        raise IndexError(
+            f"{where(op)}: shape mismatch: indexing arrays could not be broadcast together "
+            f"with shapes {shapes}"
+        ) from None
+
+
+def _advanced_layout(p: _Parsed, op: str):
+    """The block of advanced dims: (positions, broadcast shape, index in output)."""
+    adv = p.advanced
+    parts = [np.asarray(e[1]) if e[0] == "int" else e[1] for e in (p.entries[d] for d in adv)]
+    batch = _broadcast_index_shapes(op, parts)
+    adjacent = adv == list(range(adv[0], adv[-1] + 1))
+    # Adjacent advanced indices keep their place; otherwise their dims come first.
+    block_at = sum(1 for d in range(adv[0]) if p.entries[d][0] == "slice") if adjacent else 0
+    return parts, batch, block_at
+
+
+# --- x[idx] ----------------------------------------------------------------------------------
+
+
+def _apply_slices(x: Tracer, p: _Parsed, keep_ints: bool) -> Tracer:
+    """One slice (+ reverse) for every static slice, and for static ints when `keep_ints`."""
+    lo, hi, st, rev = [], [], [], []
+    for d, e in enumerate(p.entries):
+        n = x.shape[d]
+        if e[0] == "slice":
+            _, start, length, step = e
+            if step < 0:
+                first = start + (length - 1) * step if length else 0
+                lo.append(first)
+                hi.append(start + 1 if length else 0)
+                st.append(-step)
+                rev.append(d)
+            else:
+                lo.append(start if length else 0)
+                hi.append(start + (length - 1) * step + 1 if length else 0)
+                st.append(step)
+        elif e[0] == "int" and keep_ints:
+            lo.append(e[1])
+            hi.append(e[1] + 1)
+            st.append(1)
+        else:
+            lo.append(0)
+            hi.append(n)
+            st.append(1)
+    x = slice_static(x, tuple(lo), tuple(hi), tuple(st))
+    return reverse(x, tuple(rev))
+
+
+def getitem(x: Tracer, idx, op: str = "getitem") -> Tracer:
+    """`x[idx]` with NumPy's indexing rules (see the module docstring)."""
+    p = _parse(op, x.shape, idx)
+    if p.mask is not None:
+        raise _traced_mask_error(op)
+    y = _apply_slices(reshape_to(x, p.shape), p, keep_ints=not p.advanced)
+    if not p.advanced:
+        scalars = [d for d, e in enumerate(p.entries) if e[0] == "scalar"]
+        if scalars:
+            dtype = _index_dtype([p.entries[d][1] for d in scalars])
+            starts = [
+                _wrapped(p.entries[d][1], y.shape[d], dtype) if d in scalars else full((), 0, dtype)
+                for d in range(y.ndim)
+            ]
+            sizes = tuple(1 if d in scalars else n for d, n in enumerate(y.shape))
+            y = bind1("dynamic_slice", y, *starts, sizes=sizes)
+        return reshape_to(
+            y, tuple(n for n, e in zip(y.shape, p.entries, strict=True) if e[0] == "slice")
+        )
+    adv = p.advanced
+    parts, batch, block_at = _advanced_layout(p, op)
+    rest = [d for d in range(y.ndim) if d not in adv]
+    rank = len(batch) + len(rest)
+    out_shape = [y.shape[d] for d in rest]
+    out_shape[block_at:block_at] = batch
+    if math.prod(batch) == 0:
+        return full(tuple(out_shape), 0, y.dtype)
+    offset_dims = tuple(i for i in range(rank) if not block_at <= i < block_at + len(batch))
+    places = [tuple(range(len(batch) - np.ndim(q), len(batch))) for q in parts]
+    indices = _index_tensor(parts, [y.shape[d] for d in adv], batch, places)
+    return bind1(
+        "gather",
+        y,
+        indices,
+        offset_dims=offset_dims,
+        collapsed=tuple(adv),
+        slice_sizes=tuple(1 if d in adv else n for d, n in enumerate(y.shape)),
+    )
+
+
+def gather_along(x: Tracer, axis: int, idx: np.ndarray) -> Tracer:
+    """`x` at static in-range positions `idx` along `axis` (one gather)."""
+    return getitem(x, (_FULL,) * axis + (np.asarray(idx),))
+
+
+# --- functional updates ----------------------------------------------------------------------
+
+
+def _value_shape(v) -> tuple[int, ...]:
+    if isinstance(v, Tracer):
+        return v.shape
+    if dtypes.weak_kind(v) is not None:
+        return ()
+    return tuple(np.shape(v))
+
+
+def _value(op: str, v, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
+    """`v` cast to `dtype` (as NumPy's setitem casts) and broadcast to `shape`."""
+    if isinstance(v, list | tuple) and _contains_tracer(v):
+        v = asarray(v)
+    vshape = _value_shape(v)
+    stripped = vshape
+    while len(stripped) > len(shape) and stripped[0] == 1:
+        stripped = stripped[1:]
+    ok = len(stripped) <= len(shape) and all(
+        a in (1, b) for a, b in zip(reversed(stripped), reversed(shape), strict=False)
+    )
+    if not ok:
+        raise ValueError(
+            f"{where(op)}: could not broadcast input array from shape {vshape} into shape {shape}"
+        )
+    if stripped != vshape:
+        v = reshape_to(v, stripped) if isinstance(v, Tracer) else np.reshape(v, stripped)
+    if isinstance(v, Tracer):
+        return broadcast_to_shape(cast(v, dtype), shape)
+    return to_operand(op, v, dtype, shape)
+
+
+def _combine(mode: str, old: Tracer, new: Tracer) -> Tracer:
+    if mode == "set":
+        return new
+    name = {"add": "add", "multiply": "multiply", "min": "minimum", "max": "maximum"}[mode]
+    return NUMPY_FUNCTIONS[name](old, new)
+
+
+def _masked_update(op: str, x: Tracer, p: _Parsed, v, mode: str) -> Tracer:
+    start, mask = p.mask
+    others = [e for d, e in enumerate(p.entries) if not start <= d < start + mask.ndim]
+    if (
+        start != 0
+        or any(e != ("slice", 0, n, 1) for e, n in zip(others, p.shape[mask.ndim :], strict=True))
+        or p.shape != x.shape
+    ):
+        raise IndexError(
+            f"{where(op)}: a traced boolean mask can only be the whole index (x[mask] = v, "
+            "mask covering the leading axes); for other forms use aotkit.numpy.where"
+        )
+    rest = x.shape[mask.ndim :]
+    if len(_value_shape(v)) > len(rest) and any(
+        s != 1 for s in _value_shape(v)[: -len(rest) or None]
+    ):
+        raise ValueError(
+            f"{where(op)}: with a traced boolean mask the value must broadcast to {rest} (it "
+            f"is used for every selected element), got shape {_value_shape(v)}"
+        )
+    value = _value(op, v, x.dtype, rest)
+    new = _combine(mode, x, broadcast_to_shape(value, x.shape))
+    keep = bind1("broadcast_in_dim", mask, shape=x.shape, dims=tuple(range(mask.ndim)))
+    return bind1("select", keep, new, x)
+
+
+def _indexed_shape(p: _Parsed, op: str) -> tuple[list, tuple[int, ...]]:
+    """The dims of `x[idx]`: ("slice", d) or ("block", i), and its shape."""
+    dims = [("slice", d) for d, e in enumerate(p.entries) if e[0] == "slice"]
+    if p.advanced:
+        _, batch, block_at = _advanced_layout(p, op)
+        dims[block_at:block_at] = [("block", i) for i in range(len(batch))]
+    else:
+        batch = ()
+    shape = tuple(p.entries[d][2] if kind == "slice" else batch[d] for kind, d in dims)
+    return dims, shape
+
+
+def update(x: Tracer, idx, v, mode: str, op: str) -> Tracer:
+    """`x` with `x[idx]` replaced by (or combined through `mode` with) `v`."""
+    p = _parse(op, x.shape, idx)
+    if p.mask is not None:
+        return _masked_update(op, x, p, v, mode)
+    y = reshape_to(x, p.shape)
+    dims, shape = _indexed_shape(p, op)
+    value = _value(op, v, x.dtype, shape)
+    window = [d for kind, d in dims if kind == "slice" and p.entries[d][1:] == (0, y.shape[d], 1)]
+    indexed = [d for d in range(y.ndim) if d not in window]
+    if not indexed:
+        return reshape_to(_combine(mode, y, value), x.shape)
+    basic = all(e[0] == "int" or (e[0] == "slice" and e[3] in (1, -1)) for e in p.entries)
+    if basic and not p.advanced:
+        new = _update_window(y, p, value, mode)
+    else:
+        new = _scatter(y, p, dims, value, mode, window, indexed, op)
+    return reshape_to(new, x.shape)
+
+
+def _update_window(y: Tracer, p: _Parsed, value: Tracer, mode: str) -> Tracer:
+    """An update of one static box (unit-step slices and ints): `dynamic_update_slice`."""
+    starts, sizes, rev = [], [], []
+    for d, e in enumerate(p.entries):
+        if e[0] == "int":
+            starts.append(e[1])
+            sizes.append(1)
+        else:
+            _, start, length, step = e
+            starts.append(start - length + 1 if step < 0 and length else (start if length else 0))
+            sizes.append(length)
+            if step < 0:
+                rev.append(d)
+    if 0 in sizes:
+        return y
+    value = reverse(reshape_to(value, tuple(sizes)), tuple(rev))
+    if mode != "set":
+        limit = tuple(s + n for s, n in zip(starts, sizes, strict=True))
+        value = _combine(mode, slice_static(y, tuple(starts), limit), value)
+    return bind1(
+        "dynamic_update_slice", y, value, *(full((), s, np.dtype(np.int64)) for s in starts)
+    )
+
+
+def _scatter(y, p, dims, value, mode, window, indexed, op) -> Tracer:
+    batch_dims = [i for i, (kind, d) in enumerate(dims) if not (kind == "slice" and d in window)]
+    batch = tuple(value.shape[i] for i in batch_dims)
+    if math.prod(batch) == 0:
+        return y
+    place_of = {dims[i]: b for b, i in enumerate(batch_dims)}
+    parts, places = [], []
+    if p.advanced:
+        adv_parts, adv_batch, _ = _advanced_layout(p, op)
+        first = place_of[("block", 0)]
+        adv_of = dict(zip(p.advanced, adv_parts, strict=True))
+    for d in indexed:
+        e = p.entries[d]
+        if e[0] == "slice":
+            _, start, length, step = e
+            parts.append(start + step * np.arange(length))
+            places.append((place_of[("slice", d)],))
+        elif p.advanced:
+            q = adv_of[d]
+            parts.append(q)
+            nd = np.ndim(q) if not isinstance(q, Tracer) else q.ndim
+            places.append(tuple(range(first + len(adv_batch) - nd, first + len(adv_batch))))
+        else:
+            parts.append(np.asarray(e[1]) if e[0] == "int" else e[1])
+            places.append(())
+    indices = _index_tensor(parts, [y.shape[d] for d in indexed], batch, places)
+    window_dims = tuple(i for i, (kind, d) in enumerate(dims) if kind == "slice" and d in window)
+    return bind1(
+        "scatter", y, indices, value, window_dims=window_dims, inserted=tuple(indexed), combine=mode
+    )
+
+
+class _IndexUpdateRef:
+    """`x.at[idx]`: functional updates of the elements `x[idx]`."""
+
+    __slots__ = ("_x", "_idx")
+
+    def __init__(self, x: Tracer, idx):
+        self._x = x
+        self._idx = idx
+
+    def get(self) -> Tracer:
+        return getitem(self._x, self._idx, "at[].get")
+
+    def set(self, values) -> Tracer:
+        return update(self._x, self._idx, values, "set", "at[].set")
+
+    def add(self, values) -> Tracer:
+        return update(self._x, self._idx, values, "add", "at[].add")
+
+    def multiply(self, values) -> Tracer:
+        return update(self._x, self._idx, values, "multiply", "at[].multiply")
+
+    def min(self, values) -> Tracer:
+        return update(self._x, self._idx, values, "min", "at[].min")
+
+    def max(self, values) -> Tracer:
+        return update(self._x, self._idx, values, "max", "at[].max")
+
+
+class _IndexUpdateHelper:
+    __slots__ = ("_x",)
+
+    def __init__(self, x: Tracer):
+        self._x = x
+
+    def __getitem__(self, idx) -> _IndexUpdateRef:
+        return _IndexUpdateRef(self._x, idx)
+
+
+def _rebind(op: str, x: Tracer, new: Tracer) -> None:
+    """Points the Python tracer `x` at `new` (same shape and dtype): NumPy's in-place writes."""
+    if x._scope is not current_scope():
+        raise TypeError(
+            f"{where(op)}: cannot update {x!r} in place: it was traced outside the body being "
+            f"traced now ({x._scope.name!r}); carry it through the body and return the new "
+            "value instead"
+        )
+    x.value = new.value
+
+
+def _setitem(self: Tracer, idx, value) -> None:
+    _rebind("setitem", self, update(self, idx, value, "set", "setitem"))
+
+
+Tracer.__getitem__ = getitem
+Tracer.__setitem__ = _setitem
+Tracer.at = property(_IndexUpdateHelper)
+
+
+def _inplace(name: str):
+    def method(self: Tracer, other):
+        fn = NUMPY_FUNCTIONS.get(name)
+        if fn is None:
+            raise NotImplementedError(f"{where(name)}: aotkit.numpy has no {name!r} yet")
+        r = fn(self, other)
+        if r.shape != self.shape:
+            raise ValueError(
+                f"{where(name)}: non-broadcastable output operand with shape {self.shape} "
+                f"doesn't match the broadcast shape {r.shape}"
+            )
+        if r.dtype != self.dtype:
+            try:
+                ok = np.can_cast(r.dtype, self.dtype, "same_kind")
+            except TypeError:
+                ok = True
+            if not ok:
+                raise TypeError(
+                    f"{where(name)}: cannot cast ufunc {name!r} output from {r.dtype.name} to "
+                    f"{self.dtype.name} with casting rule 'same_kind'; write x = x "
+                    f"<op> y to get a new {r.dtype.name} array instead"
+                )
+            r = cast(r, self.dtype)
+        _rebind(name, self, r)
+        return self
+
+    method.__name__ = name
+    return method
+
+
+for _dunder, _name in [
+    ("iadd", "add"),
+    ("isub", "subtract"),
+    ("imul", "multiply"),
+    ("itruediv", "true_divide"),
+    ("ifloordiv", "floor_divide"),
+    ("imod", "remainder"),
+    ("ipow", "power"),
+    ("iand", "bitwise_and"),
+    ("ior", "bitwise_or"),
+    ("ixor", "bitwise_xor"),
+    ("ilshift", "left_shift"),
+    ("irshift", "right_shift"),
+    ("imatmul", "matmul"),
+]:
+    setattr(Tracer, f"__{_dunder}__", _inplace(_name))
+
+
+@export("copy")
+def copy(a, order="K", subok=False):
+    """A new tracer object with `a`'s value, so in-place updates of it leave `a` alone."""
+    x = asarray(a)
+    return Tracer(x.value, x.shape, x.dtype, current_scope())
+
+
+Tracer.copy = lambda self, order="C": copy(self)
+
+
+# --- take ------------------------------------------------------------------------------------
+
+
+@export("take")
+def take(a, indices, axis=None, out=None, mode=None):
+    if out is not None:
+        raise NotImplementedError(
+            f"{where('take')}: out= is not supported; traced arrays are immutable, use the "
+            "returned array"
+        )
+    mode = "raise" if mode is None else mode
+    if mode not in ("raise", "wrap", "clip"):
+        raise ValueError(
+            f"{where('take')}: clipmode must be one of 'clip', 'raise', or 'wrap', got {mode!r}"
+        )
+    x = asarray(a)
+    if axis is None:
+        x = reshape_to(x, (x.size,))
+        axis = 0
+    axis = normalize_axis("take", axis, x.ndim)
+    n = x.shape[axis]
+    kind, ind = _classify("take", indices)
+    if kind in ("none", "ellipsis", "slice", "mask", "tmask"):
+        raise IndexError(f"{where('take')}: indices must be an integer array, got {indices!r:.60}")
+    if mode != "raise" and n == 0:
+        raise IndexError(f"{where('take')}: cannot do a non-empty take from an empty axis")
+    if kind in ("int", "array"):
+        if mode == "wrap":
+            ind = np.mod(ind, n)
+        elif mode == "clip":
+            ind = np.clip(ind, 0, n - 1)
+    elif mode == "wrap":
+        ind = NUMPY_FUNCTIONS["remainder"](ind, n)
+    elif mode == "clip":
+        ind = NUMPY_FUNCTIONS["clip"](ind, 0, n - 1)
+    return getitem(x, (_FULL,) * axis + (ind,), "take")
+
+
+Tracer.take = lambda self, indices, axis=None, out=None, mode=None: take(
+    self, indices, axis, out, mode
+)
+
+
+@export("take_along_axis")
+def take_along_axis(arr, indices, axis=-1):
+    x = asarray(arr)
+    kind, ind = _classify("take_along_axis", indices)
+    if kind not in ("int", "array", "scalar", "tarray"):
+        raise IndexError(
+            f"{where('take_along_axis')}: `indices` must be an integer array, got {indices!r:.60}"
+        )
+    ind_ndim = np.ndim(ind) if not isinstance(ind, Tracer) else ind.ndim
+    if axis is None:
+        if ind_ndim != 1:
+            raise ValueError(
+                f"{where('take_along_axis')}: when axis=None, `indices` must have a single "
+                f"dimension, got {ind_ndim}"
+            )
+        x = reshape_to(x, (x.size,))
+        axis = 0
+    if ind_ndim != x.ndim:
+        raise ValueError(
+            f"{where('take_along_axis')}: `indices` and `arr` must have the same number of "
+            f"dimensions, got {ind_ndim} and {x.ndim}"
+        )
+    axis = normalize_axis("take_along_axis", axis, x.ndim)
+    fancy = tuple(
+        ind if d == axis else np.arange(n).reshape([n if i == d else 1 for i in range(x.ndim)])
+        for d, n in enumerate(x.shape)
+    )
+    return getitem(x, fancy, "take_along_axis")

@@ -1,7 +1,7 @@
 """Pipeline stage: rewrites a traced StableHLO module in place before a backend sees it.
 
 A pipeline is a named pipeline (`NAMED_PIPELINES`: "none", "default") or MLIR's textual
-syntax (`"builtin.module(inline,func.func(canonicalize,cse))"`). MLIR passes run through
+syntax (`"builtin.module(func.func(canonicalize,cse))"`). MLIR passes run through
 `jaxlib.mlir.passmanager.PassManager`; passes jaxlib does not register (it lacks StableHLO's
 aggressive simplifier) are written in Python over the IR, registered by name with
 `register_pass`, and may appear anywhere in a pipeline text (`"aotkit-simplify"`).
@@ -49,7 +49,7 @@ NAMED_PIPELINES: dict[str, str] = {
     ),
 }
 
-_EXAMPLE = "'builtin.module(inline,func.func(canonicalize,cse))'"
+_EXAMPLE = "'builtin.module(aotkit-inline,func.func(canonicalize,cse),aotkit-simplify)'"
 
 # --- Python passes -------------------------------------------------------------------------------
 
@@ -969,4 +969,4 @@ for _name, _fn in (
     ("aotkit-dce", remove_dead_ops),
     ("aotkit-simplify", simplify),
 ):
-    _add_pass(_name, _fn, _fn.__doc__.split(".")[0].replace("\n", " "))
+    _add_pass(_name, _fn, " ".join(_fn.__doc__.split("\n\n")[0].split()))

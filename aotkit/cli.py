@@ -817,7 +817,8 @@ def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
         "--pipeline",
         metavar="PIPELINE",
         help="a named pipeline (none, default) or MLIR pass syntax: "
-        "'builtin.module(func.func(canonicalize,cse))' (default: default)",
+        "'builtin.module(func.func(canonicalize,cse))' (default: 'default'; module files "
+        "given to compile and run are compiled as written)",
     )
     p.add_argument("--dump-dir", metavar="DIR", help="dump the module after each stage into DIR")
     p.add_argument(
@@ -847,7 +848,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="aotkit",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Lower, optimize, compile and run Python array programs through StableHLO.",
+        epilog="example: aotkit lower examples/mlp.py:predict --shapes 'f32[8,4]' 'f32[4,16]' "
+        "'f32[16]' 'f32[16,3]'",
     )
     parser.add_argument("--version", action="version", version=f"aotkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -880,7 +884,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_args(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("opt", help="run a pass pipeline over a StableHLO text or bytecode file")
+    p = sub.add_parser("opt", help="run a pass pipeline over a StableHLO module file")
     p.add_argument(
         "target",
         metavar="FILE",

@@ -62,7 +62,13 @@ class Model:
     def forward(self, x):
         return anp.exp(x)
 
+    def __call__(self, x, y):
+        return x - y
+
 model = Model()
+
+def total(*xs):
+    return sum(xs)
 """
 
 
@@ -172,6 +178,33 @@ def test_lower_pytree_output(run_cli, user):
     code, out, _ = run_cli("lower", f"{user}:pair", "--shapes", "f64[]")
     assert code == 0
     assert out == aotkit.lower(load(user).pair, *specs("f64[]")).as_text()
+
+
+def test_lower_varargs_and_callable_objects(run_cli, user):
+    module = load(user)
+    code, out, _ = run_cli("lower", f"{user}:total", "--shapes", "i32[2]", "i32[2]", "i32[]")
+    assert code == 0
+    assert out == aotkit.lower(module.total, *specs("i32[2]", "i32[2]", "i32[]")).as_text()
+    code, out, _ = run_cli("lower", f"{user}:model", "--shapes", "f32[2]", "f32[2]")
+    assert code == 0
+    assert out == aotkit.lower(module.model, *specs("f32[2]", "f32[2]")).as_text()
+
+
+def test_lower_refuses_a_module_file(run_cli, tmp_path):
+    err = fails(run_cli("lower", tmp_path / "m.mlir"), 1)
+    assert err == (
+        f"aotkit lower: error: target {str(tmp_path / 'm.mlir')!r} is not FILE.py:FN; "
+        "`aotkit lower` traces a Python function (use `aotkit opt FILE.mlir` for module files)\n"
+    )
+
+
+def test_unwritable_output(run_cli, user, tmp_path):
+    dest = tmp_path / "missing" / "out.mlir"
+    err = fails(run_cli("lower", f"{user}:double", "--shapes", "f32[]", "-o", dest), 1)
+    assert err == (
+        f"aotkit lower: error: -o: cannot write {str(dest)!r}: No such file or directory; "
+        "pick a writable path\n"
+    )
 
 
 def test_file_folder_is_importable_only_while_importing(run_cli, tmp_path):
@@ -863,6 +896,15 @@ def test_run_input_mismatch(run_cli, user, npy_inputs):
     assert err == (
         "aotkit run: error: --inputs: --shapes gave 3 array(s) (f32[3], f32[3], f32[]) but got "
         "2 file(s); give one .npy file per array argument\n"
+    )
+
+
+def test_run_module_file_input_count(run_cli, module_file, npy_inputs):
+    _, paths = npy_inputs
+    err = fails(run_cli("run", module_file, "--inputs", *paths[:2]), 1)
+    assert err == (
+        "aotkit run: error: --inputs: lambda takes 1 array(s) (f32[3]) but got 2 file(s); give "
+        "one .npy file per array argument\n"
     )
 
 

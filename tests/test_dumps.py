@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import threading
 
+import numpy as np
 import pytest
 from jaxlib.mlir import ir
 
 import aotkit
 from aotkit import dumps, passes
 from aotkit._context import IR_LOCK, context
-from aotkit.stages import lower_function
+from aotkit.stages import jit, lower_function
 
 F4 = aotkit.spec("f32[4]")
 
@@ -139,6 +140,20 @@ def test_compile_writes_optimized_hlo_and_cost(tmp_path):
     ]
     assert "HloModule" in (tmp_path / "0000.f.03-optimized.hlo").read_text()
     assert isinstance(json.loads((tmp_path / "0000.f.04-cost.json").read_text()), dict)
+
+
+def test_jit_dumps_every_stage_once(tmp_path):
+    jitted = jit(f, dump_dir=tmp_path)
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(jitted(x)), 2 * x)
+    jitted(x)  # a cache hit: no new lowering, no new files
+    assert _names(tmp_path) == [
+        "0000.f.01-traced.mlir",
+        "0000.f.02-final.mlir",
+        "0000.f.03-optimized.hlo",
+        "0000.f.04-cost.json",
+        "0000.f.05-memory.json",
+    ]
 
 
 def test_pass_timing_report_is_dumped_on_request(tmp_path, monkeypatch):

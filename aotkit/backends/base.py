@@ -166,7 +166,8 @@ def _slot_rank(dtype: np.dtype) -> int:
     return 2  # float kinds, bfloat16 included
 
 
-def _kind_rank_ok(kind: type, dtype: np.dtype) -> bool:
+def host_fits(kind: type, dtype: np.dtype) -> bool:
+    """Whether a Python scalar of type `kind` may fill a 0-d slot of `dtype` (NEP 50)."""
     return _SCALAR_RANK[kind] <= _slot_rank(dtype)
 
 
@@ -197,7 +198,7 @@ def host_value(index: int, leaf, spec: ShapeDtype) -> np.ndarray:
         raise ArgumentMismatch(index, _expected(spec, leaf))
     kind = dtypes.weak_kind(leaf)
     if kind is not None:
-        if spec.shape != () or not _kind_rank_ok(kind, spec.dtype):
+        if spec.shape != () or not host_fits(kind, spec.dtype):
             raise ArgumentMismatch(index, _expected(spec, leaf))
         try:
             return np.asarray(leaf, dtype=spec.dtype)

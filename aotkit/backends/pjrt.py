@@ -7,7 +7,8 @@ The call path is the hot path of `Compiled.__call__`. It mirrors what JAX's own 
 does in C++, in a few Python lines per argument: each argument slot gets a precomputed
 closure that passes a matching device array through untouched and copies a NumPy value
 with jaxlib's batched transfer (the fast host->device path), and outputs are wrapped by
-jaxlib's C++ result handlers. Nothing is allocated per call beyond the argument list.
+jaxlib's C++ result handlers. Nothing is allocated per call beyond the argument list and
+the results.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 from jaxlib.mlir import ir
 
 from aotkit import _compat
@@ -25,6 +27,7 @@ from aotkit.backends.base import (
     Executable,
     MemoryAnalysis,
     describe,
+    host_fits,
     host_value,
     module_name,
     signature,
@@ -74,6 +77,8 @@ class PjrtBackend(Backend):
         self.platform = client.platform
         self._client = client
         self._device = client.local_devices()[0]
+        # One sharding object per backend: arrays it returned are then recognized by identity.
+        self._sharding = _compat.single_device_sharding(self._device)
 
     @property
     def client(self):
@@ -148,7 +153,7 @@ class PjrtExecutable(Executable):
         self.out_specs = tuple(out_specs)
         self._exe = exe
         device = backend._device
-        self._sharding = _compat.single_device_sharding(device)
+        self._sharding = backend._sharding
         self._slots = [self._slot(i, s, device) for i, s in enumerate(self.in_specs)]
         self._handlers = [_compat.result_handler(_aval(s), self._sharding) for s in self.out_specs]
         self.execute = self._make_execute(exe.execute_sharded, self._slots, self._handlers)
@@ -180,9 +185,15 @@ class PjrtExecutable(Executable):
         aval = _aval(spec)
         device_put = _compat.host_to_device(aval, sharding, device)
         backend_name = self.backend.name
+        scalar_type = dtype.type
+        # Python scalars that convert without a range check (ints go the long way).
+        plain_scalars = frozenset(
+            t for t in (bool, float, complex) if shape == () and host_fits(t, dtype)
+        )
 
         def put(x):
-            if type(x) is array_type:
+            t = type(x)
+            if t is array_type:
                 # Arrays this backend returned carry our aval and sharding objects; anything
                 # else (e.g. a jax.Array) is compared by value.
                 if x.aval is not aval and (x.dtype != dtype or x.shape != shape):
@@ -203,6 +214,13 @@ class PjrtExecutable(Executable):
                         ValueError,
                     )
                 return x
+            elif t is np.ndarray:
+                if x.dtype == dtype and x.shape == shape:
+                    return device_put(x)
+            elif t in plain_scalars:
+                return device_put(np.asarray(x, dtype))
+            elif t is scalar_type and shape == ():
+                return device_put(np.asarray(x))
             return device_put(host_value(index, x, spec))
 
         return put

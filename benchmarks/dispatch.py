@@ -1,0 +1,143 @@
+"""Per-call dispatch overhead of `Compiled(x)` on a tiny input, in one run:
+
+  aotkit   aotkit.lower(f, f32[]).compile() called on the input
+  jax      jax.jit(f).lower(x).compile() called on the input (JAX's C++ fast path)
+  raw      the raw PJRT `execute_sharded` of aotkit's own executable (device inputs: no
+           checks, no output wrapping; NumPy inputs: plus the host->device transfer)
+
+with device-array inputs and with NumPy inputs, plus Python-float inputs and the
+`jit(f)(x)` path. Rounds are interleaved so all variants see the same machine load; the
+table shows the best and the median round (microseconds per call) and aotkit's ratios.
+
+    .venv/bin/python benchmarks/dispatch.py [--calls 5000] [--rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import aotkit
+import aotkit.numpy as anp
+from aotkit import _compat
+from aotkit.stages import jit
+
+
+def measure(variants: dict, calls: int, rounds: int) -> dict[str, list[float]]:
+    for fn in variants.values():
+        for _ in range(min(calls, 1000)):
+            fn()
+    times = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+    return times
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=5000, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
+    args = parser.parse_args(argv)
+
+    def f_aot(x):
+        return anp.sqrt(x**2) + 1.0
+
+    def f_jax(x):
+        return jnp.sqrt(x**2) + 1.0
+
+    x_np = np.float32(3.0)
+    x_np0 = np.asarray(x_np)
+    ours = aotkit.lower(f_aot, aotkit.spec("f32[]")).compile()
+    theirs = jax.jit(f_jax).lower(x_np).compile()
+    x_dev = jax.device_put(x_np)
+    our_dev = ours(x_np)  # a device array aotkit produced
+    assert float(ours(x_dev)) == float(theirs(x_dev)) == 4.0
+
+    exe = ours.runtime_executable()
+    run = exe.execute_sharded
+    device = jax.devices("cpu")[0]
+    sharding = _compat.single_device_sharding(device)
+    put = _compat.host_to_device(_compat.shaped_array((), np.dtype(np.float32)), sharding, device)
+    jitted_ours = jit(f_aot)
+    jitted_theirs = jax.jit(f_jax)
+    jitted_ours(x_np0)
+    jitted_theirs(x_np0)
+
+    groups = [
+        (
+            "device array",
+            {
+                "aotkit": lambda: ours(our_dev),
+                "jax": lambda: theirs(x_dev),
+                "raw": lambda: run([x_dev]),
+            },
+        ),
+        (
+            "NumPy 0-d array",
+            {
+                "aotkit": lambda: ours(x_np0),
+                "jax": lambda: theirs(x_np0),
+                "raw": lambda: run([put(x_np0)]),
+            },
+        ),
+        (
+            "NumPy scalar",
+            {
+                "aotkit": lambda: ours(x_np),
+                "jax": lambda: theirs(x_np),
+                "raw": lambda: run([put(x_np)]),
+            },
+        ),
+        (
+            "Python float",
+            {
+                "aotkit": lambda: ours(3.0),
+                "jax": lambda: theirs(3.0),
+                "raw": lambda: run([put(np.asarray(3.0, np.float32))]),
+            },
+        ),
+        (
+            "jit(f)(x), NumPy 0-d",
+            {
+                "aotkit": lambda: jitted_ours(x_np0),
+                "jax": lambda: jitted_theirs(x_np0),
+            },
+        ),
+    ]
+    variants = {(group, name): fn for group, fns in groups for name, fn in fns.items()}
+    times = measure(variants, args.calls, args.rounds)
+
+    print(
+        f"dispatch of f(x) = sqrt(x**2) + 1 on f32[], cpu backend; {args.rounds} rounds x "
+        f"{args.calls} calls, microseconds per call (best / median round)"
+    )
+    columns = ("aotkit", "jax", "raw PJRT", "aotkit/jax", "aotkit/raw")
+    widths = (15, 15, 15, 11, 11)
+    header = f"{'input':22s} " + " ".join(f"{c:>{w}s}" for c, w in zip(columns, widths))
+    print(header)
+    print("-" * len(header))
+    for group, fns in groups:
+        best = {n: min(times[(group, n)]) for n in fns}
+        median = {n: statistics.median(times[(group, n)]) for n in fns}
+        cells = []
+        for n in ("aotkit", "jax", "raw"):
+            cells.append(f"{best[n]:6.2f} / {median[n]:6.2f}" if n in fns else f"{'-':>15s}")
+        jax_ratio = f"{best['aotkit'] / best['jax']:10.2f}x"
+        raw_ratio = f"{best['aotkit'] / best['raw']:10.2f}x" if "raw" in fns else f"{'-':>11s}"
+        print(
+            f"{group:22s} {cells[0]:>15s} {cells[1]:>15s} {cells[2]:>15s} {jax_ratio} {raw_ratio}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

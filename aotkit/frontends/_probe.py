@@ -10,7 +10,8 @@ Protocol: argv = [this file, path of aotkit/_compat.py, format], where format is
 `bytecode` or `portable`; the input comes on stdin. On success the module, verified and in
 the StableHLO dialect, goes to stdout as MLIR bytecode (written by MLIR's own writer, which
 the parent can parse safely) and the exit status is 0. `EXIT_PARSE` or `EXIT_VERIFY` mean
-the input was rejected, with the first diagnostic on stderr.
+the input was rejected, with the first diagnostic on stderr; `EXIT_STRINGS` that it holds a
+string that is not UTF-8.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 
 EXIT_PARSE = 3
 EXIT_VERIFY = 4
+EXIT_STRINGS = 5
 
 
 def _load_compat(path: str):
@@ -49,6 +51,44 @@ def _is_vhlo(module) -> bool:
     return any(op.operation.name.startswith("vhlo.") for op in module.body.operations)
 
 
+def _read_strings(ir, attr, into: list[str]) -> None:
+    """Reads every string `attr` holds, as aotkit will, so that bad UTF-8 fails here."""
+    if ir.StringAttr.isinstance(attr):
+        into.append(ir.StringAttr(attr).value)
+    elif ir.FlatSymbolRefAttr.isinstance(attr):
+        into.append(ir.FlatSymbolRefAttr(attr).value)
+    elif ir.ArrayAttr.isinstance(attr):
+        for item in ir.ArrayAttr(attr):
+            _read_strings(ir, item, into)
+    elif ir.DictAttr.isinstance(attr):
+        for named in ir.DictAttr(attr):
+            into.append(named.name)
+            _read_strings(ir, named.attr, into)
+
+
+def _check_strings(ir, module) -> int:
+    """Touches each op name, attribute name and string value, and prints the module.
+
+    Bytecode can hold strings that are not UTF-8 (a symbol name, a custom call target); the
+    bindings turn them into Python strings with an exception at best and std::terminate at
+    worst. Doing here everything aotkit later does with them keeps both in this process.
+    Returns how many strings it read.
+    """
+    strings: list[str] = []
+
+    def visit(op):
+        strings.append(op.name)
+        for key in op.attributes:
+            name = key if isinstance(key, str) else key.name
+            strings.append(name)
+            _read_strings(ir, op.attributes[name], strings)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    strings.append(module.operation.get_asm(enable_debug_info=True))
+    return len(strings)
+
+
 def _fail(status: int, message: str) -> int:
     sys.stderr.buffer.write(message.encode("utf-8", "backslashreplace"))
     return status
@@ -76,6 +116,10 @@ def main(argv: list[str]) -> int:
             module.operation.verify()
         except ir.MLIRError as e:
             return _fail(EXIT_VERIFY, str(e))
+        try:
+            _check_strings(ir, module)
+        except RuntimeError as e:
+            return _fail(EXIT_STRINGS, str(e))
         module.operation.write_bytecode(sys.stdout.buffer)
     sys.stdout.buffer.flush()
     return 0

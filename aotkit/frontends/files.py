@@ -213,6 +213,11 @@ def parse_untrusted(data: bytes, kind: str, label: str) -> ir.Module:
             f"{where}: the module does not verify: {diagnostic(message)}; fix the module "
             "or re-export it"
         )
+    if proc.returncode == _probe.EXIT_STRINGS:
+        raise ValueError(
+            f"{where} is {corrupt}: it holds a name or string attribute that is not UTF-8; "
+            "re-export the file"
+        )
     if proc.returncode > 0 and "Traceback (most recent call last)" in message:
         raise RuntimeError(
             f"{where}: aotkit's MLIR sandbox process failed ({_last_line(message)}); please "

@@ -208,6 +208,22 @@ def test_corrupt_bytecode_that_crashes_mlir_is_an_error_not_an_abort(files):
         load_module(data)
 
 
+def test_strings_that_are_not_utf8_are_refused(files):
+    # Reading such a string from Python raises at best and aborts at worst; the sandbox reads
+    # them all first.
+    text = b"""func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> attributes {note = "\\FF"} {
+  return %a : tensor<2xf32>
+}"""
+    with pytest.raises(ValueError, match=(
+        where() + r" is corrupt MLIR text: it holds a name or string attribute that is not "
+        r"UTF-8; re-export the file$"
+    )):  # fmt: skip
+        load_module(text)
+    data = (files / "model.mlirbc").read_bytes().replace(b"main", b"ma\xffn", 1)
+    with pytest.raises(ValueError, match=where() + " is corrupt MLIR bytecode: it holds a name"):
+        load_module(data)
+
+
 def test_text_that_is_not_mlir():
     with pytest.raises(ValueError, match=(
         where() + r" is not valid MLIR text: line 1, column 1: custom op 'hello' is unknown "

@@ -104,6 +104,11 @@ class Dumper:
                 f"{where}: expected a directory path, got {type(dump_dir).__name__} "
                 f"{dump_dir!r}; pass a str or pathlib.Path"
             )
+        if not str(dump_dir).strip():
+            raise ValueError(
+                f"{where}: empty directory path {dump_dir!r}; "
+                "pass a directory, or None for no dumps"
+            )
         directory = Path(dump_dir).expanduser().resolve()
         try:
             directory.mkdir(parents=True, exist_ok=True)

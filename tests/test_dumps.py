@@ -219,6 +219,14 @@ def test_unusable_dump_dir_is_a_value_error(tmp_path, monkeypatch):
     )
 
 
+def test_dump_dir_must_not_be_empty():
+    with pytest.raises(ValueError) as info:
+        lower_function(f, (F4,), {}, dump_dir="")
+    assert str(info.value) == (
+        "dump_dir: empty directory path ''; pass a directory, or None for no dumps"
+    )
+
+
 def test_dump_dir_must_be_a_path():
     with pytest.raises(TypeError) as info:
         lower_function(f, (F4,), {}, dump_dir=3)

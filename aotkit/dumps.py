@@ -3,15 +3,17 @@
 Turned on by `AOTKIT_DUMP_DIR=DIR` or `jit(..., dump_dir=DIR)` (the argument wins). A
 lowering of module `f` gets the next module number in DIR and writes, in order:
 
-    0003.f.01-traced.mlir           the traced module, before any pass
-    0003.f.02-after-inline.mlir     after each pass, when AOTKIT_PRINT_IR_AFTER_ALL=1
-    0003.f.09-final.mlir            the module the backend receives (`Lowered.as_text()`)
-    0003.f.10-optimized.hlo         written by the compile step (`Dumper.write`)
-    0003.f.11-cost.json             written by the compile step (`Dumper.write_json`)
+    0003.f.01-traced.mlir               the traced module, before any pass
+    0003.f.02-after-aotkit-inline.mlir  after each pass (AOTKIT_PRINT_IR_AFTER_ALL=1 only)
+    ...
+    0003.f.10-final.mlir                the module the backend receives (`Lowered.as_text()`)
+    0003.f.11-optimized.hlo             from the compile step (`Dumper.write`)
+    0003.f.12-cost.json                 from the compile step (`Dumper.write_json`)
 
-`AOTKIT_PASS_TIMING=1` adds `NN-pass-timing.txt`. Module numbers continue after the
-largest number already in DIR, so dumps of several runs sit side by side in one folder.
-Every file the pipeline writes parses back as MLIR.
+Without AOTKIT_PRINT_IR_AFTER_ALL, `final` is file 02. `AOTKIT_PASS_TIMING=1` adds
+`NN-pass-timing.txt` after `final`. Module numbers continue after the largest number
+already in DIR, so dumps of several runs sit side by side in one folder. Every `.mlir` file
+parses back as MLIR.
 """
 
 from __future__ import annotations

@@ -53,40 +53,47 @@ def _is_vhlo(module) -> bool:
 
 def _read_strings(ir, attr, into: list[str]) -> None:
     """Reads every string `attr` holds, as aotkit will, so that bad UTF-8 fails here."""
-    if ir.StringAttr.isinstance(attr):
-        into.append(ir.StringAttr(attr).value)
-    elif ir.FlatSymbolRefAttr.isinstance(attr):
-        into.append(ir.FlatSymbolRefAttr(attr).value)
-    elif ir.ArrayAttr.isinstance(attr):
-        for item in ir.ArrayAttr(attr):
+    if isinstance(attr, ir.StringAttr | ir.FlatSymbolRefAttr):
+        into.append(attr.value)
+    elif isinstance(attr, ir.ArrayAttr):
+        for item in attr:
             _read_strings(ir, item, into)
-    elif ir.DictAttr.isinstance(attr):
-        for named in ir.DictAttr(attr):
+    elif isinstance(attr, ir.DictAttr):
+        for named in attr:
             into.append(named.name)
             _read_strings(ir, named.attr, into)
+
+
+def _read_op_strings(ir, op, into: list[str]) -> None:
+    # Recursion rather than Operation.walk: an exception in a walk callback comes back as a
+    # generic RuntimeError, and the kind of failure is what tells bad input from a bug here.
+    into.append(op.name)
+    for key in op.attributes:
+        name = key if isinstance(key, str) else key.name
+        into.append(name)
+        _read_strings(ir, op.attributes[name], into)
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                _read_op_strings(ir, child.operation, into)
 
 
 def _check_strings(ir, module) -> int:
     """Touches each op name, attribute name and string value, and prints the module.
 
-    Bytecode can hold strings that are not UTF-8 (a symbol name, a custom call target); the
-    bindings turn them into Python strings with an exception at best and std::terminate at
-    worst. Doing here everything aotkit later does with them keeps both in this process.
-    Returns how many strings it read.
+    Bytecode (and escapes in text) can hold strings that are not UTF-8: a symbol name, a
+    custom call target. The bindings turn them into Python strings with an exception at best
+    and std::terminate at worst; doing here what aotkit later does with them keeps both in
+    this process. Returns how many strings it read.
     """
     strings: list[str] = []
-
-    def visit(op):
-        strings.append(op.name)
-        for key in op.attributes:
-            name = key if isinstance(key, str) else key.name
-            strings.append(name)
-            _read_strings(ir, op.attributes[name], strings)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    _read_op_strings(ir, module.operation, strings)
     strings.append(module.operation.get_asm(enable_debug_info=True))
     return len(strings)
+
+
+def _is_conversion_error(e: Exception) -> bool:
+    return isinstance(e, UnicodeError) or "conversion error" in str(e)
 
 
 def _fail(status: int, message: str) -> int:
@@ -118,7 +125,9 @@ def main(argv: list[str]) -> int:
             return _fail(EXIT_VERIFY, str(e))
         try:
             _check_strings(ir, module)
-        except RuntimeError as e:
+        except (RuntimeError, UnicodeError) as e:
+            if not _is_conversion_error(e):
+                raise
             return _fail(EXIT_STRINGS, str(e))
         module.operation.write_bytecode(sys.stdout.buffer)
     sys.stdout.buffer.flush()

@@ -219,7 +219,7 @@ def test_strings_that_are_not_utf8_are_refused(files):
         r"UTF-8; re-export the file$"
     )):  # fmt: skip
         load_module(text)
-    data = (files / "model.mlirbc").read_bytes().replace(b"main", b"ma\xffn", 1)
+    data = (files / "model.mlirbc").read_bytes().replace(b"main", b"ma\xffn")
     with pytest.raises(ValueError, match=where() + " is corrupt MLIR bytecode: it holds a name"):
         load_module(data)
 

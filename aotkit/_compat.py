@@ -67,16 +67,20 @@ def shaped_array(shape: tuple[int, ...], dtype):
 def host_to_device(aval, sharding, device):
     """A function `put(ndarray) -> device array` for one argument slot.
 
-    x64 is forced on: the slot's dtype was fixed at compile time, and JAX's global
-    `jax_enable_x64=False` must not narrow a float64 argument to float32.
+    The data is copied during the call (IMMUTABLE_ONLY_DURING_CALL with a forced copy): the
+    device array is ready at once, so execution does not wait on an asynchronous copy of an
+    unaligned NumPy buffer (measured ~5-10 µs per call for a 0-d array), and it never aliases
+    memory the caller may mutate or donate. x64 is forced on: the slot's dtype was fixed at
+    compile time, and JAX's global `jax_enable_x64=False` must not narrow float64 to float32.
     """
     from jaxlib import _jax
 
     put = _jax.batched_device_put
     devices = [device]
+    during_call = _jax.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
 
     def device_put(x):
-        return put(aval, sharding, [x], devices, True, False, enable_x64=True)
+        return put(aval, sharding, [x], devices, True, True, during_call, enable_x64=True)
 
     return device_put
 

@@ -224,6 +224,8 @@ def layout_programs(draw):
         "pad": lambda xp, a: xp.pad(a, widths, mode=mode),
         "broadcast_to": lambda xp, a: xp.broadcast_to(a, (2,) + shape),
         "slices": lambda xp, a: a[tuple(slices)],
+        "outer": lambda xp, a: xp.outer(a, xp.flip(a)),
+        "kron": lambda xp, a: xp.kron(a, a[(slice(0, 2),) * ndim]),
     }
     draw_axis_new = draw(st.integers(-ndim - 1, ndim))
     flip_axes = tuple(draw(st.lists(st.integers(0, ndim - 1), unique=True, max_size=ndim)))
@@ -248,6 +250,9 @@ def layout_programs(draw):
                 "rot90": lambda xp, a: xp.rot90(a, k, axes=(a1, a2)),
             }
         )
+    if ndim <= 2:
+        ops["diag"] = lambda xp, a: xp.diag(a, draw_k)
+    draw_k = draw(st.integers(-4, 4))
     return shape, ops
 
 

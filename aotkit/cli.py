@@ -362,13 +362,15 @@ def _place_arguments(fn, label: str, specs: list, statics: dict):
 
 def _lower_python(args, specs: list | None):
     """Imports FILE.py, finds FN and lowers it for `specs` through the Python API."""
-    from aotkit import stages
+    from aotkit import frontends, stages
 
     path, qualname = _split_target(args.target)
     label = f"{path}:{qualname}"
     with _progress(args, f"importing {path}"):
         module = _import_file(path)
     fn = _resolve(module, path, qualname)
+    choice = frontends.resolve(fn, getattr(args, "frontend", "auto"), "--frontend")
+    _say(args, f"front end for {label}: {choice.name} ({choice.reason})")
     statics = dict(args.static or ())
     call_args, call_kwargs, argnums, argnames = _place_arguments(fn, label, specs or [], statics)
     options = {"pipeline": args.pipeline} if args.pipeline else {}
@@ -382,6 +384,7 @@ def _lower_python(args, specs: list | None):
                 static_argnums=argnums,
                 static_argnames=argnames,
                 dump_dir=dump_dir,
+                frontend=choice.name,
                 **options,
             )
         except Exception as e:
@@ -809,6 +812,13 @@ def _add_target_args(p: argparse.ArgumentParser, *, files: bool) -> None:
         type=_static_arg,
         metavar="NAME=VALUE",
         help="a static argument as a Python literal (repeatable): --static n=3",
+    )
+    p.add_argument(
+        "--frontend",
+        choices=("auto", "aotkit", "jax"),
+        default="auto",
+        help="what lowers FILE.py:FN: aotkit's tracer, JAX itself (jax.jit(fn).lower), or "
+        "auto: JAX when FN uses jax and not aotkit (-v says which and why; default: auto)",
     )
 
 

@@ -98,12 +98,10 @@ class InterpreterBackend(Backend):
                     backend="interpreter",
                     module_name=name,
                 ) from e
-            final = ir.Module.parse(module.operation.get_asm(enable_debug_info=True))
-            passmanager.PassManager.parse(_LEGALIZE).run(final.operation)
-            _check_carried(final, name, where)
-            text = final.operation.get_asm()
             runnable = ir.Module.parse(module.operation.get_asm())
             passmanager.PassManager.parse(_LEGALIZE).run(runnable.operation)
+            _check_carried(runnable, name, where)
+            text = runnable.operation.get_asm()
             decoders = _widen_results(runnable, out_specs)
         return InterpreterExecutable(self, name, text, runnable, in_specs, out_specs, decoders)
 

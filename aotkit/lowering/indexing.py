@@ -29,6 +29,7 @@ from aotkit.lowering.core import (
     NUMPY_FUNCTIONS,
     RuleContext,
     Tracer,
+    _check_live,
     bind1,
     constant,
     current_scope,
@@ -701,6 +702,8 @@ for _dunder, _name in [
 def copy(a, order="K", subok=False):
     """A new tracer object with `a`'s value, so in-place updates of it leave `a` alone."""
     x = asarray(a)
+    if not x._scope.open:
+        _check_live(x, "copy")
     return Tracer(x.value, x.shape, x.dtype, current_scope())
 
 

@@ -86,7 +86,7 @@ GETS = {
 @pytest.fixture(scope="module", params=DTYPES, ids=IDS)
 def gets(request):
     x = sample(SHAPE, request.param)
-    # np.take etc. dispatch to aotkit only once the protocols land; route them explicitly.
+    # np.take etc. reach aotkit through _Anp, so this table does not depend on dispatch.py.
     got = run_on("cpu", lambda a: {k: f(_Anp(a)) for k, f in GETS.items()}, x)
     return request.param, x, got
 
@@ -473,6 +473,12 @@ def body_scope_update(a):
         pop_scope(s)
 
 
+def copy_of_a_finished_trace(a):
+    kept = []
+    aotkit.lower(lambda b: kept.append(b), aotkit.spec("f32[2]"))
+    return anp.copy(kept[0])
+
+
 def no_matmul_in_place(a):
     a @= a
 
@@ -591,6 +597,12 @@ ERRORS = [
         lambda a, i: i.__iadd__(1.5),
         TypeError,
         r"cannot cast ufunc 'add' output from float64 to int32 with casting rule 'same_kind'",
+    ),
+    (
+        "copy_dead",
+        lambda a, i: copy_of_a_finished_trace(a),
+        TypeError,
+        r"copy .*a tracer from a finished trace",
     ),
     ("take_out", lambda a, i: anp.take(a, 0, out=a), NotImplementedError, r"out= is not supported"),
     ("take_mode", lambda a, i: anp.take(a, 0, mode="fill"), ValueError, r"clipmode must be one of"),

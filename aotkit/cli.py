@@ -392,7 +392,8 @@ def _lower_python(args, specs: list | None):
                 raise _user_code(f"lowering {label} failed", e) from e
             raise
         _print_ir_after_all(args, lowered.dumper)
-    _say(args, f"lowered {label} in {_ms(time.perf_counter() - start)}")
+    args.front_seconds = ("lower", time.perf_counter() - start)
+    _say(args, f"lowered {label} in {_ms(args.front_seconds[1])}")
     return lowered
 
 
@@ -483,7 +484,9 @@ def _load_module_file(args):
             "file's signature comes from its @main"
         )
     with _progress(args, f"reading {args.target}"):
+        start = time.perf_counter()
         lowered = aotkit.load_module(args.target)
+        args.front_seconds = ("load", time.perf_counter() - start)
     if args.pipeline is not None:
         _run_pipeline(args, lowered.module, lowered.name, args.pipeline)
         lowered.pipeline = args.pipeline
@@ -719,9 +722,7 @@ def cmd_run(args) -> int:
         _check_inputs(inputs, specs, args.inputs, "--shapes gave")
     if inputs is not None and specs is None and _is_python_target(args.target):
         specs = [spec_of(x) for x in inputs]
-    start = time.perf_counter()
     lowered = _lower_target(args, specs)
-    lower_s = time.perf_counter() - start
     flat_specs = lowered.flat_in_specs
     if inputs is None:
         rng = np.random.default_rng(args.seed)
@@ -745,7 +746,8 @@ def cmd_run(args) -> int:
     if not args.quiet:
         best = f"best of {args.repeat}: " if args.repeat > 1 else ""
         sys.stderr.write(
-            f"aotkit run: lower {_ms(lower_s)}, compile {_ms(args.compile_seconds)}, "
+            f"aotkit run: {args.front_seconds[0]} {_ms(args.front_seconds[1])}, "
+            f"compile {_ms(args.compile_seconds)}, "
             f"run {best}{_ms(min(times))}\n"
         )
     return EXIT_OK

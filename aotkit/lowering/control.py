@@ -35,8 +35,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes
+from aotkit.lowering import indexing  # noqa: F401  (registers the dynamic slices scan binds)
 from aotkit.lowering.core import (
-    RuleContext,
     Tracer,
     _check_live,
     bind1,
@@ -46,7 +46,6 @@ from aotkit.lowering.core import (
     is_tracing,
     pop_scope,
     push_scope,
-    register,
     user_location,
     where,
 )
@@ -58,17 +57,7 @@ _INDEX = np.dtype(np.int64)
 _MAX_RETRACES = 4
 
 
-# --- primitives: one row of a stacked array, for scan ----------------------------------------
-
-
-@register("scan.dynamic_slice", shape=lambda a, *idx, sizes: [(tuple(sizes), a[1])])
-def _lower_dynamic_slice(ctx: RuleContext, x, *idx, sizes):
-    return [stablehlo.dynamic_slice(x, list(idx), list(sizes), results=[ctx.out_type()])]
-
-
-@register("scan.dynamic_update_slice", shape=lambda a, u, *idx: [a])
-def _lower_dynamic_update_slice(ctx: RuleContext, x, update, *idx):
-    return [stablehlo.dynamic_update_slice(x, update, list(idx), results=[ctx.out_type()])]
+# --- one row of a stacked array, for scan (primitives from the indexing family) ---------------
 
 
 def _row_starts(i: Tracer, ndim: int) -> list[Tracer]:
@@ -81,7 +70,7 @@ def _take_row(x: Tracer, i: Tracer) -> Tracer:
         # A scan of length 0 traces its body but never runs it; an empty axis has no row
         # to slice (a dynamic_slice there would not verify).
         return full(x.shape[1:], 0, x.dtype)
-    row = bind1("scan.dynamic_slice", x, *_row_starts(i, x.ndim), sizes=(1,) + x.shape[1:])
+    row = bind1("dynamic_slice", x, *_row_starts(i, x.ndim), sizes=(1,) + x.shape[1:])
     return bind1("reshape", row, shape=x.shape[1:])
 
 
@@ -90,7 +79,7 @@ def _put_row(x: Tracer, row: Tracer, i: Tracer) -> Tracer:
     if x.shape[0] == 0:
         return x
     update = bind1("reshape", row, shape=(1,) + row.shape)
-    return bind1("scan.dynamic_update_slice", x, update, *_row_starts(i, x.ndim))
+    return bind1("dynamic_update_slice", x, update, *_row_starts(i, x.ndim))
 
 
 # --- helpers -----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import pickle
 import re
+import subprocess
 import sys
 
 import jax
@@ -376,3 +377,47 @@ def test_jax_export_for_several_platforms():
 def test_process_survives_every_bad_file():
     # The loads above ran in this process; reaching here means none of them aborted it.
     assert sys.modules["aotkit"] is aotkit
+
+
+# --- CLI -------------------------------------------------------------------------------------
+
+
+def test_aotkit_run_on_a_jax_export_artifact_matches_jax(files, tmp_path):
+    """The issue's demonstration: JAX writes an artifact; the `aotkit` command runs it."""
+    args = model_args()
+    inputs = []
+    for i, leaf in enumerate(tree_util.tree_leaves(args)):
+        inputs.append(str(tmp_path / f"in{i}.npy"))
+        np.save(inputs[-1], leaf)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aotkit", "run", str(files / "model.jax_export"), "-q",
+         "--inputs", *inputs],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    blocks = re.split(r"^(out\S*): (\S+)$", proc.stdout, flags=re.M)[1:]
+    printed = {
+        name: (spec, np.array([float(v) for v in re.findall(r"[-+0-9.e]+", body)]))
+        for name, spec, body in zip(blocks[0::3], blocks[1::3], blocks[2::3], strict=True)
+    }
+    want = jax.jit(model)(*args)
+    assert set(printed) == {"out['h']", "out['out']"}
+    for key in ("h", "out"):
+        spec, values = printed[f"out['{key}']"]
+        assert spec == str(aotkit.ShapeDtype(want[key].shape, want[key].dtype))
+        np.testing.assert_allclose(values, np.asarray(want[key]).ravel(), rtol=1e-6, atol=1e-7)
+
+
+def test_aotkit_compile_on_a_corrupt_file_is_one_line_and_exit_1(files, tmp_path, capsys):
+    from aotkit import cli
+
+    path = tmp_path / "corrupt.mlirbc"
+    path.write_bytes(
+        (files / "model.mlirbc").read_bytes().replace(b"stablehlo", b"stablehl\xff", 1)
+    )
+    assert cli.main(["compile", str(path)]) == 1
+    _, err = capsys.readouterr()
+    assert err == (
+        f"aotkit compile: error: load_module: {path} is corrupt MLIR bytecode: MLIR's reader "
+        "crashed (SIGABRT) while reading it (in a sandbox process); re-export the file\n"
+    )

@@ -5,6 +5,7 @@ The oracle is `jax.jit` of the same function on the same inputs: values and resu
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 
@@ -387,3 +388,74 @@ def test_auto_lowers_both_kinds():
     lowered = aotkit.lower(uses_anp, x, frontend="auto")
     assert lowered.frontend == "aotkit"
     assert_same(run_lowered("cpu", lowered, x), np.sin(x))
+
+
+# --- CLI: --frontend ------------------------------------------------------------------------
+
+JAX_MODEL = """
+import jax
+import jax.numpy as jnp
+
+
+def forward(x, w):
+    return jax.nn.softmax(jnp.tanh(x @ w))
+"""
+
+
+@pytest.fixture
+def jax_model(tmp_path):
+    path = tmp_path / "jax_model.py"
+    path.write_text(JAX_MODEL)
+    return path
+
+
+def test_cli_auto_picks_jax_and_says_why(jax_model, capsys):
+    from aotkit import cli
+
+    code = cli.main(["lower", f"{jax_model}:forward", "--shapes", "f32[2,3]", "f32[3,4]", "-v"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert f"aotkit: front end for {jax_model}:forward: jax (forward uses jax, jnp from JAX)" in err
+    want = aotkit.lower(_import(jax_model).forward, aotkit.spec("f32[2,3]"),
+                        aotkit.spec("f32[3,4]"), frontend="jax").as_text()  # fmt: skip
+    assert out == want
+
+
+def test_cli_frontend_aotkit_on_jax_code_is_a_user_error(jax_model, capsys):
+    from aotkit import cli
+
+    code = cli.main(["lower", f"{jax_model}:forward", "--shapes", "f32[2,3]", "f32[3,4]",
+                     "--frontend", "aotkit"])  # fmt: skip
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(f"aotkit lower: error: lowering {jax_model}:forward failed: TypeError:")
+    )
+
+
+def test_cli_run_with_jax_frontend_matches_jax(jax_model, tmp_path, capsys):
+    from aotkit import cli
+
+    x, w = normal(2, 3), normal(3, 4)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", w)
+    code = cli.main(["run", f"{jax_model}:forward", "--frontend", "jax", "-q",
+                     "--inputs", str(tmp_path / "x.npy"), str(tmp_path / "w.npy")])  # fmt: skip
+    out, _ = capsys.readouterr()
+    assert code == 0
+    header, *rows = out.strip().splitlines()
+    assert header == "out: f32[2,4]"
+    printed = np.array([float(v) for v in re.findall(r"[-+0-9.e]+", " ".join(rows))])
+    want = np.asarray(jax.jit(_import(jax_model).forward)(x, w)).ravel()
+    np.testing.assert_allclose(printed, want, rtol=1e-6)
+
+
+def _import(path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

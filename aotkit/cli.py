@@ -455,21 +455,6 @@ def _run_pipeline(args, module, name: str, pipeline: str) -> None:
 # --- Module files ------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _captured_diagnostics(ctx, into: list[str]):
-    """Collects MLIR diagnostics instead of letting MLIR print them to stderr."""
-
-    def handler(d):
-        into.append(d.message)
-        return True
-
-    handle = ctx.attach_diagnostic_handler(handler)
-    try:
-        yield
-    finally:
-        handle.detach()
-
-
 def _load_module_file(args):
     """The `Lowered` stage of a module file (text, bytecode, portable or jax.export artifact).
 
@@ -540,6 +525,21 @@ def _write_bytes(dest: str | None, data: bytes, what: str) -> None:
         raise UserError(
             f"-o: cannot write {dest!r}: {e.strerror or e}; pick a writable path"
         ) from None
+
+
+@contextlib.contextmanager
+def _captured_diagnostics(ctx, into: list[str]):
+    """Collects MLIR diagnostics instead of letting MLIR print them to stderr."""
+
+    def handler(d):
+        into.append(d.message)
+        return True
+
+    handle = ctx.attach_diagnostic_handler(handler)
+    try:
+        yield
+    finally:
+        handle.detach()
 
 
 def _target_version(text: str | None) -> str:

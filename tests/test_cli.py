@@ -498,7 +498,15 @@ def test_internal_error_is_one_line(run_cli, user, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "argv", [[], ["frobnicate"], ["lower"], ["lower", "x.py:f", "--emit", "llvm"]]
+    "argv",
+    [
+        [],
+        ["frobnicate"],
+        ["lower"],
+        ["lower", "x.py:f", "--emit", "llvm"],
+        ["run", "x.py:f", "--repeat", "0"],
+        ["compile", "x.py:f", "--frontend", "torch"],
+    ],
 )
 def test_usage_errors_exit_2(run_cli, argv):
     rc, out, err = run_cli(*argv)

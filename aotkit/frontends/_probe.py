@@ -88,7 +88,8 @@ def _check_strings(ir, module) -> int:
     """
     strings: list[str] = []
     _read_op_strings(ir, module.operation, strings)
-    strings.append(module.operation.get_asm(enable_debug_info=True))
+    # Large constants print as hex, with no strings in them; eliding keeps big models quick.
+    strings.append(module.operation.get_asm(enable_debug_info=True, large_elements_limit=16))
     return len(strings)
 
 

@@ -2,8 +2,10 @@
 
 Shared by the JAX and file front ends. `adopt` takes a module already parsed in aotkit's
 context and makes it look like one the tracer produced: `module @<name>` with a public
-`@main`, single-device, without sharding annotations the backends do not need, verified. It
-returns `@main`'s flat argument and result specs and which arguments are donated.
+`@main`, single-device, verified, and without placement annotations (Shardy `sdy` attributes
+and meshes, `mhlo.sharding`), which say nothing on one device and which not every backend or
+pass accepts. It returns `@main`'s flat argument and result specs and which arguments are
+donated. A module that needs several devices is a ValueError.
 """
 
 from __future__ import annotations

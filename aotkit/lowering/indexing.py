@@ -710,6 +710,92 @@ def copy(a, order="K", subok=False):
 Tracer.copy = lambda self, order="C": copy(self)
 
 
+def _fill(self: Tracer, value) -> None:
+    shape = _value_shape(value)
+    if math.prod(shape) != 1:
+        raise ValueError(f"{where('fill')}: the fill value must be a scalar, got shape {shape}")
+    if isinstance(value, Tracer):
+        value = reshape_to(value, ())
+    elif dtypes.weak_kind(value) is None:
+        value = np.reshape(np.asarray(value), ())
+    _rebind("fill", self, _value("fill", value, self.dtype, self.shape))
+
+
+Tracer.fill = _fill
+
+
+def _in_place_target(op: str, dst) -> Tracer:
+    if not isinstance(dst, Tracer):
+        raise TypeError(
+            f"{where(op)}: the array to write into must be a traced array, got "
+            f"{type(dst).__name__}; aotkit can only rebind tracers in place"
+        )
+    return dst
+
+
+@export("copyto")
+def copyto(dst, src, casting="same_kind", **kwargs):
+    # NumPy's keyword is `where`, which would hide the error-prefix helper here.
+    mask = kwargs.pop("where", True)
+    if kwargs:
+        raise TypeError(f"{where('copyto')}: unexpected keyword arguments {sorted(kwargs)}")
+    dst = _in_place_target("copyto", dst)
+    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
+        raise ValueError(
+            f"{where('copyto')}: casting must be one of 'no', 'equiv', 'safe', 'same_kind' "
+            f"or 'unsafe', got {casting!r}"
+        )
+    kind = dtypes.weak_kind(src)
+    if isinstance(src, Tracer):
+        src_dtype = src.dtype
+    elif kind is not None:
+        src_dtype = dtypes.result_type(dst.dtype, kind)
+    else:
+        src_dtype = np.asarray(src).dtype
+    if casting != "unsafe" and not np.can_cast(src_dtype, dst.dtype, casting):
+        raise TypeError(
+            f"{where('copyto')}: cannot cast array data from {src_dtype.name} to "
+            f"{dst.dtype.name} according to the rule {casting!r}; pass casting='unsafe'"
+        )
+    value = _value("copyto", src, dst.dtype, dst.shape)
+    if mask is not True:
+        keep = _value("copyto", mask, np.dtype(np.bool_), dst.shape)
+        value = bind1("select", keep, value, dst)
+    _rebind("copyto", dst, value)
+
+
+@export("fill_diagonal")
+def fill_diagonal(a, val, wrap=False):
+    a = _in_place_target("fill_diagonal", a)
+    if a.ndim < 2:
+        raise ValueError(f"{where('fill_diagonal')}: array must be at least 2-d, got {a!r}")
+    if a.ndim == 2:
+        step = a.shape[1] + 1
+        end = a.size if wrap else min(a.size, a.shape[1] * a.shape[1])
+    else:
+        if len(set(a.shape)) != 1:
+            raise ValueError(
+                f"{where('fill_diagonal')}: all dimensions of input must be of equal length, "
+                f"got shape {a.shape}"
+            )
+        step = 1 + int(np.cumprod(a.shape[:-1]).sum())
+        end = a.size
+    positions = np.arange(0, end, step)
+    if isinstance(val, Tracer) or np.ndim(val):
+        # NumPy cycles through the values along the diagonal.
+        v = asarray(val)
+        v = reshape_to(v, (v.size,))
+        if v.size == 0:
+            raise ValueError(f"{where('fill_diagonal')}: val is empty; pass at least one value")
+        v = take(v, np.arange(len(positions)) % v.size)
+    else:
+        v = val
+    flat = reshape_to(a, (a.size,))
+    _rebind(
+        "fill_diagonal", a, reshape_to(update(flat, positions, v, "set", "fill_diagonal"), a.shape)
+    )
+
+
 # --- take ------------------------------------------------------------------------------------
 
 

@@ -857,6 +857,8 @@ def roll(a, shift, axis=None):
     x = _asarray(a)
     if axis is None:
         return reshape_to(roll(reshape_to(x, (x.size,)), shift, 0), x.shape)
+    if isinstance(shift, Tracer):
+        return _roll_traced(x, shift, axis)
     axes = _static_ints("roll", "axis", axis)
     shifts = _static_ints("roll", "shift", shift)
     if len(axes) != len(shifts) and 1 not in (len(axes), len(shifts)):
@@ -873,6 +875,26 @@ def roll(a, shift, axis=None):
         if n and s % n:
             x = take_static(x, ax, np.roll(np.arange(n), s))
     return x
+
+
+def _roll_traced(x: Tracer, shift: Tracer, axis) -> Tracer:
+    if shift.ndim or not dtypes.is_integer(shift.dtype):
+        raise TypeError(
+            f"{where('roll')}: a traced shift must be a 0-d integer array, got {shift!r}; "
+            "pass a Python int (or a tuple of them) for several axes"
+        )
+    ax = normalize_axis("roll", _static_int("roll", "axis", axis), x.ndim)
+    n = x.shape[ax]
+    if n == 0:
+        return x
+    # Rolling by s reads the doubled array [x, x] from n - (s mod n), a window of size n.
+    wide = shift.dtype.itemsize == 8 or (shift.dtype.kind == "u" and shift.dtype.itemsize == 4)
+    index = np.dtype(np.int64 if wide else np.int32)
+    s = NUMPY_FUNCTIONS["remainder"](_cast(shift, index), n)
+    start = bind1("subtract", full((), n, index), s)
+    zero = full((), 0, index)
+    starts = [start if d == ax else zero for d in range(x.ndim)]
+    return bind1("dynamic_slice", concat([x, x], ax), *starts, sizes=x.shape)
 
 
 @export("rot90")

@@ -386,6 +386,29 @@ def test_in_place_semantics():
     assert_same(g, np.concatenate([np.full((1, 3), 3, np.float32), x[1:] + 1]), "at[].set")
 
 
+def writers(xp, a, v):
+    b = xp.copy(a)
+    xp.fill_diagonal(b, -1)
+    c = xp.copy(a)
+    xp.fill_diagonal(c, v[:2], wrap=True)
+    d = xp.copy(a)
+    xp.copyto(d, a[0] * 2, where=a > 5)
+    e = xp.copy(a)
+    e.fill(v[1])
+    f = xp.zeros((3, 3, 3), a.dtype)
+    xp.fill_diagonal(f, v)
+    g = xp.zeros_like(a)
+    xp.copyto(g, 7)
+    return b, c, d, e, f, g
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.int32)], ids=["f32", "i32"])
+def test_numpy_writers_rebind(dtype):
+    x, v = sample((5, 4), dtype), sample((3,), dtype) + 100
+    got = run_on("cpu", lambda a, v: writers(anp, a, v), x, v)
+    assert_same(got, writers(np, x, v), f"fill_diagonal/copyto/fill[{dtype}]")
+
+
 def test_in_place_keeps_dtype():
     def fn(a, b):
         a += b  # f64 result cast back to f32 (same_kind), as NumPy does
@@ -603,6 +626,41 @@ ERRORS = [
         lambda a, i: copy_of_a_finished_trace(a),
         TypeError,
         r"copy .*a tracer from a finished trace",
+    ),
+    (
+        "copyto_target",
+        lambda a, i: anp.copyto(np.zeros(3), a),
+        TypeError,
+        r"copyto .*must be a traced array, got ndarray",
+    ),
+    (
+        "copyto_cast",
+        lambda a, i: anp.copyto(i, 1.5),
+        TypeError,
+        r"cannot cast array data from float64 to int32 according to the rule 'same_kind'",
+    ),
+    ("copyto_casting", lambda a, i: anp.copyto(a, a, casting="x"), ValueError, r"casting must be"),
+    ("copyto_kwargs", lambda a, i: anp.copyto(a, a, out=a), TypeError, r"unexpected keyword"),
+    ("copyto_shape", lambda a, i: anp.copyto(a[0], a), ValueError, r"could not broadcast input"),
+    ("fill_diagonal_1d", lambda a, i: anp.fill_diagonal(a[0], 1), ValueError, r"at least 2-d"),
+    (
+        "fill_diagonal_shape",
+        lambda a, i: anp.fill_diagonal(a[None], 1),
+        ValueError,
+        r"all dimensions of input must be of equal length, got shape \(1, 3, 4\)",
+    ),
+    (
+        "fill_diagonal_empty",
+        lambda a, i: anp.fill_diagonal(a, a[:0, 0]),
+        ValueError,
+        r"val is empty",
+    ),
+    ("fill_overflow", lambda a, i: a.astype("uint8").fill(300), OverflowError, r"300 out of"),
+    (
+        "fill_shape",
+        lambda a, i: a.fill(a[0]),
+        ValueError,
+        r"fill .*must be a scalar, got shape \(4,\)",
     ),
     ("take_out", lambda a, i: anp.take(a, 0, out=a), NotImplementedError, r"out= is not supported"),
     ("take_mode", lambda a, i: anp.take(a, 0, mode="fill"), ValueError, r"clipmode must be one of"),

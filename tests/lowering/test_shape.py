@@ -191,6 +191,17 @@ def test_mixed_dtypes_promote_like_numpy():
         assert_same(got[name], want[name], name)
 
 
+def test_roll_by_traced_shift():
+    x = sample((3, 4), np.dtype(np.float32))
+    shifts = [np.int32(3), np.int32(-7), np.uint8(9), np.int64(0), np.int8(-1)]
+
+    def fn(xp, a, *s):
+        return [xp.roll(a, s[0], axis=1), xp.roll(a, s[1])] + [xp.roll(a, v, 0) for v in s[2:]]
+
+    got = run_on("cpu", lambda a, *s: fn(anp, a, *s), x, *shifts)
+    assert_same(got, fn(np, x, *(int(v) for v in shifts)), "roll by a traced shift")
+
+
 # --- random shapes and axes ------------------------------------------------------------------
 
 
@@ -440,7 +451,19 @@ ERRORS = [
         "roll",
         lambda a: anp.roll(a, a[0, 0], axis=0),
         TypeError,
-        r"shift must be a static Python int",
+        r"a traced shift must be a 0-d integer array",
+    ),
+    (
+        "roll",
+        lambda a: anp.roll(a, a[0, 0].astype("int32"), axis=(0, 1)),
+        TypeError,
+        r"axis must be a static Python int",
+    ),
+    (
+        "roll",
+        lambda a: anp.roll(a, [a[0, 0]], axis=0),
+        TypeError,
+        r"shift must be a static Python int, got traced",
     ),
     ("rot90", lambda a: anp.rot90(a, axes=(0,)), ValueError, r"len\(axes\) must be 2"),
     ("rot90", lambda a: anp.rot90(a, axes=(0, -2)), ValueError, r"axes must be different"),

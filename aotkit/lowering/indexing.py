@@ -839,6 +839,27 @@ Tracer.take = lambda self, indices, axis=None, out=None, mode=None: take(
 )
 
 
+@export("ix_")
+def ix_(*args):
+    """Open-mesh index arrays: `x[ix_(rows, cols)]` selects the rows x cols block."""
+    out = []
+    for i, a in enumerate(args):
+        kind, v = _classify("ix_", a)
+        if kind == "tmask":
+            raise _traced_mask_error("ix_")
+        if kind == "mask" and v.ndim == 1:
+            v = np.nonzero(v)[0]
+        elif kind not in ("array", "tarray") or np.ndim(v) != 1:
+            raise ValueError(f"{where('ix_')}: cross index must be 1 dimensional, got {a!r:.60}")
+        shape = (1,) * i + (-1,) + (1,) * (len(args) - i - 1)
+        out.append(
+            v.reshape(shape)
+            if isinstance(v, np.ndarray)
+            else reshape_to(v, tuple(v.size if d == -1 else d for d in shape))
+        )
+    return tuple(out)
+
+
 @export("take_along_axis")
 def take_along_axis(arr, indices, axis=-1):
     x = asarray(arr)

@@ -667,6 +667,35 @@ for _name, _axis, _min in [("hsplit", 1, 1), ("vsplit", 0, 2), ("dsplit", 2, 3)]
     export(_name)(_directional)
 
 
+@export("append")
+def append(arr, values, axis=None):
+    x, v = _asarray(arr), _asarray(values)
+    if axis is None:
+        return _concatenate("append", [ravel(x), ravel(v)], 0, None, "same_kind")
+    return _concatenate("append", [x, v], axis, None, "same_kind")
+
+
+@export("delete")
+def delete(arr, obj, axis=None):
+    x = _asarray(arr)
+    if axis is None:
+        x = reshape_to(x, (x.size,))
+        axis = 0
+    axis = normalize_axis("delete", axis, x.ndim)
+    if isinstance(obj, Tracer) or (
+        isinstance(obj, list | tuple) and any(isinstance(o, Tracer) for o in obj)
+    ):
+        raise TypeError(
+            f"{where('delete')}: obj is traced, but the length of the result depends on it; "
+            "pass static indices (ints, a slice, a NumPy array)"
+        )
+    try:
+        kept = np.delete(np.arange(x.shape[axis]), obj)
+    except (IndexError, ValueError, TypeError) as e:
+        raise type(e)(f"{where('delete')}: {e}") from None
+    return take_static(x, axis, kept)
+
+
 # --- repeating and padding -------------------------------------------------------------------
 
 

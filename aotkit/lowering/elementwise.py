@@ -470,6 +470,11 @@ def _nan_propagating(prim: str):
     def impl(x, y, out):
         if out == np.bool_:
             return bind1("or" if prim == "max" else "and", x, y)
+        if dtypes.is_complex(out):
+            # XLA's complex max/min look at the real part only; NumPy orders (real, imag).
+            pick_x = _complex_order(x, y, "GT" if prim == "max" else "LT")
+            m = _select(pick_x, x, y)
+            return _select(_is_nan(x), x, _select(_is_nan(y), y, m))
         return bind1(prim, x, y)
 
     return impl

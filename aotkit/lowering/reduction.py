@@ -77,28 +77,49 @@ def _monoid_body(monoid: str):
     return lambda args: [fn(args[0], args[1])]
 
 
-def _argmax_body(direction: str):
-    """Keeps the extreme value, NaN first (NumPy), and the first index among equals."""
+def _cmp(x, y, direction: str):
+    return stablehlo.compare(x, y, stablehlo.ComparisonDirectionAttr.get(direction))
+
+
+def _lex_body(direction: str, n_keys: int, indexed: bool):
+    """Keeps the extreme of lexicographically ordered keys (a complex number is the keys
+    (real, imag)), NaN before anything as in NumPy, and with an index the first among equals.
+    """
+    n = n_keys + indexed
 
     def body(args):
-        a, ia, b, ib = args
-
-        def cmp(x, y, d):
-            return stablehlo.compare(x, y, stablehlo.ComparisonDirectionAttr.get(d))
-
-        a_nan, b_nan = cmp(a, a, "NE"), cmp(b, b, "NE")
-        better = stablehlo.or_(cmp(a, b, direction), stablehlo.and_(a_nan, stablehlo.not_(b_nan)))
-        tie = stablehlo.or_(cmp(a, b, "EQ"), stablehlo.and_(a_nan, b_nan))
-        pick_a = stablehlo.or_(better, stablehlo.and_(tie, cmp(ia, ib, "LT")))
-        return [stablehlo.select(pick_a, a, b), stablehlo.select(pick_a, ia, ib)]
+        a, b = args[:n], args[n:]
+        ka, kb = a[:n_keys], b[:n_keys]
+        a_nan, b_nan = _cmp(ka[0], ka[0], "NE"), _cmp(kb[0], kb[0], "NE")
+        for x, y in zip(ka[1:], kb[1:], strict=True):
+            a_nan = stablehlo.or_(a_nan, _cmp(x, x, "NE"))
+            b_nan = stablehlo.or_(b_nan, _cmp(y, y, "NE"))
+        gt, eq = _cmp(ka[-1], kb[-1], direction), _cmp(ka[-1], kb[-1], "EQ")
+        for x, y in zip(reversed(ka[:-1]), reversed(kb[:-1]), strict=True):
+            x_eq_y = _cmp(x, y, "EQ")
+            gt = stablehlo.or_(_cmp(x, y, direction), stablehlo.and_(x_eq_y, gt))
+            eq = stablehlo.and_(x_eq_y, eq)
+        both_ok = stablehlo.not_(stablehlo.or_(a_nan, b_nan))
+        better = stablehlo.or_(
+            stablehlo.and_(a_nan, stablehlo.not_(b_nan)), stablehlo.and_(both_ok, gt)
+        )
+        pick_a = better
+        if indexed:
+            tie = stablehlo.or_(stablehlo.and_(a_nan, b_nan), stablehlo.and_(both_ok, eq))
+            pick_a = stablehlo.or_(better, stablehlo.and_(tie, _cmp(a[-1], b[-1], "LT")))
+        return [stablehlo.select(pick_a, x, y) for x, y in zip(a, b, strict=True)]
 
     return body
 
 
 _BODIES = {
     **{m: _monoid_body(m) for m in _MONOID_OPS},
-    "argmax": _argmax_body("GT"),
-    "argmin": _argmax_body("LT"),
+    "argmax": _lex_body("GT", 1, True),
+    "argmin": _lex_body("LT", 1, True),
+    "argmax_complex": _lex_body("GT", 2, True),
+    "argmin_complex": _lex_body("LT", 2, True),
+    "max_complex": _lex_body("GT", 2, False),
+    "min_complex": _lex_body("LT", 2, False),
 }
 
 
@@ -182,6 +203,9 @@ def _identity(monoid: str, dtype: np.dtype):
     big = monoid == "min"
     if dtype == _BOOL:
         return big
+    if dtypes.is_complex(dtype):
+        # The bottom (or top) of NumPy's complex order: real part first, then imaginary.
+        return complex(np.inf, np.inf) if big else complex(-np.inf, -np.inf)
     if dtypes.is_inexact(dtype):
         return np.inf if big else -np.inf
     info = np.iinfo(dtype)
@@ -294,11 +318,6 @@ def _arith_reduce(op, monoid, a, axis, dtype, out, keepdims, initial, wh) -> Tra
 def _extreme(op, monoid, a, axis, out, keepdims, initial, wh) -> Tracer:
     _no_out(op, out)
     x = asarray(a)
-    if dtypes.is_complex(x.dtype):
-        raise NotImplementedError(
-            f"{where(op)}: {op} of a complex array (NumPy orders complex numbers "
-            "lexicographically) is not supported; reduce the real and imaginary parts"
-        )
     axes = normalize_axes(op, axis, x.ndim)
     mask = _mask(op, wh, x.shape)
     if initial is None and mask is not None:
@@ -311,10 +330,48 @@ def _extreme(op, monoid, a, axis, out, keepdims, initial, wh) -> Tracer:
             f"{where(op)}: zero-size array of shape {x.shape} to reduction operation "
             f"{_NAMES[monoid]!r} which has no identity; pass initial="
         )
-    r = reduce_raw(_masked(x, mask, _identity(monoid, x.dtype)), axes, monoid)
-    if initial is not None:
-        r = _combine(monoid, r, to_operand(op, initial, x.dtype, r.shape))
+    x = _masked(x, mask, _identity(monoid, x.dtype))
+    if dtypes.is_complex(x.dtype):
+        r = _complex_extreme(monoid, x, axes)
+        if initial is not None:
+            r = _complex_pick(monoid, r, to_operand(op, initial, x.dtype, r.shape))
+    else:
+        r = reduce_raw(x, axes, monoid)
+        if initial is not None:
+            r = _combine(monoid, r, to_operand(op, initial, x.dtype, r.shape))
     return _keep(r, axes, x.shape, keepdims)
+
+
+def _parts(x: Tracer) -> tuple[Tracer, Tracer]:
+    return bind1("real", x), bind1("imag", x)
+
+
+def _complex_extreme(monoid: str, x: Tracer, axes: tuple[int, ...]) -> Tracer:
+    """max/min of complex values in NumPy's order: by real part, then imaginary part."""
+    if not axes:
+        return x
+    re, im = _parts(x)
+    init = full((), _identity(monoid, re.dtype), re.dtype)
+    r_re, r_im = bind("reduce", re, im, init, init, axes=axes, monoid=f"{monoid}_complex")
+    return bind1("complex", r_re, r_im)
+
+
+def _complex_pick(monoid: str, a: Tracer, b: Tracer) -> Tracer:
+    """Elementwise max/min of complex tracers in NumPy's order, NaN propagating."""
+    direction = "GT" if monoid == "max" else "LT"
+    (ar, ai), (br, bi) = _parts(a), _parts(b)
+
+    def cmp(x, y, d):
+        return bind1("compare", x, y, direction=d)
+
+    a_nan = bind1("or", cmp(ar, ar, "NE"), cmp(ai, ai, "NE"))
+    b_nan = bind1("or", cmp(br, br, "NE"), cmp(bi, bi, "NE"))
+    gt = bind1(
+        "or", cmp(ar, br, direction), bind1("and", cmp(ar, br, "EQ"), cmp(ai, bi, direction))
+    )
+    ok = bind1("not", bind1("or", a_nan, b_nan))
+    better = bind1("or", bind1("and", a_nan, bind1("not", b_nan)), bind1("and", ok, gt))
+    return bind1("select", better, a, b)
 
 
 @export("sum")
@@ -467,11 +524,6 @@ def _argreduce(op: str, a, axis, out, keepdims) -> Tracer:
 
     _no_out(op, out)
     x = asarray(a)
-    if dtypes.is_complex(x.dtype):
-        raise NotImplementedError(
-            f"{where(op)}: {op} of a complex array (lexicographic order) is not supported; "
-            "use the real or imaginary part"
-        )
     in_shape = x.shape
     if axis is None:
         x = reshape_to(x, (x.size,))
@@ -485,9 +537,14 @@ def _argreduce(op: str, a, axis, out, keepdims) -> Tracer:
         x = cast(x, np.dtype(np.uint8))
     monoid = "max" if op == "argmax" else "min"
     idx = iota(x.shape, _INT64, ax)
-    init_v = full((), _identity(monoid, x.dtype), x.dtype)
     init_i = full((), 0, _INT64)
-    _, i = bind("reduce", x, idx, init_v, init_i, axes=(ax,), monoid=op)
+    if dtypes.is_complex(x.dtype):
+        re, im = _parts(x)
+        init = full((), _identity(monoid, re.dtype), re.dtype)
+        *_, i = bind("reduce", re, im, idx, init, init, init_i, axes=(ax,), monoid=f"{op}_complex")
+    else:
+        init_v = full((), _identity(monoid, x.dtype), x.dtype)
+        _, i = bind("reduce", x, idx, init_v, init_i, axes=(ax,), monoid=op)
     if not keepdims:
         return i
     if axis is None:

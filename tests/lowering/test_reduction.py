@@ -242,6 +242,36 @@ def test_complex_sum_mean_var():
         _check(g, getattr(np, n)(z, axis=1), n)
 
 
+def test_complex_extrema_use_numpys_lexicographic_order():
+    z = np.array(
+        [
+            [-1 - 1j, -1 - 2j, -3 + 0j, -1 + 1j],
+            [1 + 2j, 1 + 3j, 0 + 9j, complex(np.nan, 0)],
+            [1 + 1j, complex(1, np.nan), 1 + 1j, 5],
+            [-np.inf - 2j, -np.inf - 5j, -np.inf + 0j, -np.inf - 5j],
+        ],
+        np.complex64,
+    )
+    fns = {
+        "max axis=1": lambda m, a: m.max(a, axis=1),
+        "min axis=0": lambda m, a: m.min(a, axis=0),
+        "max": lambda m, a: m.max(a[:1]),
+        "argmax axis=1": lambda m, a: m.argmax(a, axis=1),
+        "argmin axis=0": lambda m, a: m.argmin(a, axis=0),
+        "argmin": lambda m, a: m.argmin(a),
+        "ptp": lambda m, a: m.ptp(a[0]),
+        "max initial": lambda m, a: m.max(a[:1], axis=1, initial=-1 + 5j),
+        "min where": lambda m, a: m.min(a, axis=1, where=a.real > -2, initial=9 + 0j),
+        "maximum": lambda m, a: m.maximum(a[0], a[2]),
+        "minimum": lambda m, a: m.minimum(a[1], a[0]),
+    }
+    got = run_on("cpu", lambda a: {k: f(anp, a) for k, f in fns.items()}, z)
+    for k, f in fns.items():
+        want = np.asarray(f(np, z))
+        assert got[k].dtype == want.dtype, k
+        np.testing.assert_array_equal(got[k], want, err_msg=k)
+
+
 def test_diff_prepend_append():
     x = RNG.integers(-9, 10, (3, 4)).astype(np.int32)
     got = run_on(
@@ -335,8 +365,6 @@ ERROR_CASES = [
      lambda x: anp.sum(x, where=np.ones((2, 3), bool))),
     ("out=", NotImplementedError, r"out= is not supported; traced arrays are immutable",
      lambda x: anp.sum(x, out=x)),
-    ("complex max", NotImplementedError, r"max of a complex array .* is not supported",
-     lambda x: anp.max(x.astype(np.complex64))),
     ("max where without initial", ValueError, r"'maximum' has no identity, "
      r"so a where= mask needs initial=",
      lambda x: anp.max(x, where=x > 0)),
@@ -344,8 +372,6 @@ ERROR_CASES = [
      lambda x: anp.min(anp.zeros((0, 4)), axis=0)),
     ("ddof and correction", ValueError, r"ddof=1 and correction=1 were both given",
      lambda x: anp.var(x, ddof=1, correction=1)),
-    ("complex argmax", NotImplementedError, r"argmin of a complex array",
-     lambda x: anp.argmin(x.astype(np.complex64))),
     ("empty argmax", ValueError, r"attempt to get argmax of an empty sequence",
      lambda x: anp.argmax(anp.zeros((3, 0)), axis=1)),
     ("diff n type", TypeError, r"diff \(at .*\): n must be a Python int, got 1.5",

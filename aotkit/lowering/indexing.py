@@ -92,8 +92,12 @@ _COMBINE = {
     "max": stablehlo.maximum,
 }
 # StableHLO has no i1 add or multiply; NumPy's ufunc.at on booleans is logical or / and.
-_COMBINE_BOOL = {"add": stablehlo.or_, "multiply": stablehlo.and_, "min": stablehlo.and_}
-_COMBINE_BOOL["max"] = stablehlo.or_
+_COMBINE_BOOL = {
+    "add": stablehlo.or_,
+    "multiply": stablehlo.and_,
+    "min": stablehlo.and_,
+    "max": stablehlo.or_,
+}
 
 
 @register("scatter", shape=lambda a, idx, upd, **_: [a])
@@ -328,9 +332,7 @@ def _index_tensor(parts: list, sizes: list[int], batch: tuple[int, ...], places:
             for i, axis in enumerate(at):
                 shape[axis] = p.shape[i]
             cols.append(np.broadcast_to(np.reshape(p, shape), batch))
-        return constant(
-            np.stack(cols, axis=-1).astype(dtype) if cols else np.zeros(batch + (0,), dtype)
-        )
+        return constant(np.stack(cols, axis=-1).astype(dtype))
     cols = []
     for p, n, at in zip(parts, sizes, places, strict=True):
         t = _wrapped(p, n, dtype) if isinstance(p, Tracer) else constant(p, dtype)
@@ -351,7 +353,7 @@ def _broadcast_index_shapes(op: str, arrays: list) -> tuple[int, ...]:
 
 
 def _advanced_layout(p: _Parsed, op: str):
-    """The block of advanced dims: (positions, broadcast shape, index in output)."""
+    """The advanced indices: (their index arrays, broadcast shape, block position in the result)."""
     adv = p.advanced
     parts = [np.asarray(e[1]) if e[0] == "int" else e[1] for e in (p.entries[d] for d in adv)]
     batch = _broadcast_index_shapes(op, parts)

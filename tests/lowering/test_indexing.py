@@ -311,6 +311,27 @@ def test_traced_updates_drop_out_of_range(index_dtype):
     assert_same(got["scalar"], want_scalar, f"scalar[{index_dtype}]")
 
 
+def test_min_max_updates_propagate_nan():
+    x = np.array([1.0, np.nan, 3.0, 4.0], np.float32)
+    v = np.array([np.nan, 0.0, 5.0], np.float32)
+    i = np.array([0, 1, 3])
+
+    def fn(a, v, i):
+        return {
+            "min": a.at[i].min(v),
+            "max": a.at[i].max(v),
+            "min_box": a.at[1:].min(v),
+            "max_box": a.at[1:].max(v),
+        }
+
+    got = run_on("cpu", fn, x, v, i)
+    with np.errstate(invalid="ignore"):
+        for name, idx in [("min", i), ("max", i), ("min_box", slice(1, None))]:
+            want = update_oracle(x, idx, v, name.split("_")[0])
+            assert_same(got[name], want, f"at[].{name} with NaN")
+        assert_same(got["max_box"], update_oracle(x, slice(1, None), v, "max"), "max_box")
+
+
 def test_traced_mask_updates():
     x = sample((3, 4), np.dtype(np.float32))
     m = x % 3 == 0

@@ -180,7 +180,7 @@ def _classify(op: str, e):
         return ("scalar" if e.ndim == 0 else "tarray"), e
     if isinstance(e, list | tuple) and _contains_tracer(e):
         return _classify(op, asarray(e))
-    if isinstance(e, list | tuple | np.ndarray | np.generic):
+    if isinstance(e, list | tuple | range | np.ndarray | np.generic):
         try:
             arr = np.asarray(e)
         except ValueError:

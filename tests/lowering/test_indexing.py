@@ -66,6 +66,7 @@ GETS = {
     "ellipsis_array": lambda a: a[..., [0, -1]],
     "newaxis_array_newaxis": lambda a: a[None, [0, 1], None],
     "tuple_as_array": lambda a: a[(0, 2),],
+    "range": lambda a: a[:, range(3, 0, -2)],
     "mask_1d": lambda a: a[np.array([True, False, True])],
     "mask_2d": lambda a: a[MASK_2D],
     "mask_middle": lambda a: a[:, np.array([True, False, True, False])],

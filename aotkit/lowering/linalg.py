@@ -29,7 +29,7 @@ from aotkit.lowering.core import (
     where,
 )
 from aotkit.lowering.elementwise import asarray, cast
-from aotkit.lowering.reduction import reduce_raw
+from aotkit.lowering.reduction import normalize_axes, reduce_raw
 from aotkit.lowering.shape import (
     broadcast_shapes,
     broadcast_to_shape,
@@ -458,9 +458,9 @@ def _abs_sq(x: Tracer) -> Tracer:
     return bind1("multiply", x, x)
 
 
-def _vector_norm(x: Tracer, ord, axes: tuple[int, ...]) -> Tracer:
+def _vector_norm(op: str, x: Tracer, ord, axes: tuple[int, ...]) -> Tracer:
     if isinstance(ord, str):
-        raise ValueError(f"{where('linalg.norm')}: invalid norm order {ord!r} for vectors")
+        raise ValueError(f"{where(op)}: invalid norm order {ord!r} for vectors")
     if ord is None or ord == 2:
         return bind1("sqrt", _sum(_abs_sq(x), axes))
     a = _abs(x)
@@ -478,12 +478,12 @@ def _vector_norm(x: Tracer, ord, axes: tuple[int, ...]) -> Tracer:
     return bind1("pow", s, full(s.shape, 1.0 / ord, s.dtype))
 
 
-def _matrix_norm(x: Tracer, ord, row: int, col: int) -> Tracer:
+def _matrix_norm(op: str, x: Tracer, ord, row: int, col: int) -> Tracer:
     if ord is None or ord == "fro":
         return bind1("sqrt", _sum(_abs_sq(x), (row, col)))
     if ord in (2, -2, "nuc"):
         raise NotImplementedError(
-            f"{where('linalg.norm')}: matrix norm ord={ord!r} needs singular values (SVD), "
+            f"{where(op)}: matrix norm ord={ord!r} needs singular values (SVD), "
             "which aotkit does not lower yet; use ord='fro', 1, -1, inf or -inf"
         )
     if ord in (1, -1):
@@ -492,14 +492,22 @@ def _matrix_norm(x: Tracer, ord, row: int, col: int) -> Tracer:
     if ord in (np.inf, -np.inf):
         sums = _sum(_abs(x), (col,))
         return reduce_raw(sums, (row - 1 if row > col else row,), "max" if ord > 0 else "min")
-    raise ValueError(f"{where('linalg.norm')}: invalid norm order {ord!r} for matrices")
+    raise ValueError(f"{where(op)}: invalid norm order {ord!r} for matrices")
+
+
+def _float_input(x) -> Tracer:
+    """Norms of integers and booleans are computed in float64, as NumPy does."""
+    x = asarray(x)
+    return x if dtypes.is_inexact(x.dtype) else cast(x, _F64)
+
+
+def _keepdims(r: Tracer, axes: tuple[int, ...], shape: tuple[int, ...]) -> Tracer:
+    return reshape_to(r, tuple(1 if i in axes else d for i, d in enumerate(shape)))
 
 
 @_linalg("norm")
 def norm(x, ord=None, axis=None, keepdims=False):
-    x = asarray(x)
-    if not dtypes.is_inexact(x.dtype):
-        x = cast(x, _F64)
+    x = _float_input(x)
     if axis is None:
         if ord is None:
             axes = tuple(range(x.ndim))
@@ -516,15 +524,84 @@ def norm(x, ord=None, axis=None, keepdims=False):
     else:
         axes = (normalize_axis("linalg.norm", axis, x.ndim),)
     if len(axes) == 1:
-        r = _vector_norm(x, ord, axes)
+        r = _vector_norm("linalg.norm", x, ord, axes)
     elif len(axes) == 2:
         if axes[0] == axes[1]:
             raise ValueError(f"{where('linalg.norm')}: duplicate axes given: {axis!r}")
-        r = _matrix_norm(x, ord, axes[0], axes[1])
+        r = _matrix_norm("linalg.norm", x, ord, axes[0], axes[1])
     else:
         raise ValueError(
             f"{where('linalg.norm')}: improper number of dimensions to norm: axis={axis!r}"
         )
-    if keepdims:
-        r = reshape_to(r, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
-    return r
+    return _keepdims(r, axes, x.shape) if keepdims else r
+
+
+@_linalg("vector_norm")
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    x = _float_input(x)
+    axes = normalize_axes("linalg.vector_norm", axis, x.ndim)
+    r = _vector_norm("linalg.vector_norm", x, ord, axes)
+    return _keepdims(r, axes, x.shape) if keepdims else r
+
+
+def _need_matrices(op: str, x: Tracer) -> None:
+    if x.ndim < 2:
+        raise ValueError(
+            f"{where(op)}: the input has {x.ndim} dimension(s); it must be a (stack of) "
+            "matrices with at least 2"
+        )
+
+
+@_linalg("matrix_norm")
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    x = _float_input(x)
+    _need_matrices("linalg.matrix_norm", x)
+    row, col = x.ndim - 2, x.ndim - 1
+    r = _matrix_norm("linalg.matrix_norm", x, ord, row, col)
+    return _keepdims(r, (row, col), x.shape) if keepdims else r
+
+
+# The array API spellings in numpy.linalg: the same products over the last axes.
+@_linalg("matmul")
+def linalg_matmul(x1, x2, /):
+    return matmul(x1, x2)
+
+
+@_linalg("vecdot")
+def linalg_vecdot(x1, x2, /, *, axis=-1):
+    return vecdot(x1, x2, axis=axis)
+
+
+@_linalg("tensordot")
+def linalg_tensordot(x1, x2, /, *, axes=2):
+    return tensordot(x1, x2, axes)
+
+
+@_linalg("outer")
+def linalg_outer(x1, x2, /):
+    a, b = asarray(x1), asarray(x2)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ValueError(
+            f"{where('linalg.outer')}: inputs must be one-dimensional, got shapes {a.shape} "
+            f"and {b.shape}; use numpy.outer to flatten first"
+        )
+    return _multiply(reshape_to(a, (a.shape[0], 1)), b)
+
+
+@_linalg("matrix_transpose")
+def linalg_matrix_transpose(x, /):
+    return NUMPY_FUNCTIONS["matrix_transpose"](x)
+
+
+@_linalg("diagonal")
+def linalg_diagonal(x, /, *, offset=0):
+    x = asarray(x)
+    _need_matrices("linalg.diagonal", x)
+    return NUMPY_FUNCTIONS["diagonal"](x, offset, -2, -1)
+
+
+@_linalg("trace")
+def linalg_trace(x, /, *, offset=0, dtype=None):
+    x = asarray(x)
+    _need_matrices("linalg.trace", x)
+    return NUMPY_FUNCTIONS["trace"](x, offset, -2, -1, dtype=dtype)

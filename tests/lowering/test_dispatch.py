@@ -85,6 +85,8 @@ def test_array_functions():
             "np.round": lambda x, i: np.round(x, 1),
             "np.linalg.norm": lambda x, i: np.linalg.norm(x, axis=1),
             "np.linalg.norm fro": lambda x, i: np.linalg.norm(i),
+            "np.linalg.vector_norm": lambda x, i: np.linalg.vector_norm(x, ord=1),
+            "np.linalg.matmul": lambda x, i: np.linalg.matmul(x, i.T),
             "np.logsumexp-like": lambda x, i: np.log(np.sum(np.exp(x), axis=-1)),
             "np.zeros(np.shape)": lambda x, i: np.zeros(np.shape(x), np.result_type(x, i)),
             "np.ndim/np.size": lambda x, i: x * (np.ndim(x) + np.size(x) + np.size(x, 1)),

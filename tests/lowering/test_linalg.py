@@ -345,6 +345,36 @@ def test_norm_of_vectors_and_batches():
         _check(g, np.linalg.norm(x, **kw), f"norm({x.shape}, {kw})")
 
 
+LINALG_NAMESPACE = {
+    "vector_norm": lambda m, x, v, i: m.linalg.vector_norm(x),
+    "vector_norm axes ord=1": lambda m, x, v, i: m.linalg.vector_norm(
+        x, axis=(0, 2), ord=1, keepdims=True
+    ),
+    "vector_norm inf": lambda m, x, v, i: m.linalg.vector_norm(x, axis=-1, ord=np.inf),
+    "vector_norm int ord=3": lambda m, x, v, i: m.linalg.vector_norm(i, ord=3),
+    "matrix_norm": lambda m, x, v, i: m.linalg.matrix_norm(x),
+    "matrix_norm ord=1": lambda m, x, v, i: m.linalg.matrix_norm(x, ord=1, keepdims=True),
+    "matrix_norm int -inf": lambda m, x, v, i: m.linalg.matrix_norm(i, ord=-np.inf),
+    "matmul": lambda m, x, v, i: m.linalg.matmul(x, v),
+    "vecdot": lambda m, x, v, i: m.linalg.vecdot(x, v),
+    "tensordot": lambda m, x, v, i: m.linalg.tensordot(x, x, axes=3),
+    "outer": lambda m, x, v, i: m.linalg.outer(v, i[0]),
+    "matrix_transpose": lambda m, x, v, i: m.linalg.matrix_transpose(x),
+    "diagonal": lambda m, x, v, i: m.linalg.diagonal(x, offset=1),
+    "trace": lambda m, x, v, i: m.linalg.trace(i),
+    "trace offset dtype": lambda m, x, v, i: m.linalg.trace(x, offset=-1, dtype=np.float64),
+}
+
+
+def test_linalg_namespace_matches_numpy():
+    x = _values(np.dtype(np.float32), (2, 3, 4))
+    v = _values(np.dtype(np.float32), (4,))
+    i = _values(np.dtype(np.int32), (3, 3))
+    got = run_on("cpu", lambda *a: {k: f(anp, *a) for k, f in LINALG_NAMESPACE.items()}, x, v, i)
+    for k, f in LINALG_NAMESPACE.items():
+        _check(got[k], f(np, x, v, i), f"linalg.{k}")
+
+
 # --- errors --------------------------------------------------------------------------------------
 
 ERROR_CASES = [
@@ -412,8 +442,24 @@ ERROR_CASES = [
      lambda x: anp.linalg.norm(anp.ones((2, 2, 2)), axis=(0, 1, 2))),
     ("matmul out=", NotImplementedError, r"out= is not supported",
      lambda x: anp.matmul(x, x.T, out=x)),
-    ("linalg attribute", AttributeError, r"aotkit.numpy.linalg has no 'svd'; supported: norm",
+    ("linalg attribute", AttributeError,
+     r"aotkit.numpy.linalg has no 'svd'; supported: diagonal, .*norm",
      lambda x: anp.linalg.svd(x)),
+    ("vector_norm ord", ValueError, r"linalg.vector_norm \(at .*\): invalid norm order 'fro'",
+     lambda x: anp.linalg.vector_norm(x, ord="fro")),
+    ("matrix_norm of a vector", ValueError,
+     r"linalg.matrix_norm \(at .*\): the input has 1 dimension\(s\); it must be a \(stack",
+     lambda x: anp.linalg.matrix_norm(x[0])),
+    ("matrix_norm spectral", NotImplementedError,
+     r"linalg.matrix_norm \(at .*\): matrix norm ord=-2 needs singular values",
+     lambda x: anp.linalg.matrix_norm(x, ord=-2)),
+    ("linalg.trace of a vector", ValueError, r"linalg.trace \(at .*\): the input has 1 dim",
+     lambda x: anp.linalg.trace(x[0])),
+    ("linalg.diagonal of a vector", ValueError, r"linalg.diagonal \(at .*\): the input has 1",
+     lambda x: anp.linalg.diagonal(x[0])),
+    ("linalg.outer of matrices", ValueError,
+     r"linalg.outer \(at .*\): inputs must be one-dimensional, got shapes \(3, 4\) and \(4,\)",
+     lambda x: anp.linalg.outer(x, x[0])),
 ]  # fmt: skip
 
 

@@ -254,6 +254,19 @@ def take_static(x: Tracer, axis: int, idx: np.ndarray) -> Tracer:
     return concat(parts, axis)
 
 
+_MAX_DIM = 2**63 - 1
+
+
+def _check_dims(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Refuses result shapes MLIR cannot hold (sizes are signed 64-bit)."""
+    if any(d > _MAX_DIM for d in shape):
+        raise ValueError(
+            f"{where(op)}: the result shape {shape} has a dimension over 2**63 - 1; "
+            "use smaller sizes"
+        )
+    return shape
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)
 
@@ -477,6 +490,7 @@ def broadcast_to(array, shape):
     shape = _static_ints("broadcast_to", "shape", shape)
     if any(d < 0 for d in shape):
         raise ValueError(f"{where('broadcast_to')}: all elements of shape {shape} must be >= 0")
+    _check_dims("broadcast_to", shape)
     out = broadcast_shapes("broadcast_to", array.shape, shape)
     if out != shape:
         raise ValueError(
@@ -628,6 +642,11 @@ def _split(op: str, ary, indices_or_sections, axis, equal: bool) -> list[Tracer]
         sections = _static_int(op, "indices_or_sections", indices_or_sections)
         if sections <= 0:
             raise ValueError(f"{where(op)}: number sections must be larger than 0, got {sections}")
+        if sections > max(n, 1) * 1024:
+            raise ValueError(
+                f"{where(op)}: {sections} sections of {n} elements would make mostly empty "
+                "arrays; use fewer sections"
+            )
         if equal and n % sections:
             raise ValueError(
                 f"{where(op)}: array split does not result in an equal division ({n} elements "
@@ -711,8 +730,11 @@ def tile(A, reps):
     if all(r == 1 for r in reps):
         return x
     wide = tuple(v for r, d in zip(reps, x.shape, strict=True) for v in (r, d))
-    b = bind1("broadcast_in_dim", x, shape=wide, dims=tuple(range(1, 2 * ndim, 2)))
-    return reshape_to(b, tuple(r * d for r, d in zip(reps, x.shape, strict=True)))
+    out = _check_dims("tile", tuple(r * d for r, d in zip(reps, x.shape, strict=True)))
+    b = bind1(
+        "broadcast_in_dim", x, shape=_check_dims("tile", wide), dims=tuple(range(1, 2 * ndim, 2))
+    )
+    return reshape_to(b, out)
 
 
 @export("repeat")
@@ -738,7 +760,8 @@ def repeat(a, repeats, axis=None):
         r = int(reps.reshape(-1)[0]) if reps.size else 0
         if r == 1:
             return x
-        wide = x.shape[: axis + 1] + (r,) + x.shape[axis + 1 :]
+        wide = _check_dims("repeat", x.shape[: axis + 1] + (r,) + x.shape[axis + 1 :])
+        _check_dims("repeat", (n * r,))
         dims = tuple(d if d <= axis else d + 1 for d in range(x.ndim))
         b = bind1("broadcast_in_dim", x, shape=wide, dims=dims)
         return reshape_to(b, x.shape[:axis] + (n * r,) + x.shape[axis + 1 :])
@@ -747,6 +770,7 @@ def repeat(a, repeats, axis=None):
             f"{where('repeat')}: repeats of shape {reps.shape} cannot broadcast to the "
             f"{n} elements of axis {axis}"
         )
+    _check_dims("repeat", (int(reps.astype(object).sum()),))
     return take_static(x, axis, np.repeat(np.arange(n), reps))
 
 
@@ -792,6 +816,9 @@ def pad(array, pad_width, mode="constant", **kwargs):
             f"{where('pad')}: unsupported keyword arguments for mode {mode!r}: {sorted(unknown)}"
         )
     pairs = _pad_pairs("pad", pad_width, x.ndim)
+    _check_dims(
+        "pad", tuple(n + lo + hi for n, (lo, hi) in zip(x.shape, pairs.tolist(), strict=True))
+    )
     if x.ndim == 0 or not pairs.any():
         return x
     if mode in ("constant", "empty"):
@@ -992,6 +1019,7 @@ def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, like=None):
     if n < 0 or m < 0:
         raise ValueError(f"{where('eye')}: negative dimensions are not allowed: N={n}, M={m}")
     dtype = dtypes.canonicalize(dtype, where=where("eye"))
+    _check_dims("eye", (n, m))
     return _cast(_diagonal_mask(n, m, k, "EQ"), dtype)
 
 

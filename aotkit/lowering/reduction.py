@@ -120,6 +120,11 @@ _BODIES = {
     "argmin_complex": _lex_body("LT", 2, True),
     "max_complex": _lex_body("GT", 2, False),
     "min_complex": _lex_body("LT", 2, False),
+    # nanargmax/nanargmin: a validity key first, so NaN loses to every number.
+    "nanargmax": _lex_body("GT", 2, True),
+    "nanargmin": _lex_body("LT", 2, True),
+    "nanargmax_complex": _lex_body("GT", 3, True),
+    "nanargmin_complex": _lex_body("LT", 3, True),
 }
 
 
@@ -482,7 +487,7 @@ def _var(op, a, axis, dtype, out, ddof, keepdims, wh, mean_, correction) -> Trac
         "max", bind1("subtract", count, full(count.shape, ddof, rd)), full(count.shape, 0, rd)
     )
     v = bind1("divide", ss, denom)
-    if op == "std":
+    if op.endswith("std"):
         v = bind1("sqrt", v)
     return _keep(cast(v, dtypes.real_dtype(comp_dtype)), axes, x.shape, keepdims)
 
@@ -535,16 +540,19 @@ def _argreduce(op: str, a, axis, out, keepdims) -> Tracer:
     if x.dtype == _BOOL:
         # i1 compares as signed in some lowerings; u8 keeps True > False unambiguous.
         x = cast(x, np.dtype(np.uint8))
-    monoid = "max" if op == "argmax" else "min"
+    monoid = "max" if op.endswith("argmax") else "min"
+    keys = list(_parts(x)) if dtypes.is_complex(x.dtype) else [x]
+    body = op if len(keys) == 1 else f"{op}_complex"
+    ok = _not_nan(x) if op.startswith("nan") else None
+    if ok is not None:
+        # NaN sorts below every number: a validity key first, NaN itself zeroed.
+        valid = cast(ok if monoid == "max" else bind1("not", ok), np.dtype(np.uint8))
+        keys = [valid] + [bind1("select", ok, k, full(k.shape, 0, k.dtype)) for k in keys]
+    elif op.startswith("nan"):
+        body = op.removeprefix("nan")
     idx = iota(x.shape, _INT64, ax)
-    init_i = full((), 0, _INT64)
-    if dtypes.is_complex(x.dtype):
-        re, im = _parts(x)
-        init = full((), _identity(monoid, re.dtype), re.dtype)
-        *_, i = bind("reduce", re, im, idx, init, init, init_i, axes=(ax,), monoid=f"{op}_complex")
-    else:
-        init_v = full((), _identity(monoid, x.dtype), x.dtype)
-        _, i = bind("reduce", x, idx, init_v, init_i, axes=(ax,), monoid=op)
+    inits = [full((), _identity(monoid, k.dtype), k.dtype) for k in keys]
+    *_, i = bind("reduce", *keys, idx, *inits, full((), 0, _INT64), axes=(ax,), monoid=body)
     if not keepdims:
         return i
     if axis is None:
@@ -560,6 +568,16 @@ def argmax(a, axis=None, out=None, *, keepdims=False):
 @export("argmin")
 def argmin(a, axis=None, out=None, *, keepdims=False):
     return _argreduce("argmin", a, axis, out, keepdims)
+
+
+@export("nanargmax")
+def nanargmax(a, axis=None, out=None, *, keepdims=False):
+    return _argreduce("nanargmax", a, axis, out, keepdims)
+
+
+@export("nanargmin")
+def nanargmin(a, axis=None, out=None, *, keepdims=False):
+    return _argreduce("nanargmin", a, axis, out, keepdims)
 
 
 @export("ptp")
@@ -597,6 +615,36 @@ def _cumulative(op, monoid, a, axis, dtype, out) -> Tracer:
         ax = normalize_axis(op, axis, x.ndim)
     out_dtype = _dtype_arg(op, dtype) or _sum_dtype(x.dtype)
     return cast(cumulative(cast(x, _accumulator(out_dtype)), ax, monoid), out_dtype)
+
+
+def _cumulative_api(op, monoid, x, axis, dtype, out, include_initial) -> Tracer:
+    """NumPy 2.1's cumulative_sum/cumulative_prod: axis needed above 1-D, optional initial."""
+    x = asarray(x)
+    if axis is None:
+        if x.ndim > 1:
+            raise ValueError(
+                f"{where(op)}: axis= is required for arrays of more than one dimension "
+                f"(shape {x.shape}); pass the axis to accumulate along"
+            )
+        axis = 0
+    if x.ndim == 0:
+        raise ValueError(f"{where(op)}: the input must have at least one dimension")
+    r = _cumulative(op, monoid, x, axis, dtype, out)
+    if not include_initial:
+        return r
+    ax = normalize_axis(op, axis, x.ndim)
+    first = full(r.shape[:ax] + (1,) + r.shape[ax + 1 :], _identity(monoid, r.dtype), r.dtype)
+    return NUMPY_FUNCTIONS["concatenate"]([first, r], axis=ax)
+
+
+@export("cumulative_sum")
+def cumulative_sum(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+    return _cumulative_api("cumulative_sum", "add", x, axis, dtype, out, include_initial)
+
+
+@export("cumulative_prod")
+def cumulative_prod(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+    return _cumulative_api("cumulative_prod", "multiply", x, axis, dtype, out, include_initial)
 
 
 @export("cumsum")
@@ -701,6 +749,66 @@ def _nan_extreme(op, monoid, a, axis, out, keepdims, initial, wh) -> Tracer:
     # An all-NaN slice gives NaN, as in NumPy (which also warns).
     any_ok = _logical_reduce(op, "or", ok, axis, None, keepdims, wh)
     return bind1("select", any_ok, r, full(r.shape, np.nan, r.dtype))
+
+
+def _nan_filled(x: Tracer, fill) -> Tracer:
+    ok = _not_nan(x)
+    return x if ok is None else bind1("select", ok, x, full(x.shape, fill, x.dtype))
+
+
+@export("nanprod")
+def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    x = _nan_filled(asarray(a), 1)
+    return _arith_reduce("nanprod", "multiply", x, axis, dtype, out, keepdims, initial, where)
+
+
+@export("nancumsum")
+def nancumsum(a, axis=None, dtype=None, out=None):
+    return _cumulative("nancumsum", "add", _nan_filled(asarray(a), 0), axis, dtype, out)
+
+
+@export("nancumprod")
+def nancumprod(a, axis=None, dtype=None, out=None):
+    return _cumulative("nancumprod", "multiply", _nan_filled(asarray(a), 1), axis, dtype, out)
+
+
+def _nan_var(op, a, axis, dtype, out, ddof, keepdims, wh, mean_, correction) -> Tracer:
+    x = asarray(a)
+    mask = _and_masks(_not_nan(x), _mask(op, wh, x.shape))
+    wh = True if mask is None else mask
+    return _var(op, x, axis, dtype, out, ddof, keepdims, wh, mean_, correction)
+
+
+@export("nanvar")
+def nanvar(
+    a,
+    axis=None,
+    dtype=None,
+    out=None,
+    ddof=0,
+    keepdims=False,
+    *,
+    where=True,
+    mean=None,
+    correction=None,
+):
+    return _nan_var("nanvar", a, axis, dtype, out, ddof, keepdims, where, mean, correction)
+
+
+@export("nanstd")
+def nanstd(
+    a,
+    axis=None,
+    dtype=None,
+    out=None,
+    ddof=0,
+    keepdims=False,
+    *,
+    where=True,
+    mean=None,
+    correction=None,
+):
+    return _nan_var("nanstd", a, axis, dtype, out, ddof, keepdims, where, mean, correction)
 
 
 @export("nanmax")

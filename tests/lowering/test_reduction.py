@@ -179,6 +179,50 @@ def test_nan_handling_matches_numpy(dtype):
         _check(g, _oracle(getattr(np, n), x, axis=1), n)
 
 
+NAN_VARIANTS = {
+    "nanargmax": lambda m, x, z, i: m.nanargmax(x, axis=1),
+    "nanargmin": lambda m, x, z, i: m.nanargmin(x, axis=1),
+    "nanargmax keepdims": lambda m, x, z, i: m.nanargmax(x, axis=0, keepdims=True),
+    "nanargmin flat": lambda m, x, z, i: m.nanargmin(x),
+    "nanargmax int": lambda m, x, z, i: m.nanargmax(i, axis=1),
+    "nanargmax complex": lambda m, x, z, i: m.nanargmax(z, axis=1),
+    "nanargmin complex": lambda m, x, z, i: m.nanargmin(z, axis=1),
+    "nanprod": lambda m, x, z, i: m.nanprod(x[:, 2:], axis=1),
+    "nanprod int": lambda m, x, z, i: m.nanprod(i, axis=0),
+    "nancumsum": lambda m, x, z, i: m.nancumsum(x, axis=1),
+    "nancumprod": lambda m, x, z, i: m.nancumprod(x[1:2]),
+    "nancumsum int8": lambda m, x, z, i: m.nancumsum(i.astype(np.int8)),
+    "nanvar": lambda m, x, z, i: m.nanvar(np.where(np.isinf(x), 1.0, x), axis=1),
+    "nanstd ddof": lambda m, x, z, i: m.nanstd(np.where(np.isinf(x), 1.0, x), axis=0, ddof=1),
+    "nanvar int": lambda m, x, z, i: m.nanvar(i),
+    "cumulative_sum initial": lambda m, x, z, i: m.cumulative_sum(i, axis=1, include_initial=True),
+    "cumulative_prod int8": lambda m, x, z, i: m.cumulative_prod(i[0].astype(np.int8)),
+    "cumulative_sum dtype": lambda m, x, z, i: m.cumulative_sum(
+        x[0], dtype=np.float64, include_initial=True
+    ),
+    "cumulative_prod bool": lambda m, x, z, i: m.cumulative_prod(
+        i > 0, axis=0, include_initial=True
+    ),
+}
+
+
+def test_nan_variants_and_cumulative_api():
+    x = np.array(
+        [
+            [np.nan, -np.inf, 1, 1],
+            [3, np.nan, 3, -1],
+            [np.inf, np.nan, np.inf, 0],
+            [2, 2, np.nan, -9],
+        ],
+        np.float32,
+    )
+    z = (x + 1j * np.arange(4)).astype(np.complex64)
+    i = np.array([[1, 5, 5, 2], [0, 0, -1, 3]], np.int32)
+    got = run_on("cpu", lambda *a: {k: f(anp, *a) for k, f in NAN_VARIANTS.items()}, x, z, i)
+    for k, f in NAN_VARIANTS.items():
+        _check(got[k], _oracle(lambda *a, f=f: f(np, *a), x, z, i), k)
+
+
 def test_argmax_first_occurrence_and_infinities():
     x = np.array([[1, 3, 3, 0], [-np.inf, -np.inf, -np.inf, -np.inf], [2, np.inf, np.inf, 1]])
     got = run_on("cpu", lambda a: (anp.argmax(a, axis=1), anp.argmin(a, axis=1)), x)
@@ -309,10 +353,12 @@ def test_tracer_methods_route_to_reductions():
 
 # --- hypothesis: shapes, axes, keepdims, dtypes -------------------------------------------------
 
-HYP_NAMES = sorted(REDUCTIONS) + ["logsumexp"]
+HYP_EXTRAS = ["logsumexp", "nanprod", "nanvar", "nanstd", "nanargmax", "nanargmin", "nancumsum"]
+HYP_NAMES = sorted(REDUCTIONS) + HYP_EXTRAS + ["cumulative_sum", "cumulative_prod"]
 HYP_DTYPES = [np.dtype(d) for d in ("float32", "int32", "uint8", "bool", "float64")]
-SINGLE_AXIS = ("argmax", "argmin", "cumsum", "cumprod", "diff")  # no axis tuples
-NO_KEEPDIMS = ("cumsum", "cumprod", "diff")
+SINGLE_AXIS = ("argmax", "argmin", "nanargmax", "nanargmin", "cumsum", "cumprod", "nancumsum")
+NEEDS_AXIS = ("diff", "cumulative_sum", "cumulative_prod")
+NO_KEEPDIMS = ("cumsum", "cumprod", "nancumsum", *NEEDS_AXIS)
 
 
 @st.composite
@@ -323,7 +369,7 @@ def _reduction_case(draw):
     shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
     ndim = len(shape)
     axis_single = st.integers(-ndim, ndim - 1)
-    if name == "diff":
+    if name in NEEDS_AXIS:
         axis = draw(axis_single)
     elif name in SINGLE_AXIS:
         axis = draw(st.one_of(st.none(), axis_single))
@@ -345,7 +391,7 @@ def _reduction_case(draw):
 @given(_reduction_case())
 def test_random_shapes_and_axes(case):
     name, dtype, shape, kw = case
-    x = _values(dtype, shape, near_one=name in ("prod", "cumprod"))
+    x = _values(dtype, shape, near_one="prod" in name)
     got = run_on("cpu", lambda a: getattr(anp, name)(a, **kw), x)
     oracle = scipy.special.logsumexp if name == "logsumexp" else getattr(np, name)
     _check(got, _oracle(oracle, x, **kw), f"{name}({dtype}{list(shape)}, {kw})")
@@ -389,6 +435,11 @@ ERROR_CASES = [
     ("logsumexp complex", NotImplementedError, r"logsumexp \(at .*\): complex inputs "
      r"are not supported",
      lambda x: anp.logsumexp(x.astype(np.complex64))),
+    ("cumulative_sum axis", ValueError, r"cumulative_sum \(at .*\): axis= is required for "
+     r"arrays of more than one dimension \(shape \(3, 4\)\)",
+     lambda x: anp.cumulative_sum(x)),
+    ("cumulative_prod 0-d", ValueError, r"cumulative_prod \(at .*\): the input must have at "
+     r"least one dimension", lambda x: anp.cumulative_prod(anp.sum(x))),
     ("ptp bool", TypeError, r"does not support operands of dtype \(bool, bool\)",
      lambda x: anp.ptp(x > 0)),
 ]  # fmt: skip

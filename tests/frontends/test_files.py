@@ -12,6 +12,7 @@ import pickle
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -421,3 +422,23 @@ def test_aotkit_compile_on_a_corrupt_file_is_one_line_and_exit_1(files, tmp_path
         f"aotkit compile: error: load_module: {path} is corrupt MLIR bytecode: MLIR's reader "
         "crashed (SIGABRT) while reading it (in a sandbox process); re-export the file\n"
     )
+
+
+def test_example_and_its_jax_export_run_alike(tmp_path, capsys):
+    """`aotkit run` of a JAX function and of its jax.export artifact: same inputs, same output."""
+    import importlib.util
+
+    from aotkit import cli
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "jax_mlp.py"
+    spec = importlib.util.spec_from_file_location("jax_mlp_example", example)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    artifact = tmp_path / "jax_mlp.jax_export"
+    module.export(str(artifact))
+    shapes = ["f32[8,4]", "f32[4,16]", "f32[16]", "f32[16,3]"]
+    assert cli.main(["run", f"{example}:predict", "--shapes", *shapes, "-q"]) == 0
+    from_python = capsys.readouterr().out
+    assert cli.main(["run", str(artifact), "-q"]) == 0
+    assert capsys.readouterr().out == from_python
+    assert from_python.startswith("out: f32[8,3]\n")

@@ -632,7 +632,7 @@ class _IndexUpdateHelper:
         return _IndexUpdateRef(self._x, idx)
 
 
-def _rebind(op: str, x: Tracer, new: Tracer) -> None:
+def rebind(op: str, x: Tracer, new: Tracer) -> None:
     """Points the Python tracer `x` at `new` (same shape and dtype): NumPy's in-place writes."""
     if x._scope is not current_scope():
         raise TypeError(
@@ -644,7 +644,7 @@ def _rebind(op: str, x: Tracer, new: Tracer) -> None:
 
 
 def _setitem(self: Tracer, idx, value) -> None:
-    _rebind("setitem", self, update(self, idx, value, "set", "setitem"))
+    rebind("setitem", self, update(self, idx, value, "set", "setitem"))
 
 
 Tracer.__getitem__ = getitem
@@ -675,7 +675,7 @@ def _inplace(name: str):
                     f"<op> y to get a new {r.dtype.name} array instead"
                 )
             r = cast(r, self.dtype)
-        _rebind(name, self, r)
+        rebind(name, self, r)
         return self
 
     method.__name__ = name
@@ -720,7 +720,7 @@ def _fill(self: Tracer, value) -> None:
         value = reshape_to(value, ())
     elif dtypes.weak_kind(value) is None:
         value = np.reshape(np.asarray(value), ())
-    _rebind("fill", self, _value("fill", value, self.dtype, self.shape))
+    rebind("fill", self, _value("fill", value, self.dtype, self.shape))
 
 
 Tracer.fill = _fill
@@ -763,7 +763,7 @@ def copyto(dst, src, casting="same_kind", **kwargs):
     if mask is not True:
         keep = _value("copyto", mask, np.dtype(np.bool_), dst.shape)
         value = bind1("select", keep, value, dst)
-    _rebind("copyto", dst, value)
+    rebind("copyto", dst, value)
 
 
 @export("fill_diagonal")
@@ -793,7 +793,7 @@ def fill_diagonal(a, val, wrap=False):
     else:
         v = val
     flat = reshape_to(a, (a.size,))
-    _rebind(
+    rebind(
         "fill_diagonal", a, reshape_to(update(flat, positions, v, "set", "fill_diagonal"), a.shape)
     )
 

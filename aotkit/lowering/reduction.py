@@ -1,7 +1,8 @@
 """Trace stage, reduction family: sums, extrema, statistics and cumulative ops.
 
-Every reduction is one `stablehlo.reduce` whose body is a single binary op (argmax and
-argmin: a variadic reduce over (value, index) pairs); cumulative ops are one
+Every reduction is one `stablehlo.reduce` whose body is a single binary op; argmax and
+argmin are a variadic reduce over (value, index) pairs, and complex max/min/argmax reduce
+(real, imag) keys in NumPy's lexicographic order. Cumulative ops are one
 `stablehlo.reduce_window` with a window as long as the axis, padded in front.
 
 Result dtypes follow NumPy 2: `sum`/`prod`/`cumsum`/`cumprod` widen bool and integers
@@ -169,14 +170,13 @@ def _diff_shape(x, *, axis):
 @register("diff", shape=_diff_shape)
 def _lower_diff(ctx: RuleContext, x, *, axis):
     shape = ctx.avals_in[0][0]
-    starts, limits = [0] * len(shape), list(shape)
-    strides = [1] * len(shape)
-    hi_starts = list(starts)
-    hi_starts[axis] = 1
-    limits_lo = list(limits)
-    limits_lo[axis] -= 1
-    hi = stablehlo.slice(x, hi_starts, limits, strides)
-    lo = stablehlo.slice(x, starts, limits_lo, strides)
+    ones, zeros = [1] * len(shape), [0] * len(shape)
+    # x[1:] and x[:-1] along `axis`.
+    hi_start, lo_limit = list(zeros), list(shape)
+    hi_start[axis] = 1
+    lo_limit[axis] -= 1
+    hi = stablehlo.slice(x, hi_start, list(shape), ones)
+    lo = stablehlo.slice(x, zeros, lo_limit, ones)
     if ctx.avals_in[0][1] == _BOOL:
         # NumPy's diff of booleans is not_equal.
         return [stablehlo.xor(hi, lo)]
@@ -281,8 +281,11 @@ def _accumulator(dtype: np.dtype) -> np.dtype:
     return _F32 if dtype in (np.float16, dtypes.bfloat16) else dtype
 
 
-def _dtype_arg(op: str, dtype) -> np.dtype | None:
-    return None if dtype is None else dtypes.canonicalize(dtype, where=where(op))
+def _widened_dtype(op: str, dtype, x: Tracer) -> np.dtype:
+    """The user's `dtype=`, or NumPy's add/multiply.reduce dtype for `x`."""
+    if dtype is None:
+        return _sum_dtype(x.dtype)
+    return dtypes.canonicalize(dtype, where=where(op))
 
 
 def _no_out(op: str, out) -> None:
@@ -290,10 +293,6 @@ def _no_out(op: str, out) -> None:
         raise NotImplementedError(
             f"{where(op)}: out= is not supported; traced arrays are immutable, use the return value"
         )
-
-
-def _scalar_operand(op: str, v, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
-    return to_operand(op, v, dtype, shape)
 
 
 def _combine(monoid: str, r: Tracer, other: Tracer) -> Tracer:
@@ -311,7 +310,7 @@ def _arith_reduce(op, monoid, a, axis, dtype, out, keepdims, initial, wh) -> Tra
     _no_out(op, out)
     x = asarray(a)
     axes = normalize_axes(op, axis, x.ndim)
-    out_dtype = _dtype_arg(op, dtype) or _sum_dtype(x.dtype)
+    out_dtype = _widened_dtype(op, dtype, x)
     acc = _accumulator(out_dtype)
     xc = _masked(cast(x, acc), _mask(op, wh, x.shape), _identity(monoid, acc))
     r = reduce_raw(xc, axes, monoid)
@@ -330,7 +329,7 @@ def _extreme(op, monoid, a, axis, out, keepdims, initial, wh) -> Tracer:
             f"{where(op)}: reduction operation {_NAMES[monoid]!r} has no identity, so a "
             "where= mask needs initial= as well"
         )
-    if initial is None and _reduced_size(x.shape, axes) == 0 and x.size == 0 and x.ndim:
+    if initial is None and _reduced_size(x.shape, axes) == 0:
         raise ValueError(
             f"{where(op)}: zero-size array of shape {x.shape} to reduction operation "
             f"{_NAMES[monoid]!r} which has no identity; pass initial="
@@ -613,7 +612,7 @@ def _cumulative(op, monoid, a, axis, dtype, out) -> Tracer:
         ax = 0
     else:
         ax = normalize_axis(op, axis, x.ndim)
-    out_dtype = _dtype_arg(op, dtype) or _sum_dtype(x.dtype)
+    out_dtype = _widened_dtype(op, dtype, x)
     return cast(cumulative(cast(x, _accumulator(out_dtype)), ax, monoid), out_dtype)
 
 

@@ -634,6 +634,7 @@ class _IndexUpdateHelper:
 
 def rebind(op: str, x: Tracer, new: Tracer) -> None:
     """Points the Python tracer `x` at `new` (same shape and dtype): NumPy's in-place writes."""
+    assert new.shape == x.shape and new.dtype == x.dtype, (x, new)
     if x._scope is not current_scope():
         raise TypeError(
             f"{where(op)}: cannot update {x!r} in place: it was traced outside the body being "

@@ -237,8 +237,9 @@ def tensordot(a, b, axes=2):
 
 
 @export("vecdot")
-def vecdot(x1, x2, /, *, axis=-1):
-    x, y = _promoted("vecdot", x1, x2)
+def vecdot(x1, x2, /, out=None, *, axis=-1, dtype=None):
+    _no_out("vecdot", out)
+    x, y = _promoted("vecdot", x1, x2, dtype=dtype)
     shape = broadcast_shapes("vecdot", x.shape, y.shape)
     if not shape:
         raise ValueError(f"{where('vecdot')}: inputs must have at least one dimension")

@@ -113,6 +113,7 @@ PRODUCTS = [
     ("tensordot ints", lambda m, a, b: m.tensordot(a, b, axes=(1, 1))),
     ("vecdot", lambda m, a, b: m.vecdot(a, b)),
     ("vecdot axis", lambda m, a, b: m.vecdot(a, b, axis=0)),
+    ("vecdot dtype", lambda m, a, b: m.vecdot(a, b, dtype=np.complex128)),
 ]
 
 

@@ -293,6 +293,40 @@ def test_matmul_random_broadcasting(shapes, dtype):
     _check(run_on("cpu", anp.matmul, a, b), np.matmul(a, b), f"{a.shape} @ {b.shape}")
 
 
+@st.composite
+def _product_case(draw):
+    name = draw(st.sampled_from(["dot", "inner", "tensordot", "vecdot", "vdot", "norm"]))
+    dims = draw(st.lists(st.integers(1, 3), min_size=1, max_size=4))
+    k = draw(st.integers(0, min(2, len(dims))))
+    a_shape = tuple(dims)
+    if name == "dot":
+        b_shape = (a_shape[-1],) if draw(st.booleans()) else (2, a_shape[-1], 3)
+        return name, a_shape, b_shape, {}
+    if name in ("inner", "vecdot"):
+        return name, a_shape, a_shape[-1:] if draw(st.booleans()) else a_shape, {}
+    if name == "tensordot":
+        return name, a_shape, a_shape[len(a_shape) - k :] + (2,), {"axes": k}
+    if name == "vdot":
+        return name, a_shape, a_shape, {}
+    ord_ = draw(st.sampled_from([None, 1, 2, np.inf, -np.inf, 0, 3]))
+    axis = draw(st.integers(-len(a_shape), len(a_shape) - 1))
+    return name, a_shape, (), {"ord": ord_, "axis": axis, "keepdims": draw(st.booleans())}
+
+
+@settings(max_examples=30, deadline=None)
+@given(_product_case(), st.sampled_from([np.dtype("float64"), np.dtype("int32")]))
+def test_products_random_shapes(case, dtype):
+    name, a_shape, b_shape, kw = case
+    a = _values(dtype, a_shape)
+    if name == "norm":
+        got = run_on("cpu", lambda x: anp.linalg.norm(x, **kw), a)
+        _check(got, np.linalg.norm(a, **kw), f"norm {a_shape} {kw}")
+        return
+    b = _values(dtype, b_shape)
+    got = run_on("cpu", lambda x, y: getattr(anp, name)(x, y, **kw), a, b)
+    _check(got, getattr(np, name)(a, b, **kw), f"{name} {a_shape} {b_shape} {kw}")
+
+
 # --- norm ----------------------------------------------------------------------------------------
 
 NORM_CASES = [

@@ -128,3 +128,63 @@ def exclude_from_jax_locations(path: str) -> None:
     from jax._src import source_info_util
 
     source_info_util.register_exclusion(path)
+
+
+# --- jaxlib's C++ dispatch loop, the one JAX's own `Compiled.__call__` runs on. aotkit hands
+# it a cache-miss function (aotkit's checked Python call) and, for argument signatures the C++
+# transfer converts exactly as compiled, the executable and result handling it then runs
+# without entering Python.
+
+
+def x64_switch():
+    """(swap, restore) for JAX's x64 mode on this thread: `previous = swap(True)` turns it on,
+    `restore(previous)` puts back what was there (including "not set here")."""
+    from jax._src import config
+
+    return config.enable_x64.swap_local, config.enable_x64.set_local
+
+
+def cpp_dispatcher(name: str, fun, cache_miss):
+    """A C++ callable that runs `cache_miss(*args, **kwargs) -> (out, fastpath, False)` on
+    new argument signatures and the cached fast path on known ones; `fun` runs when JAX's
+    `disable_jit` is on. None when this jaxlib lacks the entry point."""
+    try:
+        from jax._src import tree_util
+        from jax._src.interpreters import pxla
+        from jaxlib import _jax
+
+        return _jax.pjit(
+            name,
+            fun,
+            cache_miss,
+            [],
+            [],
+            pxla.JitGlobalCppCacheKeys(),
+            tree_util.dispatch_registry,
+            pxla.cc_shard_arg,
+        )
+    except (ImportError, AttributeError, TypeError):
+        return None
+
+
+def fastpath_data(executable, out, n_args: int, in_sharding, out_sharding):
+    """What jaxlib's C++ dispatch caches to run `executable` again for one signature.
+
+    `out` is the result pytree of the call that is being cached (its leaves are device
+    arrays); every argument is kept and lives on `in_sharding`'s single device.
+    """
+    from jax._src import tree_util
+    from jax._src.interpreters import pxla
+
+    out_flat, out_tree = tree_util.dispatch_registry.flatten(out, None)
+    return pxla.MeshExecutableFastpathData(
+        executable,
+        out_tree,
+        [in_sharding] * n_args,
+        [out_sharding] * len(out_flat),
+        [o.aval for o in out_flat],
+        [o._committed for o in out_flat],
+        [True] * n_args,
+        [None] * n_args,
+        [],
+    )

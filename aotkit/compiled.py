@@ -5,9 +5,12 @@ checks the arguments against the compiled pytree and specs and runs; it never re
 recompiles. A mismatch is a TypeError naming both PyTreeDefs and the first difference, or
 the argument path with the expected and given specs.
 
-The call is the dispatch hot path. For the common case (positional array arguments, no
-kwargs) it skips flattening: the backend's per-slot checks reject anything that is not a
-matching leaf, and only then is the full pytree diagnosis run to word the error.
+The call is the dispatch hot path. A backend may supply a native dispatcher (PJRT backends
+use jaxlib's C++ dispatch, as JAX's own `Compiled` does) that runs argument signatures it
+has seen before without entering Python and hands every other call to the checked Python
+call. That call, for the common case (positional array arguments, no kwargs), skips
+flattening: the backend's per-slot checks reject anything that is not a matching leaf, and
+only then is the full pytree diagnosis run to word the error.
 """
 
 from __future__ import annotations
@@ -42,10 +45,18 @@ class Compiled:
         self._single_out = out_tree == tree_util.tree_structure(0)
         self._unflatten_out = out_tree.unflatten
         self._paths: list[str] | None = None
+        # A backend may put a native dispatcher in front of the checked Python call; it
+        # falls back to `_python_call` for every argument signature it has not cached.
+        make_dispatcher = getattr(executable, "dispatcher", None)
+        native = make_dispatcher(self.name, self._python_call) if make_dispatcher else None
+        self._call = native if native is not None else self._python_call
 
     # -- calling
 
     def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    def _python_call(self, *args, **kwargs):
         if self._positional and not kwargs and len(args) == self._n_args:
             try:
                 outs = self._execute(args)

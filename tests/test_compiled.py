@@ -290,3 +290,103 @@ def test_compiled_checks_its_pytrees_against_the_executable():
             in_tree=tree_util.tree_structure(((0, 0), {})),
             out_tree=tree_util.tree_structure(0),
         )
+
+
+# -- repeated calls: the native (C++) dispatch caches a signature after its first call -------
+
+
+def _repeat(compiled, *args, times=3):
+    return [np.asarray(compiled(*args)) for _ in range(times)]
+
+
+@pytest.mark.parametrize(
+    ("spec_text", "good", "bad", "message"),
+    [
+        ("f32[3]", np.ones(3, np.float32), np.ones(3), r"expected f32\[3\], got f64\[3\]"),
+        ("i32[2]", np.ones(2, np.int32), np.ones(2, np.int64), r"expected i32\[2\], got i64\[2\]"),
+        ("u32[]", np.uint32(7), np.uint64(7), r"expected u32\[\], got u64\[\]"),
+        ("c64[]", np.complex64(1j), np.complex128(1j), r"expected c64\[\], got c128\[\]"),
+        ("f64[]", np.float64(0.1), np.float32(0.1), r"expected f64\[\], got f32\[\]"),
+        ("f32[]", 2.5, np.float64(2.5), r"expected f32\[\], got f64\[\]"),
+    ],
+)
+def test_wrong_dtype_after_a_cached_signature_is_still_a_type_error(spec_text, good, bad, message):
+    # With JAX's x64 mode off, jaxlib's transfer would narrow the wide value to the cached
+    # narrow signature; the call must still be refused, not silently narrowed.
+    compiled = compiled_identity(spec_text)
+    for out in _repeat(compiled, good):
+        assert out.dtype == aotkit.spec(spec_text).dtype
+        np.testing.assert_array_equal(out, np.asarray(good).astype(out.dtype))
+    with pytest.raises(TypeError, match=rf"argument args\[0\] {message}"):
+        compiled(bad)
+    with jax.enable_x64(True):
+        with pytest.raises(TypeError, match=rf"argument args\[0\] {message}"):
+            compiled(bad)
+
+
+def test_64_bit_values_stay_64_bit_on_repeated_calls():
+    compiled = aotkit.lower(lambda x, y: x + y, aotkit.spec("f64[2]"), aotkit.spec("i64[]"))
+    compiled = compiled.compile()
+    x, y = np.array([1.0 + 2.0**-40, 2.0]), np.int64(2**40)
+    for out in _repeat(compiled, x, y):
+        assert out.dtype == np.float64
+        np.testing.assert_array_equal(out, x + y)
+
+
+@pytest.mark.parametrize("value", [1.5, 3, True])
+def test_python_scalars_on_repeated_calls(value):
+    compiled = aotkit.lower(lambda x, s: x * s, aotkit.spec("bf16[2]"), aotkit.spec("f32[]"))
+    compiled = compiled.compile()
+    x = np.array([1.0, 2.0], ml_dtypes.bfloat16)
+    for out in _repeat(compiled, x, value):
+        assert out.dtype == np.float32
+        np.testing.assert_array_equal(out, x.astype(np.float32) * np.float32(value))
+
+
+def test_mixed_argument_kinds_on_repeated_calls_and_in_x64_mode():
+    compiled = aotkit.lower(lambda x, s: x * s, aotkit.spec("f32[3]"), aotkit.spec("f32[]"))
+    compiled = compiled.compile()
+    x = np.arange(3, dtype=np.float32)
+    device_x = compiled(x, np.float32(1.0))
+    for args in [(x, 2.0), (device_x, 2.0), (x, np.float32(2.0)), (device_x, np.float32(2))]:
+        for out in _repeat(compiled, *args):
+            np.testing.assert_array_equal(out, x * 2)
+        with jax.enable_x64(True):
+            for out in _repeat(compiled, *args):
+                assert out.dtype == np.float32
+                np.testing.assert_array_equal(out, x * 2)
+    with pytest.raises(TypeError, match=r"argument args\[1\] expected f32\[\], got Python complex"):
+        compiled(x, 1j)
+
+
+def test_deleted_array_after_a_cached_signature_is_a_value_error():
+    compiled = compiled_identity("f32[2]")
+    x = compiled(np.ones(2, np.float32))
+    _repeat(compiled, x)
+    x.delete()
+    with pytest.raises(ValueError, match=r"argument args\[0\] was deleted or donated"):
+        compiled(x)
+
+
+def test_calls_work_under_jax_disable_jit():
+    compiled = compiled_identity("f32[2]")
+    with jax.disable_jit():
+        np.testing.assert_array_equal(np.asarray(compiled(np.ones(2, np.float32))), [1.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(np.ones(3, np.float32), np.float32(2)), (jax.numpy.ones(3, np.float32), 2.0)],
+    ids=["numpy", "device-array-and-python-float"],
+)
+def test_cpu_caches_a_signature_after_one_checked_call(monkeypatch, args):
+    from aotkit import _compat
+
+    cached = []
+    real = _compat.fastpath_data
+    monkeypatch.setattr(_compat, "fastpath_data", lambda *a, **k: cached.append(1) or real(*a, **k))
+    compiled = aotkit.lower(lambda x, s: x * s, aotkit.spec("f32[3]"), aotkit.spec("f32[]"))
+    compiled = compiled.compile()
+    for out in _repeat(compiled, *args, times=5):
+        np.testing.assert_array_equal(out, [2.0, 2.0, 2.0])
+    assert len(cached) == 1

@@ -3,12 +3,14 @@
 `cpu` (jaxlib's embedded CPU client) and the plugins (`cuda`, `rocm`, `tpu`, any plugin
 `.so`) differ only in where their client comes from; this module holds what they share.
 
-The call path is the hot path of `Compiled.__call__`. It mirrors what JAX's own dispatch
-does in C++, in a few Python lines per argument: each argument slot gets a precomputed
-closure that passes a matching device array through untouched and copies a NumPy value
-with jaxlib's batched transfer (the fast host->device path), and outputs are wrapped by
-jaxlib's C++ result handlers. Nothing is allocated per call beyond the argument list and
-the results.
+The call path is the hot path of `Compiled.__call__`, and it has two layers. In front is
+jaxlib's C++ dispatch (the one JAX's own `Compiled` runs on): once an argument signature
+has been checked, and if jaxlib's C++ transfer turns such arguments into exactly the
+compiled buffers, later calls with that signature never enter Python. Behind it is the
+checked Python call: each argument slot has a precomputed closure that passes a matching
+device array through untouched, copies a NumPy value with jaxlib's batched transfer, or
+raises the mismatch `Compiled` words as a TypeError; outputs are wrapped by jaxlib's C++
+result handlers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import io
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from jax import tree_util
 from jaxlib.mlir import ir
 
 from aotkit import _compat
@@ -133,6 +136,19 @@ class PjrtBackend(Backend):
 
 
 _avals: dict[ShapeDtype, object] = {}
+_PYTHON_SCALARS = frozenset((bool, int, float, complex))
+# The dtype jaxlib's C++ transfer gives a Python scalar, indexed by x64 mode.
+_CPP_SCALAR_DTYPES = {
+    bool: (np.dtype(np.bool_), np.dtype(np.bool_)),
+    float: (np.dtype(np.float32), np.dtype(np.float64)),
+    complex: (np.dtype(np.complex64), np.dtype(np.complex128)),
+}
+# With x64 off, the C++ transfer narrows 64-bit NumPy values: these dtypes then share keys.
+_NARROWED = frozenset(
+    np.dtype(d)
+    for d in (np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint64)
+    + (np.complex64, np.complex128)
+)
 
 
 def _aval(spec: ShapeDtype):
@@ -224,6 +240,73 @@ class PjrtExecutable(Executable):
             return device_put(host_value(index, x, spec))
 
         return put
+
+    def dispatcher(self, name: str, python_call):
+        """jaxlib's C++ dispatch in front of `python_call`, or None if this jaxlib has none.
+
+        The first call of each argument signature (tree, dtypes, shapes, weak types,
+        shardings) runs `python_call`, which checks and runs it. If jaxlib's C++ transfer
+        turns those arguments into exactly the compiled buffers, the signature is cached
+        and later calls with it run in C++; other signatures keep using `python_call`.
+
+        JAX's x64 mode changes what that transfer does: with it off, 64-bit NumPy values
+        are narrowed and a float64 array keys like a float32 one (so a cached float32
+        signature would take float64 arrays too); with it on, a Python float becomes a
+        float64 buffer. So calls run in x64 mode, where NumPy dtypes key as themselves,
+        except calls with a top-level Python scalar, which run with x64 off (a Python float
+        then becomes the weakly typed float32 a `f32[]` slot holds) and never cache NumPy
+        leaves of the dtypes that narrowing merges.
+        """
+        native = {}
+        for x64 in (True, False):
+            native[x64] = _compat.cpp_dispatcher(
+                name, python_call, self._cache_miss(python_call, x64)
+            )
+            if native[x64] is None:
+                return None
+        swap, restore = _compat.x64_switch()
+        wide, narrow = native[True], native[False]
+        python_scalars = _PYTHON_SCALARS
+
+        def call(*args, **kwargs):
+            mode, run = True, wide
+            for arg in args:
+                if type(arg) in python_scalars:
+                    mode, run = False, narrow
+                    break
+            previous = swap(mode)
+            try:
+                return run(*args, **kwargs)
+            finally:
+                restore(previous)
+
+        return call
+
+    def _cache_miss(self, python_call, x64: bool):
+        """The C++ dispatch's miss handler: run checked, then say whether to cache."""
+        array_type = _compat.array_type()
+        specs = self.in_specs
+        n_args = len(specs)
+        merged = frozenset() if x64 else _NARROWED
+
+        def exact(leaf, spec: ShapeDtype) -> bool:
+            t = type(leaf)
+            if t is array_type:
+                return True  # python_call has checked its spec, device and liveness
+            if t is np.ndarray or isinstance(leaf, np.generic):
+                return leaf.dtype == spec.dtype and spec.dtype not in merged
+            # Python ints stay in Python: their range check and its error are aotkit's.
+            return t in _CPP_SCALAR_DTYPES and _CPP_SCALAR_DTYPES[t][x64] == spec.dtype
+
+        def cache_miss(*args, **kwargs):
+            out = python_call(*args, **kwargs)
+            leaves = tree_util.tree_leaves((args, kwargs))
+            data = None
+            if len(leaves) == n_args and all(map(exact, leaves, specs)):
+                data = _compat.fastpath_data(self._exe, out, n_args, self._sharding, self._sharding)
+            return out, data, False
+
+        return cache_miss
 
     def execute(self, leaves: Sequence) -> list:
         # Shadowed per instance by the unrolled version `_make_execute` builds.

@@ -134,6 +134,7 @@ def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", s
                 f"{where('matmul')}: input operand {i} is a scalar (shape ()); matmul needs "
                 "arrays of at least one dimension, use multiply (*) for scalars"
             )
+    shapes = (a.shape, b.shape)
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     if a_vec:
         a = reshape_to(a, (1,) + a.shape)
@@ -141,8 +142,7 @@ def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", s
         b = reshape_to(b, b.shape + (1,))
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(
-            f"{where('matmul')}: shapes {tuple(x1.shape if a_vec else a.shape)} and "
-            f"{tuple(x2.shape if b_vec else b.shape)}: core dimension {a.shape[-1]} "
+            f"{where('matmul')}: shapes {shapes[0]} and {shapes[1]}: core dimension {a.shape[-1]} "
             f"(last of operand 0) does not match {b.shape[-2]} (second to last of operand 1)"
         )
     if b.ndim == 2:
@@ -254,6 +254,11 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def _sublist_to_str(op: str, sub) -> str:
+    if not isinstance(sub, list | tuple):
+        raise TypeError(
+            f"{where(op)}: expected subscripts as a string or sublists of ints, got "
+            f"{type(sub).__name__}: einsum('ij,jk', a, b) or einsum(a, [0, 1], b, [1, 2])"
+        )
     out = []
     for s in sub:
         if s is Ellipsis:

@@ -420,6 +420,10 @@ ERROR_CASES = [
      lambda x: x @ x),
     ("matmul batch", ValueError, r"matmul \(at .*\): shapes \(2,\) and \(3,\) cannot broadcast",
      lambda x: anp.ones((2, 3, 4)) @ anp.ones((3, 4, 2))),
+    ("matmul vector mismatch", ValueError, r"shapes \(4,\) and \(3, 4\): core dimension 4",
+     lambda x: x[0] @ x),
+    ("einsum no subscripts", TypeError, r"einsum \(at .*\): expected subscripts as a string or "
+     r"sublists of ints, got int", lambda x: anp.einsum(5)),
     ("dot not aligned", ValueError, r"dot \(at .*\): shapes \(3, 4\) and \(3, 4\) not aligned: "
      r"4 \(dim 1\) != 3 \(dim 0\)", lambda x: anp.dot(x, x)),
     ("inner not aligned", ValueError, r"inner \(at .*\): shapes \(3, 4\) and \(4, 3\) not aligned",

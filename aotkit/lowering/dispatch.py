@@ -164,6 +164,13 @@ def _ufunc_accumulate(name: str, array, axis=0, dtype=None):
         x = cast(x, _BOOL)
     if x.ndim == 0:
         raise TypeError(f"{where('numpy.' + qualname)}: cannot accumulate on a scalar")
+    if name.startswith("bitwise") and dtypes.is_inexact(x.dtype):
+        raise TypeError(f"{where('numpy.' + qualname)}: {name} is not defined for {x.dtype}")
+    if dtypes.is_complex(x.dtype):
+        raise NotImplementedError(
+            f"{where('numpy.' + qualname)}: running {name} of complex values is not supported; "
+            "accumulate the real and imaginary parts"
+        )
     return cumulative(x, normalize_axis(qualname, axis, x.ndim), monoid)
 
 

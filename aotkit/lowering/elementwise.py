@@ -855,13 +855,26 @@ def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):
     return result
 
 
+def _fresh(x: Tracer) -> Tracer:
+    """A new tracer object for the same value: in-place updates of it leave `x` alone."""
+    return Tracer(x.value, x.shape, x.dtype, x._scope)
+
+
 @export("astype")
 def astype(x, dtype, /, *, copy=True):
     x = asarray(x)
-    return cast(x, dtypes.canonicalize(dtype, where=where("astype")))
+    out = cast(x, dtypes.canonicalize(dtype, where=where("astype")))
+    return _fresh(out) if out is x and copy else out
 
 
-@export("asarray", "array")
+@export("array")
+def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0):
+    """NumPy's `array`: like `asarray`, but a copy (a distinct tracer) unless copy=False."""
+    out = asarray(object, dtype, ndmin=ndmin)
+    return _fresh(out) if out is object and copy else out
+
+
+@export("asarray")
 def asarray(a, dtype=None, *, copy=None, order=None, ndmin=0):
     if isinstance(a, Tracer):
         x = a

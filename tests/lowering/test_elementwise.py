@@ -320,3 +320,28 @@ def test_astype_matches_numpy(src, dst):
 def test_arange_with_traced_bound_is_refused():
     with pytest.raises(TypeError, match="stop is traced, but the length of the result"):
         aotkit.lower(lambda n: anp.arange(0, n), aotkit.spec("i32[]"))
+
+
+def test_array_and_astype_copy_but_asarray_aliases():
+    def f(a):
+        b = anp.array(a)
+        b[0] = 1.0
+        c = a.astype(np.float32)
+        c[1] = 5.0
+        d = anp.asarray(a)  # no copy in NumPy either: writing through d changes a
+        d[2] = 7.0
+        return a, b, c, d
+
+    def numpy_f(a):
+        a = a.copy()
+        b = np.array(a)
+        b[0] = 1.0
+        c = a.astype(np.float32)
+        c[1] = 5.0
+        d = np.asarray(a)
+        d[2] = 7.0
+        return a, b, c, d
+
+    x = np.zeros(3, np.float32)
+    for g, w in zip(run_on("cpu", f, x), numpy_f(x), strict=True):
+        _check(g, w)

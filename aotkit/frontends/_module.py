@@ -65,6 +65,7 @@ def diagnostic(message: str) -> str:
     """The first error of an MLIR diagnostic dump, its location as `line L, column C`."""
     line = first_error(message)
     line = line.split(" If this is intended, please call allowUnregisteredDialects()")[0]
+    line = line.rstrip(".")
     m = _LOCATION.match(line)
     if m is None:
         return line

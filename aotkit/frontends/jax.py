@@ -177,8 +177,8 @@ def _import_module(jax_module: ir.Module, where: str) -> ir.Module:
         except ir.MLIRError as e:
             raise ValueError(
                 f"{where}: aotkit's MLIR context cannot read JAX's module: "
-                f"{diagnostic(str(e))}; aotkit compiles single-device programs without "
-                "sharding annotations (the 'sdy' dialect): remove sharding constraints"
+                f"{diagnostic(str(e))}; JAX used a dialect aotkit does not load: please report "
+                "this with the function"
             ) from None
 
 
@@ -213,24 +213,16 @@ def _refuse_host_callbacks(module: ir.Module, where: str) -> None:
 
 
 def _check_dtypes(leaves_with_paths, specs: tuple[ShapeDtype, ...], where: str) -> None:
-    """A leaf with an explicit dtype must keep it; JAX narrows 64-bit types without x64."""
+    """A leaf with an explicit 64-bit dtype must keep it: without x64, JAX narrows it."""
+    if jax.config.jax_enable_x64:
+        return
     for (path, leaf), got in zip(leaves_with_paths, specs, strict=True):
-        if dtypes.weak_kind(leaf) is not None:
+        if dtypes.weak_kind(leaf) is not None or getattr(leaf, "dtype", None) is None:
             continue
-        dtype = getattr(leaf, "dtype", None)
-        if dtype is None:
-            continue
-        asked = np.dtype(dtype)
-        if asked == got.dtype:
-            continue
-        argument = _arg_path(path)
-        if asked.itemsize > got.dtype.itemsize and not jax.config.jax_enable_x64:
+        asked = np.dtype(leaf.dtype)
+        if asked.itemsize > got.dtype.itemsize and asked.kind == got.dtype.kind:
             raise ValueError(
-                f"{where}: argument {argument} is {asked.name} but JAX lowered it as "
+                f"{where}: argument {_arg_path(path)} is {asked.name} but JAX lowered it as "
                 f"{got.dtype.name} because jax_enable_x64 is off; enable it with "
                 f"jax.config.update('jax_enable_x64', True), or pass {got.dtype.name}"
             )
-        raise ValueError(
-            f"{where}: argument {argument} is {asked.name} but JAX lowered it as "
-            f"{got.dtype.name}; pass {got.dtype.name}"
-        )

@@ -12,6 +12,7 @@ import pickle
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import jax
@@ -378,6 +379,137 @@ def test_jax_export_for_several_platforms():
 def test_process_survives_every_bad_file():
     # The loads above ran in this process; reaching here means none of them aborted it.
     assert sys.modules["aotkit"] is aotkit
+
+
+# --- Failures simulated: the sandbox itself, and artifacts JAX cannot easily be made to write --
+
+
+@pytest.fixture
+def fake_compat(tmp_path, monkeypatch):
+    """Points the sandbox at a stand-in for aotkit/_compat.py with the given body."""
+    from aotkit.frontends import files
+
+    def install(body: str):
+        path = tmp_path / "compat_stand_in.py"
+        path.write_text(body)
+        monkeypatch.setattr(files, "_compat", types.SimpleNamespace(__file__=str(path)))
+
+    return install
+
+
+TEXT = b"func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n  return %a : tensor<2xf32>\n}\n"
+
+
+def test_sandbox_that_cannot_start_is_an_aotkit_bug(fake_compat):
+    fake_compat("raise ImportError('no bindings here')\n")
+    with pytest.raises(RuntimeError, match=(
+        where() + r": aotkit's MLIR sandbox process failed \(ImportError: no bindings here\); "
+        r"please report this$"
+    )):  # fmt: skip
+        load_module(TEXT)
+
+
+def test_sandbox_exit_status(fake_compat):
+    fake_compat(
+        "import os, sys\nsys.stderr.write('out of memory\\n')\nsys.stderr.flush()\nos._exit(7)\n"
+    )
+    with pytest.raises(ValueError, match=(
+        where() + r" is corrupt MLIR text: MLIR's reader failed \(exit status 7: out of memory\) "
+        r"while reading it \(in a sandbox process\); re-export the file$"
+    )):  # fmt: skip
+        load_module(TEXT)
+
+
+def test_sandbox_killed_by_a_signal_without_a_name(fake_compat):
+    fake_compat("import os\nos.kill(os.getpid(), 40)\n")
+    with pytest.raises(ValueError, match=(
+        where() + r" is corrupt MLIR text: MLIR's reader crashed \(signal 40\) while reading it"
+    )):  # fmt: skip
+        load_module(TEXT)
+
+
+def test_sandbox_timeout(monkeypatch):
+    from aotkit.frontends import files
+
+    monkeypatch.setattr(files, "PROBE_TIMEOUT_S", 0.001)
+    with pytest.raises(ValueError, match=(
+        where() + r": parsing took longer than 0.001 s; check the file$"
+    )):  # fmt: skip
+        load_module(TEXT)
+
+
+def test_adopt_refuses_a_module_that_does_not_verify():
+    from jaxlib.mlir import ir
+
+    from aotkit._context import IR_LOCK, context
+    from aotkit.frontends._module import adopt
+
+    with IR_LOCK, context():
+        module = ir.Module.parse(TEXT.decode())
+        main = module.body.operations[0]
+        wrong = ir.FunctionType.get([ir.F32Type.get()], [ir.F32Type.get()])
+        main.attributes["function_type"] = ir.TypeAttr.get(wrong)
+    with pytest.raises(ValueError, match=(
+        r"^W: the module does not verify: .+; fix the module or re-export it$"
+    )):  # fmt: skip
+        adopt(module, name="m", where="W")
+
+
+@pytest.fixture
+def exported_as(files, monkeypatch):
+    """Makes jax.export.deserialize return the real artifact with some fields changed."""
+    import dataclasses
+
+    real = jax.export.deserialize(bytearray((files / "model.jax_export").read_bytes()))
+
+    def install(**changes):
+        changed = dataclasses.replace(real, **changes)
+        monkeypatch.setattr(jax.export, "deserialize", lambda data: changed)
+        return (files / "model.jax_export").read_bytes()
+
+    return install
+
+
+def test_jax_export_for_several_devices(exported_as):
+    data = exported_as(nr_devices=2)
+    with pytest.raises(ValueError, match=(
+        where() + r" was exported for 2 devices; aotkit compiles single-device modules: export "
+        r"for one device$"
+    )):  # fmt: skip
+        load_module(data)
+
+
+def test_jax_export_with_effects(exported_as):
+    data = exported_as(ordered_effects=("OrderedIOEffect",))
+    with pytest.raises(ValueError, match=(
+        where() + r" was exported with effects \(OrderedIOEffect\); aotkit runs pure functions: "
+        r"export a function without callbacks or effects$"
+    )):  # fmt: skip
+        load_module(data)
+
+
+def test_jax_export_whose_module_disagrees_with_its_avals(exported_as):
+    data = exported_as(out_avals=(jax.ShapeDtypeStruct((9,), np.float32),) * 2)
+    with pytest.raises(ValueError, match=(
+        where() + r": the exported module's @main takes \(f32\[5\], f32\[4,5\], f32\[3,4\], "
+        r"i32\[2\]\) -> \(f32\[3,5\], f32\[3\]\) but the artifact declares \(f32\[5\], "
+        r"f32\[4,5\], f32\[3,4\], i32\[2\]\) -> \(f32\[9\], f32\[9\]\); the artifact is "
+        r"inconsistent: re-export it$"
+    )):  # fmt: skip
+        load_module(data)
+
+
+def test_jax_export_without_flatbuffers(files, monkeypatch):
+    def deserialize(data):
+        raise ImportError("Please install 'flatbuffers' in order to use Exported serialization")
+
+    monkeypatch.setattr(jax.export, "deserialize", deserialize)
+    with pytest.raises(ImportError, match=(
+        where() + r" is a jax.export artifact; reading one needs the flatbuffers package "
+        r"\(Please install 'flatbuffers' in order to use Exported serialization\); install it "
+        r"with: pip install flatbuffers$"
+    )):  # fmt: skip
+        load_module((files / "model.jax_export").read_bytes())
 
 
 # --- CLI -------------------------------------------------------------------------------------

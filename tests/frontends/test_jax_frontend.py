@@ -311,6 +311,22 @@ def test_sharding_constraint_is_an_error():
         aotkit.lower(constrained, normal(4), frontend="jax")
 
 
+def test_module_in_a_dialect_aotkit_does_not_load():
+    from jaxlib.mlir import ir
+
+    from aotkit.frontends.jax import _import_module
+
+    foreign = ir.Context()
+    foreign.allow_unregistered_dialects = True
+    with foreign, ir.Location.unknown():
+        module = ir.Module.parse('"foo.bar"() : () -> ()')
+    with pytest.raises(ValueError, match=(
+        r"^W: aotkit's MLIR context cannot read JAX's module: dialect 'foo' is unknown; JAX "
+        r"used a dialect aotkit does not load: please report this with the function$"
+    )):  # fmt: skip
+        _import_module(module, "W")
+
+
 def test_jitted_without_keep_unused_is_an_error():
     jitted = jax.jit(lambda x, y: x * 2)
     with pytest.raises(ValueError, match=(

@@ -157,6 +157,21 @@ def test_int_matmul_wraps_like_numpy():
     _check(got, a @ a.T)
 
 
+def test_reference_interpreter_agrees():
+    # dot_general with batch dims and precision config, and einsum's diagonal, by the spec.
+    a, b = _values(np.dtype(np.float32), (2, 3, 4)), _values(np.dtype(np.float32), (2, 4, 3))
+    fns = {
+        "matmul": lambda m, x, y: m.matmul(x, y),
+        "einsum diag": lambda m, x, y: m.einsum("bij,bji->b", x, y),
+        "einsum trace": lambda m, x, y: m.einsum("bii->b", x[:, :, :3]),
+        "norm": lambda m, x, y: m.linalg.norm(x[0], ord=1),
+        "bool matmul": lambda m, x, y: m.matmul(x > 0, y > 0),
+    }
+    got = run_on("interpreter", lambda x, y: {k: f(anp, x, y) for k, f in fns.items()}, a, b)
+    for k, f in fns.items():
+        _check(got[k], f(np, a, b), k)
+
+
 def test_products_lower_to_one_dot_general_each():
     lowered = aotkit.lower(
         lambda a, b: (a @ b, anp.einsum("bij,bjk->bik", a, a.transpose(0, 2, 1))),

@@ -332,6 +332,25 @@ def test_diff_prepend_append():
     _check(got[2], np.diff(x > 0, prepend=True))
 
 
+def test_reference_interpreter_agrees():
+    # The StableHLO interpreter follows the spec to the letter: the reduce bodies, variadic
+    # reduces and reduce_window are valid StableHLO, not just something XLA accepts.
+    x = RNG.uniform(-3, 3, (3, 4)).astype(np.float32)
+    x[1, 1] = np.nan
+    fns = {
+        "sum": lambda m, a: m.sum(a, axis=0),
+        "argmax": lambda m, a: m.argmax(a, axis=1),
+        "nanargmin": lambda m, a: m.nanargmin(a, axis=1),
+        "cumsum": lambda m, a: m.cumsum(a, axis=1),
+        "var": lambda m, a: m.var(a, axis=1, ddof=1),
+        "max complex": lambda m, a: m.max(a.astype(np.complex64), axis=0),
+        "any": lambda m, a: m.any(a > 2, axis=1),
+    }
+    got = run_on("interpreter", lambda a: {k: f(anp, a) for k, f in fns.items()}, x)
+    for k, f in fns.items():
+        _check(got[k], _oracle(lambda a, f=f: f(np, a), x), k)
+
+
 def test_reductions_lower_to_single_reduce_ops():
     text = aotkit.lower(lambda a: (anp.sum(a, axis=1), anp.argmax(a)), aotkit.spec("f32[3,4]"))
     text = text.as_text()

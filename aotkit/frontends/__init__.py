@@ -54,16 +54,13 @@ def choose(fn) -> Choice:
     label = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(fn))
     if _is_jax(target):
         return Choice("jax", f"{label} is a JAX-transformed function")
-    code = getattr(target, "__code__", None)
-    scope = getattr(target, "__globals__", None)
-    if code is not None and scope is not None:
-        names = sorted(_global_names(code))
-        aotkit_names = [n for n in names if _is_aotkit(scope.get(n))]
-        if aotkit_names:
-            return Choice("aotkit", f"{label} uses {', '.join(aotkit_names)} from aotkit")
-        jax_names = [n for n in names if _is_jax(scope.get(n))]
-        if jax_names:
-            return Choice("jax", f"{label} uses {', '.join(jax_names)} from JAX")
+    used = _referenced_values(target)
+    aotkit_names = sorted(n for n, v in used.items() if _is_aotkit(v))
+    if aotkit_names:
+        return Choice("aotkit", f"{label} uses {', '.join(aotkit_names)} from aotkit")
+    jax_names = sorted(n for n, v in used.items() if _is_jax(v))
+    if jax_names:
+        return Choice("jax", f"{label} uses {', '.join(jax_names)} from JAX")
     module = sys.modules.get(getattr(target, "__module__", None) or "")
     if module is not None:
         values = vars(module)
@@ -97,6 +94,21 @@ def _unwrap(fn):
             fn = call
         else:
             return fn
+
+
+def _referenced_values(fn) -> dict[str, object]:
+    """The globals and closure variables `fn`'s code (nested functions included) names."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return {}
+    scope = getattr(fn, "__globals__", None) or {}
+    values = {n: scope[n] for n in _global_names(code) if n in scope}
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False):
+        try:
+            values[name] = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            pass
+    return values
 
 
 def _global_names(code: types.CodeType) -> set[str]:

@@ -388,6 +388,20 @@ def test_auto_looks_at_module_imports_when_the_function_only_calls_helpers():
     )
 
 
+def test_auto_sees_closure_variables():
+    def make():
+        from jax import numpy as jax_numpy
+
+        def f(x):
+            return jax_numpy.cos(x)
+
+        return f
+
+    assert frontends.choose(make()) == frontends.Choice(
+        "jax", "test_auto_sees_closure_variables.<locals>.make.<locals>.f uses jax_numpy from JAX"
+    )
+
+
 def test_auto_defaults_to_the_tracer_for_numpy_code():
     module = _module_with(
         "import numpy as np\ndef f(x):\n    return np.sin(x)\n", "_aotkit_test_numpy_model"

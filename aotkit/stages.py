@@ -498,6 +498,8 @@ class Jitted:
         else:
             with cache.lock:
                 cache.hits += 1
+        if not self._has_statics:
+            return compiled(*args, **kwargs)  # the backend's native dispatch, if it has one
         outs = compiled.call_flat(leaves)
         if compiled._single_out:
             return outs[0]

@@ -267,6 +267,8 @@ class PjrtExecutable(Executable):
         swap, restore = _compat.x64_switch()
         wide, narrow = native[True], native[False]
         python_scalars = _PYTHON_SCALARS
+        runtime_error = _compat.runtime_error_type()
+        array_type = _compat.array_type()
 
         def call(*args, **kwargs):
             mode, run = True, wide
@@ -277,6 +279,13 @@ class PjrtExecutable(Executable):
             previous = swap(mode)
             try:
                 return run(*args, **kwargs)
+            except (runtime_error, ValueError):
+                # A donated array passes the C++ signature check and fails in PJRT (as a
+                # ValueError); the checked call words that error, refusing before it runs.
+                leaves = tree_util.tree_leaves((args, kwargs))
+                if any(type(x) is array_type and x.is_deleted() for x in leaves):
+                    return python_call(*args, **kwargs)
+                raise
             finally:
                 restore(previous)
 

@@ -53,8 +53,14 @@ class Compiled:
 
     # -- calling
 
-    def __call__(self, *args, **kwargs):
-        return self._call(*args, **kwargs)
+    @property
+    def __call__(self):
+        """`compiled(*args, **kwargs)` runs the executable on arguments of the compiled specs.
+
+        A property handing out the dispatcher itself: Python calls what it returns, which
+        saves the ~0.25 µs of a forwarding frame on every call.
+        """
+        return self._call
 
     def _python_call(self, *args, **kwargs):
         if self._positional and not kwargs and len(args) == self._n_args:

@@ -47,8 +47,7 @@ class Compiled:
         self._paths: list[str] | None = None
         # A backend may put a native dispatcher in front of the checked Python call; it
         # falls back to `_python_call` for every argument signature it has not cached.
-        make_dispatcher = getattr(executable, "dispatcher", None)
-        native = make_dispatcher(self.name, self._python_call) if make_dispatcher else None
+        native = executable.dispatcher(self.name, self._python_call)
         self._call = native if native is not None else self._python_call
 
     # -- calling

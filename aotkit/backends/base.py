@@ -76,6 +76,13 @@ class Executable(abc.ABC):
     def as_text(self) -> str:
         """The backend's final program text (optimized HLO, or the final StableHLO)."""
 
+    def dispatcher(self, name: str, python_call):
+        """An optional native callable in front of `python_call` (None: call Python directly).
+
+        It must behave exactly like `python_call`, handing it every call it cannot run.
+        """
+        return None
+
     def cost_analysis(self) -> dict[str, float] | None:
         return None
 

@@ -318,8 +318,9 @@ class PjrtExecutable(Executable):
         return cache_miss
 
     def execute(self, leaves: Sequence) -> list:
-        # Shadowed per instance by the unrolled version `_make_execute` builds.
-        return self.execute(leaves)
+        # Each instance shadows this with the unrolled version `_make_execute` builds.
+        bufs = [put(x) for put, x in zip(self._slots, leaves)]
+        return self._exe.execute_sharded(bufs).consume_with_handlers(self._handlers)
 
     def as_text(self) -> str:
         return "\n".join(m.to_string() for m in self._exe.hlo_modules())

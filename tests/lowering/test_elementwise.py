@@ -142,7 +142,7 @@ def test_float_floor_divide_and_remainder_edge_cases(dtype):
 def test_complex_math():
     z = (RNG.normal(size=6) + 1j * RNG.normal(size=6)).astype(np.complex64)
     w = (RNG.normal(size=6) + 1j * RNG.normal(size=6)).astype(np.complex64)
-    names = ["abs", "sqrt", "exp", "log", "conj", "real", "imag", "sign", "negative"]
+    names = ["abs", "sqrt", "exp", "log", "conj", "real", "imag", "sign", "negative", "rint"]
     got = run_on("cpu", lambda a: tuple(getattr(anp, n)(a) for n in names), z)
     for n, g in zip(names, got, strict=True):
         _check(g, _numpy_oracle(n, z))

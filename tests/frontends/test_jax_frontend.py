@@ -19,7 +19,6 @@ import aotkit
 import aotkit.numpy as anp
 from aotkit import frontends
 from aotkit.frontends.jax import lower_jax
-from aotkit.stages import jit
 from tests.helpers import run_lowered
 
 RNG = np.random.default_rng(0)
@@ -128,7 +127,7 @@ def test_lower_from_specs_matches_jax_jit(program):
 def test_jit_frontend_jax_matches_jax_jit(program):
     fn, make_args = PROGRAMS[program]
     args = make_args()
-    jitted = jit(fn, frontend="jax")
+    jitted = aotkit.jit(fn, frontend="jax")
     assert_same(tree_util.tree_map(np.asarray, jitted(*args)), jax.jit(fn)(*args))
     jitted(*args)
     assert jitted.cache_info()[:3] == (1, 1, 1)  # traces, lowerings, compiles
@@ -147,7 +146,7 @@ def test_jit_lower_compile_then_call_is_one_compile():
     def f(x):
         return jax.nn.sigmoid(x) * 2
 
-    jitted = jit(f, frontend="jax")
+    jitted = aotkit.jit(f, frontend="jax")
     x = normal(5)
     compiled = jitted.lower(aotkit.ShapeDtype((5,), np.float32)).compile()
     assert_same(np.asarray(compiled(x)), jax.jit(f)(x))
@@ -161,7 +160,7 @@ def test_jit_statics_and_donation():
 
     params = {"w": normal(3, 2), "b": normal(2)}
     grads = {"w": normal(3, 2), "b": normal(2)}
-    jitted = jit(sgd, static_argnums=2, donate_argnums=0, frontend="jax")
+    jitted = aotkit.jit(sgd, static_argnums=2, donate_argnums=0, frontend="jax")
     assert jitted.lower(params, grads, 0.5).donated == (True, True, False, False)
     want = params
     got = jitted(params, grads, 0.5)

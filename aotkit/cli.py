@@ -385,6 +385,7 @@ def _lower_python(args, specs: list | None):
                 static_argnames=argnames,
                 dump_dir=dump_dir,
                 frontend=choice.name,
+                print_ir_after_all=args.print_ir_after_all or None,
                 **options,
             )
         except Exception as e:
@@ -405,24 +406,11 @@ def _dumps(args):
     `--print-ir-after-all` without `--dump-dir` dumps into a temporary folder and prints
     from there.
     """
-    from aotkit import dumps
-
-    if not args.print_ir_after_all:
+    if not args.print_ir_after_all or args.dump_dir is not None:
         yield args.dump_dir
         return
-    saved = os.environ.get(dumps.ENV_PRINT_IR_AFTER_ALL)
-    os.environ[dumps.ENV_PRINT_IR_AFTER_ALL] = "1"
-    try:
-        if args.dump_dir is not None:
-            yield args.dump_dir
-        else:
-            with tempfile.TemporaryDirectory(prefix="aotkit-ir-") as tmp:
-                yield tmp
-    finally:
-        if saved is None:
-            os.environ.pop(dumps.ENV_PRINT_IR_AFTER_ALL, None)
-        else:
-            os.environ[dumps.ENV_PRINT_IR_AFTER_ALL] = saved
+    with tempfile.TemporaryDirectory(prefix="aotkit-ir-") as tmp:
+        yield tmp
 
 
 def _print_ir_after_all(args, dumper) -> None:

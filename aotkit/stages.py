@@ -156,9 +156,11 @@ def lower_function(
     backend: str | None = None,
     dump_dir: str | os.PathLike | None = None,
     frontend: str = "aotkit",
+    print_ir_after_all: bool | None = None,
 ) -> Lowered:
     """Traces `fn` on `args`/`kwargs` (values or specs), runs `pipeline` on the module and
-    returns the `Lowered` stage; dumps each stage under `dump_dir` or `AOTKIT_DUMP_DIR`.
+    returns the `Lowered` stage; dumps each stage under `dump_dir` or `AOTKIT_DUMP_DIR`
+    (one file per pass with `print_ir_after_all`, default `AOTKIT_PRINT_IR_AFTER_ALL`).
     `frontend` is "aotkit" (the tracer), "jax" (JAX lowers; see aotkit.frontends.jax) or "auto"."""
     name = function_name(fn)
     passes.check_pipeline(pipeline)
@@ -175,6 +177,7 @@ def lower_function(
             pipeline=pipeline,
             backend=backend,
             dump_dir=dump_dir,
+            print_ir_after_all=print_ir_after_all,
         )
     dyn_args, dyn_kwargs, static_pos, static_kw = split_static(
         args, kwargs, static_argnums, static_argnames
@@ -186,8 +189,8 @@ def lower_function(
         full_args, full_kwargs = merge_static(t_args, t_kwargs, static_pos, static_kw)
         return fn(*full_args, **full_kwargs)
 
-    dumper = dumps.Dumper.create(name, dump_dir)
-    result = trace_to_module(body, name, specs)
+    dumper = dumps.Dumper.create(name, dump_dir, print_ir_after_all=print_ir_after_all)
+    result = trace_to_module(body, name, specs, dumper=dumper)
     passes.run_pipeline(result.module, pipeline, name=name, dumper=dumper, verified=True)
     return Lowered(
         result.module,

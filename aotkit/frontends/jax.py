@@ -56,6 +56,7 @@ def lower_jax(
     pipeline: str = "default",
     backend: str | None = None,
     dump_dir: str | os.PathLike | None = None,
+    print_ir_after_all: bool | None = None,
 ) -> Lowered:
     """Lowers `fn` with JAX for `args`/`kwargs` (values, `aotkit.ShapeDtype` or
     `jax.ShapeDtypeStruct` specs) and returns aotkit's `Lowered` after `pipeline`.
@@ -72,7 +73,7 @@ def lower_jax(
         static_argnames=static_argnames,
         donate_argnums=donate_argnums,
     )
-    dumper = dumps.Dumper.create(name, dump_dir)
+    dumper = dumps.Dumper.create(name, dump_dir, print_ir_after_all=print_ir_after_all)
     passes.run_pipeline(imported.module, pipeline, name=name, dumper=dumper, verified=True)
     lowered = Lowered(
         imported.module,

@@ -13,7 +13,7 @@ from jax import tree_util
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from aotkit import dtypes
+from aotkit import dtypes, dumps
 from aotkit._context import IR_LOCK, context
 from aotkit.lowering.core import Tracer, _check_live, constant, pop_scope, push_scope
 from aotkit.specs import ShapeDtype
@@ -55,8 +55,13 @@ def trace_to_module(
     flat_in_specs: Sequence[ShapeDtype],
     *,
     arg_attrs: Sequence[dict[str, ir.Attribute]] | None = None,
+    dumper: dumps.Dumper | None = None,
 ) -> TraceResult:
-    """Traces `body(flat_tracers)` into a new verified module named `name`."""
+    """Traces `body(flat_tracers)` into a new verified module named `name`.
+
+    A module that fails verification is written to `dumper` (when dumps are on) and the
+    error names the file, or says how to turn dumps on.
+    """
     with IR_LOCK, context(), ir.Location.unknown():
         module = ir.Module.create()
         module.operation.attributes["sym_name"] = ir.StringAttr.get(_symbol_name(name))
@@ -83,16 +88,15 @@ def trace_to_module(
         main.attributes["function_type"] = ir.TypeAttr.get(
             ir.FunctionType.get(in_types, [t.value.type for t in outs])
         )
-        verify_module(module, name)
+        try:
+            module.operation.verify()
+        except ir.MLIRError as e:
+            # User input is validated before it reaches the bindings: this is an aotkit bug.
+            if dumper is not None:
+                dumper.write_module("invalid-traced", module)
+            raise RuntimeError(
+                f"aotkit produced an invalid module for {name!r} (please report this): {e}; "
+                f"{dumps.hint(dumper)}"
+            ) from e
         specs = tuple(ShapeDtype(t.shape, t.dtype) for t in outs)
         return TraceResult(module, out_tree, specs)
-
-
-def verify_module(module: ir.Module, name: str, *, hint: str = "") -> None:
-    """Verifies `module`; a failure is an aotkit bug (user input is validated before)."""
-    try:
-        module.operation.verify()
-    except ir.MLIRError as e:
-        raise RuntimeError(
-            f"aotkit produced an invalid module for {name!r} (please report this): {e}{hint}"
-        ) from e

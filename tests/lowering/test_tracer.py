@@ -222,3 +222,33 @@ def test_concurrent_lowering_from_threads():
     assert not errors
     for i, text in results.items():
         assert f"tensor<{i + 1}xf32>" in text
+
+
+def test_invalid_module_is_an_aotkit_bug_that_names_the_dump(tmp_path):
+    from jaxlib.mlir.dialects import stablehlo
+
+    from aotkit import dtypes
+    from aotkit.lowering import core
+
+    # A deliberately broken rule: the reshape's element count is wrong, so verification fails.
+    @core.register("test_broken_reshape", shape=lambda a: [a])
+    def _broken(ctx, x):
+        return [stablehlo.reshape(dtypes.tensor_type((99,), ctx.avals_in[0][1]), x)]
+
+    def f(x):
+        return core.bind1("test_broken_reshape", x)
+
+    try:
+        with pytest.raises(
+            RuntimeError,
+            match=r"(?s)invalid module for 'f' \(please report this\).*set AOTKIT_DUMP_DIR",
+        ):
+            aotkit.lower(f, F32, pipeline="none")
+        with pytest.raises(
+            RuntimeError, match=r"(?s)invalid module for .f..*dumped to .*invalid-traced"
+        ):
+            aotkit.jit(f, dump_dir=tmp_path).lower(F32)
+    finally:
+        core._rules.pop("test_broken_reshape")
+    (dumped,) = tmp_path.glob("*.f.*invalid-traced.mlir")
+    assert "stablehlo.reshape" in dumped.read_text()

@@ -79,11 +79,15 @@ def where(op: str) -> str:
 class Scope:
     """A region being traced into. Tracers made in a closed scope may not be used again."""
 
-    __slots__ = ("open", "name")
+    __slots__ = ("open", "name", "constants")
 
     def __init__(self, name: str):
         self.open = True
         self.name = name
+        # Scalar splats already emitted in this scope, by (block, dtype, shape, value): a
+        # program multiplies by 2.0 many times, and one constant op serves every use in
+        # its block. The cache dies with the scope, so it never outlives its blocks.
+        self.constants: dict[tuple, ir.Value] = {}
 
 
 _scopes: list[Scope] = []
@@ -344,11 +348,19 @@ def constant(x, dtype: np.dtype | None = None) -> Tracer:
 
 def full(shape: tuple[int, ...], value, dtype: np.dtype) -> Tracer:
     """A splat constant of `shape`: one op and one element of storage, however large."""
-    if type(value) not in _PY_SCALARS:
+    shape = tuple(shape)
+    scope = current_scope()
+    t = type(value)
+    if t not in _PY_SCALARS:
         value = np.asarray(value).astype(dtype)
-    with user_location():
-        v = stablehlo.constant(_splat_attr(value, tuple(shape), dtype))
-    return Tracer(v, tuple(shape), dtype, current_scope())
+        t = type(value)
+    # repr, not the value, keys the constant: 0.0 == -0.0, but they are different constants.
+    key = (ir.InsertionPoint.current.block, dtype, shape, t, repr(value))
+    v = scope.constants.get(key)
+    if v is None:
+        with user_location():
+            v = scope.constants[key] = stablehlo.constant(_splat_attr(value, shape, dtype))
+    return Tracer(v, shape, dtype, scope)
 
 
 # --- The aotkit.numpy namespace ----------------------------------------------------------------

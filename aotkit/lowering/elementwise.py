@@ -20,6 +20,7 @@ from aotkit.lowering.core import (
     NUMPY_FUNCTIONS,
     RuleContext,
     Tracer,
+    bind,
     bind1,
     constant,
     export,
@@ -310,21 +311,25 @@ def ufunc(np_ufunc: np.ufunc, *names: str):
         op = names[0]
 
         same_dtype_loops: dict[np.dtype, np.dtype | None] = {}
+        nin = np_ufunc.nin
+        # A ufunc that is one primitive binds it directly on the fast path.
+        direct = getattr(impl, "primitive", None)
 
         def fn(*args, dtype=None, **kwargs):
             # Fast path, the common case in real programs: tracer operands of one dtype and
             # shape whose NumPy loop is that dtype need no conversion or broadcasting.
-            first = args[0] if args else None
-            if type(first) is Tracer and dtype is None and not kwargs:
-                d = first.dtype
-                if (
-                    all(type(a) is Tracer and a.dtype is d and a.shape == first.shape for a in args)
-                    and len(args) == np_ufunc.nin
+            if dtype is None and not kwargs and len(args) == nin:
+                a = args[0]
+                if type(a) is Tracer and (
+                    nin == 1
+                    or (type(b := args[1]) is Tracer and b.dtype is a.dtype and b.shape == a.shape)
                 ):
-                    out = same_dtype_loops.get(d, False)
+                    out = same_dtype_loops.get(a.dtype, False)
                     if out is False:
-                        out = same_dtype_loops[d] = _same_dtype_loop(np_ufunc, d)
+                        out = same_dtype_loops[a.dtype] = _same_dtype_loop(np_ufunc, a.dtype)
                     if out is not None:
+                        if direct is not None:
+                            return bind(direct, *args)[0]
                         return impl(*args, out)
             if len(args) != np_ufunc.nin:
                 raise TypeError(
@@ -349,7 +354,11 @@ def ufunc(np_ufunc: np.ufunc, *names: str):
 
 
 def _direct(prim: str):
-    return lambda *xs_and_out: bind1(prim, *xs_and_out[:-1])
+    def impl(*xs_and_out):
+        return bind(prim, *xs_and_out[:-1])[0]
+
+    impl.primitive = prim
+    return impl
 
 
 def _const_like(x: Tracer, value) -> Tracer:

@@ -11,6 +11,7 @@ boolean products are logical (any of ands).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -53,8 +54,9 @@ def _dot_shape(a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
     return [(batch + lhs_free + rhs_free, a[1])]
 
 
-@register("dot_general", shape=_dot_shape)
-def _lower_dot_general(ctx: RuleContext, a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
+@functools.cache
+def _dot_attrs(lhs_batch, rhs_batch, lhs_contract, rhs_contract):
+    # Attributes are immutable and uniqued in aotkit's one context: build each once.
     dims = stablehlo.DotDimensionNumbers.get(
         lhs_batching_dimensions=list(lhs_batch),
         rhs_batching_dimensions=list(rhs_batch),
@@ -62,11 +64,13 @@ def _lower_dot_general(ctx: RuleContext, a, b, *, lhs_batch, rhs_batch, lhs_cont
         rhs_contracting_dimensions=list(rhs_contract),
     )
     highest = stablehlo.PrecisionAttr.get("HIGHEST")
-    return [
-        stablehlo.dot_general(
-            ctx.out_type(), a, b, dims, precision_config=ir.ArrayAttr.get([highest, highest])
-        )
-    ]
+    return dims, ir.ArrayAttr.get([highest, highest])
+
+
+@register("dot_general", shape=_dot_shape)
+def _lower_dot_general(ctx: RuleContext, a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
+    dims, precision = _dot_attrs(lhs_batch, rhs_batch, lhs_contract, rhs_contract)
+    return [stablehlo.dot_general(ctx.out_type(), a, b, dims, precision_config=precision)]
 
 
 def dot_general(

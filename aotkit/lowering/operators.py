@@ -17,11 +17,20 @@ def _lookup(name: str):
 
 
 def _binary(name: str):
+    # Operators are hot: resolve the function once, on first use (families load later).
+    fn = None
+
     def op(self, other):
-        return _lookup(name)(self, other)
+        nonlocal fn
+        if fn is None:
+            fn = _lookup(name)
+        return fn(self, other)
 
     def rop(self, other):
-        return _lookup(name)(other, self)
+        nonlocal fn
+        if fn is None:
+            fn = _lookup(name)
+        return fn(other, self)
 
     return op, rop
 

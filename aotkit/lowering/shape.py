@@ -10,9 +10,11 @@ functions validate user input first and raise errors that name the user's call s
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
+from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes
@@ -32,7 +34,13 @@ from aotkit.lowering.core import (
 
 @register("broadcast_in_dim", shape=lambda a, *, shape, dims: [(tuple(shape), a[1])])
 def _lower_broadcast_in_dim(ctx: RuleContext, x, *, shape, dims):
-    return [stablehlo.broadcast_in_dim(ctx.out_type(), x, list(dims))]
+    return [stablehlo.broadcast_in_dim(ctx.out_type(), x, _i64_array(dims))]
+
+
+@functools.lru_cache(maxsize=4096)
+def _i64_array(values: tuple[int, ...]) -> ir.DenseI64ArrayAttr:
+    # Attributes are immutable and uniqued in aotkit's one context: build each once.
+    return ir.DenseI64ArrayAttr.get(list(values))
 
 
 @register("reshape", shape=lambda a, *, shape: [(tuple(shape), a[1])])
@@ -92,10 +100,23 @@ def _lower_pad(ctx: RuleContext, x, value, *, low, high):
 
 def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy broadcasting of shapes; ValueError naming the op and the shapes otherwise."""
-    if len(shapes) == 1:
-        return shapes[0]
-    if all(s == shapes[0] for s in shapes):
-        return shapes[0]
+    first = shapes[0]
+    if len(shapes) == 2 and shapes[1] == first:
+        return first
+    out = _broadcast(shapes)
+    if out is None:
+        listed = " and ".join(str(tuple(s)) for s in shapes)
+        raise ValueError(
+            f"{where(op)}: shapes {listed} cannot broadcast; NumPy broadcasting "
+            "aligns trailing dimensions, which must be equal or 1 (reshape or "
+            "expand_dims an operand first)"
+        )
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _broadcast(shapes: tuple[tuple[int, ...], ...]) -> tuple[int, ...] | None:
+    # Programs broadcast the same few shape pairs over and over: remember the answers.
     ndim = max(len(s) for s in shapes)
     out = []
     for i in range(ndim):
@@ -104,12 +125,7 @@ def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
             d = s[i - ndim + len(s)] if i >= ndim - len(s) else 1
             if d != 1:
                 if size not in (1, d):
-                    listed = " and ".join(str(tuple(s)) for s in shapes)
-                    raise ValueError(
-                        f"{where(op)}: shapes {listed} cannot broadcast; NumPy broadcasting "
-                        "aligns trailing dimensions, which must be equal or 1 (reshape or "
-                        "expand_dims an operand first)"
-                    )
+                    return None
                 size = d
         out.append(size)
     return tuple(out)

@@ -3,7 +3,8 @@
     python benchmarks/lowering.py [--repeat 5]
 
 Programs: a 5,000-op elementwise chain and a 32-layer MLP. Each cell is the best of
-`--repeat` runs (fresh Python function each time, so no cache can help either side).
+`--repeat` runs (fresh Python function each time, so no cache can help either side), with
+aotkit's and JAX's runs interleaved so both see the same machine load.
 Prints microseconds per op (StableHLO ops in aotkit's module) and the ratio JAX / aotkit.
 The "pipeline ms" column is the default pass pipeline alone, run on the traced module; the
 per-pass breakdown for each program follows the table.
@@ -54,12 +55,14 @@ def make_mlp(np_mod):
     return mlp
 
 
-def best_of(fn, repeat: int) -> float:
-    best = float("inf")
+def best_of(variants: dict, repeat: int) -> dict[str, float]:
+    """Best time of each variant; rounds are interleaved so all see the same machine load."""
+    best = dict.fromkeys(variants, float("inf"))
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
     return best
 
 
@@ -69,7 +72,7 @@ def count_ops(text: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=9)
     args = parser.parse_args()
 
     f32 = aotkit.spec("f32[128]")
@@ -92,7 +95,7 @@ def main() -> None:
         ("chain (5,000 ops)", make_chain, (f32, f32), (x, x)),
         ("mlp (32 layers)", make_mlp, (params_spec, xs_spec), (params_jax, xs_jax)),
     ]
-    pipelines = ["none", "default"] if _has_pipelines() else ["none"]
+    pipelines = ["none", "default"]
     header = (
         f"{'program':<20} {'ops':>6} "
         + " ".join(f"{'aotkit ' + p + ' ms':>18}" for p in pipelines)
@@ -103,19 +106,16 @@ def main() -> None:
     print("-" * len(header))
     breakdowns = []
     for name, make, a_args, j_args in cases:
-        times = {}
-        for p in pipelines:
-            kw = {"pipeline": p} if _has_pipelines() else {}
-            times[p] = best_of(
-                lambda kw=kw, make=make, a_args=a_args: aotkit.lower(make(anp), *a_args, **kw),
-                args.repeat,
-            )
+        variants = {
+            p: (lambda p=p, make=make, a=a_args: aotkit.lower(make(anp), *a, pipeline=p))
+            for p in pipelines
+        }
+        variants["jax"] = lambda make=make, j_args=j_args: jax.jit(make(jnp)).lower(*j_args)
+        times = best_of(variants, args.repeat)
+        t_jax = times["jax"]
         n_ops = count_ops(aotkit.lower(make(anp), *a_args).as_text())
         t_pipe, per_pass = pipeline_only(make, a_args, args.repeat)
         breakdowns.append((name, per_pass))
-        t_jax = best_of(
-            lambda make=make, j_args=j_args: jax.jit(make(jnp)).lower(*j_args), args.repeat
-        )
         t_aot = times["none"]
         print(
             f"{name:<20} {n_ops:>6} "
@@ -140,12 +140,6 @@ def pipeline_only(make, a_args, repeat: int):
         if elapsed < best:
             best, best_passes = elapsed, per_pass
     return best, best_passes
-
-
-def _has_pipelines() -> bool:
-    import inspect
-
-    return "pipeline" in inspect.signature(aotkit.lower).parameters
 
 
 if __name__ == "__main__":

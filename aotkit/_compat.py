@@ -18,6 +18,29 @@ def register_upstream_dialects(registry: ir.DialectRegistry) -> None:
     _jax_mlir_ext.register_dialects(registry)
 
 
+def make_context() -> ir.Context:
+    """A new MLIR context with every dialect aotkit reads or writes, and StableHLO's passes.
+
+    aotkit's own context (`aotkit._context`) and the file-parsing sandbox process
+    (`aotkit/frontends/_probe.py`) both come from here, so what parses in one parses in the
+    other.
+    """
+    from jaxlib.mlir.dialects import chlo, sdy, stablehlo
+
+    registry = ir.DialectRegistry()
+    register_upstream_dialects(registry)
+    ctx = ir.Context()
+    ctx.append_dialect_registry(registry)
+    ctx.load_all_available_dialects()
+    stablehlo.register_dialect(ctx)
+    chlo.register_dialect(ctx)
+    # JAX annotates ops (custom calls above all) with Shardy attributes even on one device;
+    # without the dialect its modules and exports do not parse.
+    sdy.register_dialect(ctx)
+    stablehlo.register_stablehlo_passes()
+    return ctx
+
+
 def xla_client():
     """jaxlib's XLA client module: CompileOptions, DeviceList, plugin loading."""
     from jax._src.lib import xla_client

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import chlo, sdy, stablehlo
 
 from aotkit import _compat
 
@@ -25,16 +24,5 @@ def context() -> ir.Context:
     if _context is None:
         with IR_LOCK:
             if _context is None:
-                registry = ir.DialectRegistry()
-                _compat.register_upstream_dialects(registry)
-                ctx = ir.Context()
-                ctx.append_dialect_registry(registry)
-                ctx.load_all_available_dialects()
-                stablehlo.register_dialect(ctx)
-                chlo.register_dialect(ctx)
-                # JAX annotates ops (custom calls above all) with Shardy attributes even on
-                # one device; without the dialect its modules and exports do not parse.
-                sdy.register_dialect(ctx)
-                stablehlo.register_stablehlo_passes()
-                _context = ctx
+                _context = _compat.make_context()
     return _context

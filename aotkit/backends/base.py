@@ -160,22 +160,11 @@ def _spec_of_type(t: ir.Type, where: str) -> ShapeDtype:
 
 
 # NEP 50: a Python scalar fills a slot whose kind is its own or higher.
-_SCALAR_RANK = {bool: 0, int: 1, float: 2, complex: 3}
-
-
-def _slot_rank(dtype: np.dtype) -> int:
-    if dtype.kind == "b":
-        return 0
-    if dtype.kind in "iu":
-        return 1
-    if dtype.kind == "c":
-        return 3
-    return 2  # float kinds, bfloat16 included
 
 
 def host_fits(kind: type, dtype: np.dtype) -> bool:
     """Whether a Python scalar of type `kind` may fill a 0-d slot of `dtype` (NEP 50)."""
-    return _SCALAR_RANK[kind] <= _slot_rank(dtype)
+    return dtypes.WEAK_RANK[kind] <= dtypes.kind_rank(dtype)
 
 
 def describe(leaf) -> str:

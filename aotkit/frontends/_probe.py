@@ -32,19 +32,8 @@ def _load_compat(path: str):
 
 
 def _context(compat):
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import chlo, sdy, stablehlo
-
-    # The same dialects as aotkit._context.context(), so what parses here parses there.
-    registry = ir.DialectRegistry()
-    compat.register_upstream_dialects(registry)
-    ctx = ir.Context()
-    ctx.append_dialect_registry(registry)
-    ctx.load_all_available_dialects()
-    stablehlo.register_dialect(ctx)
-    chlo.register_dialect(ctx)
-    sdy.register_dialect(ctx)
-    return ctx
+    # The same recipe as aotkit._context.context(), so what parses here parses there.
+    return compat.make_context()
 
 
 def _is_vhlo(module) -> bool:

@@ -375,27 +375,17 @@ def compile_lowered(lowered: Lowered, backend=None, options=None) -> Compiled:
     return compiled
 
 
-def _as_index_tuple(where: str, name: str, value) -> tuple[int, ...]:
-    if isinstance(value, int):
+def _as_tuple(where: str, name: str, value, kind: type) -> tuple:
+    """`value` (one `kind` or an iterable of them) as a tuple; TypeError naming `name`."""
+    if isinstance(value, kind):
         value = (value,)
     try:
         out = tuple(value)
     except TypeError:
         out = None
-    if out is None or not all(isinstance(i, int) and not isinstance(i, bool) for i in out):
-        raise TypeError(f"{where}: {name} must be an int or a tuple of ints, got {value!r}")
-    return out
-
-
-def _as_name_tuple(where: str, name: str, value) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = (value,)
-    try:
-        out = tuple(value)
-    except TypeError:
-        out = None
-    if out is None or not all(isinstance(s, str) for s in out):
-        raise TypeError(f"{where}: {name} must be a str or a tuple of strs, got {value!r}")
+    if out is None or not all(isinstance(v, kind) and not isinstance(v, bool) for v in out):
+        what = {int: "an int or a tuple of ints", str: "a str or a tuple of strs"}[kind]
+        raise TypeError(f"{where}: {name} must be {what}, got {value!r}")
     return out
 
 
@@ -421,9 +411,9 @@ class Jitted:
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
         where = f"jit({self.__name__})"
-        self.static_argnums = _as_index_tuple(where, "static_argnums", static_argnums)
-        self.static_argnames = _as_name_tuple(where, "static_argnames", static_argnames)
-        self.donate_argnums = _as_index_tuple(where, "donate_argnums", donate_argnums)
+        self.static_argnums = _as_tuple(where, "static_argnums", static_argnums, int)
+        self.static_argnames = _as_tuple(where, "static_argnames", static_argnames, str)
+        self.donate_argnums = _as_tuple(where, "donate_argnums", donate_argnums, int)
         if backend is not None and not isinstance(backend, str):
             raise TypeError(f"{where}: backend must be a name such as 'cpu', got {backend!r}")
         self.backend = backend

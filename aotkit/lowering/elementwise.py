@@ -13,7 +13,8 @@ import functools
 import math
 
 import numpy as np
-from jaxlib.mlir.dialects import chlo, stablehlo
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes
 from aotkit.lowering.core import (
@@ -23,6 +24,7 @@ from aotkit.lowering.core import (
     bind,
     bind1,
     constant,
+    emit,
     export,
     full,
     register,
@@ -46,115 +48,116 @@ def _to_real(a, **_):
 
 
 _UNARY = {
-    "negate": stablehlo.negate,
-    "sign": stablehlo.sign,
-    "sqrt": stablehlo.sqrt,
-    "rsqrt": stablehlo.rsqrt,
-    "cbrt": stablehlo.cbrt,
-    "exp": stablehlo.exponential,
-    "expm1": stablehlo.exponential_minus_one,
-    "log": stablehlo.log,
-    "log1p": stablehlo.log_plus_one,
-    "sin": stablehlo.sine,
-    "cos": stablehlo.cosine,
-    "tan": stablehlo.tan,
-    "tanh": stablehlo.tanh,
-    "floor": stablehlo.floor,
-    "ceil": stablehlo.ceil,
-    "round_even": stablehlo.round_nearest_even,
-    "not": stablehlo.not_,
-    "logistic": stablehlo.logistic,
-    "asin": chlo.asin,
-    "acos": chlo.acos,
-    "atan": chlo.atan,
-    "sinh": chlo.sinh,
-    "cosh": chlo.cosh,
-    "asinh": chlo.asinh,
-    "acosh": chlo.acosh,
-    "atanh": chlo.atanh,
-    "erf": chlo.erf,
-    "erfc": chlo.erfc,
-    "lgamma": chlo.lgamma,
-    "digamma": chlo.digamma,
+    "negate": "stablehlo.negate",
+    "sign": "stablehlo.sign",
+    "sqrt": "stablehlo.sqrt",
+    "rsqrt": "stablehlo.rsqrt",
+    "cbrt": "stablehlo.cbrt",
+    "exp": "stablehlo.exponential",
+    "expm1": "stablehlo.exponential_minus_one",
+    "log": "stablehlo.log",
+    "log1p": "stablehlo.log_plus_one",
+    "sin": "stablehlo.sine",
+    "cos": "stablehlo.cosine",
+    "tan": "stablehlo.tan",
+    "tanh": "stablehlo.tanh",
+    "floor": "stablehlo.floor",
+    "ceil": "stablehlo.ceil",
+    "round_even": "stablehlo.round_nearest_even",
+    "not": "stablehlo.not",
+    "logistic": "stablehlo.logistic",
+    "asin": "chlo.asin",
+    "acos": "chlo.acos",
+    "atan": "chlo.atan",
+    "sinh": "chlo.sinh",
+    "cosh": "chlo.cosh",
+    "asinh": "chlo.asinh",
+    "acosh": "chlo.acosh",
+    "atanh": "chlo.atanh",
+    "erf": "chlo.erf",
+    "erfc": "chlo.erfc",
+    "lgamma": "chlo.lgamma",
+    "digamma": "chlo.digamma",
 }
 
 
 @register(*_UNARY, shape=_same)
 def _lower_unary(ctx: RuleContext, x):
-    return [_UNARY[ctx.op](x, results=[ctx.out_type()])]
+    return emit(ctx, _UNARY[ctx.op], x)
 
 
 _BINARY = {
-    "add": stablehlo.add,
-    "subtract": stablehlo.subtract,
-    "multiply": stablehlo.multiply,
-    "divide": stablehlo.divide,
-    "rem": stablehlo.remainder,
-    "pow": stablehlo.power,
-    "max": stablehlo.maximum,
-    "min": stablehlo.minimum,
-    "atan2": stablehlo.atan2,
-    "and": stablehlo.and_,
-    "or": stablehlo.or_,
-    "xor": stablehlo.xor,
-    "shift_left": stablehlo.shift_left,
-    "shift_right_arithmetic": stablehlo.shift_right_arithmetic,
-    "shift_right_logical": stablehlo.shift_right_logical,
+    "add": "stablehlo.add",
+    "subtract": "stablehlo.subtract",
+    "multiply": "stablehlo.multiply",
+    "divide": "stablehlo.divide",
+    "rem": "stablehlo.remainder",
+    "pow": "stablehlo.power",
+    "max": "stablehlo.maximum",
+    "min": "stablehlo.minimum",
+    "atan2": "stablehlo.atan2",
+    "and": "stablehlo.and",
+    "or": "stablehlo.or",
+    "xor": "stablehlo.xor",
+    "shift_left": "stablehlo.shift_left",
+    "shift_right_arithmetic": "stablehlo.shift_right_arithmetic",
+    "shift_right_logical": "stablehlo.shift_right_logical",
 }
 
 
 @register(*_BINARY, shape=_same)
 def _lower_binary(ctx: RuleContext, x, y):
-    return [_BINARY[ctx.op](x, y, results=[ctx.out_type()])]
+    return emit(ctx, _BINARY[ctx.op], x, y)
 
 
 @register("abs", shape=_to_real)
 def _lower_abs(ctx: RuleContext, x):
-    return [stablehlo.abs(x, results=[ctx.out_type()])]
+    return emit(ctx, "stablehlo.abs", x)
 
 
 @register("real", shape=_to_real)
 def _lower_real(ctx: RuleContext, x):
-    return [stablehlo.real(x, results=[ctx.out_type()])]
+    return emit(ctx, "stablehlo.real", x)
 
 
 @register("imag", shape=_to_real)
 def _lower_imag(ctx: RuleContext, x):
-    return [stablehlo.imag(x, results=[ctx.out_type()])]
+    return emit(ctx, "stablehlo.imag", x)
 
 
 @register("complex", shape=lambda a, b: [(a[0], dtypes.complex_dtype(a[1]))])
 def _lower_complex(ctx: RuleContext, re, im):
-    return [stablehlo.complex(re, im, results=[ctx.out_type()])]
+    return emit(ctx, "stablehlo.complex", re, im)
 
 
 @register("is_finite", shape=_to_bool)
 def _lower_is_finite(ctx: RuleContext, x):
-    return [stablehlo.is_finite(x, results=[ctx.out_type()])]
+    return emit(ctx, "stablehlo.is_finite", x)
 
 
 @register("compare", shape=_to_bool)
 def _lower_compare(ctx: RuleContext, x, y, *, direction):
-    return [
-        stablehlo.compare(
-            x, y, stablehlo.ComparisonDirectionAttr.get(direction), results=[ctx.out_type()]
-        )
-    ]
+    return emit(ctx, "stablehlo.compare", x, y, comparison_direction=_direction(direction))
+
+
+@functools.cache
+def _direction(direction: str) -> ir.Attribute:
+    return stablehlo.ComparisonDirectionAttr.get(direction)
 
 
 @register("select", shape=_same)
 def _lower_select(ctx: RuleContext, pred, on_true, on_false):
-    return [stablehlo.select(pred, on_true, on_false, results=[ctx.out_type()])]
+    return emit(ctx, "stablehlo.select", pred, on_true, on_false)
 
 
 @register("convert", shape=lambda a, *, dtype: [(a[0], dtype)])
 def _lower_convert(ctx: RuleContext, x, *, dtype):
-    return [stablehlo.convert(ctx.out_type(), x)]
+    return emit(ctx, "stablehlo.convert", x)
 
 
 @register("bitcast_convert", shape=lambda a, *, dtype: [(a[0], dtype)])
 def _lower_bitcast(ctx: RuleContext, x, *, dtype):
-    return [stablehlo.bitcast_convert(ctx.out_type(), x)]
+    return emit(ctx, "stablehlo.bitcast_convert", x)
 
 
 # --- operand preparation ---------------------------------------------------------------------

@@ -24,6 +24,7 @@ from aotkit.lowering.core import (
     RuleContext,
     Tracer,
     bind1,
+    emit,
     export,
     full,
     register,
@@ -70,7 +71,9 @@ def _dot_attrs(lhs_batch, rhs_batch, lhs_contract, rhs_contract):
 @register("dot_general", shape=_dot_shape)
 def _lower_dot_general(ctx: RuleContext, a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
     dims, precision = _dot_attrs(lhs_batch, rhs_batch, lhs_contract, rhs_contract)
-    return [stablehlo.dot_general(ctx.out_type(), a, b, dims, precision_config=precision)]
+    return emit(
+        ctx, "stablehlo.dot_general", a, b, dot_dimension_numbers=dims, precision_config=precision
+    )
 
 
 def dot_general(

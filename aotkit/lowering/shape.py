@@ -23,6 +23,7 @@ from aotkit.lowering.core import (
     RuleContext,
     Tracer,
     bind1,
+    emit,
     export,
     full,
     register,
@@ -34,7 +35,7 @@ from aotkit.lowering.core import (
 
 @register("broadcast_in_dim", shape=lambda a, *, shape, dims: [(tuple(shape), a[1])])
 def _lower_broadcast_in_dim(ctx: RuleContext, x, *, shape, dims):
-    return [stablehlo.broadcast_in_dim(ctx.out_type(), x, _i64_array(dims))]
+    return emit(ctx, "stablehlo.broadcast_in_dim", x, broadcast_dimensions=_i64_array(dims))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -45,12 +46,12 @@ def _i64_array(values: tuple[int, ...]) -> ir.DenseI64ArrayAttr:
 
 @register("reshape", shape=lambda a, *, shape: [(tuple(shape), a[1])])
 def _lower_reshape(ctx: RuleContext, x, *, shape):
-    return [stablehlo.reshape(ctx.out_type(), x)]
+    return emit(ctx, "stablehlo.reshape", x)
 
 
 @register("transpose", shape=lambda a, *, perm: [(tuple(a[0][p] for p in perm), a[1])])
 def _lower_transpose(ctx: RuleContext, x, *, perm):
-    return [stablehlo.transpose(x, list(perm))]
+    return emit(ctx, "stablehlo.transpose", x, permutation=_i64_array(tuple(perm)))
 
 
 def _slice_shape(a, *, start, limit, strides):

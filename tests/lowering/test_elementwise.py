@@ -1,8 +1,9 @@
-"""Elementwise ops against NumPy: values and result dtypes, on the CPU backend.
+"""Elementwise ops against NumPy: values and result dtypes, on the CPU backend and the
+StableHLO reference interpreter.
 
-Each case lowers one `aotkit.numpy` function for one dtype, runs it, and compares with the
-same NumPy function on the same inputs. Where NumPy has no loop for a dtype, aotkit must
-refuse it with a TypeError too.
+Each case lowers one `aotkit.numpy` function for one dtype, runs it on a backend, and
+compares with the same NumPy function on the same inputs. Where NumPy has no loop for a
+dtype, aotkit must refuse it with a TypeError too.
 """
 
 from __future__ import annotations
@@ -98,21 +99,26 @@ def _numpy_refuses(fn_name: str, *args) -> bool:
     return False
 
 
+BACKENDS = ["cpu", "interpreter"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", UNARY)
-def test_unary_matches_numpy(name, dtype):
+def test_unary_matches_numpy(name, dtype, backend):
     x = _values(dtype, (2, 5))
     fn = getattr(anp, name)
     if _numpy_refuses(name, x):
         with pytest.raises(TypeError, match=f"does not support operands of dtype \\({dtype}\\)"):
             aotkit.lower(fn, x)
         return
-    _check(run_on("cpu", fn, x), _numpy_oracle(name, x))
+    _check(run_on(backend, fn, x), _numpy_oracle(name, x))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", BINARY)
-def test_binary_matches_numpy(name, dtype):
+def test_binary_matches_numpy(name, dtype, backend):
     x = _values(dtype, (2, 6), op=name)
     y = _values(dtype, (2, 6), op=name)
     if dtype.kind in "iu" and name in ("floor_divide", "remainder", "mod", "fmod"):
@@ -124,7 +130,7 @@ def test_binary_matches_numpy(name, dtype):
         with pytest.raises(TypeError, match="does not support operands of dtype"):
             aotkit.lower(fn, x, y)
         return
-    _check(run_on("cpu", fn, x, y), _numpy_oracle(name, x, y))
+    _check(run_on(backend, fn, x, y), _numpy_oracle(name, x, y))
 
 
 @pytest.mark.parametrize("dtype", [np.dtype("float32"), np.dtype("float64")], ids=str)

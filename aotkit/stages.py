@@ -521,7 +521,9 @@ def jit(
 
     Usable as `@jit` or `@jit(static_argnums=...)`. Arguments in `static_argnums` /
     `static_argnames` are Python values baked into the trace (hashable); `donate_argnums`
-    marks arguments whose buffers the computation may reuse for its results.
+    marks arguments whose buffers the computation may reuse for its results. `pipeline` is a
+    named or MLIR pass pipeline, `dump_dir` turns on per-stage dumps, and `frontend` says who
+    traces: "aotkit" (the tracer), "jax" (JAX lowers `fn`), or "auto".
     """
     options = dict(
         static_argnums=static_argnums,

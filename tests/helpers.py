@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from jax import tree_util
 
@@ -19,3 +20,37 @@ def run_lowered(backend: str, lowered, *args, **kwargs):
     compiled = lowered.compile(backend=backend)
     out = compiled(*args, **kwargs)
     return tree_util.tree_map(np.asarray, out)
+
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+# (rtol, atol) by result dtype: loose enough for XLA's own transcendental and summation
+# order, tight enough that a wrong formula fails.
+TOLERANCES = {
+    BF16: (2e-2, 2e-2),
+    np.dtype(np.float16): (2e-3, 2e-3),
+    np.dtype(np.float32): (2e-5, 1e-5),
+    np.dtype(np.complex64): (2e-5, 1e-5),
+    np.dtype(np.float64): (1e-11, 1e-11),
+    np.dtype(np.complex128): (1e-11, 1e-11),
+}
+
+
+def assert_matches(got, want, label="", *, rtol=None, atol=None, tolerances=None):
+    """A result equals NumPy's: same dtype and shape; exact for bool and integers, close
+    (NaN equal to NaN) for inexact dtypes, with `TOLERANCES` unless overridden."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, f"{label}: dtype {got.dtype}, NumPy gives {want.dtype}"
+    assert got.shape == want.shape, f"{label}: shape {got.shape}, NumPy gives {want.shape}"
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want, err_msg=label)
+        return
+    default_rtol, default_atol = {**TOLERANCES, **(tolerances or {})}[want.dtype]
+    wide = np.complex128 if want.dtype.kind == "c" else np.float64
+    np.testing.assert_allclose(
+        got.astype(wide),
+        want.astype(wide),
+        rtol=default_rtol if rtol is None else rtol,
+        atol=default_atol if atol is None else atol,
+        err_msg=label,
+    )

@@ -14,19 +14,10 @@ import numpy as np
 import pytest
 
 import aotkit
+from tests.helpers import assert_matches as _check
 from tests.helpers import run_on
 
 RNG = np.random.default_rng(3)
-
-
-def _check(got, want, *, rtol=1e-5, atol=1e-5, label=""):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype, f"{label}: dtype {got.dtype}, NumPy gives {want.dtype}"
-    assert got.shape == want.shape, f"{label}: shape {got.shape}, NumPy gives {want.shape}"
-    if want.dtype.kind in "biu":
-        np.testing.assert_array_equal(got, want, err_msg=label)
-    else:
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=label)
 
 
 def _normal(*shape, dtype=np.float32, scale=1.0):

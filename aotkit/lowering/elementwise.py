@@ -243,28 +243,36 @@ def to_operand(op: str, x, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
 
 
 @functools.lru_cache(maxsize=4096)
-def _resolve(ufunc: np.ufunc, keys: tuple) -> tuple[tuple[np.dtype, ...], tuple[np.dtype, ...]]:
-    """The loop dtypes NumPy would pick for `ufunc` on operands of `keys` (see module doc)."""
+def _resolve(
+    ufunc: np.ufunc, keys: tuple, out: np.dtype | None = None
+) -> tuple[tuple[np.dtype, ...], tuple[np.dtype, ...]]:
+    """The loop dtypes NumPy would pick for `ufunc` on operands of `keys` (see module doc);
+    `out` is the `dtype=` a caller asked for, which picks the loop as NumPy's does."""
     n_out = ufunc.nout
     if any(k is dtypes.bfloat16 or k == dtypes.bfloat16 for k in keys if not isinstance(k, type)):
         # ml_dtypes' loops do not follow NEP 50 (bf16 * 2.0 -> f32); aotkit keeps bf16.
         common = dtypes.result_type(*keys)
         as_f32 = np.dtype(np.float32) if common == dtypes.bfloat16 else common
-        ins, outs = _resolve(ufunc, (as_f32,) * len(keys))
+        as_f32_out = np.dtype(np.float32) if out == dtypes.bfloat16 else out
+        ins, outs = _resolve(ufunc, (as_f32,) * len(keys), as_f32_out)
         swap = (
             (lambda d: dtypes.bfloat16 if d == np.float32 else d)
             if as_f32 != common
             else (lambda d: d)
         )
         return tuple(map(swap, ins)), tuple(map(swap, outs))
-    resolved = ufunc.resolve_dtypes(tuple(keys) + (None,) * n_out)
+    wanted = tuple(keys) + (None,) * n_out
+    if out is None:
+        resolved = ufunc.resolve_dtypes(wanted)
+    else:
+        resolved = ufunc.resolve_dtypes(wanted, signature=(None,) * len(keys) + (out,) * n_out)
     return tuple(resolved[: len(keys)]), tuple(resolved[len(keys) :])
 
 
-def _prepare(op: str, ufunc: np.ufunc, args) -> tuple[list[Tracer], np.dtype]:
+def _prepare(op: str, ufunc: np.ufunc, args, out=None) -> tuple[list[Tracer], np.dtype]:
     keys = tuple([a.dtype if type(a) is Tracer else _operand_key(op, a) for a in args])
     try:
-        ins, outs = _resolve(ufunc, keys)
+        ins, outs = _resolve(ufunc, keys, out)
     except TypeError as e:
         names = ", ".join(k.__name__ if isinstance(k, type) else k.name for k in keys)
         raise TypeError(
@@ -340,11 +348,11 @@ def ufunc(np_ufunc: np.ufunc, *names: str):
                 )
             if kwargs:
                 _check_ufunc_kwargs(op, kwargs)
-            operands, out_dtype = _prepare(op, np_ufunc, args)
+            if dtype is not None:
+                dtype = dtypes.canonicalize(dtype, where=where(op))
+            operands, out_dtype = _prepare(op, np_ufunc, args, dtype)
             result = impl(*operands, out_dtype)
             assert result.dtype == out_dtype, (op, result.dtype, out_dtype)
-            if dtype is not None:
-                result = cast(result, dtypes.canonicalize(dtype, where=where(op)))
             return result
 
         fn.__name__ = fn.__qualname__ = op

@@ -11,22 +11,13 @@ import pytest
 
 import aotkit
 import aotkit.numpy as anp
+from tests.helpers import assert_matches as _check
 from tests.helpers import run_on
 
 RNG = np.random.default_rng(2)
 X = RNG.uniform(-3, 3, (3, 4)).astype(np.float32)
 I = RNG.integers(-9, 10, (3, 4)).astype(np.int32)  # noqa: E741
 B = RNG.random((3, 4)) < 0.5
-
-
-def _check(got, want, label=""):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype, f"{label}: dtype {got.dtype}, NumPy gives {want.dtype}"
-    assert got.shape == want.shape, f"{label}: shape {got.shape}, NumPy gives {want.shape}"
-    if want.dtype.kind in "biu":
-        np.testing.assert_array_equal(got, want, err_msg=label)
-    else:
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=label)
 
 
 def _compare(cases, *args):

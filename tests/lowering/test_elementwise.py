@@ -20,6 +20,7 @@ from hypothesis.extra import numpy as hnp
 
 import aotkit
 import aotkit.numpy as anp
+from tests.helpers import assert_matches as _check
 from tests.helpers import run_on
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -56,16 +57,6 @@ def _values(dtype: np.dtype, shape, *, positive=False, op=None, rng=RNG) -> np.n
     return x.astype(dtype)
 
 
-def _tolerance(dtype: np.dtype) -> dict:
-    if dtype == BF16:
-        return {"rtol": 2e-2, "atol": 2e-2}
-    if dtype == np.float16:
-        return {"rtol": 2e-3, "atol": 2e-3}
-    if dtype == np.float32 or dtype == np.complex64:
-        return {"rtol": 2e-5, "atol": 2e-6}
-    return {"rtol": 1e-12, "atol": 1e-12}
-
-
 def _numpy_oracle(fn_name: str, *args):
     """NumPy's answer; bf16 is computed in float32 and its dtype mapped back to bf16."""
     bf16 = any(a.dtype == BF16 for a in args)
@@ -77,19 +68,6 @@ def _numpy_oracle(fn_name: str, *args):
     if bf16 and out.dtype == np.float32:
         out = out.astype(BF16)
     return out
-
-
-def _check(got, want):
-    got = np.asarray(got)
-    assert got.dtype == want.dtype, f"dtype {got.dtype}, NumPy gives {want.dtype}"
-    assert got.shape == want.shape
-    if want.dtype == np.bool_ or want.dtype.kind in "iu":
-        np.testing.assert_array_equal(got, want)
-    else:
-        wide = np.complex128 if want.dtype.kind == "c" else np.float64
-        np.testing.assert_allclose(
-            got.astype(wide), want.astype(wide), equal_nan=True, **_tolerance(want.dtype)
-        )
 
 
 def _numpy_refuses(fn_name: str, *args) -> bool:

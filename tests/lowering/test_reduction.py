@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import aotkit
 import aotkit.numpy as anp
+from tests.helpers import assert_matches as _check
 from tests.helpers import run_on
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -38,33 +39,6 @@ def _values(dtype: np.dtype, shape, *, near_one=False) -> np.ndarray:
     if near_one:
         return RNG.uniform(0.5, 1.5, shape).astype(dtype)
     return RNG.uniform(-3, 3, shape).astype(dtype)
-
-
-def _tolerance(dtype: np.dtype) -> dict:
-    if dtype == BF16:
-        return {"rtol": 1e-2, "atol": 1e-2}
-    if dtype == F16:
-        return {"rtol": 2e-3, "atol": 2e-3}
-    if dtype in (np.float32, np.complex64):
-        return {"rtol": 1e-5, "atol": 1e-5}
-    return {"rtol": 1e-11, "atol": 1e-11}
-
-
-def _check(got, want, label=""):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype, f"{label}: dtype {got.dtype}, NumPy gives {want.dtype}"
-    assert got.shape == want.shape, f"{label}: shape {got.shape}, NumPy gives {want.shape}"
-    if want.dtype == np.bool_ or want.dtype.kind in "iu":
-        np.testing.assert_array_equal(got, want, err_msg=label)
-    else:
-        wide = np.complex128 if want.dtype.kind == "c" else np.float64
-        np.testing.assert_allclose(
-            got.astype(wide),
-            want.astype(wide),
-            equal_nan=True,
-            err_msg=label,
-            **_tolerance(want.dtype),
-        )
 
 
 def _oracle(fn, *args, **kwargs):

@@ -13,6 +13,7 @@ import aotkit
 from aotkit import dumps, passes
 from aotkit._context import IR_LOCK, context
 from aotkit.stages import jit, lower_function
+from tests.test_passes import DEFAULT_STEPS
 
 F4 = aotkit.spec("f32[4]")
 
@@ -74,16 +75,7 @@ def test_print_ir_after_all_dumps_every_pass_in_order(tmp_path, monkeypatch):
     monkeypatch.setenv(dumps.ENV_PRINT_IR_AFTER_ALL, "1")
     lower_function(f, (F4,), {}, dump_dir=tmp_path)
     labels = [label for label, _ in passes.run_pipeline(_traced_f(), "default", name="f")]
-    assert labels == [
-        "aotkit-inline",
-        "symbol-dce",
-        "chlo-legalize-to-stablehlo",
-        "stablehlo-refine-shapes",
-        "canonicalize",
-        "cse",
-        "aotkit-simplify",
-        "cse",
-    ]
+    assert labels == DEFAULT_STEPS
     expected = (
         ["0000.f.01-traced.mlir"]
         + [f"0000.f.{i + 2:02d}-after-{label}.mlir" for i, label in enumerate(labels)]

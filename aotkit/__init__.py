@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from aotkit import (
     backends,
+    config,
     lax,
     numpy,  # noqa: F401  (registers every op family)
 )
 from aotkit.compiled import Compiled
 from aotkit.errors import CompileError
-from aotkit.frontends.files import load_module
 from aotkit.lax import cond, fori_loop, scan, switch, while_loop
 from aotkit.specs import ShapeDtype, spec
-from aotkit.stages import CacheInfo, Jitted, Lowered, jit, lower
+from aotkit.stages import CacheInfo, Jitted, Lowered, jit, load_module, lower
+from aotkit.traced import Traced
 
 __version__ = "0.1.0"
 __all__ = [
@@ -29,8 +30,10 @@ __all__ = [
     "Jitted",
     "Lowered",
     "ShapeDtype",
-    "cond",
+    "Traced",
     "backends",
+    "cond",
+    "config",
     "fori_loop",
     "jit",
     "lax",

@@ -1,28 +1,171 @@
-"""The single MLIR context every aotkit stage builds IR in.
+"""Lowering contexts: the MLIR contexts aotkit builds IR in, and everything cached per context.
 
-One context for the process keeps modules, types and attributes interchangeable between
-the tracer, the pass pipeline and the backends. MLIR contexts are not safe to mutate from
-several threads at once, so every stage that creates or rewrites IR holds `IR_LOCK` (a
-re-entrant lock: tracing may nest, e.g. a control-flow body traced inside a trace).
+A `LoweringContext` owns one MLIR context and the caches of objects uniqued in it (types,
+attributes, locations, parsed pass pipelines). Nothing is cached in module-level globals
+that would outlive the context, so a context and all it holds are freed with the last
+module built in it.
+
+MLIR uniques attributes in their context and never frees them while it lives: a process
+that keeps lowering programs with large constants (new weights each time) into one context
+grows without bound. Creating a context costs about 2 ms, as much as a whole small
+lowering, so neither "one context forever" nor "one context per lowering" holds both memory
+and speed. Contexts rotate instead: new lowerings share the current context until it has
+taken `RETIRE_BYTES` of constant data or `RETIRE_LOWERINGS` lowerings; it is then retired
+(nothing new is built in it) and freed with the last `Traced`/`Lowered` that uses it.
+Programs without large constants keep reusing one context; a program with weights gets a
+fresh one, freed when the user drops its stages.
+
+Threads: MLIR contexts are not safe to build IR in from several threads at once, so every
+stage that creates or rewrites IR holds `IR_LOCK` (re-entrant: a control-flow body is
+traced inside a trace). What a thread is tracing (its scope stack, in `lowering/core.py`)
+and which context it builds in are thread-local.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 
 from jaxlib.mlir import ir
 
 from aotkit import _compat
 
 IR_LOCK = threading.RLock()
-_context: ir.Context | None = None
+
+# A context is retired once it holds this many bytes of dense constants or has served this
+# many lowerings (types, locations and small attributes grow slowly with every program).
+RETIRE_BYTES = 1 << 20
+RETIRE_LOWERINGS = 1000
 
 
-def context() -> ir.Context:
-    """Returns the process-wide context, creating it (and registering dialects) once."""
-    global _context
-    if _context is None:
-        with IR_LOCK:
-            if _context is None:
-                _context = _compat.make_context()
-    return _context
+class LoweringContext:
+    """One MLIR context and the caches of what is uniqued in it; `with lc:` makes it current."""
+
+    __slots__ = (
+        "mlir",
+        "element_types",
+        "tensor_types",
+        "locations",
+        "attributes",
+        "splats",
+        "pipelines",
+        "constant_bytes",
+        "lowerings",
+        "__weakref__",
+    )
+
+    def __init__(self, mlir: ir.Context | None = None):
+        self.mlir = mlir if mlir is not None else _compat.make_context()
+        self.element_types: dict = {}
+        self.tensor_types: dict = {}
+        self.locations: dict = {}
+        # Attributes built from hashable keys (dimension numbers, i64 arrays, directions).
+        self.attributes: dict = {}
+        self.splats: dict = {}
+        # Parsed pass pipelines: a PassManager belongs to the context it was parsed in.
+        self.pipelines: dict = {}
+        self.constant_bytes = 0
+        self.lowerings = 0
+
+    @property
+    def retired(self) -> bool:
+        return self.constant_bytes >= RETIRE_BYTES or self.lowerings >= RETIRE_LOWERINGS
+
+    def add_constant_bytes(self, n: int) -> None:
+        self.constant_bytes += n
+
+    def __enter__(self) -> LoweringContext:
+        stack = _stack()
+        stack.append(self)
+        self.mlir.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.mlir.__exit__(*exc)
+        _state.stack.pop()
+
+    def __repr__(self) -> str:
+        return (
+            f"<LoweringContext {id(self):#x}: {self.lowerings} lowerings, "
+            f"{self.constant_bytes} constant bytes{', retired' if self.retired else ''}>"
+        )
+
+
+def cached(build):
+    """Decorates `build(*key)` (hashable arguments, returns an MLIR attribute or type) to run
+    once per key and lowering context, the way `functools.cache` would for one context."""
+
+    def get(*key):
+        attributes = active().attributes
+        full_key = (build, key)
+        attr = attributes.get(full_key)
+        if attr is None:
+            attr = attributes[full_key] = build(*key)
+        return attr
+
+    get.__name__ = get.__qualname__ = build.__name__
+    get.__doc__ = build.__doc__
+    get.__wrapped__ = build
+    return get
+
+
+_state = threading.local()
+_current: LoweringContext | None = None
+# The LoweringContext of each live MLIR context, for modules that reach aotkit without their
+# stage (a module a user parsed, a copy from `Lowered.module`). Weak both ways: a context is
+# kept alive by its modules, never by this table.
+_by_mlir: dict[int, weakref.ref] = {}
+
+
+def _stack() -> list[LoweringContext]:
+    try:
+        return _state.stack
+    except AttributeError:
+        _state.stack = []
+        return _state.stack
+
+
+def active() -> LoweringContext:
+    """The context this thread is building in (inside `with lc:`)."""
+    try:
+        return _state.stack[-1]
+    except (AttributeError, IndexError):
+        raise RuntimeError(
+            "aotkit: no lowering context is active; IR is built inside aotkit.lower or "
+            "aotkit.jit (please report this if you did not call aotkit internals)"
+        ) from None
+
+
+def for_lowering() -> LoweringContext:
+    """The context a new lowering builds in: the current one, or a fresh one once it retires.
+
+    The caller holds `IR_LOCK`.
+    """
+    global _current
+    lc = _current
+    if lc is None or lc.retired:
+        lc = _current = _register(LoweringContext())
+    lc.lowerings += 1
+    return lc
+
+
+def of(module: ir.Module | ir.Operation) -> LoweringContext:
+    """The LoweringContext of the MLIR context `module` lives in (made if it has none)."""
+    mlir = module.context
+    ref = _by_mlir.get(id(mlir))
+    lc = ref() if ref is not None else None
+    if lc is None or lc.mlir is not mlir:
+        lc = _register(LoweringContext(mlir))
+    return lc
+
+
+def _register(lc: LoweringContext) -> LoweringContext:
+    key = id(lc.mlir)
+    _by_mlir[key] = weakref.ref(lc, lambda _, key=key: _forget(key))
+    return lc
+
+
+def _forget(key: int) -> None:
+    ref = _by_mlir.get(key)
+    if ref is not None and ref() is None:
+        del _by_mlir[key]

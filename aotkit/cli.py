@@ -22,7 +22,6 @@ import contextlib
 import difflib
 import importlib.util
 import inspect
-import io
 import json
 import os
 import re
@@ -44,7 +43,6 @@ _PROGRESS_EVERY_S = 0.25
 
 IR_EMITS = ("stablehlo", "bytecode", "portable")
 COMPILE_EMITS = ("hlo", "cost", "memory")
-_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 
 
 class UserError(Exception):
@@ -392,7 +390,7 @@ def _lower_python(args, specs: list | None):
             if _user_frames(e):
                 raise _user_code(f"lowering {label} failed", e) from e
             raise
-        _print_ir_after_all(args, lowered.dumper)
+        _print_ir_after_all(args, lowered.dump_paths)
     args.front_seconds = ("lower", time.perf_counter() - start)
     _say(args, f"lowered {label} in {_ms(args.front_seconds[1])}")
     return lowered
@@ -413,11 +411,11 @@ def _dumps(args):
         yield tmp
 
 
-def _print_ir_after_all(args, dumper) -> None:
+def _print_ir_after_all(args, paths) -> None:
     """Copies the per-pass dumps to stderr, headed the way mlir-opt heads them."""
-    if not args.print_ir_after_all or dumper is None:
+    if not args.print_ir_after_all:
         return
-    for path in dumper.paths:
+    for path in paths:
         stage = path.name.split("-", 1)[-1].rsplit(".", 1)[0]
         if path.suffix == ".mlir" and stage.startswith("after-"):
             sys.stderr.write(f"// -----// IR Dump After {stage[len('after-') :]} //----- //\n")
@@ -425,31 +423,15 @@ def _print_ir_after_all(args, dumper) -> None:
     sys.stderr.flush()
 
 
-def _run_pipeline(args, module, name: str, pipeline: str) -> None:
-    """Runs `pipeline` over a module read from a file, with `--dump-dir` and friends."""
-    from aotkit import dumps, passes
-
-    with _dumps(args) as dump_dir:
-        dumper = dumps.Dumper.create(
-            name, dump_dir, print_ir_after_all=args.print_ir_after_all or None
-        )
-        with _progress(args, f"running pipeline on {name}"):
-            start = time.perf_counter()
-            passes.run_pipeline(module, pipeline, name=name, dumper=dumper)
-        _print_ir_after_all(args, dumper)
-    _say(args, f"pipeline {pipeline!r} on {name} took {_ms(time.perf_counter() - start)}")
-
-
-# --- Module files ------------------------------------------------------------------------------
-
-
-def _load_module_file(args):
+def _load_module_file(args, default_pipeline: str = "none"):
     """The `Lowered` stage of a module file (text, bytecode, portable or jax.export artifact).
 
-    `aotkit.load_module` reads it (crash-safe on corrupt bytes) and takes the signature from
-    `@main`; the module runs as written unless `--pipeline` names a pipeline.
+    The file front end reads it (crash-safe on corrupt bytes) and takes the signature from
+    `@main`; the module runs as written unless `--pipeline` names a pipeline (`aotkit opt`
+    runs the default one).
     """
-    import aotkit
+    from aotkit import stages
+    from aotkit.frontends import files
 
     if getattr(args, "shapes", None) is not None or getattr(args, "static", None):
         raise UserError(
@@ -458,11 +440,22 @@ def _load_module_file(args):
         )
     with _progress(args, f"reading {args.target}"):
         start = time.perf_counter()
-        lowered = aotkit.load_module(args.target)
+        traced = files.read_module(args.target)
         args.front_seconds = ("load", time.perf_counter() - start)
-    if args.pipeline is not None:
-        _run_pipeline(args, lowered.module, lowered.name, args.pipeline)
-        lowered.pipeline = args.pipeline
+    pipeline = args.pipeline if args.pipeline is not None else default_pipeline
+    with _dumps(args) as dump_dir, _progress(args, f"running pipeline on {traced.name}"):
+        start = time.perf_counter()
+        lowered = stages.lower_traced(
+            traced,
+            pipeline=pipeline,
+            dump_dir=dump_dir,
+            print_ir_after_all=args.print_ir_after_all or None,
+            consume=True,
+        )
+        _print_ir_after_all(args, lowered.dump_paths)
+    if pipeline != "none":
+        seconds = time.perf_counter() - start
+        _say(args, f"pipeline {pipeline!r} on {traced.name} took {_ms(seconds)}")
     return lowered
 
 
@@ -515,71 +508,25 @@ def _write_bytes(dest: str | None, data: bytes, what: str) -> None:
         ) from None
 
 
-@contextlib.contextmanager
-def _captured_diagnostics(ctx, into: list[str]):
-    """Collects MLIR diagnostics instead of letting MLIR print them to stderr."""
-
-    def handler(d):
-        into.append(d.message)
-        return True
-
-    handle = ctx.attach_diagnostic_handler(handler)
-    try:
-        yield
-    finally:
-        handle.detach()
-
-
-def _target_version(text: str | None) -> str:
-    from jaxlib.mlir.dialects import stablehlo
-
-    current, minimum = stablehlo.get_current_version(), stablehlo.get_minimum_version()
-    if text is None or text == "current":
-        return current
-    if text == "minimum":
-        return minimum
-
-    def key(v: str) -> tuple[int, ...]:
-        return tuple(int(x) for x in v.split("."))
-
-    if not _VERSION_RE.match(text) or not key(minimum) <= key(text) <= key(current):
-        raise UserError(
-            f"--target-version {text!r} is not a StableHLO version this jaxlib can write; "
-            f"give MAJOR.MINOR.PATCH from {minimum} to {current} (or 'current', 'minimum')"
-        )
-    return text
-
-
-def _emit_module(args, module, name: str) -> None:
-    """Writes `module` as `--emit` asks: StableHLO text, MLIR bytecode or a portable artifact."""
-    from jaxlib.mlir.dialects import stablehlo
-
-    from aotkit._context import IR_LOCK
+def _emit_module(args, lowered) -> None:
+    """Writes the module as `--emit` asks: StableHLO text, MLIR bytecode or a portable artifact."""
+    from aotkit import modules
 
     emit = args.emit
     if emit == "stablehlo":
-        with IR_LOCK:
-            text = module.operation.get_asm(enable_debug_info=args.debug_info)
-        _write_text(args.output, text)
+        _write_text(args.output, lowered.as_text(debug_info=args.debug_info))
         return
     if emit == "bytecode":
-        buf = io.BytesIO()
-        with IR_LOCK:
-            module.operation.write_bytecode(buf)
-        _write_bytes(args.output, buf.getvalue(), emit)
+        _write_bytes(args.output, lowered.as_bytecode(), emit)
         return
-    target = _target_version(args.target_version)
-    diags: list[str] = []
-    with IR_LOCK:
-        try:
-            with _captured_diagnostics(module.context, diags):
-                data = stablehlo.serialize_portable_artifact(module, target)
-        except ValueError:
-            raise UserError(
-                f"--emit portable: StableHLO cannot serialize module {name!r} for version "
-                f"{target}: {diags[0] if diags else 'unknown reason'}; lower with the default "
-                "pipeline (it legalizes CHLO) or use --emit bytecode"
-            ) from None
+    try:
+        target = modules.portable_version(args.target_version, "--target-version")
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    try:
+        data = lowered.as_portable_artifact(target)
+    except ValueError as e:
+        raise UserError(f"--emit portable: {e}, or use --emit bytecode") from None
     _write_bytes(args.output, data, emit)
 
 
@@ -593,16 +540,13 @@ def _ms(seconds: float) -> str:
 def cmd_lower(args) -> int:
     _check_pipeline(args)
     lowered = _lower_target(args)
-    _emit_module(args, lowered.module, lowered.name)
+    _emit_module(args, lowered)
     return EXIT_OK
 
 
 def cmd_opt(args) -> int:
     _check_pipeline(args)
-    lowered = _load_module_file(args)
-    if args.pipeline is None:
-        _run_pipeline(args, lowered.module, lowered.name, "default")
-    _emit_module(args, lowered.module, lowered.name)
+    _emit_module(args, _load_module_file(args, default_pipeline="default"))
     return EXIT_OK
 
 

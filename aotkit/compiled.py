@@ -18,13 +18,35 @@ from __future__ import annotations
 from jax import tree_util
 
 from aotkit.backends.base import ArgumentMismatch, Backend, Executable, MemoryAnalysis
-from aotkit.specs import ShapeDtype
+from aotkit.traced import Stage
 
 
-class Compiled:
-    """A function compiled by one backend for fixed argument specs; call it like the function."""
+class Compiled(Stage):
+    """A function compiled by one backend for fixed argument specs; call it like the function.
 
-    def __init__(self, executable: Executable, *, in_tree, out_tree, lowered=None):
+    Immutable, like the other stages. `lowered` is the `Lowered` stage it was compiled from
+    (None for a Compiled loaded from an artifact).
+    """
+
+    __slots__ = (
+        "name",
+        "in_tree",
+        "out_tree",
+        "flat_in_specs",
+        "flat_out_specs",
+        "donated",
+        "lowered",
+        "_executable",
+        "_execute",
+        "_n_args",
+        "_positional",
+        "_single_out",
+        "_unflatten_out",
+        "_paths",
+        "_call",
+    )
+
+    def __init__(self, executable: Executable, *, in_tree, out_tree, donated=(), lowered=None):
         n_in, n_out = len(executable.in_specs), len(executable.out_specs)
         if in_tree.num_leaves != n_in or out_tree.num_leaves != n_out:
             raise ValueError(
@@ -32,23 +54,26 @@ class Compiled:
                 f"outputs do not fit executable {executable.name!r} ({n_in} arguments, "
                 f"{n_out} results); build Compiled through Lowered.compile"
             )
-        self.name = executable.name
-        self.in_tree = in_tree
-        self.out_tree = out_tree
-        self.flat_in_specs: tuple[ShapeDtype, ...] = tuple(executable.in_specs)
-        self.flat_out_specs: tuple[ShapeDtype, ...] = tuple(executable.out_specs)
-        self.lowered = lowered
-        self._executable = executable
-        self._execute = executable.execute
-        self._n_args = n_in
-        self._positional = in_tree == tree_util.tree_structure(((0,) * n_in, {}))
-        self._single_out = out_tree == tree_util.tree_structure(0)
-        self._unflatten_out = out_tree.unflatten
-        self._paths: list[str] | None = None
+        self._init(
+            name=executable.name,
+            in_tree=in_tree,
+            out_tree=out_tree,
+            flat_in_specs=tuple(executable.in_specs),
+            flat_out_specs=tuple(executable.out_specs),
+            donated=tuple(donated) or (False,) * n_in,
+            lowered=lowered,
+            _executable=executable,
+            _execute=executable.execute,
+            _n_args=n_in,
+            _positional=in_tree == tree_util.tree_structure(((0,) * n_in, {})),
+            _single_out=out_tree == tree_util.tree_structure(0),
+            _unflatten_out=out_tree.unflatten,
+            _paths=None,
+        )
         # A backend may put a native dispatcher in front of the checked Python call; it
         # falls back to `_python_call` for every argument signature it has not cached.
         native = executable.dispatcher(self.name, self._python_call)
-        self._call = native if native is not None else self._python_call
+        self._init(_call=native if native is not None else self._python_call)
 
     # -- calling
 
@@ -102,7 +127,7 @@ class Compiled:
 
     def _argument_error(self, mismatch: ArgumentMismatch) -> Exception:
         if self._paths is None:
-            self._paths = _leaf_paths(self.in_tree)
+            self._init(_paths=_leaf_paths(self.in_tree))
         message = f"Compiled {self.name!r}: argument {self._paths[mismatch.index]} "
         message += mismatch.reason
         if mismatch.kind is TypeError:
@@ -113,16 +138,6 @@ class Compiled:
         return mismatch.kind(message)
 
     # -- inspection
-
-    @property
-    def in_specs(self):
-        """The argument pytree `((args...), {kwargs})` with ShapeDtype leaves."""
-        return tree_util.tree_unflatten(self.in_tree, self.flat_in_specs)
-
-    @property
-    def out_specs(self):
-        """The result pytree with ShapeDtype leaves."""
-        return tree_util.tree_unflatten(self.out_tree, self.flat_out_specs)
 
     @property
     def backend(self) -> Backend:
@@ -145,9 +160,7 @@ class Compiled:
         return self._executable.runtime_executable()
 
     def __repr__(self) -> str:
-        ins = ", ".join(map(str, self.flat_in_specs))
-        outs = ", ".join(map(str, self.flat_out_specs))
-        return f"<Compiled {self.name}({ins}) -> ({outs}) on {self.backend.name}>"
+        return f"<Compiled {self._signature_text()} on {self.backend.name}>"
 
 
 def _leaf_paths(tree) -> list[str]:

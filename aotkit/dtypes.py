@@ -15,6 +15,8 @@ import ml_dtypes
 import numpy as np
 from jaxlib.mlir import ir
 
+from aotkit import _context
+
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 
 # Compact name -> dtype, in the order the CLI documents them.
@@ -52,6 +54,25 @@ _DEFAULT_OF_WEAK = {
     float: np.dtype(np.float64),
     complex: np.dtype(np.complex128),
 }
+
+
+_SCALAR_ARGUMENT = {
+    False: {
+        bool: np.dtype(np.bool_),
+        int: np.dtype(np.int32),
+        float: np.dtype(np.float32),
+        complex: np.dtype(np.complex64),
+    },
+    True: dict(_DEFAULT_OF_WEAK),
+}
+
+
+def scalar_argument_dtype(kind: type) -> np.dtype:
+    """The dtype of a Python scalar of `kind` passed as a top-level argument: 32-bit unless
+    `aotkit.config` x64_scalars is on (a weak type: it promotes like the Python scalar)."""
+    from aotkit import config
+
+    return _SCALAR_ARGUMENT[config.get("x64_scalars")][kind]
 
 
 def short_name(dtype: np.dtype) -> str:
@@ -222,36 +243,43 @@ _IR_ELEMENT_BUILDERS = {
     "c128": lambda: ir.ComplexType.get(ir.F64Type.get()),
 }
 
-# Caches of IR types; valid for aotkit's single context (see aotkit._context).
-_element_types: dict[np.dtype, ir.Type] = {}
-_tensor_types: dict[tuple, ir.RankedTensorType] = {}
-
 
 def ir_element_type(dtype: np.dtype) -> ir.Type:
-    """The MLIR element type of `dtype` (must be called inside the aotkit context)."""
-    t = _element_types.get(dtype)
+    """The MLIR element type of `dtype`, cached in the active lowering context."""
+    cache = _context.active().element_types
+    t = cache.get(dtype)
     if t is None:
-        t = _element_types[dtype] = _IR_ELEMENT_BUILDERS[_SHORT_OF[dtype]]()
+        t = cache[dtype] = _IR_ELEMENT_BUILDERS[_SHORT_OF[dtype]]()
     return t
 
 
 def tensor_type(shape: tuple[int, ...], dtype: np.dtype) -> ir.RankedTensorType:
-    """`tensor<2x3xf32>` for shape (2, 3) and float32, cached."""
+    """`tensor<2x3xf32>` for shape (2, 3) and float32, cached in the active lowering context."""
+    cache = _context.active().tensor_types
     key = (shape, dtype)
-    t = _tensor_types.get(key)
+    t = cache.get(key)
     if t is None:
-        t = _tensor_types[key] = ir.RankedTensorType.get(shape, ir_element_type(dtype))
+        t = cache[key] = ir.RankedTensorType.get(shape, ir_element_type(dtype))
     return t
 
 
-def _element_dtype_table() -> dict[str, np.dtype]:
-    return {str(ir_element_type(d)): d for d in SUPPORTED}
+# MLIR's spelling of each element type: reading a type needs no context.
+_DTYPE_OF_IR = {
+    "i1": SHORT_NAMES["bool"],
+    **{f"i{b}": SHORT_NAMES[f"i{b}"] for b in (8, 16, 32, 64)},
+    **{f"ui{b}": SHORT_NAMES[f"u{b}"] for b in (8, 16, 32, 64)},
+    "f16": SHORT_NAMES["f16"],
+    "bf16": bfloat16,
+    "f32": SHORT_NAMES["f32"],
+    "f64": SHORT_NAMES["f64"],
+    "complex<f32>": SHORT_NAMES["c64"],
+    "complex<f64>": SHORT_NAMES["c128"],
+}
 
 
 def dtype_of_ir_type(t: ir.Type) -> np.dtype:
     """The dtype of an MLIR element type; TypeError for element types aotkit does not carry."""
-    table = _element_dtype_table()
-    d = table.get(str(t))
+    d = _DTYPE_OF_IR.get(str(t))
     if d is None:
         raise TypeError(
             f"element type {t} has no aotkit dtype; supported: {', '.join(SHORT_NAMES)}"

@@ -14,3 +14,16 @@ class CompileError(RuntimeError):
         super().__init__(message)
         self.backend = backend
         self.module_name = module_name
+
+
+class InvalidModuleError(RuntimeError):
+    """aotkit built or rewrote a module that does not verify: a bug in aotkit, not the input.
+
+    It carries the module so that the stage that catches it can dump it (`stage` names the
+    dump file) before the message reaches the user.
+    """
+
+    def __init__(self, message: str, *, module=None, stage: str = "invalid"):
+        super().__init__(message)
+        self.module = module
+        self.stage = stage

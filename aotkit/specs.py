@@ -83,12 +83,26 @@ def spec(text: str) -> ShapeDtype:
 
 
 def spec_of(x) -> ShapeDtype:
-    """The ShapeDtype of a concrete value or a spec (used for cache keys and checks)."""
+    """The ShapeDtype of a concrete value or a spec (used for cache keys and checks).
+
+    A Python scalar gets the dtype of a scalar argument (`dtypes.scalar_argument_dtype`:
+    float32 for a float unless x64_scalars is on); an int out of that dtype's range is an
+    OverflowError.
+    """
     if isinstance(x, ShapeDtype):
         return x
     kind = dtypes.weak_kind(x)
     if kind is not None:
-        return ShapeDtype((), dtypes.result_type(kind))
+        dtype = dtypes.scalar_argument_dtype(kind)
+        if kind is int:
+            info = np.iinfo(dtype)
+            if not info.min <= x <= info.max:
+                raise OverflowError(
+                    f"Python int {x} does not fit {dtype.name}, the dtype of Python int "
+                    "arguments; pass np.int64(...) (or set aotkit.config.update('x64_scalars', "
+                    "True))"
+                )
+        return ShapeDtype((), dtype)
     shape = getattr(x, "shape", None)
     dtype = getattr(x, "dtype", None)
     if shape is not None and dtype is not None:

@@ -1,39 +1,63 @@
-"""The staged API: `lower(fn, *args)` -> `Lowered` -> `.compile()` -> `Compiled`.
+"""The staged API: trace -> `Traced` -> `.lower()` -> `Lowered` -> `.compile()` -> `Compiled`.
 
-Each stage is a value the user can hold, print and dump. `Lowered` holds the verified
-StableHLO module (after the pass pipeline) with the argument and result pytrees and specs.
+Each stage is an immutable value the user can hold, print and dump. Front ends (the
+tracer, JAX, files) return a `Traced`; this module alone turns it into a `Lowered`, in one
+order for every front end: the pass pipeline, then donation, then verification, then the
+dumps, so what is dumped is what the backend gets (`lower_traced`). `jit` adds caches
+shared by every `jit` of the same function.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import NamedTuple
 
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit import backends, dtypes, dumps, frontends, passes
-from aotkit._context import IR_LOCK, context
-from aotkit.backends.base import Backend, main_function
+from aotkit import _context, backends, dtypes, dumps, frontends, modules, passes
+from aotkit._context import IR_LOCK
+from aotkit.backends.base import Backend
 from aotkit.compiled import Compiled
-from aotkit.errors import CompileError
-from aotkit.lowering.trace import trace_to_module
-from aotkit.specs import ShapeDtype, spec_of
+from aotkit.errors import CompileError, InvalidModuleError
+from aotkit.frontends import signature
+from aotkit.lowering import core
+from aotkit.specs import ShapeDtype
+from aotkit.traced import ModuleStage, Traced
+
+# What marks an argument as donated: `tf.aliasing_output = k` pairs it with result k,
+# `jax.buffer_donor` leaves the pairing to XLA.
+DONATION_ATTRS = ("tf.aliasing_output", "jax.buffer_donor")
 
 
-class Lowered:
-    """A function lowered to a verified StableHLO module, ready to compile."""
+class Lowered(ModuleStage):
+    """A program lowered to a verified StableHLO module, after its pass pipeline."""
 
-    # Which front end produced the module: "aotkit" (the tracer), "jax" or "file".
-    frontend = "aotkit"
+    __slots__ = (
+        "_module",
+        "_lc",
+        "name",
+        "in_tree",
+        "out_tree",
+        "flat_in_specs",
+        "flat_out_specs",
+        "donated",
+        "pipeline",
+        "backend",
+        "frontend",
+        "_dumper",
+        "_cache_link",
+    )
 
     def __init__(
         self,
-        module: ir.Module,
+        module,
+        lc: _context.LoweringContext,
         *,
         name: str,
         in_tree,
@@ -43,34 +67,28 @@ class Lowered:
         donated: tuple[bool, ...] = (),
         pipeline: str = "none",
         backend: str | None = None,
+        frontend: str = "aotkit",
         dumper: dumps.Dumper | None = None,
+        cache_link: tuple | None = None,
     ):
-        self.module = module
-        self.name = name
-        self.in_tree = in_tree
-        self.out_tree = out_tree
-        self.flat_in_specs = flat_in_specs
-        self.flat_out_specs = flat_out_specs
-        self.donated = donated or (False,) * len(flat_in_specs)
-        self.pipeline = pipeline
-        self.backend = backend
-        # The compile step writes its stages (optimized HLO, cost) after the lowering's files.
-        self.dumper = dumper
-
-    @property
-    def in_specs(self):
-        """The input pytree `((args...), {kwargs})` with ShapeDtype leaves (statics removed)."""
-        return tree_util.tree_unflatten(self.in_tree, self.flat_in_specs)
-
-    @property
-    def out_specs(self):
-        """The output pytree with ShapeDtype leaves."""
-        return tree_util.tree_unflatten(self.out_tree, self.flat_out_specs)
-
-    def as_text(self, debug_info: bool = False) -> str:
-        """The StableHLO module as MLIR text; `debug_info=True` adds `file:line` locations."""
-        with IR_LOCK:
-            return self.module.operation.get_asm(enable_debug_info=debug_info)
+        self._init(
+            _module=module,
+            _lc=lc,
+            name=name,
+            in_tree=in_tree,
+            out_tree=out_tree,
+            flat_in_specs=tuple(flat_in_specs),
+            flat_out_specs=tuple(flat_out_specs),
+            donated=tuple(donated) or (False,) * len(flat_in_specs),
+            pipeline=pipeline,
+            backend=backend,
+            # Which front end produced the module: "aotkit" (the tracer), "jax" or "file".
+            frontend=frontend,
+            # The compile step writes its stages (optimized HLO, cost) after the lowering's.
+            _dumper=dumper,
+            # (function cache, key) of a lowering made through jit: compiles share its cache.
+            _cache_link=cache_link,
+        )
 
     def compile(self, backend: str | None = None, options: dict | None = None) -> Compiled:
         """Compiles on `backend` (default: the one given to jit, else `cpu`) into `Compiled`.
@@ -80,68 +98,165 @@ class Lowered:
         """
         return compile_lowered(self, backend, options)
 
-    def __str__(self) -> str:
-        return self.as_text()
+    @property
+    def dump_paths(self) -> tuple:
+        """The files dumped for this lowering so far (its compiles add theirs), or ()."""
+        return tuple(self._dumper.paths) if self._dumper is not None else ()
 
     def __repr__(self) -> str:
-        ins = ", ".join(map(str, self.flat_in_specs))
-        outs = ", ".join(map(str, self.flat_out_specs))
-        return f"<Lowered {self.name}({ins}) -> ({outs})>"
+        return f"<Lowered {self._signature_text()}>"
 
 
-def function_name(fn: Callable) -> str:
-    name = getattr(fn, "__name__", None) or type(fn).__name__
-    return "lambda" if name == "<lambda>" else name
+# --- Traced -> Lowered ---------------------------------------------------------------------------
 
 
-def split_static(
-    args: tuple, kwargs: dict, static_argnums: Sequence[int], static_argnames: Sequence[str]
-) -> tuple[tuple, dict, dict[int, object], dict[str, object]]:
-    """Separates static arguments (by position or name) from the dynamic ones."""
-    n = len(args)
-    nums = set()
-    for i in static_argnums:
-        j = i + n if i < 0 else i
-        if 0 <= j < n:
-            nums.add(j)
-    static_pos = {i: args[i] for i in sorted(nums)}
-    dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
-    static_kw = {k: v for k, v in kwargs.items() if k in static_argnames}
-    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
-    return dyn_args, dyn_kwargs, static_pos, static_kw
+def lower_traced(
+    traced: Traced,
+    *,
+    pipeline: str | None = None,
+    dump_dir: str | os.PathLike | None = None,
+    print_ir_after_all: bool | None = None,
+    consume: bool = False,
+    cache_link: tuple | None = None,
+) -> Lowered:
+    """The `Lowered` stage of `traced`: pipeline, donation, verification, dumps, in order.
+
+    `pipeline`, `dump_dir` and `print_ir_after_all` default to what the jit that traced it
+    was given. The pipeline runs on a copy of the traced module, unless `consume` (the
+    caller drops `traced`, as jit does).
+    """
+    defaults = traced._defaults
+    if pipeline is None:
+        pipeline = defaults.get("pipeline", "default")
+    passes.check_pipeline(pipeline)
+    if dump_dir is None:
+        dump_dir = defaults.get("dump_dir")
+    if print_ir_after_all is None:
+        print_ir_after_all = defaults.get("print_ir_after_all")
+    if cache_link is None:
+        cache_link = defaults.get("cache_link")
+    name = traced.name
+    dumper = dumps.Dumper.create(name, dump_dir, print_ir_after_all=print_ir_after_all)
+    lc = traced._lc
+    with IR_LOCK, lc:
+        module = traced._module if consume else traced._module.operation.clone()
+        if dumper is not None:
+            dumper.write_module("traced", module)
+        timings = passes.run_pipeline(
+            module, pipeline, name=name, dumper=dumper, verified=True, verify=False
+        )
+        donated = _mark_donated(module, traced.donated, traced.flat_in_specs, name)
+        passes.verify_result(module, pipeline, name=name, dumper=dumper)
+        if dumper is not None:
+            dumper.write_module("final", module)
+            if dumper.pass_timing:
+                report = passes.format_timing(timings, name=name, pipeline=pipeline)
+                dumper.write("pass-timing", report, ext="txt")
+        elif dumps.pass_timing_requested():
+            sys.stderr.write(passes.format_timing(timings, name=name, pipeline=pipeline))
+    return Lowered(
+        module,
+        lc,
+        name=name,
+        in_tree=traced.in_tree,
+        out_tree=traced.out_tree,
+        flat_in_specs=traced.flat_in_specs,
+        flat_out_specs=traced.flat_out_specs,
+        donated=donated,
+        pipeline=pipeline,
+        backend=defaults.get("backend"),
+        frontend=traced.frontend,
+        dumper=dumper,
+        cache_link=cache_link,
+    )
 
 
-def merge_static(dyn_args: Sequence, dyn_kwargs: dict, static_pos: dict, static_kw: dict):
-    args = list(dyn_args)
-    for i, v in static_pos.items():
-        args.insert(i, v)
-    return tuple(args), {**dyn_kwargs, **static_kw}
+def _mark_donated(module, flags: tuple[bool, ...], in_specs, name: str) -> tuple[bool, ...]:
+    """Gives each donated argument of `@main` its aliasing attribute; returns the donated
+    flags of the module (attributes a front end already wrote count too).
+
+    A donated argument without one gets `tf.aliasing_output = k` for the first result of its
+    spec no other argument aliases (XLA then writes that result into the argument's
+    buffer), or `jax.buffer_donor = true` when no result matches. The caller holds IR_LOCK
+    with the module's context active.
+    """
+    main = modules.main_function(module)
+    old = list(ir.ArrayAttr(main.attributes["arg_attrs"])) if "arg_attrs" in main.attributes else []
+    entries = [
+        {a.name: a.attr for a in ir.DictAttr(old[i])} if i < len(old) else {}
+        for i in range(len(in_specs))
+    ]
+    present = [any(k in e for k in DONATION_ATTRS) for e in entries]
+    wanted = [f and not p for f, p in zip(flags, present, strict=True)]
+    if any(wanted):
+        out_specs = modules.signature(module, f"module {name!r}")[1]
+        claimed = {
+            ir.IntegerAttr(e["tf.aliasing_output"]).value
+            for e in entries
+            if "tf.aliasing_output" in e
+        }
+        for i, spec in enumerate(in_specs):
+            if not wanted[i]:
+                continue
+            match = next(
+                (j for j, out in enumerate(out_specs) if out == spec and j not in claimed), None
+            )
+            if match is None:
+                entries[i]["jax.buffer_donor"] = ir.BoolAttr.get(True)
+            else:
+                claimed.add(match)
+                entries[i]["tf.aliasing_output"] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(32), match
+                )
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get([ir.DictAttr.get(e) for e in entries])
+    return tuple(f or p for f, p in zip(flags, present, strict=True))
 
 
-def flat_specs(fn_name: str, tree_in) -> tuple[tuple[ShapeDtype, ...], object]:
-    """Flattens `((args), {kwargs})` and gives each leaf's spec; non-arrays are TypeErrors."""
-    leaves_with_paths, treedef = tree_util.tree_flatten_with_path(tree_in)
-    specs = []
-    for path, leaf in leaves_with_paths:
-        try:
-            specs.append(spec_of(leaf))
-        except (TypeError, ValueError) as e:
-            where = _arg_path(path)
-            raise TypeError(
-                f"{fn_name}: argument {where} of type {type(leaf).__name__} is not an array "
-                f"({e}); pass arrays, Python scalars or aotkit.ShapeDtype specs, or mark it "
-                "static with static_argnums/static_argnames"
-            ) from None
-    return tuple(specs), treedef
+# --- one call: trace and lower ------------------------------------------------------------------
 
 
-def _arg_path(path) -> str:
-    """`args[0]['w']` style path of a leaf in the `((args), {kwargs})` tree."""
-    if not path:
-        return "<root>"
-    head, rest = path[0], path[1:]
-    prefix = "args" if getattr(head, "idx", None) == 0 else "kwargs"
-    return prefix + tree_util.keystr(tuple(rest))
+def trace_function(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    static_argnums=(),
+    static_argnames=(),
+    donate_argnums=(),
+    frontend: str = "aotkit",
+    defaults: dict | None = None,
+) -> Traced:
+    """Traces `fn` with the front end `frontend` ("aotkit", "jax" or "auto") into `Traced`."""
+    if frontends.resolve(fn, frontend).name == "jax":
+        from aotkit.frontends.jax import trace_jax
+
+        return trace_jax(
+            fn,
+            args,
+            kwargs,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            donate_argnums=donate_argnums,
+            defaults=defaults,
+        )
+    from aotkit.lowering.trace import trace
+
+    try:
+        return trace(
+            fn,
+            args,
+            kwargs,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            donate_argnums=donate_argnums,
+            defaults=defaults,
+        )
+    except InvalidModuleError as e:
+        defaults = defaults or {}
+        dumper = dumps.Dumper.create(signature.function_name(fn), defaults.get("dump_dir"))
+        if dumper is not None and e.module is not None:
+            dumper.write_module(e.stage, e.module)
+        raise InvalidModuleError(f"{e}; {dumps.hint(dumper)}", stage=e.stage) from e.__cause__
 
 
 def lower_function(
@@ -149,60 +264,37 @@ def lower_function(
     args: tuple,
     kwargs: dict,
     *,
-    static_argnums: Sequence[int] = (),
-    static_argnames: Sequence[str] = (),
-    donate_argnums: Sequence[int] = (),
+    static_argnums=(),
+    static_argnames=(),
+    donate_argnums=(),
     pipeline: str = "default",
     backend: str | None = None,
     dump_dir: str | os.PathLike | None = None,
     frontend: str = "aotkit",
     print_ir_after_all: bool | None = None,
 ) -> Lowered:
-    """Traces `fn` on `args`/`kwargs` (values or specs), runs `pipeline` on the module and
-    returns the `Lowered` stage; dumps each stage under `dump_dir` or `AOTKIT_DUMP_DIR`
-    (one file per pass with `print_ir_after_all`, default `AOTKIT_PRINT_IR_AFTER_ALL`).
-    `frontend` is "aotkit" (the tracer), "jax" (JAX lowers; see aotkit.frontends.jax) or "auto"."""
-    name = function_name(fn)
+    """Traces `fn` on `args`/`kwargs` (values or specs) and lowers it with `pipeline`;
+    dumps each stage under `dump_dir` or `AOTKIT_DUMP_DIR` (one file per pass with
+    `print_ir_after_all`, default `AOTKIT_PRINT_IR_AFTER_ALL`). `frontend` is "aotkit"
+    (the tracer), "jax" (JAX lowers; see aotkit.frontends.jax) or "auto"."""
     passes.check_pipeline(pipeline)
-    if frontends.resolve(fn, frontend).name == "jax":
-        from aotkit.frontends.jax import lower_jax
-
-        return lower_jax(
-            fn,
-            args,
-            kwargs,
-            static_argnums=static_argnums,
-            static_argnames=static_argnames,
-            donate_argnums=donate_argnums,
-            pipeline=pipeline,
-            backend=backend,
-            dump_dir=dump_dir,
-            print_ir_after_all=print_ir_after_all,
-        )
-    dyn_args, dyn_kwargs, static_pos, static_kw = split_static(
-        args, kwargs, static_argnums, static_argnames
-    )
-    specs, in_tree = flat_specs(name, (dyn_args, dyn_kwargs))
-
-    def body(flat_tracers):
-        t_args, t_kwargs = tree_util.tree_unflatten(in_tree, flat_tracers)
-        full_args, full_kwargs = merge_static(t_args, t_kwargs, static_pos, static_kw)
-        return fn(*full_args, **full_kwargs)
-
-    dumper = dumps.Dumper.create(name, dump_dir, print_ir_after_all=print_ir_after_all)
-    result = trace_to_module(body, name, specs, dumper=dumper)
-    passes.run_pipeline(result.module, pipeline, name=name, dumper=dumper, verified=True)
-    return Lowered(
-        result.module,
-        name=name,
-        in_tree=in_tree,
-        out_tree=result.out_tree,
-        flat_in_specs=specs,
-        flat_out_specs=result.flat_out_specs,
+    defaults = dict(
         pipeline=pipeline,
         backend=backend,
-        dumper=dumper,
+        dump_dir=dump_dir,
+        print_ir_after_all=print_ir_after_all,
     )
+    traced = trace_function(
+        fn,
+        args,
+        kwargs,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        frontend=frontend,
+        defaults=defaults,
+    )
+    return lower_traced(traced, consume=True)
 
 
 def lower(
@@ -219,19 +311,37 @@ def lower(
     return lower_function(fn, args, kwargs, pipeline=pipeline, frontend=frontend)
 
 
+def load_module(source, *, name: str | None = None) -> Lowered:
+    """Loads a StableHLO module (text, bytecode, portable artifact, jax.export artifact).
+
+    `source` is a path (str or os.PathLike) or the file's bytes. `name` overrides the module
+    name (default: the exported function's name, the module's own `sym_name`, or the file
+    stem). Returns a `Lowered` whose `in_specs`/`out_specs` come from `@main`, with the
+    pipeline "none": the module runs as written. Compile it with `.compile(backend=...)`.
+    """
+    from aotkit.frontends import files
+
+    return lower_traced(files.read_module(source, name=name), pipeline="none", consume=True)
+
+
 # --- compile and jit: the staged calls and their caches --------------------------------------
 #
 # Caches live per function, not per `jit(fn)` object, so that `jit(f).lower(x).compile()` and
 # a later `jit(f)(x)` (two Jitted objects) share one trace and one compile. A lowering is keyed
 # by the argument tree, each leaf's (shape, dtype) (a ShapeDtype and an array of that spec key
-# alike), the static values and the jit configuration (statics, donation, backend, pipeline,
-# front end); a compile by its lowering, the backend and the options. Each function's caches
-# have one lock; a miss holds it while tracing and compiling, so concurrent first calls do the
-# work once.
+# alike; a Python scalar keys as its weak type), the static values and the jit configuration
+# (statics, donation, backend, pipeline, front end); a compile by its lowering, the backend
+# and the options. Each function's caches have one lock; a miss holds it while tracing and
+# compiling, so concurrent first calls do the work once.
 
 
 class CacheInfo(NamedTuple):
-    """Counters of one function's caches, shared by every `jit` of that function."""
+    """Counters of one function's caches, shared by every `jit` of that function.
+
+    `traces` counts every trace (a `jit(f).trace(...)` too), `lowerings` the traces lowered
+    into a cached `Lowered`, `compiles` the backend compiles; `hits` and `misses` count the
+    lookups of the lowering and compile caches.
+    """
 
     traces: int
     lowerings: int
@@ -241,7 +351,17 @@ class CacheInfo(NamedTuple):
 
 
 class _FunctionCache:
-    __slots__ = ("lock", "lowered", "compiled", "traces", "lowerings", "compiles", "hits", "misses")
+    __slots__ = (
+        "lock",
+        "lowered",
+        "compiled",
+        "traces",
+        "lowerings",
+        "compiles",
+        "hits",
+        "misses",
+        "__weakref__",
+    )
 
     def __init__(self):
         self.lock = threading.RLock()
@@ -274,15 +394,17 @@ def _cache_for(fn: Callable) -> _FunctionCache:
     return cache
 
 
-_WEAK_LEAF_KEYS = {t: ((), dtypes.result_type(t)) for t in dtypes.WEAK_KINDS}
+def _scalar_key(kind: type) -> tuple:
+    # A Python scalar argument is a weak 0-d value of the configured width.
+    return ((), dtypes.scalar_argument_dtype(kind), "weak")
 
 
 def _leaf_key(x):
     """(shape, dtype) of an argument leaf, equal for a ShapeDtype and an array of that spec."""
-    key = _WEAK_LEAF_KEYS.get(type(x))
-    if key is not None:
-        return key
-    if isinstance(x, ShapeDtype):
+    t = type(x)
+    if t in dtypes.WEAK_RANK:
+        return _scalar_key(t)
+    if t is ShapeDtype:
         return (x.shape, x.dtype)
     shape = getattr(x, "shape", None)
     dtype = getattr(x, "dtype", None)
@@ -290,8 +412,8 @@ def _leaf_key(x):
         return (tuple(shape), dtype)
     kind = dtypes.weak_kind(x)
     if kind is not None:
-        return _WEAK_LEAF_KEYS[kind]
-    return (type(x),)  # not an array: lowering it raises the error
+        return _scalar_key(kind)
+    return (t,)  # not an array: lowering it raises the error
 
 
 def _static_key(where: str, static_pos: dict, static_kw: dict) -> tuple:
@@ -329,15 +451,19 @@ def _options_key(where: str, options) -> tuple:
 
 
 def _compile_uncached(lowered: Lowered, backend: Backend, options) -> Compiled:
-    dumper = getattr(lowered, "dumper", None)
+    dumper = lowered._dumper
     try:
-        executable = backend.compile(lowered.module, options)
+        executable = backend.compile(lowered._module, options)
     except CompileError as e:
         raise CompileError(
             f"{e}; {dumps.hint(dumper)}", backend=e.backend, module_name=e.module_name
         ) from e.__cause__
     compiled = Compiled(
-        executable, in_tree=lowered.in_tree, out_tree=lowered.out_tree, lowered=lowered
+        executable,
+        in_tree=lowered.in_tree,
+        out_tree=lowered.out_tree,
+        donated=lowered.donated,
+        lowered=lowered,
     )
     if dumper is not None:
         dumper.write("optimized", compiled.as_text(), ext="hlo")
@@ -358,7 +484,7 @@ def compile_lowered(lowered: Lowered, backend=None, options=None) -> Compiled:
     where = f"Lowered.compile({lowered.name})"
     target = backends.get(backend if backend is not None else lowered.backend)
     options_key = _options_key(where, options)
-    link = getattr(lowered, "_jit_link", None)
+    link = lowered._cache_link
     if link is None:
         return _compile_uncached(lowered, target, options)
     cache, lowering_key = link
@@ -375,22 +501,12 @@ def compile_lowered(lowered: Lowered, backend=None, options=None) -> Compiled:
     return compiled
 
 
-def _as_tuple(where: str, name: str, value, kind: type) -> tuple:
-    """`value` (one `kind` or an iterable of them) as a tuple; TypeError naming `name`."""
-    if isinstance(value, kind):
-        value = (value,)
-    try:
-        out = tuple(value)
-    except TypeError:
-        out = None
-    if out is None or not all(isinstance(v, kind) and not isinstance(v, bool) for v in out):
-        what = {int: "an int or a tuple of ints", str: "a str or a tuple of strs"}[kind]
-        raise TypeError(f"{where}: {name} must be {what}, got {value!r}")
-    return out
-
-
 class Jitted:
-    """`jit(fn)`: call it to trace, lower, compile and run; `.lower(...)` for the stages."""
+    """`jit(fn)`: call it to trace, lower, compile and run; `.trace`/`.lower` for the stages.
+
+    Called inside a function aotkit is tracing, it traces `fn` into the outer program
+    (inline), as `jax.jit` does.
+    """
 
     def __init__(
         self,
@@ -407,15 +523,17 @@ class Jitted:
         if not callable(fn):
             raise TypeError(f"jit: expected a function, got {type(fn).__name__}")
         self.fn = fn
-        self.__name__ = function_name(fn)
+        self.__name__ = signature.function_name(fn)
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
         where = f"jit({self.__name__})"
-        self.static_argnums = _as_tuple(where, "static_argnums", static_argnums, int)
-        self.static_argnames = _as_tuple(where, "static_argnames", static_argnames, str)
-        self.donate_argnums = _as_tuple(where, "donate_argnums", donate_argnums, int)
+        self.static_argnums = signature.as_tuple(where, "static_argnums", static_argnums, int)
+        self.static_argnames = signature.as_tuple(where, "static_argnames", static_argnames, str)
+        self.donate_argnums = signature.as_tuple(where, "donate_argnums", donate_argnums, int)
         if backend is not None and not isinstance(backend, str):
             raise TypeError(f"{where}: backend must be a name such as 'cpu', got {backend!r}")
+        passes.check_pipeline(pipeline)
+        frontends.check_frontend(where, frontend)
         self.backend = backend
         self.pipeline = pipeline
         self.dump_dir = dump_dir
@@ -436,8 +554,8 @@ class Jitted:
     def _keys(self, args: tuple, kwargs: dict):
         """(flat dynamic leaves, lowering key) for a call."""
         if self._has_statics:
-            dyn_args, dyn_kwargs, static_pos, static_kw = split_static(
-                args, kwargs, self.static_argnums, self.static_argnames
+            dyn_args, dyn_kwargs, static_pos, static_kw = signature.split_static(
+                self._where, args, kwargs, self.static_argnums, self.static_argnames
             )
             statics = _static_key(self._where, static_pos, static_kw)
         else:
@@ -445,6 +563,35 @@ class Jitted:
         leaves, tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         key = (tree, tuple(map(_leaf_key, leaves)), statics, self._config)
         return leaves, key
+
+    def _defaults(self, key: tuple | None) -> dict:
+        return dict(
+            pipeline=self.pipeline,
+            backend=self.backend,
+            dump_dir=self.dump_dir,
+            cache_link=(self._cache, key) if key is not None else None,
+        )
+
+    def _trace(self, args: tuple, kwargs: dict, key: tuple | None) -> Traced:
+        traced = trace_function(
+            self.fn,
+            args,
+            kwargs,
+            static_argnums=self.static_argnums,
+            static_argnames=self.static_argnames,
+            donate_argnums=self.donate_argnums,
+            frontend=self.frontend,
+            defaults=self._defaults(key),
+        )
+        with self._cache.lock:
+            self._cache.traces += 1
+        return traced
+
+    def trace(self, *args, **kwargs) -> Traced:
+        """The `Traced` stage for these arguments (values or ShapeDtype specs): the module
+        before any pass pipeline. `.lower()` on it shares this function's caches."""
+        _, key = self._keys(args, kwargs)
+        return self._trace(args, kwargs, key)
 
     def lower(self, *args, **kwargs) -> Lowered:
         """The `Lowered` stage for these arguments (concrete values or ShapeDtype specs)."""
@@ -459,27 +606,14 @@ class Jitted:
                 cache.hits += 1
                 return lowered
             cache.misses += 1
-            lowered = lower_function(
-                self.fn,
-                args,
-                kwargs,
-                static_argnums=self.static_argnums,
-                static_argnames=self.static_argnames,
-                donate_argnums=self.donate_argnums,
-                pipeline=self.pipeline,
-                backend=self.backend,
-                dump_dir=self.dump_dir,
-                frontend=self.frontend,
-            )
-            cache.traces += 1
+            lowered = lower_traced(self._trace(args, kwargs, key), consume=True)
             cache.lowerings += 1
-            if self.donate_argnums and not any(lowered.donated):
-                _alias_donated(lowered, args, kwargs, self)
-            lowered._jit_link = (cache, key)
             cache.lowered[key] = lowered
         return lowered
 
     def __call__(self, *args, **kwargs):
+        if core.is_tracing():
+            return self._inline(args, kwargs)
         leaves, key = self._keys(args, kwargs)
         backend_name = self._backend_name
         if backend_name is None:
@@ -497,6 +631,17 @@ class Jitted:
         if compiled._single_out:
             return outs[0]
         return compiled.out_tree.unflatten(outs)
+
+    def _inline(self, args: tuple, kwargs: dict):
+        """A call inside a trace: `fn` is traced into the outer program (donation is the
+        outer program's business, as in JAX)."""
+        if frontends.resolve(self.fn, self.frontend).name == "jax":
+            raise TypeError(
+                f"{self._where}: a JAX function (frontend='jax') was called inside a function "
+                "aotkit is tracing; JAX cannot trace aotkit's arrays: write it with "
+                "aotkit.numpy, or jit the whole program with frontend='jax'"
+            )
+        return self.fn(*args, **kwargs)
 
     def cache_info(self) -> CacheInfo:
         """Traces, lowerings, compiles, cache hits and misses of this function so far."""
@@ -521,9 +666,10 @@ def jit(
 
     Usable as `@jit` or `@jit(static_argnums=...)`. Arguments in `static_argnums` /
     `static_argnames` are Python values baked into the trace (hashable); `donate_argnums`
-    marks arguments whose buffers the computation may reuse for its results. `pipeline` is a
-    named or MLIR pass pipeline, `dump_dir` turns on per-stage dumps, and `frontend` says who
-    traces: "aotkit" (the tracer), "jax" (JAX lowers `fn`), or "auto".
+    marks arguments whose buffers the computation may reuse for its results. Python scalar
+    arguments are weakly typed 32-bit values (see `aotkit.config`). `pipeline` is a named or
+    MLIR pass pipeline, `dump_dir` turns on per-stage dumps, and `frontend` says who traces:
+    "aotkit" (the tracer), "jax" (JAX lowers `fn`), or "auto".
     """
     options = dict(
         static_argnums=static_argnums,
@@ -537,55 +683,3 @@ def jit(
     if fn is None:
         return functools.partial(jit, **options)
     return Jitted(fn, **options)
-
-
-def _alias_donated(lowered: Lowered, args: tuple, kwargs: dict, jitted: Jitted) -> None:
-    """Marks the leaves of donated positional arguments as aliasing a result of their spec.
-
-    A donated leaf gets `tf.aliasing_output = k` for the first unclaimed result with its shape
-    and dtype (XLA then writes that result into the argument's buffer), or
-    `jax.buffer_donor = true` when no result matches.
-    """
-    n = len(args)
-    statics = {i + n if i < 0 else i for i in jitted.static_argnums}
-    dyn_positions = [i for i in range(n) if i not in statics]
-    donated_positions = {i + n if i < 0 else i for i in jitted.donate_argnums}
-    arg_trees = lowered.in_tree.children()[0].children()
-    flags = [False] * len(lowered.flat_in_specs)
-    offset = 0
-    for k, position in enumerate(dyn_positions):
-        count = arg_trees[k].num_leaves
-        if position in donated_positions:
-            flags[offset : offset + count] = [True] * count
-        offset += count
-    if not any(flags):
-        return
-    claimed: set[int] = set()
-    with IR_LOCK, context():
-        main = main_function(lowered.module)
-        entries = []
-        old = main.attributes["arg_attrs"] if "arg_attrs" in main.attributes else None
-        for i, spec in enumerate(lowered.flat_in_specs):
-            entry = {}
-            if old is not None:
-                entry = {a.name: a.attr for a in ir.DictAttr(old[i])}
-            if flags[i]:
-                match = next(
-                    (
-                        j
-                        for j, out in enumerate(lowered.flat_out_specs)
-                        if out == spec and j not in claimed
-                    ),
-                    None,
-                )
-                if match is None:
-                    entry["jax.buffer_donor"] = ir.BoolAttr.get(True)
-                else:
-                    claimed.add(match)
-                    entry["tf.aliasing_output"] = ir.IntegerAttr.get(
-                        ir.IntegerType.get_signless(32), match
-                    )
-            entries.append(ir.DictAttr.get(entry))
-        main.attributes["arg_attrs"] = ir.ArrayAttr.get(entries)
-        lowered.module.operation.verify()
-    lowered.donated = tuple(flags)

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import ml_dtypes
 import numpy as np
 from jax import tree_util
 
 import aotkit
+from aotkit import _context
+
+
+@contextlib.contextmanager
+def ir_context():
+    """A fresh lowering context, active under IR_LOCK, for tests that parse or build IR."""
+    with _context.IR_LOCK, _context.LoweringContext() as lc:
+        yield lc
 
 
 def run_on(backend: str, fn, *args, **kwargs):

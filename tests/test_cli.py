@@ -22,7 +22,8 @@ from jaxlib.mlir.dialects import stablehlo
 
 import aotkit
 from aotkit import cli, stages
-from aotkit._context import IR_LOCK, context
+from aotkit.frontends import signature
+from tests.helpers import ir_context
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "mlp.py"
@@ -220,8 +221,8 @@ def test_file_folder_is_importable_only_while_importing(run_cli, tmp_path):
 
 
 def parse(data: bytes) -> str:
-    with IR_LOCK, context():
-        return str(ir.Module.parse(data, context()))
+    with ir_context():
+        return str(ir.Module.parse(data))
 
 
 def test_emit_bytecode_round_trips(run_cli, user, tmp_path):
@@ -252,8 +253,8 @@ def test_emit_portable_artifact(run_cli, user, tmp_path, version):
         "lower", f"{user}:double", "--shapes", "f32[3]", "--emit", "portable", "-o", dest, *extra
     )
     assert code == 0, err
-    with IR_LOCK, context():
-        module = stablehlo.deserialize_portable_artifact(context(), dest.read_bytes())
+    with ir_context() as lc:
+        module = stablehlo.deserialize_portable_artifact(lc.mlir, dest.read_bytes())
         text = str(module)
     assert "stablehlo.add %arg0, %arg0" in text
 
@@ -489,7 +490,7 @@ def test_unknown_pass(run_cli, user):
 
 def test_internal_error_is_one_line(run_cli, user, monkeypatch):
     # A builtin raising inside aotkit's frames stands in for a bug in aotkit.
-    monkeypatch.setattr(stages, "function_name", {}.__getitem__)
+    monkeypatch.setattr(signature, "function_name", {}.__getitem__)
     rc, out, err = run_cli("lower", f"{user}:double", "--shapes", "f32[]")
     assert (rc, out) == (1, "")
     assert err.startswith("aotkit lower: error: internal error: KeyError: <function double")

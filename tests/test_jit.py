@@ -66,11 +66,58 @@ def test_repeated_calls_hit_and_new_specs_trace_again():
     assert (info.traces, info.compiles, info.hits) == (3, 3, 2)
 
 
-def test_python_scalars_key_like_their_default_dtype():
+def test_python_scalars_key_as_weak_32_bit_values():
     f = fresh_function()
     jit(f)(2.0)
-    jit(f).lower(ShapeDtype((), np.float64))
+    jit(f)(3.0)
     assert jit(f).cache_info().traces == 1
+    # A float32 spec or array is strongly typed: another program (it promotes differently).
+    jit(f).lower(ShapeDtype((), np.float32))
+    assert jit(f).cache_info().traces == 2
+
+
+def test_python_scalars_trace_weak_and_promote_like_python_scalars():
+    both = lambda x, y: x * y  # noqa: E731
+    cases = [
+        ((2.0, np.float16(3)), np.float16),  # NEP 50: a Python float takes f16
+        ((2.0, 3.0), np.float32),  # weak with weak keeps the 32-bit type
+        ((2, np.int8(3)), np.int8),
+        ((2.0, np.int32(3)), np.float64),  # NumPy: Python float with int32 is float64
+        ((2, 3.0), np.float32),
+        ((2.0, 1j), np.complex64),
+    ]
+    for args, dtype in cases:
+        out = jit(both)(*args)
+        assert out.dtype == dtype, (args, out.dtype)
+        assert float(np.real(out)) == float(np.real(np.multiply(*args)))
+
+
+def test_x64_scalars_makes_python_scalar_arguments_64_bit():
+    f = fresh_function()
+    aotkit.config.update("x64_scalars", True)
+    try:
+        assert jit(f).lower(2.0).flat_in_specs == (ShapeDtype((), np.float64),)
+        assert jit(f)(2.0).dtype == np.float64
+    finally:
+        aotkit.config.update("x64_scalars", False)
+    assert jit(f)(2.0).dtype == np.float32
+
+
+def test_python_int_arguments_out_of_int32_range_are_refused():
+    with pytest.raises(
+        OverflowError,
+        match=r"^f: argument args\[0\]: Python int 4294967296 does not fit int32, the dtype of "
+        r"Python int arguments; pass np.int64\(...\) \(or set "
+        r"aotkit.config.update\('x64_scalars', True\)\)$",
+    ):
+        jit(fresh_function())(2**32)
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match=r"aotkit.config: unknown setting 'x64'; settings: "):
+        aotkit.config.update("x64", True)
+    with pytest.raises(TypeError, match=r"aotkit.config.update: x64_scalars takes True or False"):
+        aotkit.config.update("x64_scalars", 1)
 
 
 def test_different_functions_do_not_share():

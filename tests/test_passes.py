@@ -16,8 +16,7 @@ from jaxlib.mlir import ir
 import aotkit
 import aotkit.numpy as anp
 from aotkit import dumps, lax, passes
-from aotkit._context import IR_LOCK, context
-from tests.helpers import run_lowered
+from tests.helpers import ir_context, run_lowered
 
 V4 = "tensor<4xf32>"
 
@@ -27,17 +26,17 @@ def _module(body: str, args: str = f"%x: {V4}", results: str = V4) -> str:
 
 
 def _canon(text: str) -> str:
-    with IR_LOCK, context():
+    with ir_context():
         return str(ir.Module.parse(text))
 
 
 def _parse(text: str) -> ir.Module:
-    with IR_LOCK, context():
+    with ir_context():
         return ir.Module.parse(text)
 
 
 def _run(pipeline: str, text: str, **kwargs) -> str:
-    with IR_LOCK, context():
+    with ir_context():
         module = ir.Module.parse(text)
         passes.run_pipeline(module, pipeline, name="t", **kwargs)
         return str(module)
@@ -541,7 +540,7 @@ def test_pass_rewrites_ir_text(pass_name, case, before, after):
 def test_pass_reports_change_and_reaches_fixed_point(pass_name, case, before, after):
     fn = passes.PYTHON_PASSES[pass_name].run
     module = _parse(before)
-    with IR_LOCK, context():
+    with ir_context():
         assert fn(module) is (after != "same")
         assert fn(module) is False
         module.operation.verify()
@@ -567,7 +566,7 @@ TWO_FUNCTIONS = _module(f"%0 = func.call @helper(%x) : ({V4}) -> {V4}\nreturn %0
 
 
 def _labels(pipeline: str, text: str = TWO_FUNCTIONS) -> list[str]:
-    with IR_LOCK, context():
+    with ir_context():
         module = ir.Module.parse(text)
         return [label for label, _ in passes.run_pipeline(module, pipeline, name="t")]
 
@@ -796,7 +795,7 @@ def registry():
     yield passes.register_pass
     passes.PYTHON_PASSES.clear()
     passes.PYTHON_PASSES.update(before)
-    passes._plan.cache_clear()
+    passes.plan.cache_clear()
 
 
 def test_registered_python_pass_runs_in_a_pipeline(registry):
@@ -899,7 +898,7 @@ def test_invalid_result_names_the_dump_file(registry, tmp_path):
     dumper = dumps.Dumper.create("t", tmp_path)
     with pytest.raises(aotkit.CompileError) as info:
         _run("test-break-types", _module(RETURN_X), dumper=dumper)
-    path = tmp_path / f"{dumper.index:04d}.t.02-invalid.mlir"
+    path = tmp_path / f"{dumper.index:04d}.t.01-invalid.mlir"
     assert str(info.value).endswith(f"; dumped to {path}")
     assert "stablehlo.constant" in path.read_text()
 
@@ -915,7 +914,7 @@ def test_failing_mlir_pass_is_a_compile_error():
 
 def test_unverified_input_is_rejected_before_any_pass():
     text = _module(f"%0 = stablehlo.add %x, %x : {V4}\nreturn %0 : {V4}")
-    with IR_LOCK, context():
+    with ir_context():
         module = ir.Module.parse(text)
         block = module.body.operations[0].regions[0].blocks[0]
         _break_types(module)
@@ -928,7 +927,7 @@ def test_unverified_input_is_rejected_before_any_pass():
 
 
 def test_timing_report(monkeypatch, capsys):
-    with IR_LOCK, context():
+    with ir_context():
         timings = passes.run_pipeline(_parse(TWO_FUNCTIONS), "default", name="t")
     assert all(seconds >= 0 for _, seconds in timings)
     report = passes.format_timing(timings, name="t", pipeline="default")

@@ -3,10 +3,12 @@
 JAX's first ahead-of-time example was::
 
     f = lambda x: jnp.sqrt(x ** 2) + 1.
-    f_exe = jax.jit(f).lower(x).compile()   # optimized HLO shows a fusion
-    f_exe(3.)     # Array(4., dtype=float32)
+    f_exe = jax.jit(f).lower(1.).compile()  # a float32 program; optimized HLO shows a fusion
+    f_exe(3.)     # DeviceArray(4., dtype=float32, weak_type=True)
     f_exe([3.])   # TypeError: function compiled for PyTreeDef(((*,), {})),
                   #            called with PyTreeDef((([*],), {})).
+
+The tests below run those lines as they are, with `aotkit.numpy` for `jnp`.
 """
 
 from __future__ import annotations
@@ -20,35 +22,38 @@ from jaxlib.mlir import ir
 
 import aotkit
 import aotkit.numpy as anp
-from aotkit._context import IR_LOCK, context
+from aotkit import _context
 from aotkit.stages import jit
 
-
-def f(x):
-    return anp.sqrt(x**2) + 1.0
+f = lambda x: anp.sqrt(x**2) + 1.0  # noqa: E731  (the seed's own line)
 
 
 @pytest.fixture(scope="module")
 def lowered():
-    return jit(f).lower(aotkit.spec("f32[]"))
+    return jit(f).lower(1.0)
+
+
+def test_a_python_float_lowers_to_a_float32_program(lowered):
+    assert [str(s) for s in lowered.flat_in_specs] == ["f32[]"]
+    assert [str(s) for s in lowered.flat_out_specs] == ["f32[]"]
 
 
 def test_lowers_to_the_expected_stablehlo(lowered):
     text = lowered.as_text()
-    assert text.startswith("module @f {")
+    assert text.startswith("module @lambda {")
     assert re.search(r"func\.func public @main\(%arg0: tensor<f32>\) -> \(?tensor<f32>", text), text
     assert re.search(r"stablehlo\.(multiply|power) %arg0", text), text
     assert "stablehlo.sqrt" in text
     assert re.search(r"stablehlo\.add .* : tensor<f32>", text), text
     assert re.search(r"return %\w+ : tensor<f32>", text), text
-    with IR_LOCK:
-        reparsed = ir.Module.parse(text, context())
+    with _context.IR_LOCK, _context.LoweringContext():
+        reparsed = ir.Module.parse(text)
         assert reparsed.operation.verify()
 
 
 def test_compile_gives_optimized_hlo_with_a_fusion(lowered):
     hlo = lowered.compile().as_text()
-    assert hlo.startswith("HloModule f")
+    assert hlo.startswith("HloModule lambda")
     assert re.search(r"\bfusion\(", hlo), hlo
     assert "kind=kLoop" in hlo
 

@@ -22,7 +22,6 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from aotkit import dtypes
-from aotkit._context import IR_LOCK, context
 from aotkit.specs import ShapeDtype
 
 
@@ -117,46 +116,6 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<aotkit backend {self.name!r} platform={self.platform!r}>"
-
-
-def module_name(module: ir.Module) -> str:
-    """The module's `sym_name` (aotkit names modules after the traced function)."""
-    with IR_LOCK:
-        attr = module.operation.attributes
-        if "sym_name" in attr:
-            return ir.StringAttr(attr["sym_name"]).value
-    return "module"
-
-
-def main_function(module: ir.Module):
-    """The public `@main` func.func of `module` (caller holds IR_LOCK)."""
-    for op in module.body.operations:
-        if op.operation.name == "func.func" and "sym_name" in op.attributes:
-            if ir.StringAttr(op.attributes["sym_name"]).value == "main":
-                return op
-    return None
-
-
-def signature(module: ir.Module, where: str) -> tuple[tuple[ShapeDtype, ...], tuple]:
-    """The flat argument and result specs of `@main`; TypeError for types aotkit cannot carry."""
-    with IR_LOCK, context():
-        main = main_function(module)
-        if main is None:
-            raise ValueError(f"{where}: module has no @main function; lower with aotkit.lower")
-        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
-        return (
-            tuple(_spec_of_type(t, where) for t in ftype.inputs),
-            tuple(_spec_of_type(t, where) for t in ftype.results),
-        )
-
-
-def _spec_of_type(t: ir.Type, where: str) -> ShapeDtype:
-    if not isinstance(t, ir.RankedTensorType):
-        raise TypeError(f"{where}: @main has a non-tensor argument or result {t}; only tensors")
-    rt = t
-    if not rt.has_static_shape:
-        raise TypeError(f"{where}: @main has dynamic shape {t}; only static shapes compile")
-    return ShapeDtype(tuple(rt.shape), dtypes.dtype_of_ir_type(rt.element_type))
 
 
 # NEP 50: a Python scalar fills a slot whose kind is its own or higher.

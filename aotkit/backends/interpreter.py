@@ -12,8 +12,9 @@ evaluated copy of `@main` returns bf16 results widened to f32 (exact) and comple
 as real and imaginary parts, which are reassembled in NumPy.
 
 `as_text()` is the final StableHLO (after legalization); cost and memory analyses are
-`None`. Results are NumPy arrays. Every call allocates MLIR attributes that live as long
-as the process's context, so keep interpreter inputs small.
+`None`. Results are NumPy arrays. Each executable evaluates in a lowering context of its
+own; the MLIR attributes that carry a call's arguments stay in it, so the executable moves
+to a fresh context once they add up to `RECONTEXT_BYTES`.
 """
 
 from __future__ import annotations
@@ -24,22 +25,14 @@ import numpy as np
 from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import func, stablehlo
 
-from aotkit import dtypes
-from aotkit._context import IR_LOCK, context
-from aotkit.backends.base import (
-    ArgumentMismatch,
-    Backend,
-    Executable,
-    describe,
-    host_value,
-    main_function,
-    module_name,
-    signature,
-)
-from aotkit.backends.pjrt import first_line
+from aotkit import _context, dtypes, modules
+from aotkit._context import IR_LOCK
+from aotkit.backends.base import ArgumentMismatch, Backend, Executable, describe, host_value
 from aotkit.errors import CompileError
 
 _LEGALIZE = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
+# Argument bytes an executable's context may hold before it moves to a fresh one.
+RECONTEXT_BYTES = 64 << 20
 
 # Ops the reference interpreter in jaxlib 0.10.2 evaluates. Everything else (custom_call,
 # rng, rng_bit_generator, cholesky, fft, collectives, infeed/outfeed, tokens, dynamic-shape
@@ -80,30 +73,35 @@ class InterpreterBackend(Backend):
         return f"StableHLO {stablehlo.get_current_version()}"
 
     def compile(self, module: ir.Module, options: Mapping[str, object] | None = None):
-        name = module_name(module)
+        name = modules.module_name(module)
         where = f"backend 'interpreter': module {name!r}"
         if options:
             raise ValueError(
                 f"backend 'interpreter': takes no compile options, got {dict(options)!r}; "
                 "XLA options apply to backend='cpu'"
             )
-        in_specs, out_specs = signature(module, where)
-        with IR_LOCK, context():
+        in_specs, out_specs = modules.signature(module, where)
+        with IR_LOCK:
             try:
                 module.operation.verify()
             except ir.MLIRError as e:
                 raise CompileError(
                     f"backend 'interpreter' rejected module {name!r}: it does not verify: "
-                    f"{first_line(e)}; build modules with aotkit.lower",
+                    f"{modules.diagnostic(e)}; build modules with aotkit.lower",
                     backend="interpreter",
                     module_name=name,
                 ) from e
-            runnable = ir.Module.parse(module.operation.get_asm())
+        data = modules.bytecode(module)
+        with IR_LOCK, _context.LoweringContext() as lc:
+            runnable = ir.Module.parse(data)
             passmanager.PassManager.parse(_LEGALIZE).run(runnable.operation)
             _check_carried(runnable, name, where)
             text = runnable.operation.get_asm()
             decoders = _widen_results(runnable, out_specs)
-        return InterpreterExecutable(self, name, text, runnable, in_specs, out_specs, decoders)
+            prepared = modules.bytecode(runnable)
+        return InterpreterExecutable(
+            self, name, text, (lc, runnable), prepared, in_specs, out_specs, decoders
+        )
 
 
 def _check_carried(module: ir.Module, name: str, where: str) -> None:
@@ -161,7 +159,7 @@ def _widen_results(module: ir.Module, out_specs) -> list[tuple[str, int]]:
 
     Returns one decoder per original result: ('plain' | 'bf16' | 'complex', first index).
     """
-    main = main_function(module)
+    main = modules.main_function(module)
     block = main.regions[0].blocks[0]
     ret = block.operations[len(block.operations) - 1]
     decoders = []
@@ -208,13 +206,16 @@ def _to_attribute(x: np.ndarray, spec) -> ir.DenseElementsAttr:
 
 
 class InterpreterExecutable(Executable):
-    def __init__(self, backend, name, text, runnable, in_specs, out_specs, decoders):
+    def __init__(self, backend, name, text, loaded, prepared, in_specs, out_specs, decoders):
         self.backend = backend
         self.name = name
         self.in_specs = tuple(in_specs)
         self.out_specs = tuple(out_specs)
         self._text = text
-        self._module = runnable
+        # (lowering context, module) the calls evaluate in; `prepared` is that module's
+        # bytecode, to parse into a fresh context when the arguments have filled this one.
+        self._loaded = loaded
+        self._prepared = prepared
         self._decoders = decoders
 
     def _host(self, index: int, leaf, spec) -> np.ndarray:
@@ -229,10 +230,18 @@ class InterpreterExecutable(Executable):
 
     def execute(self, leaves: Sequence) -> list:
         hosts = [self._host(i, x, s) for i, (x, s) in enumerate(zip(leaves, self.in_specs))]
-        with IR_LOCK, context():
+        with IR_LOCK:
+            lc, module = self._loaded
+            if lc.constant_bytes >= RECONTEXT_BYTES:
+                lc = _context.LoweringContext()
+                with lc:
+                    module = ir.Module.parse(self._prepared)
+                self._loaded = (lc, module)
+            lc.add_constant_bytes(sum(x.nbytes for x in hosts))
+        with IR_LOCK, lc:
             attrs = [_to_attribute(x, s) for x, s in zip(hosts, self.in_specs)]
             try:
-                raw = stablehlo.eval_module(self._module, attrs)
+                raw = stablehlo.eval_module(module, attrs)
             except ValueError as e:
                 raise RuntimeError(
                     f"backend 'interpreter': evaluating module {self.name!r} failed: {e}"
@@ -254,4 +263,4 @@ class InterpreterExecutable(Executable):
         return self._text
 
     def runtime_executable(self):
-        return self._module
+        return self._loaded[1]

@@ -15,14 +15,13 @@ result handlers.
 
 from __future__ import annotations
 
-import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit import _compat
+from aotkit import _compat, modules
 from aotkit._context import IR_LOCK
 from aotkit.backends.base import (
     ArgumentMismatch,
@@ -32,8 +31,6 @@ from aotkit.backends.base import (
     describe,
     host_fits,
     host_value,
-    module_name,
-    signature,
 )
 from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
@@ -65,13 +62,6 @@ def check_options(options: Mapping[str, object] | None, where: str) -> dict[str,
     return checked
 
 
-def first_line(message: str) -> str:
-    for line in str(message).splitlines():
-        if line.strip():
-            return line.strip()
-    return str(message)
-
-
 class PjrtBackend(Backend):
     """A backend over one PJRT client; executables run on its first local device."""
 
@@ -82,10 +72,6 @@ class PjrtBackend(Backend):
         self._device = client.local_devices()[0]
         # One sharding object per backend: arrays it returned are then recognized by identity.
         self._sharding = _compat.single_device_sharding(self._device)
-
-    @property
-    def client(self):
-        return self._client
 
     @property
     def version(self) -> str:
@@ -99,29 +85,28 @@ class PjrtBackend(Backend):
     def compile(self, module: ir.Module, options: Mapping[str, object] | None = None):
         where = f"backend {self.name!r}"
         overrides = check_options(options, f"{where}: compile")
-        name = module_name(module)
-        in_specs, out_specs = signature(module, f"{where}: module {name!r}")
+        name = modules.module_name(module)
+        in_specs, out_specs = modules.signature(module, f"{where}: module {name!r}")
         with IR_LOCK:
             try:
                 module.operation.verify()
             except ir.MLIRError as e:
                 raise CompileError(
-                    f"{where} rejected module {name!r}: it does not verify: {first_line(e)}; "
-                    "build modules with aotkit.lower or check them with Lowered.as_text()",
+                    f"{where} rejected module {name!r}: it does not verify: "
+                    f"{modules.diagnostic(e)}; build modules with aotkit.lower or check them "
+                    "with Lowered.as_text()",
                     backend=self.name,
                     module_name=name,
                 ) from e
-            buffer = io.BytesIO()
-            module.operation.write_bytecode(buffer)
         runtime_error = _compat.runtime_error_type()
         try:
             exe = self._client.compile_and_load(
-                buffer.getvalue(),
+                modules.bytecode(module),
                 _compat.device_list([self._device]),
                 _compat.compile_options(overrides),
             )
         except runtime_error as e:
-            message = first_line(e)
+            message = modules.diagnostic(e)
             if any(m in message for m in _BAD_OPTION_MARKERS):
                 raise ValueError(
                     f"{where}: compile options {overrides!r} rejected: {message}; options are "
@@ -172,7 +157,12 @@ class PjrtExecutable(Executable):
         self._sharding = backend._sharding
         self._slots = [self._slot(i, s, device) for i, s in enumerate(self.in_specs)]
         self._handlers = [_compat.result_handler(_aval(s), self._sharding) for s in self.out_specs]
-        self.execute = self._make_execute(exe.execute_sharded, self._slots, self._handlers)
+        self._run = self._make_execute(exe.execute_sharded, self._slots, self._handlers)
+
+    @property
+    def execute(self):
+        """`execute(leaves)`: the per-arity closure built once (Compiled fetches it once)."""
+        return self._run
 
     @staticmethod
     def _make_execute(run, slots, handlers):
@@ -316,11 +306,6 @@ class PjrtExecutable(Executable):
             return out, data, False
 
         return cache_miss
-
-    def execute(self, leaves: Sequence) -> list:
-        # Each instance shadows this with the unrolled version `_make_execute` builds.
-        bufs = [put(x) for put, x in zip(self._slots, leaves)]
-        return self._exe.execute_sharded(bufs).consume_with_handlers(self._handlers)
 
     def as_text(self) -> str:
         return "\n".join(m.to_string() for m in self._exe.hlo_modules())

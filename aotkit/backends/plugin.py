@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from aotkit import _compat
-from aotkit.backends.pjrt import PjrtBackend, first_line
+from aotkit import _compat, modules
+from aotkit.backends.pjrt import PjrtBackend
 
 # platform -> (importable modules of packages that provide it, how to install one)
 KNOWN = {
@@ -37,7 +37,8 @@ def create(platform: str) -> PjrtBackend:
         client = _compat.pjrt_backend(platform)
     except RuntimeError as e:
         raise RuntimeError(
-            f"backend {platform!r}: its plugin is installed but did not start: {first_line(e)}"
+            f"backend {platform!r}: its plugin is installed but did not start: "
+            f"{modules.diagnostic(e)}"
         ) from e
     return PjrtBackend(platform, client)
 
@@ -53,7 +54,7 @@ def load(name: str, path: str) -> PjrtBackend:
         client = _compat.plugin_client(name)
     except runtime_error as e:
         raise ValueError(
-            f"{where}: not a loadable PJRT plugin: {first_line(e)}; pass a library that "
+            f"{where}: not a loadable PJRT plugin: {modules.diagnostic(e)}; pass a library that "
             "exports GetPjrtApi"
         ) from None
     return PjrtBackend(name, client)

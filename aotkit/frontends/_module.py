@@ -10,13 +10,10 @@ donated. A module that needs several devices is a ValueError.
 
 from __future__ import annotations
 
-import re
-
 from jaxlib.mlir import ir
 
-from aotkit._context import IR_LOCK, context
-from aotkit.backends.base import main_function, signature
-from aotkit.lowering.trace import _symbol_name
+from aotkit import _context, modules
+from aotkit._context import IR_LOCK
 from aotkit.specs import ShapeDtype
 
 # Argument and result attributes that only describe placement on a mesh. A single-device
@@ -35,51 +32,18 @@ _PLACEMENT_ATTRS = frozenset(
 # argument with result k, `jax.buffer_donor` when it leaves the pairing to XLA.
 _DONATION_ATTRS = ("tf.aliasing_output", "jax.buffer_donor")
 _DEVICE_COUNT_ATTRS = ("mhlo.num_partitions", "mhlo.num_replicas")
-_LOCATION = re.compile(r'^"[^"]*":(\d+):(\d+):\s*')
 
 
 class Adopted:
-    __slots__ = ("module", "name", "flat_in_specs", "flat_out_specs", "donated")
+    __slots__ = ("module", "lc", "name", "flat_in_specs", "flat_out_specs", "donated")
 
-    def __init__(self, module, name, flat_in_specs, flat_out_specs, donated):
+    def __init__(self, module, lc, name, flat_in_specs, flat_out_specs, donated):
         self.module = module
+        self.lc = lc
         self.name = name
         self.flat_in_specs: tuple[ShapeDtype, ...] = flat_in_specs
         self.flat_out_specs: tuple[ShapeDtype, ...] = flat_out_specs
         self.donated: tuple[bool, ...] = donated
-
-
-def first_error(text: str) -> str:
-    """The first `error:` line of an MLIR diagnostic dump, without the `error:` prefix."""
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("error:"):
-            return line[len("error:") :].strip()
-        if ": error: " in line:
-            return line.split(": error: ", 1)[1].strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else text.strip()
-
-
-def diagnostic(message: str) -> str:
-    """The first error of an MLIR diagnostic dump, its location as `line L, column C`."""
-    line = first_error(message)
-    line = line.split(" If this is intended, please call allowUnregisteredDialects()")[0]
-    line = line.rstrip(".")
-    m = _LOCATION.match(line)
-    if m is None:
-        return line
-    row, col = int(m.group(1)), int(m.group(2))
-    rest = line[m.end() :]
-    return rest if row == 0 else f"line {row}, column {col}: {rest}"
-
-
-def function_names(module: ir.Module) -> list[str]:
-    names = []
-    for op in module.body.operations:
-        if op.operation.name == "func.func" and "sym_name" in op.attributes:
-            names.append(ir.StringAttr(op.attributes["sym_name"]).value)
-    return names
 
 
 def _device_count(module: ir.Module) -> tuple[str, int] | None:
@@ -143,12 +107,23 @@ def _strip_shardy(module: ir.Module, where: str) -> None:
         op.erase()
 
 
+def parse(data: bytes) -> tuple[ir.Module, _context.LoweringContext]:
+    """Parses MLIR `data` that is known to parse (bytecode MLIR itself wrote) into a
+    lowering context; its size counts toward retiring the context (constants dominate)."""
+    with IR_LOCK:
+        lc = _context.for_lowering()
+        with lc:
+            module = ir.Module.parse(data)
+        lc.add_constant_bytes(len(data))
+    return module, lc
+
+
 def adopt(module: ir.Module, *, name: str, where: str) -> Adopted:
     """Normalizes `module` in place (see the module docstring); ValueError if it cannot run."""
-    with IR_LOCK, context():
-        main = main_function(module)
+    with IR_LOCK, _context.of(module) as lc:
+        main = modules.main_function(module)
         if main is None:
-            found = ", ".join("@" + n for n in function_names(module)) or "none"
+            found = ", ".join("@" + n for n in modules.functions(module)) or "none"
             raise ValueError(
                 f"{where}: the module has no @main function (functions: {found}); aotkit "
                 "runs a module's @main: name the entry function main"
@@ -161,7 +136,7 @@ def adopt(module: ir.Module, *, name: str, where: str) -> Adopted:
                 "aotkit compiles single-device modules: lower or export for one device"
             )
         _strip_shardy(module, where)
-        module.operation.attributes["sym_name"] = ir.StringAttr.get(_symbol_name(name))
+        module.operation.attributes["sym_name"] = ir.StringAttr.get(modules.symbol_name(name))
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
         donated: list[bool] = []
         if "arg_attrs" in main.attributes:
@@ -174,9 +149,9 @@ def adopt(module: ir.Module, *, name: str, where: str) -> Adopted:
             module.operation.verify()
         except ir.MLIRError as e:
             raise ValueError(
-                f"{where}: the module does not verify: {diagnostic(str(e))}; fix the module "
+                f"{where}: the module does not verify: {modules.diagnostic(e)}; fix the module "
                 "or re-export it"
             ) from None
-    in_specs, out_specs = signature(module, where)
+    in_specs, out_specs = modules.signature(module, where)
     donated_flags = tuple(donated) if donated else (False,) * len(in_specs)
-    return Adopted(module, name, in_specs, out_specs, donated_flags)
+    return Adopted(module, lc, name, in_specs, out_specs, donated_flags)

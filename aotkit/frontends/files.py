@@ -1,10 +1,10 @@
-"""The file front end: a StableHLO module on disk (or in memory) as a `Lowered` stage.
+"""The file front end: a StableHLO module on disk (or in memory) as a `Traced` stage.
 
-`load_module(path_or_bytes)` accepts StableHLO MLIR text, MLIR bytecode, StableHLO portable
+`read_module(path_or_bytes)` (what `aotkit.load_module` lowers with the pipeline "none")
+accepts StableHLO MLIR text, MLIR bytecode, StableHLO portable
 artifacts (versioned bytecode of the `vhlo` dialect) and `jax.export` artifacts
 (`Exported.serialize()` output, a flatbuffer). The format is read from the bytes, never from
-the file name. The result compiles like any other `Lowered`; its pipeline is `"none"`: the
-module runs as written.
+the file name.
 
 What it promises: the input signature is `@main`'s (for `jax.export` artifacts, the exported
 function's argument and result pytrees); bad input raises ValueError (or FileNotFoundError)
@@ -26,12 +26,10 @@ from jax import tree_util
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from aotkit import _compat, dtypes
-from aotkit._context import IR_LOCK, context
-from aotkit.backends.base import main_function
-from aotkit.frontends import _probe
-from aotkit.frontends._module import adopt, diagnostic, first_error
-from aotkit.stages import Lowered
+from aotkit import _compat, dtypes, modules
+from aotkit._context import IR_LOCK
+from aotkit.frontends import _module, _probe
+from aotkit.traced import Traced
 
 FORMATS = (
     "StableHLO MLIR text, MLIR bytecode, a StableHLO portable artifact or a jax.export "
@@ -54,42 +52,41 @@ _PICKLE_PROTOCOLS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 _OP_DIAGNOSTIC = re.compile(r"'[\w.]+' op ")
 
 
-def load_module(source, *, name: str | None = None) -> Lowered:
-    """Loads a StableHLO module (text, bytecode, portable artifact, jax.export artifact).
+def read_module(source, *, name: str | None = None) -> Traced:
+    """Reads a StableHLO module (text, bytecode, portable artifact, jax.export artifact).
 
     `source` is a path (str or os.PathLike) or the file's bytes. `name` overrides the module
     name (default: the exported function's name, the module's own `sym_name`, or the file
-    stem). Returns a `Lowered` whose `in_specs`/`out_specs` come from `@main`; compile it
-    with `.compile(backend=...)`.
+    stem). The `Traced` stage's signature is `@main`'s (a jax.export artifact's pytrees).
     """
     data, label = _read(source)
     kind = sniff(data, label)
     if kind == "jax.export":
         return _from_exported(data, label, name)
-    module = parse_untrusted(data, kind, label)
+    module, lc = parse_untrusted(data, kind, label)
     where = f"load_module: {label}"
-    default = _module_sym_name(module) or (Path(label).stem if label != "<bytes>" else "module")
-    adopted = adopt(module, name=name or default, where=where)
+    default = modules.sym_name(module) or (Path(label).stem if label != "<bytes>" else "module")
+    adopted = _module.adopt(module, name=name or default, where=where)
     n_in, n_out = len(adopted.flat_in_specs), len(adopted.flat_out_specs)
     in_tree = tree_util.tree_structure(((0,) * n_in, {}))
     # One result reads as one array, as it would from the function that produced it.
     out_tree = tree_util.tree_structure(0 if n_out == 1 else (0,) * n_out)
-    return _lowered(adopted, in_tree, out_tree)
+    return _traced(adopted, in_tree, out_tree)
 
 
-def _lowered(adopted, in_tree, out_tree) -> Lowered:
-    lowered = Lowered(
+def _traced(adopted: _module.Adopted, in_tree, out_tree) -> Traced:
+    return Traced(
         adopted.module,
+        adopted.lc,
         name=adopted.name,
         in_tree=in_tree,
         out_tree=out_tree,
         flat_in_specs=adopted.flat_in_specs,
         flat_out_specs=adopted.flat_out_specs,
         donated=adopted.donated,
-        pipeline="none",
+        frontend="file",
+        defaults={"pipeline": "none"},
     )
-    lowered.frontend = "file"
-    return lowered
 
 
 def _read(source) -> tuple[bytes, str]:
@@ -186,8 +183,9 @@ def _looks_like_flatbuffer(data: bytes) -> bool:
     return vt_size >= 4 and vt_size % 2 == 0 and vtable + vt_size <= n
 
 
-def parse_untrusted(data: bytes, kind: str, label: str) -> ir.Module:
-    """Parses MLIR `data` of `kind` into aotkit's context, after a sandboxed parse succeeds."""
+def parse_untrusted(data: bytes, kind: str, label: str):
+    """Parses MLIR `data` of `kind` into a lowering context, after a sandboxed parse succeeds;
+    returns (module, lowering context)."""
     where = f"load_module: {label}"
     valid, corrupt = {
         "text": ("valid MLIR text", "corrupt MLIR text"),
@@ -206,12 +204,15 @@ def parse_untrusted(data: bytes, kind: str, label: str) -> ir.Module:
         ) from None
     message = proc.stderr.decode("utf-8", "backslashreplace")
     # MLIR verifies while it parses: an op verifier's complaint is not a syntax error.
-    if proc.returncode == _probe.EXIT_PARSE and not _OP_DIAGNOSTIC.search(first_error(message)):
-        raise ValueError(f"{where} is not {valid}: {diagnostic(message)}; expected {FORMATS}")
+    first = modules.first_error_line(message)
+    if proc.returncode == _probe.EXIT_PARSE and not _OP_DIAGNOSTIC.search(first):
+        raise ValueError(
+            f"{where} is not {valid}: {modules.diagnostic(message)}; expected {FORMATS}"
+        )
     if proc.returncode in (_probe.EXIT_PARSE, _probe.EXIT_VERIFY):
         raise ValueError(
-            f"{where}: the module does not verify: {diagnostic(message)}; fix the module "
-            "or re-export it"
+            f"{where}: the module does not verify: {modules.diagnostic(message)}; fix the "
+            "module or re-export it"
         )
     if proc.returncode == _probe.EXIT_STRINGS:
         raise ValueError(
@@ -228,8 +229,7 @@ def parse_untrusted(data: bytes, kind: str, label: str) -> ir.Module:
             f"{where} is {corrupt}: {_crash(proc.returncode, message)} while reading it "
             "(in a sandbox process); re-export the file"
         )
-    with IR_LOCK, context():
-        return ir.Module.parse(proc.stdout)
+    return _module.parse(proc.stdout)
 
 
 def _crash(returncode: int, message: str) -> str:
@@ -247,28 +247,20 @@ def _last_line(message: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _module_sym_name(module: ir.Module) -> str | None:
-    with IR_LOCK:
-        attrs = module.operation.attributes
-        if "sym_name" in attrs:
-            return ir.StringAttr(attrs["sym_name"]).value
-    return None
-
-
 # --- jax.export artifacts ------------------------------------------------------------------
 
 
-def _from_exported(data: bytes, label: str, name: str | None) -> Lowered:
+def _from_exported(data: bytes, label: str, name: str | None) -> Traced:
     where = f"load_module: {label}"
     exported = _deserialize(data, where)
     _check_exported(exported, where)
-    module = parse_untrusted(
+    module, lc = parse_untrusted(
         bytes(exported.mlir_module_serialized), "portable", f"{label} (its embedded module)"
     )
     kept = tuple(exported.module_kept_var_idx)
     if len(kept) != len(exported.in_avals):
-        _restore_unused_arguments(module, exported.in_avals, kept)
-    adopted = adopt(module, name=name or exported.fun_name, where=where)
+        restore_unused_arguments(module, lc, [_aval_spec(a) for a in exported.in_avals], kept)
+    adopted = _module.adopt(module, name=name or exported.fun_name, where=where)
     expected_in = tuple(_aval_spec(a) for a in exported.in_avals)
     expected_out = tuple(_aval_spec(a) for a in exported.out_avals)
     if adopted.flat_in_specs != expected_in or adopted.flat_out_specs != expected_out:
@@ -279,7 +271,7 @@ def _from_exported(data: bytes, label: str, name: str | None) -> Lowered:
             f"({', '.join(map(str, expected_in))}) -> ({', '.join(map(str, expected_out))}); "
             "the artifact is inconsistent: re-export it"
         )
-    return _lowered(adopted, exported.in_tree, exported.out_tree)
+    return _traced(adopted, exported.in_tree, exported.out_tree)
 
 
 def _deserialize(data: bytes, where: str):
@@ -334,20 +326,21 @@ def _aval_spec(aval):
     return ShapeDtype(tuple(aval.shape), aval.dtype)
 
 
-def _restore_unused_arguments(module: ir.Module, in_avals, kept: tuple[int, ...]) -> None:
+def restore_unused_arguments(module: ir.Module, lc, in_specs, kept: tuple[int, ...]) -> None:
     """Gives `@main` back the arguments JAX pruned as unused, so it takes every leaf.
 
-    `jax.export` drops unused arguments from the module (`module_kept_var_idx`); aotkit's
-    calling convention is one `@main` argument per input leaf. The exported body becomes a
-    private function that the new `@main` calls with the kept arguments.
+    `jax.jit` and `jax.export` drop unused arguments from the module (`kept` lists the
+    arguments that remain); aotkit's calling convention is one `@main` argument per input
+    leaf. The body becomes a private function that the new `@main` calls with the kept
+    arguments.
     """
-    with IR_LOCK, context(), ir.Location.unknown():
-        old = main_function(module)
-        old_type = ir.FunctionType(ir.TypeAttr(old.attributes["function_type"]).value)
+    with IR_LOCK, lc, ir.Location.unknown():
+        old = modules.main_function(module)
+        old_type = modules.function_type(old)
         inner = "main_kept_arguments"
         old.attributes["sym_name"] = ir.StringAttr.get(inner)
         old.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        types = [dtypes.tensor_type(tuple(a.shape), a.dtype) for a in in_avals]
+        types = [dtypes.tensor_type(s.shape, s.dtype) for s in in_specs]
         with ir.InsertionPoint(module.body):
             main = func.FuncOp("main", ir.FunctionType.get(types, old_type.results))
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
@@ -359,7 +352,7 @@ def _restore_unused_arguments(module: ir.Module, in_avals, kept: tuple[int, ...]
         empty = ir.DictAttr.get({})
         if "arg_attrs" in old.attributes:
             old_attrs = list(ir.ArrayAttr(old.attributes["arg_attrs"]))
-            new_attrs = [empty] * len(in_avals)
+            new_attrs = [empty] * len(in_specs)
             for position, index in enumerate(kept):
                 new_attrs[index] = old_attrs[position]
             main.attributes["arg_attrs"] = ir.ArrayAttr.get(new_attrs)

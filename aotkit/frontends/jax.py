@@ -1,11 +1,12 @@
-"""The JAX front end: a JAX function, lowered by JAX itself, as aotkit's `Lowered` stage.
+"""The JAX front end: a JAX function, lowered by JAX itself, as aotkit's `Traced` stage.
 
 This is the one place in aotkit where JAX traces (`jax.jit(fn).lower(...)`). JAX's StableHLO
-module lives in JAX's own MLIR context; it is written as bytecode and read back into
-aotkit's context, then adopted (`_module.adopt`): `module @<fn name>` with a public `@main`
-whose arguments are the flat input leaves (static arguments removed; unused ones kept, so
-the calling convention is the tracer's), placement attributes dropped, donation kept.
-From there the module takes aotkit's pipeline, dumps, backends and `Compiled` like a traced one.
+module lives in JAX's own MLIR context; it is written as bytecode and read back into a
+lowering context of aotkit's, then adopted (`_module.adopt`): `module @<fn name>` with a
+public `@main` whose arguments are the flat input leaves (static arguments removed; unused
+ones kept, so the calling convention is the tracer's), placement attributes dropped,
+donation kept. From there the module takes aotkit's pipeline, dumps, backends and
+`Compiled` like a traced one.
 
 Semantics are JAX's, not NumPy's: dtypes follow JAX's promotion and `jax_enable_x64`.
 """
@@ -22,11 +23,11 @@ from jax import tree_util
 from jaxlib.mlir import ir
 
 import aotkit
-from aotkit import _compat, dtypes, dumps, passes
-from aotkit._context import IR_LOCK, context
-from aotkit.frontends._module import Adopted, adopt, diagnostic
+from aotkit import _compat, dtypes, modules
+from aotkit._context import IR_LOCK
+from aotkit.frontends import _module, signature
 from aotkit.specs import ShapeDtype
-from aotkit.stages import Lowered, _arg_path, function_name, merge_static, split_static
+from aotkit.traced import Traced
 
 # Custom calls through which a JAX program calls back into this Python process
 # (jax.debug.print, jax.pure_callback, io_callback). Their targets point at live Python
@@ -45,7 +46,7 @@ HOST_CALLBACK_TARGETS = frozenset(
 _compat.exclude_from_jax_locations(os.path.dirname(aotkit.__file__) + os.sep)
 
 
-def lower_jax(
+def trace_jax(
     fn: Callable,
     args: tuple,
     kwargs: dict,
@@ -53,19 +54,14 @@ def lower_jax(
     static_argnums: Sequence[int] = (),
     static_argnames: Sequence[str] = (),
     donate_argnums: Sequence[int] = (),
-    pipeline: str = "default",
-    backend: str | None = None,
-    dump_dir: str | os.PathLike | None = None,
-    print_ir_after_all: bool | None = None,
-) -> Lowered:
+    defaults: dict | None = None,
+) -> Traced:
     """Lowers `fn` with JAX for `args`/`kwargs` (values, `aotkit.ShapeDtype` or
-    `jax.ShapeDtypeStruct` specs) and returns aotkit's `Lowered` after `pipeline`.
+    `jax.ShapeDtypeStruct` specs) and returns aotkit's `Traced` stage of JAX's module.
 
     Static arguments, pytrees and `donate_argnums` mean what they mean to `jax.jit`.
     """
-    name = function_name(fn)
-    passes.check_pipeline(pipeline)
-    imported, in_tree, out_tree = import_jax(
+    adopted, in_tree, out_tree = import_jax(
         fn,
         args,
         kwargs,
@@ -73,22 +69,18 @@ def lower_jax(
         static_argnames=static_argnames,
         donate_argnums=donate_argnums,
     )
-    dumper = dumps.Dumper.create(name, dump_dir, print_ir_after_all=print_ir_after_all)
-    passes.run_pipeline(imported.module, pipeline, name=name, dumper=dumper, verified=True)
-    lowered = Lowered(
-        imported.module,
-        name=name,
+    return Traced(
+        adopted.module,
+        adopted.lc,
+        name=adopted.name,
         in_tree=in_tree,
         out_tree=out_tree,
-        flat_in_specs=imported.flat_in_specs,
-        flat_out_specs=imported.flat_out_specs,
-        donated=imported.donated,
-        pipeline=pipeline,
-        backend=backend,
-        dumper=dumper,
+        flat_in_specs=adopted.flat_in_specs,
+        flat_out_specs=adopted.flat_out_specs,
+        donated=adopted.donated,
+        frontend="jax",
+        defaults=defaults,
     )
-    lowered.frontend = "jax"
-    return lowered
 
 
 def import_jax(
@@ -99,26 +91,28 @@ def import_jax(
     static_argnums: Sequence[int] = (),
     static_argnames: Sequence[str] = (),
     donate_argnums: Sequence[int] = (),
-) -> tuple[Adopted, object, object]:
-    """JAX's module for `fn`, adopted in aotkit's context, with the input and output trees."""
-    name = function_name(fn)
+) -> tuple[_module.Adopted, object, object]:
+    """JAX's module for `fn`, adopted in a lowering context, with the input and output trees."""
+    name = signature.function_name(fn)
     where = f"lower: {name} (frontend='jax')"
     static_argnums = _as_tuple(static_argnums)
     static_argnames = _as_tuple(static_argnames)
-    dyn_args, dyn_kwargs, static_pos, static_kw = split_static(
-        args, kwargs, static_argnums, static_argnames
+    dyn_args, dyn_kwargs, static_pos, static_kw = signature.split_static(
+        where, args, kwargs, static_argnums, static_argnames
     )
     leaves_with_paths, user_tree = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))
     abstract_args, abstract_kwargs = tree_util.tree_unflatten(
         user_tree, [_jax_argument(leaf) for _, leaf in leaves_with_paths]
     )
-    full_args, full_kwargs = merge_static(abstract_args, abstract_kwargs, static_pos, static_kw)
+    full_args, full_kwargs = signature.merge_static(
+        abstract_args, abstract_kwargs, static_pos, static_kw
+    )
     jax_lowered = _jitted(fn, static_argnums, static_argnames, donate_argnums).lower(
         *full_args, **full_kwargs
     )
     jax_module = jax_lowered.compiler_ir("stablehlo")
     _refuse_host_callbacks(jax_module, where)
-    module = _import_module(jax_module, where)
+    module, lc = _import_module(jax_module, where)
     # JAX's own tree: it knows the statics of a function the user already wrapped in jax.jit.
     in_tree = jax_lowered.in_tree
     n_main = _main_arity(module)
@@ -129,7 +123,7 @@ def import_jax(
             "ordered io_callback add tokens); pass the plain function or "
             "jax.jit(fn, keep_unused=True), and no effects"
         )
-    adopted = adopt(module, name=name, where=where)
+    adopted = _module.adopt(module, name=name, where=where)
     if in_tree == user_tree:
         _check_dtypes(leaves_with_paths, adopted.flat_in_specs, where)
     return adopted, in_tree, jax_lowered.out_tree
@@ -168,29 +162,26 @@ def _jax_argument(leaf):
     return leaf
 
 
-def _import_module(jax_module: ir.Module, where: str) -> ir.Module:
+def _import_module(jax_module: ir.Module, where: str):
     # Bytecode, not text: exact constants, locations kept, and no printing of large weights.
     buffer = io.BytesIO()
     jax_module.operation.write_bytecode(buffer)
-    with IR_LOCK, context():
-        try:
-            return ir.Module.parse(buffer.getvalue())
-        except ir.MLIRError as e:
-            raise ValueError(
-                f"{where}: aotkit's MLIR context cannot read JAX's module: "
-                f"{diagnostic(str(e))}; JAX used a dialect aotkit does not load: please report "
-                "this with the function"
-            ) from None
+    try:
+        return _module.parse(buffer.getvalue())
+    except ir.MLIRError as e:
+        raise ValueError(
+            f"{where}: aotkit's MLIR context cannot read JAX's module: "
+            f"{modules.diagnostic(e)}; JAX used a dialect aotkit does not load: please report "
+            "this with the function"
+        ) from None
 
 
 def _main_arity(module: ir.Module) -> int:
-    from aotkit.backends.base import main_function
-
     with IR_LOCK:
-        main = main_function(module)
+        main = modules.main_function(module)
         if main is None:
             return -1
-        return len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).inputs)
+        return len(modules.function_type(main).inputs)
 
 
 def _refuse_host_callbacks(module: ir.Module, where: str) -> None:
@@ -223,7 +214,7 @@ def _check_dtypes(leaves_with_paths, specs: tuple[ShapeDtype, ...], where: str) 
         asked = np.dtype(leaf.dtype)
         if asked.itemsize > got.dtype.itemsize and asked.kind == got.dtype.kind:
             raise ValueError(
-                f"{where}: argument {_arg_path(path)} is {asked.name} but JAX lowered it as "
-                f"{got.dtype.name} because jax_enable_x64 is off; enable it with "
+                f"{where}: argument {signature.arg_path(path)} is {asked.name} but JAX lowered "
+                f"it as {got.dtype.name} because jax_enable_x64 is off; enable it with "
                 f"jax.config.update('jax_enable_x64', True), or pass {got.dtype.name}"
             )

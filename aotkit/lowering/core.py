@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 
 import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import dtypes
+from aotkit import _context, dtypes
 
 Aval = tuple  # (shape: tuple[int, ...], dtype: np.dtype), kept a plain tuple for speed
 
@@ -28,7 +29,6 @@ _AOTKIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.s
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
 _SKIP_PREFIXES = (_AOTKIT_DIR, _NUMPY_DIR)
 _INTERNAL_FILES = ("<__array_function__ internals>",)
-_locations: dict[tuple[str, int], ir.Location] = {}
 
 
 _internal_code: dict[object, bool] = {}
@@ -62,9 +62,10 @@ def user_location() -> ir.Location:
     if f is None:
         return ir.Location.unknown()
     key = (f.f_code.co_filename, f.f_lineno)
-    loc = _locations.get(key)
+    locations = _context.active().locations
+    loc = locations.get(key)
     if loc is None:
-        loc = _locations[key] = ir.Location.file(key[0], key[1], 0)
+        loc = locations[key] = ir.Location.file(key[0], key[1], 0)
     return loc
 
 
@@ -90,29 +91,52 @@ class Scope:
         self.constants: dict[tuple, ir.Value] = {}
 
 
-_scopes: list[Scope] = []
+# Each thread traces on its own: a trace in one thread is invisible to the others.
+_tls = threading.local()
+
+
+def _scopes() -> list[Scope]:
+    try:
+        return _tls.scopes
+    except AttributeError:
+        _tls.scopes = []
+        return _tls.scopes
+
+
+NO_TRACE = (
+    "aotkit.numpy has no eager mode: it builds StableHLO inside a traced function rather "
+    "than computing on concrete arrays; call it inside a function given to aotkit.jit or "
+    "aotkit.lower (use numpy itself for concrete arrays)"
+)
+
+
+def no_trace_error(what: str) -> RuntimeError:
+    return RuntimeError(f"{what} was called outside a traced function: {NO_TRACE}")
 
 
 def current_scope() -> Scope:
-    if not _scopes:
-        raise RuntimeError("aotkit: no function is being traced; use aotkit.lower or aotkit.jit")
-    return _scopes[-1]
+    scopes = _scopes()
+    if not scopes:
+        raise no_trace_error("an aotkit.numpy function")
+    return scopes[-1]
 
 
 def push_scope(name: str) -> Scope:
     s = Scope(name)
-    _scopes.append(s)
+    _scopes().append(s)
     return s
 
 
 def pop_scope(scope: Scope) -> None:
-    assert _scopes and _scopes[-1] is scope, "unbalanced tracing scopes"
-    _scopes.pop()
+    scopes = _scopes()
+    assert scopes and scopes[-1] is scope, "unbalanced tracing scopes"
+    scopes.pop()
     scope.open = False
 
 
 def is_tracing() -> bool:
-    return bool(_scopes)
+    """Whether this thread is tracing a function."""
+    return bool(getattr(_tls, "scopes", None))
 
 
 # --- Tracer ----------------------------------------------------------------------------------
@@ -128,14 +152,25 @@ def _control_flow_error(what: str, suggestion: str) -> TypeError:
 class Tracer:
     """An abstract array inside a trace: `shape`, `dtype` and the `ir.Value` holding it."""
 
-    __slots__ = ("value", "shape", "dtype", "_scope", "__weakref__")
+    __slots__ = ("value", "shape", "dtype", "weak", "_scope", "__weakref__")
     # Above NumPy arrays, so `ndarray + tracer` defers to the tracer.
     __array_priority__ = 1000
 
-    def __init__(self, value: ir.Value, shape: tuple[int, ...], dtype: np.dtype, scope: Scope):
+    def __init__(
+        self,
+        value: ir.Value,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        scope: Scope,
+        weak: bool = False,
+    ):
         self.value = value
         self.shape = shape
         self.dtype = dtype
+        # Weakly typed: a Python scalar passed as an argument (or the index of a fori_loop).
+        # It promotes like the Python scalar it stands for (NEP 50) next to strongly typed
+        # arrays, and keeps its own dtype next to other weak values.
+        self.weak = weak
         self._scope = scope
 
     @property
@@ -154,7 +189,8 @@ class Tracer:
         return (self.shape, self.dtype)
 
     def __repr__(self) -> str:
-        return f"Tracer<{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}]>"
+        weak = ", weak" if self.weak else ""
+        return f"Tracer<{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}]{weak}>"
 
     # Python conversions and control flow cannot see traced values.
     def __bool__(self):
@@ -258,10 +294,6 @@ def register(*names: str, shape: ShapeRule):
     return decorate
 
 
-def registered_ops() -> list[str]:
-    return sorted(_rules)
-
-
 def _check_live(t: Tracer, op: str) -> None:
     if not t._scope.open:
         raise TypeError(
@@ -286,7 +318,7 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
     avals_out = entry[0](*avals_in, **params)
     with user_location():
         results = entry[1](RuleContext(op, avals_in, avals_out), *values, **params)
-    scope = _scopes[-1]
+    scope = _tls.scopes[-1]
     return [Tracer(v, a[0], a[1], scope) for v, a in zip(results, avals_out)]  # noqa: B905
 
 
@@ -297,7 +329,6 @@ def bind1(op: str, *operands: Tracer, **params) -> Tracer:
 # --- Constants ----------------------------------------------------------------------------------
 
 
-_splats: dict[tuple, ir.DenseElementsAttr] = {}
 _PY_SCALARS = (bool, int, float, complex)
 
 
@@ -307,13 +338,12 @@ def _splat_attr(scalar, shape, dtype: np.dtype) -> ir.DenseElementsAttr:
     # repr, not the value, keys Python scalars: 0.0 == -0.0 but they are different constants.
     t = type(scalar)
     key = (dtype, shape, t, repr(scalar)) if t in _PY_SCALARS else None
-    attr = _splats.get(key) if key is not None else None
+    splats = _context.active().splats
+    attr = splats.get(key) if key is not None else None
     if attr is None:
         attr = _build_splat(np.asarray(scalar, dtype).reshape(1), shape, dtype)
         if key is not None:
-            if len(_splats) > 65536:
-                _splats.clear()
-            _splats[key] = attr
+            splats[key] = attr
     return attr
 
 
@@ -339,6 +369,8 @@ def _dense_attr(x: np.ndarray) -> ir.DenseElementsAttr:
     assert x.dtype != np.bool_, "non-splat booleans go through u8"
     if x.dtype == dtypes.bfloat16:
         flat = flat.view(np.uint16)
+    # Dense constants stay in the context as long as it lives: they decide when it retires.
+    _context.active().add_constant_bytes(flat.nbytes)
     return ir.DenseElementsAttr.get(
         np.ascontiguousarray(flat), type=dtypes.ir_element_type(x.dtype), shape=list(x.shape)
     )
@@ -346,6 +378,7 @@ def _dense_attr(x: np.ndarray) -> ir.DenseElementsAttr:
 
 def constant(x, dtype: np.dtype | None = None) -> Tracer:
     """Embeds a NumPy array or scalar as a `stablehlo.constant`."""
+    scope = current_scope()
     arr = np.asarray(x)
     arr = arr.astype(
         dtype if dtype is not None else dtypes.canonicalize(arr.dtype, where="constant"), copy=False
@@ -361,7 +394,7 @@ def constant(x, dtype: np.dtype | None = None) -> Tracer:
             )
         else:
             value = _constant_op(_dense_attr(arr))
-    return Tracer(value, tuple(arr.shape), arr.dtype, current_scope())
+    return Tracer(value, tuple(arr.shape), arr.dtype, scope)
 
 
 def full(shape: tuple[int, ...], value, dtype: np.dtype) -> Tracer:

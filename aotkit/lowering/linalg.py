@@ -11,14 +11,13 @@ boolean products are logical (any of ands).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import dtypes
+from aotkit import _context, dtypes
 from aotkit.lowering.core import (
     NUMPY_FUNCTIONS,
     RuleContext,
@@ -55,9 +54,8 @@ def _dot_shape(a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
     return [(batch + lhs_free + rhs_free, a[1])]
 
 
-@functools.cache
+@_context.cached
 def _dot_attrs(lhs_batch, rhs_batch, lhs_contract, rhs_contract):
-    # Attributes are immutable and uniqued in aotkit's one context: build each once.
     dims = stablehlo.DotDimensionNumbers.get(
         lhs_batching_dimensions=list(lhs_batch),
         rhs_batching_dimensions=list(rhs_batch),

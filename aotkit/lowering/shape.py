@@ -17,7 +17,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import dtypes
+from aotkit import _context, dtypes
 from aotkit.lowering.core import (
     NUMPY_FUNCTIONS,
     RuleContext,
@@ -38,9 +38,8 @@ def _lower_broadcast_in_dim(ctx: RuleContext, x, *, shape, dims):
     return emit(ctx, "stablehlo.broadcast_in_dim", x, broadcast_dimensions=_i64_array(dims))
 
 
-@functools.lru_cache(maxsize=4096)
+@_context.cached
 def _i64_array(values: tuple[int, ...]) -> ir.DenseI64ArrayAttr:
-    # Attributes are immutable and uniqued in aotkit's one context: build each once.
     return ir.DenseI64ArrayAttr.get(list(values))
 
 

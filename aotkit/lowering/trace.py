@@ -1,7 +1,9 @@
-"""Trace stage driver: runs a Python function on tracers and returns a verified module.
+"""The tracer front end: runs a Python function on tracers and returns the `Traced` stage.
 
 The module is `module @<name>` with one public `@main` whose arguments are the flat leaves
-of the input pytree and whose results are the flat leaves of the output pytree.
+of the input pytree (static arguments removed) and whose results are the flat leaves of the
+output pytree. It is built in a lowering context (`aotkit._context`) and verified; the
+pipeline, donation and dumps are the stages' business (`aotkit.stages.lower_traced`).
 """
 
 from __future__ import annotations
@@ -13,24 +15,13 @@ from jax import tree_util
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from aotkit import dtypes, dumps
-from aotkit._context import IR_LOCK, context
+from aotkit import _context, dtypes, modules
+from aotkit._context import IR_LOCK
+from aotkit.errors import InvalidModuleError
+from aotkit.frontends import signature
 from aotkit.lowering.core import Tracer, _check_live, constant, pop_scope, push_scope
 from aotkit.specs import ShapeDtype
-
-
-class TraceResult:
-    __slots__ = ("module", "out_tree", "flat_out_specs")
-
-    def __init__(self, module, out_tree, flat_out_specs):
-        self.module = module
-        self.out_tree = out_tree
-        self.flat_out_specs = flat_out_specs
-
-
-def _symbol_name(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "_." else "_" for c in name)
-    return cleaned or "fn"
+from aotkit.traced import Traced
 
 
 def _output_value(path, leaf) -> Tracer:
@@ -49,35 +40,83 @@ def _output_value(path, leaf) -> Tracer:
     )
 
 
+def trace(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    static_argnums: Sequence[int] = (),
+    static_argnames: Sequence[str] = (),
+    donate_argnums: Sequence[int] = (),
+    defaults: dict | None = None,
+) -> Traced:
+    """Traces `fn` on `args`/`kwargs` (values or `ShapeDtype` specs) into a `Traced` stage.
+
+    Python scalars among the arguments become weakly typed 0-d arguments
+    (`dtypes.scalar_argument_dtype`); static arguments are passed to `fn` as they are.
+    """
+    name = signature.function_name(fn)
+    where = f"trace({name})"
+    dyn_args, dyn_kwargs, static_pos, static_kw = signature.split_static(
+        where, args, kwargs, static_argnums, static_argnames
+    )
+    leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
+    specs, _ = signature.flat_specs(name, (dyn_args, dyn_kwargs))
+    weak = [dtypes.weak_kind(leaf) is not None for leaf in leaves]
+    donated = ()
+    if donate_argnums:
+        donated = signature.donated_leaves(where, in_tree, args, set(static_pos), donate_argnums)
+
+    def body(flat_tracers):
+        t_args, t_kwargs = tree_util.tree_unflatten(in_tree, flat_tracers)
+        full_args, full_kwargs = signature.merge_static(t_args, t_kwargs, static_pos, static_kw)
+        return fn(*full_args, **full_kwargs)
+
+    with IR_LOCK:
+        lc = _context.for_lowering()
+        module, out_tree, out_specs = trace_to_module(lc, body, name, specs, weak=weak)
+    return Traced(
+        module,
+        lc,
+        name=name,
+        in_tree=in_tree,
+        out_tree=out_tree,
+        flat_in_specs=specs,
+        flat_out_specs=out_specs,
+        donated=donated,
+        frontend="aotkit",
+        defaults=defaults,
+    )
+
+
 def trace_to_module(
+    lc: _context.LoweringContext,
     body: Callable[[list[Tracer]], object],
     name: str,
     flat_in_specs: Sequence[ShapeDtype],
     *,
-    arg_attrs: Sequence[dict[str, ir.Attribute]] | None = None,
-    dumper: dumps.Dumper | None = None,
-) -> TraceResult:
-    """Traces `body(flat_tracers)` into a new verified module named `name`.
+    weak: Sequence[bool] | None = None,
+) -> tuple[ir.Module, object, tuple[ShapeDtype, ...]]:
+    """Traces `body(flat_tracers)` into a new verified module named `name` in `lc`.
 
-    A module that fails verification is written to `dumper` (when dumps are on) and the
-    error names the file, or says how to turn dumps on.
+    Returns (module, output tree, flat output specs). A module that fails verification is
+    an aotkit bug: `InvalidModuleError` carries it, so the stages can dump it.
     """
-    with IR_LOCK, context(), ir.Location.unknown():
+    weak = weak or (False,) * len(flat_in_specs)
+    with IR_LOCK, lc, ir.Location.unknown():
         module = ir.Module.create()
-        module.operation.attributes["sym_name"] = ir.StringAttr.get(_symbol_name(name))
+        module.operation.attributes["sym_name"] = ir.StringAttr.get(modules.symbol_name(name))
         in_types = [dtypes.tensor_type(s.shape, s.dtype) for s in flat_in_specs]
         with ir.InsertionPoint(module.body):
             main = func.FuncOp("main", ir.FunctionType.get(in_types, []))
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
-        if arg_attrs is not None:
-            main.arg_attrs = ir.ArrayAttr.get([ir.DictAttr.get(a) for a in arg_attrs])
         block = main.add_entry_block()
         scope = push_scope(name)
         try:
             with ir.InsertionPoint(block):
                 args = [
-                    Tracer(block.arguments[i], s.shape, s.dtype, scope)
-                    for i, s in enumerate(flat_in_specs)
+                    Tracer(block.arguments[i], s.shape, s.dtype, scope, w)
+                    for i, (s, w) in enumerate(zip(flat_in_specs, weak, strict=True))
                 ]
                 out = body(args)
                 leaves_with_paths, out_tree = tree_util.tree_flatten_with_path(out)
@@ -91,12 +130,10 @@ def trace_to_module(
         try:
             module.operation.verify()
         except ir.MLIRError as e:
-            # User input is validated before it reaches the bindings: this is an aotkit bug.
-            if dumper is not None:
-                dumper.write_module("invalid-traced", module)
-            raise RuntimeError(
-                f"aotkit produced an invalid module for {name!r} (please report this): {e}; "
-                f"{dumps.hint(dumper)}"
+            raise InvalidModuleError(
+                f"aotkit produced an invalid module for {name!r} (please report this): {e}",
+                module=module,
+                stage="invalid-traced",
             ) from e
         specs = tuple(ShapeDtype(t.shape, t.dtype) for t in outs)
-        return TraceResult(module, out_tree, specs)
+        return module, out_tree, specs

@@ -5,12 +5,12 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from aotkit import dtypes
-from aotkit._context import IR_LOCK, context
+from tests.helpers import ir_context
 
 
 def parse(text: str) -> ir.Module:
-    with IR_LOCK:
-        return ir.Module.parse(text, context())
+    with ir_context():
+        return ir.Module.parse(text)
 
 
 def module(name: str, args: list[str], results: list[str], body: str) -> ir.Module:
@@ -21,7 +21,7 @@ def module(name: str, args: list[str], results: list[str], body: str) -> ir.Modu
 
 
 def tensor(shape, dtype) -> str:
-    with IR_LOCK, context(), ir.Location.unknown():
+    with ir_context(), ir.Location.unknown():
         return str(dtypes.tensor_type(tuple(shape), dtypes.canonicalize(dtype)))
 
 

@@ -24,7 +24,8 @@ from jaxlib.mlir.dialects import stablehlo
 
 import aotkit
 import aotkit.numpy as anp
-from aotkit.frontends.files import FORMATS, load_module, sniff
+from aotkit.frontends.files import FORMATS, sniff
+from aotkit.stages import load_module
 from tests.helpers import run_lowered
 
 EXPECTED = "expected " + re.escape(FORMATS) + "$"
@@ -441,10 +442,10 @@ def test_sandbox_timeout(monkeypatch):
 def test_adopt_refuses_a_module_that_does_not_verify():
     from jaxlib.mlir import ir
 
-    from aotkit._context import IR_LOCK, context
     from aotkit.frontends._module import adopt
+    from tests.helpers import ir_context
 
-    with IR_LOCK, context():
+    with ir_context():
         module = ir.Module.parse(TEXT.decode())
         main = module.body.operations[0]
         wrong = ir.FunctionType.get([ir.F32Type.get()], [ir.F32Type.get()])

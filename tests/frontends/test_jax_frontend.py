@@ -18,10 +18,14 @@ from jax import tree_util
 import aotkit
 import aotkit.numpy as anp
 from aotkit import frontends
-from aotkit.frontends.jax import lower_jax
+from aotkit.stages import lower_function
 from tests.helpers import run_lowered
 
 RNG = np.random.default_rng(0)
+
+
+def lower_jax(fn, args, kwargs, **options):
+    return lower_function(fn, args, kwargs, frontend="jax", **options)
 
 
 def normal(*shape, scale=1.0, dtype=np.float32):

@@ -110,7 +110,10 @@ def test_locations_point_at_user_lines():
 
 def test_concrete_arguments_give_specs():
     lowered = aotkit.lower(lambda a, b, c: a + b + c, np.zeros((2,), np.int8), 3, 2.5)
-    assert [str(s) for s in lowered.flat_in_specs] == ["i8[2]", "i64[]", "f64[]"]
+    # Python scalars are weakly typed 32-bit arguments that promote as Python scalars do:
+    # NumPy gives i8 + 3 + 2.5 the dtype float64, and so does aotkit.
+    assert [str(s) for s in lowered.flat_in_specs] == ["i8[2]", "i32[]", "f32[]"]
+    assert [str(s) for s in lowered.flat_out_specs] == ["f64[2]"]
 
 
 # --- bad input -------------------------------------------------------------------------------

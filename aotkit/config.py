@@ -1,0 +1,55 @@
+"""Process-wide settings: `aotkit.config.update(name, value)` and `aotkit.config.get(name)`.
+
+- `x64_scalars` (default False, or `AOTKIT_X64_SCALARS=1`): the dtype of Python scalars
+  passed as top-level arguments. Off, they are weakly typed 32-bit values (bool, int32,
+  float32, complex64), as in JAX: `jit(f)(3.)` traces `f` for a float32 scalar that promotes
+  like a Python float (NEP 50). On, they are weakly typed 64-bit values (int64, float64,
+  complex128), as NumPy would hold them. Python scalars inside the traced function always
+  follow NumPy's rules.
+"""
+
+from __future__ import annotations
+
+import os
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _env_flag(name: str) -> bool:
+    text = os.environ.get(name, "").strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{name}={text!r}: expected 1/0, true/false, yes/no or on/off")
+
+
+_DOC = {"x64_scalars": "Python scalar arguments are 64-bit (int64, float64, complex128)"}
+_values: dict[str, object] = {"x64_scalars": _env_flag("AOTKIT_X64_SCALARS")}
+# Bumped by every update: caches keyed on settings compare it instead of the values.
+version = 0
+
+
+def get(name: str):
+    """The current value of setting `name`."""
+    _check_name(name)
+    return _values[name]
+
+
+def update(name: str, value) -> None:
+    """Sets `name` (see the module docstring) for the whole process."""
+    _check_name(name)
+    if not isinstance(value, bool):
+        raise TypeError(f"aotkit.config.update: {name} takes True or False, got {value!r}")
+    global version
+    _values[name] = value
+    version += 1
+
+
+def _check_name(name) -> None:
+    if name not in _values:
+        raise ValueError(
+            f"aotkit.config: unknown setting {name!r}; settings: "
+            + ", ".join(f"{k} ({v})" for k, v in _DOC.items())
+        )

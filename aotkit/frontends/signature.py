@@ -1,0 +1,122 @@
+"""How a call's arguments become a program's signature, for every front end alike.
+
+A call `f(*args, **kwargs)` is split into static arguments (Python values baked into the
+program) and dynamic ones; the dynamic ones form the input pytree `((args...), {kwargs})`,
+whose leaves (arrays, Python scalars or `ShapeDtype` specs) are the program's flat
+arguments. Donated positional arguments mark their leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from jax import tree_util
+
+from aotkit.specs import ShapeDtype, spec_of
+
+
+def function_name(fn: Callable) -> str:
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    return "lambda" if name == "<lambda>" else name
+
+
+def as_tuple(where: str, name: str, value, kind: type) -> tuple:
+    """`value` (one `kind` or an iterable of them, None for none) as a tuple; else TypeError."""
+    if value is None:
+        return ()
+    if isinstance(value, kind):
+        value = (value,)
+    try:
+        out = tuple(value)
+    except TypeError:
+        out = None
+    if out is None or not all(isinstance(v, kind) and not isinstance(v, bool) for v in out):
+        what = {int: "an int or a tuple of ints", str: "a str or a tuple of strs"}[kind]
+        raise TypeError(f"{where}: {name} must be {what}, got {value!r}")
+    return out
+
+
+def positions(where: str, name: str, nums: Sequence[int], n_args: int) -> set[int]:
+    """`static_argnums`/`donate_argnums` resolved against a call with `n_args` positional
+    arguments (negative numbers count from the end); ValueError for one out of range."""
+    found = set()
+    for i in nums:
+        j = i + n_args if i < 0 else i
+        if not 0 <= j < n_args:
+            raise ValueError(
+                f"{where}: {name} has {i}, but the call passes {n_args} positional "
+                f"argument(s); pass that argument positionally or fix {name}"
+            )
+        found.add(j)
+    return found
+
+
+def split_static(
+    where: str,
+    args: tuple,
+    kwargs: dict,
+    static_argnums: Sequence[int],
+    static_argnames: Sequence[str],
+) -> tuple[tuple, dict, dict[int, object], dict[str, object]]:
+    """Separates static arguments (by position or name) from the dynamic ones."""
+    nums = positions(where, "static_argnums", static_argnums, len(args)) if static_argnums else ()
+    static_pos = {i: args[i] for i in sorted(nums)}
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
+    static_kw = {k: v for k, v in kwargs.items() if k in static_argnames}
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
+    return dyn_args, dyn_kwargs, static_pos, static_kw
+
+
+def merge_static(dyn_args: Sequence, dyn_kwargs: dict, static_pos: dict, static_kw: dict):
+    args = list(dyn_args)
+    for i, v in static_pos.items():
+        args.insert(i, v)
+    return tuple(args), {**dyn_kwargs, **static_kw}
+
+
+def flat_specs(fn_name: str, tree_in) -> tuple[tuple[ShapeDtype, ...], object]:
+    """Flattens `((args), {kwargs})` and gives each leaf's spec; non-arrays are TypeErrors."""
+    leaves_with_paths, treedef = tree_util.tree_flatten_with_path(tree_in)
+    specs = []
+    for path, leaf in leaves_with_paths:
+        try:
+            specs.append(spec_of(leaf))
+        except OverflowError as e:
+            raise OverflowError(f"{fn_name}: argument {arg_path(path)}: {e}") from None
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"{fn_name}: argument {arg_path(path)} of type {type(leaf).__name__} is not an "
+                f"array ({e}); pass arrays, Python scalars or aotkit.ShapeDtype specs, or mark "
+                "it static with static_argnums/static_argnames"
+            ) from None
+    return tuple(specs), treedef
+
+
+def arg_path(path) -> str:
+    """`args[0]['w']` style path of a leaf in the `((args), {kwargs})` tree."""
+    if not path:
+        return "<root>"
+    head, rest = path[0], path[1:]
+    prefix = "args" if getattr(head, "idx", None) == 0 else "kwargs"
+    return prefix + tree_util.keystr(tuple(rest))
+
+
+def donated_leaves(
+    where: str, in_tree, args: tuple, static_nums: set[int], donate_argnums: Sequence[int]
+) -> tuple[bool, ...]:
+    """Which flat leaves of `in_tree` belong to donated positional arguments."""
+    n = len(args)
+    donated = positions(where, "donate_argnums", donate_argnums, n)
+    both = donated & static_nums
+    if both:
+        raise ValueError(
+            f"{where}: argument {min(both)} is both static and donated; a static argument "
+            "has no buffer to donate"
+        )
+    dyn_positions = [i for i in range(n) if i not in static_nums]
+    arg_trees = in_tree.children()[0].children()
+    flags: list[bool] = []
+    for k, position in enumerate(dyn_positions):
+        flags += [position in donated] * arg_trees[k].num_leaves
+    flags += [False] * (in_tree.num_leaves - len(flags))
+    return tuple(flags)

@@ -1,0 +1,188 @@
+"""Reading StableHLO modules: the entry function, its signature, names and diagnostics.
+
+Shared, downward, by the front ends (tracer, JAX, files), the stages and the backends: what
+aotkit needs to know about an `ir.Module` it did not build itself, and the one way an MLIR
+diagnostic becomes one line of an error message. Nothing here builds IR, so nothing here
+needs a lowering context to be active.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+from jaxlib.mlir import ir
+
+from aotkit import dtypes
+from aotkit._context import IR_LOCK
+from aotkit.specs import ShapeDtype
+
+_LOCATION = re.compile(r'^(?:loc\()?"[^"]*":(\d+):(\d+)\)?:?\s*')
+
+
+def symbol_name(name: str) -> str:
+    """`name` (a Python function name such as `<lambda>`) as a valid MLIR symbol name."""
+    cleaned = "".join(c if c.isalnum() or c in "_." else "_" for c in name)
+    return cleaned or "fn"
+
+
+def module_name(module: ir.Module) -> str:
+    """The module's `sym_name` (aotkit names modules after the traced function), or "module"."""
+    name = sym_name(module)
+    return name if name is not None else "module"
+
+
+def sym_name(module: ir.Module) -> str | None:
+    with IR_LOCK:
+        attrs = module.operation.attributes
+        if "sym_name" in attrs:
+            return ir.StringAttr(attrs["sym_name"]).value
+    return None
+
+
+def functions(module: ir.Module) -> dict[str, ir.Operation]:
+    """The module's top-level `func.func` ops by symbol name (caller holds IR_LOCK)."""
+    found = {}
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and "sym_name" in op.attributes:
+            found[ir.StringAttr(op.attributes["sym_name"]).value] = op
+    return found
+
+
+def main_function(module: ir.Module):
+    """The `@main` func.func of `module`, or None (caller holds IR_LOCK)."""
+    return functions(module).get("main")
+
+
+def function_type(func_op) -> ir.FunctionType:
+    return ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
+
+
+def signature(module: ir.Module, where: str) -> tuple[tuple[ShapeDtype, ...], tuple]:
+    """The flat argument and result specs of `@main`; TypeError for types aotkit cannot carry."""
+    with IR_LOCK:
+        main = main_function(module)
+        if main is None:
+            raise ValueError(f"{where}: module has no @main function; lower with aotkit.lower")
+        ftype = function_type(main)
+        return (
+            tuple(spec_of_type(t, where) for t in ftype.inputs),
+            tuple(spec_of_type(t, where) for t in ftype.results),
+        )
+
+
+def spec_of_type(t: ir.Type, where: str) -> ShapeDtype:
+    """The ShapeDtype of a tensor type; TypeError for what aotkit cannot carry."""
+    if not isinstance(t, ir.RankedTensorType):
+        raise TypeError(f"{where}: @main has a non-tensor argument or result {t}; only tensors")
+    if not t.has_static_shape:
+        raise TypeError(f"{where}: @main has dynamic shape {t}; only static shapes compile")
+    try:
+        return ShapeDtype(tuple(t.shape), dtypes.dtype_of_ir_type(t.element_type))
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{where}: @main has type {t}: {e}") from None
+
+
+def bytecode(module: ir.Module) -> bytes:
+    """The module as MLIR bytecode (what PJRT compiles, and what survives its context)."""
+    buffer = io.BytesIO()
+    with IR_LOCK:
+        module.operation.write_bytecode(buffer)
+    return buffer.getvalue()
+
+
+_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+def portable_version(text: str | None, what: str = "target version") -> str:
+    """A StableHLO version this jaxlib can write: MAJOR.MINOR.PATCH, 'current' (None) or
+    'minimum'; ValueError naming the range (and `what` was given) otherwise."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    current, minimum = stablehlo.get_current_version(), stablehlo.get_minimum_version()
+    if text is None or text == "current":
+        return current
+    if text == "minimum":
+        return minimum
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split("."))
+
+    if (
+        not isinstance(text, str)
+        or not _VERSION.match(text)
+        or not (key(minimum) <= key(text) <= key(current))
+    ):
+        raise ValueError(
+            f"{what} {text!r} is not a StableHLO version this jaxlib can write; "
+            f"give MAJOR.MINOR.PATCH from {minimum} to {current} (or 'current', 'minimum')"
+        )
+    return text
+
+
+def portable_artifact(module: ir.Module, target_version: str | None = None) -> bytes:
+    """The module as a StableHLO portable artifact (versioned VHLO bytecode) for
+    `target_version` (see `portable_version`); ValueError with StableHLO's reason if the
+    module cannot be written (CHLO left in it, say)."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    target = portable_version(target_version)
+    found: list[str] = []
+
+    def handler(d) -> bool:
+        found.append(d.message)
+        return True
+
+    with IR_LOCK:
+        handle = module.context.attach_diagnostic_handler(handler)
+        try:
+            return stablehlo.serialize_portable_artifact(module, target)
+        except ValueError:
+            raise ValueError(
+                f"StableHLO cannot write module {module_name(module)!r} for version {target}: "
+                f"{found[0] if found else 'unknown reason'}; lower with the default pipeline "
+                "(it legalizes CHLO)"
+            ) from None
+        finally:
+            handle.detach()
+
+
+def diagnostic(error) -> str:
+    """The first error of an MLIR failure as one line, its location as `line L, column C`.
+
+    `error` is an `ir.MLIRError` (its first attached diagnostic), the text MLIR printed (its
+    first `error:` line), or any exception (its first non-empty line).
+    """
+    found = getattr(error, "error_diagnostics", None)
+    if found:
+        d = found[0]
+        line = d.message
+        loc = str(d.location)
+        m = _LOCATION.match(loc + " ")
+        if m is not None and int(m.group(1)) > 0:
+            line = f"line {m.group(1)}, column {m.group(2)}: {line}"
+        return _clean(line)
+    text = str(error)
+    line = first_error_line(text)
+    m = _LOCATION.match(line)
+    if m is not None:
+        row, col = int(m.group(1)), int(m.group(2))
+        rest = line[m.end() :]
+        line = rest if row == 0 else f"line {row}, column {col}: {rest}"
+    return _clean(line)
+
+
+def first_error_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("error:"):
+            return line[len("error:") :].strip()
+        if ": error: " in line:
+            return line.split(": error: ", 1)[1].strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else text.strip()
+
+
+def _clean(line: str) -> str:
+    line = line.split(" If this is intended, please call allowUnregisteredDialects()")[0]
+    return line.strip().rstrip(".")

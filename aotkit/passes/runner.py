@@ -1,0 +1,105 @@
+"""Running a pass pipeline over a module, with per-pass dumps and timing.
+
+The stages (`aotkit.stages.lower_traced`) call `run_pipeline`; it rewrites the module in
+place, verifies the result, and raises `aotkit.CompileError` for a failing pass or an
+invalid result, naming the dump file or saying how to turn dumps on.
+"""
+
+from __future__ import annotations
+
+import time
+
+from jaxlib.mlir import ir
+
+from aotkit import _context, dumps, modules
+from aotkit._context import IR_LOCK
+from aotkit.errors import CompileError
+from aotkit.passes.pipeline import Step, manager, plan
+
+
+def format_timing(timings: list[tuple[str, float]], *, name: str, pipeline: str) -> str:
+    """A pass timing report: one line per pass with milliseconds and share of the total."""
+    total = sum(t for _, t in timings) or 1e-12
+    width = max((len(label) for label, _ in timings), default=4)
+    lines = [f"pipeline {pipeline!r} on module {name!r}", f"{'pass':<{width}}  {'ms':>9}  share"]
+    for label, seconds in timings:
+        lines.append(f"{label:<{width}}  {seconds * 1e3:9.3f}  {seconds / total:5.1%}")
+    lines.append(f"{'total':<{width}}  {total * 1e3:9.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def run_pipeline(
+    module,
+    pipeline: str,
+    *,
+    name: str,
+    dumper: dumps.Dumper | None = None,
+    verified: bool = False,
+    verify: bool = True,
+) -> list[tuple[str, float]]:
+    """Runs `pipeline` on `module` in place and returns (pass, seconds) per pass.
+
+    `verified=True` skips verifying the input (the front end did); `verify=False` leaves
+    verifying the result to the caller (the stages verify once, after donation). With a
+    dumper whose `print_ir_after_all` is on, writes the module after each pass.
+    """
+    steps = plan(pipeline)
+    timings: list[tuple[str, float]] = []
+    with IR_LOCK, _context.of(module) as lc:
+        if not verified:
+            try:
+                module.operation.verify()
+            except ir.MLIRError as e:
+                raise ValueError(
+                    f"run_pipeline: module {name!r} fails verification before the pipeline: "
+                    f"{modules.diagnostic(e)}; {dumps.hint(dumper)}"
+                ) from e
+        for step in steps:
+            start = time.perf_counter()
+            _run_step(lc, step, module, name=name, pipeline=pipeline, dumper=dumper)
+            timings.append((step.label, time.perf_counter() - start))
+            if dumper is not None and dumper.print_ir_after_all:
+                dumper.write_module(f"after-{step.label}", module)
+        if verify and steps:
+            verify_result(module, pipeline, name=name, dumper=dumper)
+    return timings
+
+
+def verify_result(module, pipeline: str, *, name: str, dumper: dumps.Dumper | None) -> None:
+    """Verifies a pipeline's result; CompileError (after dumping it as `invalid`) if not."""
+    with IR_LOCK:
+        try:
+            module.operation.verify()
+        except ir.MLIRError as e:
+            if dumper is not None:
+                dumper.write_module("invalid", module)
+            raise CompileError(
+                f"pipeline {pipeline!r} produced an invalid module {name!r}: "
+                f"{modules.diagnostic(e)}; {dumps.hint(dumper)}",
+                module_name=name,
+            ) from e
+
+
+def _run_step(lc, step: Step, module, *, name, pipeline, dumper) -> None:
+    if step.python is not None:
+        try:
+            changed = step.python.run(module)
+        except Exception as e:
+            e.add_note(f"in aotkit pass {step.label!r} on module {name!r}")
+            raise
+        if not isinstance(changed, bool):
+            raise TypeError(
+                f"aotkit pass {step.label!r} returned {type(changed).__name__} {changed!r}; "
+                "a pass returns True when it changed the module, else False"
+            )
+        return
+    try:
+        manager(lc, step.mlir).run(module.operation)
+    except ir.MLIRError as e:
+        if dumper is not None:
+            dumper.write_module(f"failed-{step.label}", module)
+        raise CompileError(
+            f"pipeline {pipeline!r}: pass {step.label!r} failed on module {name!r}: "
+            f"{modules.diagnostic(e)}; {dumps.hint(dumper)}",
+            module_name=name,
+        ) from e

@@ -1,0 +1,148 @@
+"""The trace stage's value: `Traced`, what every front end returns.
+
+A front end (aotkit's tracer, the JAX front end, the file reader) turns a program into a
+`Traced`: the StableHLO module before any pass pipeline, with the argument and result
+pytrees and specs, which arguments are donated, the program's name and the front end that
+made it. `aotkit.stages` alone turns a `Traced` into a `Lowered` (pipeline, then donation,
+then verification, then dumps), so every front end gets the same pipeline, dumps and checks.
+
+Stages are immutable: their attributes cannot be set, and the module is never handed out
+for writing (`as_text()` prints it; `Lowered.module` returns a copy).
+"""
+
+from __future__ import annotations
+
+from jax import tree_util
+from jaxlib.mlir import ir
+
+from aotkit._context import IR_LOCK, LoweringContext
+from aotkit.specs import ShapeDtype
+
+
+class Stage:
+    """Immutable attributes for the stages: set once in `__init__`, read-only after."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name, value):
+        raise AttributeError(
+            f"{type(self).__name__} is immutable: cannot set {name!r}; stages are values "
+            "(lower or compile again for a different one)"
+        )
+
+    def __delattr__(self, name):
+        raise AttributeError(f"{type(self).__name__} is immutable: cannot delete {name!r}")
+
+    def _init(self, **values) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def in_specs(self):
+        """The input pytree `((args...), {kwargs})` with ShapeDtype leaves (statics removed)."""
+        return tree_util.tree_unflatten(self.in_tree, self.flat_in_specs)
+
+    @property
+    def out_specs(self):
+        """The output pytree with ShapeDtype leaves."""
+        return tree_util.tree_unflatten(self.out_tree, self.flat_out_specs)
+
+    def _signature_text(self) -> str:
+        ins = ", ".join(map(str, self.flat_in_specs))
+        outs = ", ".join(map(str, self.flat_out_specs))
+        return f"{self.name}({ins}) -> ({outs})"
+
+
+class ModuleStage(Stage):
+    """A stage that holds a StableHLO module in its lowering context."""
+
+    __slots__ = ()
+
+    def as_text(self, debug_info: bool = False) -> str:
+        """The module as MLIR text; `debug_info=True` adds the `file:line` locations."""
+        with IR_LOCK:
+            return self._module.operation.get_asm(enable_debug_info=debug_info)
+
+    def as_bytecode(self) -> bytes:
+        """The module as MLIR bytecode (exact constants, locations kept)."""
+        from aotkit import modules
+
+        return modules.bytecode(self._module)
+
+    def as_portable_artifact(self, target_version: str | None = None) -> bytes:
+        """The module as a StableHLO portable artifact for `target_version` (MAJOR.MINOR.PATCH,
+        'current' or 'minimum'), readable by later StableHLO versions and other compilers."""
+        from aotkit import modules
+
+        return modules.portable_artifact(self.module, target_version)
+
+    @property
+    def module(self) -> ir.Module:
+        """A copy of the module (an `ir.Module` in the same context): changing it changes
+        nothing in this stage. Use `as_text()` to look."""
+        from aotkit import modules
+
+        data = modules.bytecode(self._module)
+        with IR_LOCK, self._lc:
+            return ir.Module.parse(data)
+
+    def __str__(self) -> str:
+        return self.as_text()
+
+
+class Traced(ModuleStage):
+    """A program traced to StableHLO, before any pass pipeline: `jit(f).trace(*args)`.
+
+    `.lower()` runs the pipeline (the jit's, unless given) and returns the `Lowered` stage.
+    """
+
+    __slots__ = (
+        "_module",
+        "_lc",
+        "name",
+        "in_tree",
+        "out_tree",
+        "flat_in_specs",
+        "flat_out_specs",
+        "donated",
+        "frontend",
+        "_defaults",
+    )
+
+    def __init__(
+        self,
+        module,
+        lc: LoweringContext,
+        *,
+        name: str,
+        in_tree,
+        out_tree,
+        flat_in_specs: tuple[ShapeDtype, ...],
+        flat_out_specs: tuple[ShapeDtype, ...],
+        donated: tuple[bool, ...] = (),
+        frontend: str = "aotkit",
+        defaults: dict | None = None,
+    ):
+        self._init(
+            _module=module,
+            _lc=lc,
+            name=name,
+            in_tree=in_tree,
+            out_tree=out_tree,
+            flat_in_specs=tuple(flat_in_specs),
+            flat_out_specs=tuple(flat_out_specs),
+            donated=tuple(donated) or (False,) * len(flat_in_specs),
+            frontend=frontend,
+            _defaults=dict(defaults or {}),
+        )
+
+    def lower(self, *, pipeline: str | None = None, dump_dir=None):
+        """The `Lowered` stage: `pipeline` (default: the one given to jit, else "default"),
+        then donation, verification and dumps (under `dump_dir` or `AOTKIT_DUMP_DIR`).
+        This Traced stays as it is: the pipeline runs on a copy of its module."""
+        from aotkit import stages
+
+        return stages.lower_traced(self, pipeline=pipeline, dump_dir=dump_dir)
+
+    def __repr__(self) -> str:
+        return f"<Traced {self._signature_text()} from {self.frontend}>"

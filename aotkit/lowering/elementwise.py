@@ -16,7 +16,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import dtypes
+from aotkit import _context, dtypes
 from aotkit.lowering.core import (
     NUMPY_FUNCTIONS,
     RuleContext,
@@ -27,6 +27,8 @@ from aotkit.lowering.core import (
     emit,
     export,
     full,
+    is_tracing,
+    no_trace_error,
     register,
     where,
 )
@@ -140,7 +142,7 @@ def _lower_compare(ctx: RuleContext, x, y, *, direction):
     return emit(ctx, "stablehlo.compare", x, y, comparison_direction=_direction(direction))
 
 
-@functools.cache
+@_context.cached
 def _direction(direction: str) -> ir.Attribute:
     return stablehlo.ComparisonDirectionAttr.get(direction)
 
@@ -224,6 +226,10 @@ def cast(x: Tracer, dtype: np.dtype) -> Tracer:
         x = bind1("real", x)
         if x.dtype == dtype:
             return x
+    if x.dtype == np.bool_ and dtypes.is_inexact(dtype):
+        # XLA rewrites `convert(pred) / y` and `convert(pred) * y` into selects that give 0
+        # where IEEE gives NaN (0 / 0, 0 * inf); a select of 1 and 0 keeps the arithmetic.
+        return bind1("select", x, full(x.shape, 1, dtype), full(x.shape, 0, dtype))
     return bind1("convert", x, dtype=dtype)
 
 
@@ -269,8 +275,52 @@ def _resolve(
     return tuple(resolved[: len(keys)]), tuple(resolved[len(keys) :])
 
 
-def _prepare(op: str, ufunc: np.ufunc, args, out=None) -> tuple[list[Tracer], np.dtype]:
-    keys = tuple([a.dtype if type(a) is Tracer else _operand_key(op, a) for a in args])
+def _weak_keys(op: str, args) -> tuple[tuple, bool]:
+    """Promotion keys with weakly typed tracers among the operands, and whether the result
+    may be weak.
+
+    Next to a strongly typed array a weak tracer promotes as the Python scalar it stands
+    for (NEP 50: `weak f32 + f16 -> f16`, `weak f32 + i32 -> f64`). Among weak values and
+    Python scalars only, the highest kind wins and keeps its width, as in JAX (`weak f32 *
+    2 -> f32`, `weak i32 * 2.0 -> f32`); Python scalars count as scalar arguments would
+    (`dtypes.scalar_argument_dtype`)."""
+    strong = any(
+        not (a.weak if type(a) is Tracer else dtypes.weak_kind(a) is not None) for a in args
+    )
+    if strong:
+        keys = [
+            _WEAK_KIND[dtypes.kind_rank(a.dtype)]
+            if type(a) is Tracer and a.weak
+            else _operand_key(op, a)
+            for a in args
+        ]
+        return tuple(keys), False
+    widths = [
+        a.dtype if type(a) is Tracer else dtypes.scalar_argument_dtype(dtypes.weak_kind(a))
+        for a in args
+    ]
+    top = max(map(dtypes.kind_rank, widths))
+    target = functools.reduce(
+        dtypes.promote_types, [d for d in widths if dtypes.kind_rank(d) == top]
+    )
+    return (target,) * len(args), True
+
+
+# The Python scalar kind a weakly typed tracer stands for, by its dtype's NEP 50 kind rank.
+_WEAK_KIND = {0: _BOOL, 1: int, 2: float, 3: complex}
+
+
+def _prepare(op: str, ufunc: np.ufunc, args, out=None) -> tuple[list[Tracer], np.dtype, bool]:
+    """The operands converted and broadcast to the loop NumPy picks, the result dtype, and
+    whether the result is weakly typed."""
+    if not is_tracing():
+        raise no_trace_error(f"aotkit.numpy.{op}")
+    weak = False
+    if any(type(a) is Tracer and a.weak for a in args):
+        keys, weak = _weak_keys(op, args)
+        weak = weak and out is None and ufunc.nout == 1
+    else:
+        keys = tuple([a.dtype if type(a) is Tracer else _operand_key(op, a) for a in args])
     try:
         ins, outs = _resolve(ufunc, keys, out)
     except TypeError as e:
@@ -286,7 +336,7 @@ def _prepare(op: str, ufunc: np.ufunc, args, out=None) -> tuple[list[Tracer], np
         else to_operand(op, a, d, shape)
         for a, d in zip(args, ins, strict=True)
     ]
-    return operands, outs[0]
+    return operands, outs[0], weak and outs[0] == keys[0]
 
 
 def _check_ufunc_kwargs(op: str, kwargs: dict) -> None:
@@ -340,8 +390,12 @@ def ufunc(np_ufunc: np.ufunc, *names: str):
                         out = same_dtype_loops[a.dtype] = _same_dtype_loop(np_ufunc, a.dtype)
                     if out is not None:
                         if direct is not None:
-                            return bind(direct, *args)[0]
-                        return impl(*args, out)
+                            result = bind(direct, *args)[0]
+                        else:
+                            result = impl(*args, out)
+                        if a.weak and (nin == 1 or args[1].weak):
+                            result = _weakly_typed(result)
+                        return result
             if len(args) != np_ufunc.nin:
                 raise TypeError(
                     f"{where(op)}: takes {np_ufunc.nin} array argument(s), got {len(args)}"
@@ -350,9 +404,11 @@ def ufunc(np_ufunc: np.ufunc, *names: str):
                 _check_ufunc_kwargs(op, kwargs)
             if dtype is not None:
                 dtype = dtypes.canonicalize(dtype, where=where(op))
-            operands, out_dtype = _prepare(op, np_ufunc, args, dtype)
+            operands, out_dtype, weak = _prepare(op, np_ufunc, args, dtype)
             result = impl(*operands, out_dtype)
             assert result.dtype == out_dtype, (op, result.dtype, out_dtype)
+            if weak:
+                result = _weakly_typed(result)
             return result
 
         fn.__name__ = fn.__qualname__ = op
@@ -362,6 +418,14 @@ def ufunc(np_ufunc: np.ufunc, *names: str):
         return export(*names)(fn)
 
     return decorate
+
+
+def _weakly_typed(t: Tracer) -> Tracer:
+    """`t` marked weak: a new tracer of the same value, so that the operand an op may hand
+    back unchanged (`positive(x)`) is never marked itself."""
+    if t.weak:
+        return t
+    return Tracer(t.value, t.shape, t.dtype, t._scope, True)
 
 
 def _direct(prim: str):

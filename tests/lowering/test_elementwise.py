@@ -211,13 +211,25 @@ def test_broadcasting_and_promotion_match_numpy(case):
     x = _values(d1, s1, positive=True) if s1 else _values(d1, (1,), positive=True)[0]
     y = _values(d2, s2, positive=True) if s2 else _values(d2, (1,), positive=True)[0]
     x, y = np.asarray(x, d1), np.asarray(y, d2)
-    if op == "true_divide" and d1 == d2 == np.bool_:
-        y = np.ones_like(y)  # XLA folds 0/0 of converted booleans to 0 (README: divergences)
     if _numpy_refuses(op, x, y):
         with pytest.raises(TypeError):
             aotkit.lower(getattr(anp, op), x, y)
         return
     _check(run_on("cpu", getattr(anp, op), x, y), _numpy_oracle(op, x, y))
+
+
+# Found by the hypothesis test above: XLA rewrites `convert(bool) / y` into a select that
+# gives 0 where NumPy gives NaN (0 / 0); aotkit converts booleans to floats with a select.
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["divide", "true_divide", "multiply"])
+@pytest.mark.parametrize(
+    "y",
+    [np.asarray(False), np.array([False, False]), np.float32(0.0), np.float32(np.inf)],
+    ids=["bool-0d", "bool-1d", "f32-zero", "f32-inf"],
+)
+def test_booleans_as_numbers_keep_ieee_nan_and_inf(op, y, backend):
+    x = np.array([True, False])
+    _check(run_on(backend, getattr(anp, op), x, y), _numpy_oracle(op, x, np.asarray(y)))
 
 
 def test_shapes_that_cannot_broadcast_raise():

@@ -9,6 +9,12 @@ compiled(3.0)                             # 4.0 as float32
 
 from __future__ import annotations
 
+import os as _os
+
+# As `import jax` does, before jaxlib's C++ starts: without it every first compile prints
+# jaxlib's INFO lines ("PjRt-IFRT device count ...") to the user's stderr.
+_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
 from aotkit import (
     backends,
     config,

@@ -117,14 +117,35 @@ def lower_traced(
     dump_dir: str | os.PathLike | None = None,
     print_ir_after_all: bool | None = None,
     consume: bool = False,
-    cache_link: tuple | None = None,
 ) -> Lowered:
     """The `Lowered` stage of `traced`: pipeline, donation, verification, dumps, in order.
 
     `pipeline`, `dump_dir` and `print_ir_after_all` default to what the jit that traced it
-    was given. The pipeline runs on a copy of the traced module, unless `consume` (the
-    caller drops `traced`, as jit does).
+    was given; with those defaults, a trace made by jit shares that jit's lowering cache.
+    The pipeline runs on a copy of the traced module, unless `consume` (the caller drops
+    `traced`).
     """
+    link = traced._defaults.get("cache_link")
+    if link is not None and pipeline is dump_dir is print_ir_after_all is None:
+        cache, key = link
+        return _cached_lowering(cache, key, lambda: _lower(traced, None, None, None, consume))
+    return _lower(traced, pipeline, dump_dir, print_ir_after_all, consume)
+
+
+def _cached_lowering(cache: _FunctionCache, key: tuple, build) -> Lowered:
+    with cache.lock:
+        lowered = cache.lowered.get(key)
+        if lowered is not None:
+            cache.hits += 1
+            return lowered
+        cache.misses += 1
+        lowered = build()
+        cache.lowerings += 1
+        cache.lowered[key] = lowered
+    return lowered
+
+
+def _lower(traced: Traced, pipeline, dump_dir, print_ir_after_all, consume: bool) -> Lowered:
     defaults = traced._defaults
     if pipeline is None:
         pipeline = defaults.get("pipeline", "default")
@@ -133,8 +154,6 @@ def lower_traced(
         dump_dir = defaults.get("dump_dir")
     if print_ir_after_all is None:
         print_ir_after_all = defaults.get("print_ir_after_all")
-    if cache_link is None:
-        cache_link = defaults.get("cache_link")
     name = traced.name
     dumper = dumps.Dumper.create(name, dump_dir, print_ir_after_all=print_ir_after_all)
     lc = traced._lc
@@ -167,7 +186,7 @@ def lower_traced(
         backend=defaults.get("backend"),
         frontend=traced.frontend,
         dumper=dumper,
-        cache_link=cache_link,
+        cache_link=defaults.get("cache_link"),
     )
 
 
@@ -599,17 +618,9 @@ class Jitted:
         return self._lower(args, kwargs, key)
 
     def _lower(self, args: tuple, kwargs: dict, key: tuple) -> Lowered:
-        cache = self._cache
-        with cache.lock:
-            lowered = cache.lowered.get(key)
-            if lowered is not None:
-                cache.hits += 1
-                return lowered
-            cache.misses += 1
-            lowered = lower_traced(self._trace(args, kwargs, key), consume=True)
-            cache.lowerings += 1
-            cache.lowered[key] = lowered
-        return lowered
+        return _cached_lowering(
+            self._cache, key, lambda: _lower(self._trace(args, kwargs, key), *(None,) * 3, True)
+        )
 
     def __call__(self, *args, **kwargs):
         if core.is_tracing():

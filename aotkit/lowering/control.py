@@ -39,6 +39,7 @@ from aotkit.lowering import indexing  # noqa: F401  (registers the dynamic slice
 from aotkit.lowering.core import (
     Tracer,
     _check_live,
+    as_weak,
     bind1,
     constant,
     current_scope,
@@ -630,7 +631,8 @@ def fori_loop(lower, upper, body_fn: Callable, init):
     """`for i in range(lower, upper): carry = body_fn(i, carry)`, as one `stablehlo.while`.
 
     The bounds are integer scalars, static (Python or NumPy ints) or traced; `i` has their
-    promoted dtype (int64 for Python ints, as NumPy would give).
+    promoted dtype (int64 for Python ints, as NumPy would give) and is weakly typed: it
+    promotes like the Python int of a `for` loop (`c * 2.0 + i` keeps an f32 carry f32).
     """
     _start("fori_loop")
     _callables("fori_loop", body_fn=body_fn)
@@ -654,8 +656,10 @@ def fori_loop(lower, upper, body_fn: Callable, init):
     upper_t = cast(upper, index_dtype) if isinstance(upper, Tracer) else None
 
     def body(args, loop):
+        # The index is weakly typed, like the Python int a `for i in range(...)` loop gives:
+        # `c * 2.0 + i` keeps the carry's dtype.
         i, rest = args[0], args[1:]
-        out = body_fn(i, tree_util.tree_unflatten(tree, rest))
+        out = body_fn(as_weak(i), tree_util.tree_unflatten(tree, rest))
         new = _check_carry(
             "fori_loop", "body_fn", loop.carry[1:], tree, out, offset=1, probe=loop.probe
         )

@@ -247,6 +247,13 @@ class Tracer:
         return f"{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}] array"
 
 
+def as_weak(t: Tracer) -> Tracer:
+    """`t` weakly typed: a new tracer of the same value (never `t` itself changed)."""
+    if t.weak:
+        return t
+    return Tracer(t.value, t.shape, t.dtype, t._scope, True)
+
+
 # --- Registry and bind -------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from aotkit.lowering.core import (
     NUMPY_FUNCTIONS,
     RuleContext,
     Tracer,
+    as_weak,
     bind,
     bind1,
     constant,
@@ -365,8 +366,12 @@ def _same_dtype_loop(np_ufunc: np.ufunc, d: np.dtype) -> np.dtype | None:
     return outs[0] if all(i == d for i in ins) else None
 
 
-def ufunc(np_ufunc: np.ufunc, *names: str):
-    """Exports an elementwise function under `names`; `impl` sees operands in loop dtypes."""
+def ufunc(np_ufunc: np.ufunc, *names: str, static=None):
+    """Exports an elementwise function under `names`; `impl` sees operands in loop dtypes.
+
+    `static(*args, **kwargs)`, when given, sees the operands as the user passed them (after
+    the fast path of tracers of one dtype) and may return the result itself, or None.
+    """
 
     def decorate(impl):
         op = names[0]
@@ -394,12 +399,16 @@ def ufunc(np_ufunc: np.ufunc, *names: str):
                         else:
                             result = impl(*args, out)
                         if a.weak and (nin == 1 or args[1].weak):
-                            result = _weakly_typed(result)
+                            result = as_weak(result)
                         return result
             if len(args) != np_ufunc.nin:
                 raise TypeError(
                     f"{where(op)}: takes {np_ufunc.nin} array argument(s), got {len(args)}"
                 )
+            if static is not None:
+                result = static(*args, dtype=dtype, **kwargs)
+                if result is not None:
+                    return result
             if kwargs:
                 _check_ufunc_kwargs(op, kwargs)
             if dtype is not None:
@@ -408,7 +417,7 @@ def ufunc(np_ufunc: np.ufunc, *names: str):
             result = impl(*operands, out_dtype)
             assert result.dtype == out_dtype, (op, result.dtype, out_dtype)
             if weak:
-                result = _weakly_typed(result)
+                result = as_weak(result)
             return result
 
         fn.__name__ = fn.__qualname__ = op
@@ -418,14 +427,6 @@ def ufunc(np_ufunc: np.ufunc, *names: str):
         return export(*names)(fn)
 
     return decorate
-
-
-def _weakly_typed(t: Tracer) -> Tracer:
-    """`t` marked weak: a new tracer of the same value, so that the operand an op may hand
-    back unchanged (`positive(x)`) is never marked itself."""
-    if t.weak:
-        return t
-    return Tracer(t.value, t.shape, t.dtype, t._scope, True)
 
 
 def _direct(prim: str):
@@ -540,7 +541,55 @@ def _fmod(x, y, out):
     return bind1("rem", x, y)
 
 
-@ufunc(np.power, "power", "pow")
+# Exponents NumPy's `**` computes with another ufunc on inexact arrays (its fast scalar power).
+_FLOAT_EXPONENTS = {0.5: "sqrt", -1.0: "reciprocal", 2.0: "square"}
+# Larger static integer exponents still multiply (by squaring) rather than call pow: exact
+# for integers, within an ulp or two for floats, and faster on every backend.
+_MAX_INT_EXPONENT = 1 << 16
+
+
+def _static_power(x, y, *, dtype=None, **kwargs):
+    """`x ** n` for a Python number `n` known when tracing: multiplies for an integer `n`
+    (JAX's integer_pow), NumPy's own choice of ufunc for 0.5, -1.0 and 2.0, else None."""
+    if dtype is not None or kwargs or type(x) is not Tracer or type(y) not in (int, float):
+        return None
+    keys = _weak_keys("power", (x, y))[0] if x.weak else (x.dtype, type(y))
+    out = _resolve(np.power, keys)[1][0]
+    if type(y) is float:
+        name = _FLOAT_EXPONENTS.get(y)
+        if name is None or not dtypes.is_inexact(out):
+            return None
+        return NUMPY_FUNCTIONS[name](cast(x, out))
+    if abs(y) > _MAX_INT_EXPONENT:
+        return None
+    if y < 0 and not dtypes.is_inexact(out):
+        raise ValueError(
+            f"{where('power')}: integers to negative integer powers are not allowed (NumPy "
+            f"raises too): {dtypes.short_name(x.dtype)} ** {y}; use a float base"
+        )
+    result = _integer_pow(cast(x, out), abs(y))
+    if y < 0:
+        result = bind1("divide", _const_like(result, 1), result)
+    return as_weak(result) if x.weak and result.dtype == x.dtype else result
+
+
+def _integer_pow(x: Tracer, n: int) -> Tracer:
+    """`x ** n` for n >= 0 by repeated squaring (x ** 0 is 1, NaN included, as in NumPy)."""
+    if n == 0:
+        return _const_like(x, 1)
+    mul = "and" if x.dtype == np.bool_ else "multiply"
+    result = None
+    square = x
+    while True:
+        if n & 1:
+            result = square if result is None else bind1(mul, result, square)
+        n >>= 1
+        if not n:
+            return result
+        square = bind1(mul, square, square)
+
+
+@ufunc(np.power, "power", "pow", static=_static_power)
 def _power(x, y, out):
     return bind1("pow", x, y)
 

@@ -350,3 +350,46 @@ def test_array_and_astype_copy_but_asarray_aliases():
     x = np.zeros(3, np.float32)
     for g, w in zip(run_on("cpu", f, x), numpy_f(x), strict=True):
         _check(g, w)
+
+
+# --- static exponents: integer_pow and NumPy's fast scalar power ------------------------------
+
+POWERS = [0, 1, 2, 3, 7, -1, -3, 0.5, 2.0, -1.0, 3.0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.int32, np.uint8])
+@pytest.mark.parametrize("exponent", POWERS, ids=repr)
+def test_static_powers_match_numpy(exponent, dtype, backend):
+    dtype = np.dtype(dtype)
+    x = _values(dtype, (6,), positive=dtype.kind in "iu", rng=_case_rng(exponent, str(dtype)))
+    if dtype.kind == "f":
+        x[:3] = [-0.0, -np.inf, np.nan]
+    fn = lambda a: a**exponent  # noqa: E731
+    if dtype.kind in "iu" and isinstance(exponent, int) and exponent < 0:
+        with pytest.raises(ValueError, match=r"integers to negative integer powers"):
+            aotkit.lower(fn, x)
+        return
+    with np.errstate(all="ignore"):
+        want = fn(x)
+    _check(run_on(backend, fn, x), want)
+
+
+@pytest.mark.parametrize(
+    "exponent, ops",
+    [(2, {"multiply"}), (3, {"multiply"}), (-1, {"divide"}), (0.5, {"sqrt"}), (3.0, {"power"})],
+    ids=repr,
+)
+def test_integer_powers_are_multiplies(exponent, ops):
+    text = aotkit.lower(lambda a: a**exponent, aotkit.spec("f32[4]")).as_text()
+    found = {w.split(".")[1] for w in text.split() if w.startswith("stablehlo.")}
+    assert found - {"constant"} == ops, text
+
+
+def test_negative_integer_power_of_integers_is_refused():
+    with pytest.raises(
+        ValueError,
+        match=r"^power \(at .*\): integers to negative integer powers are not allowed \(NumPy "
+        r"raises too\): i32 \*\* -2; use a float base$",
+    ):
+        aotkit.lower(lambda a: a**-2, aotkit.spec("i32[3]"))

@@ -1,0 +1,257 @@
+"""The stages as values: Traced -> Lowered -> Compiled, immutable, on one path for every
+front end; lowering contexts that let go; and the regressions of issue 11."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+
+import jax
+import numpy as np
+import pytest
+from jaxlib.mlir import ir
+
+import aotkit
+import aotkit.numpy as anp
+from aotkit import Traced, _context
+from aotkit.stages import lower_function
+from tests.helpers import assert_matches
+
+F4 = aotkit.spec("f32[4]")
+
+
+def fresh(fn):
+    """A new function object: caches are per function."""
+    return lambda *a, **k: fn(*a, **k)
+
+
+# --- Traced -------------------------------------------------------------------------------------
+
+
+def test_trace_is_the_module_before_the_pipeline():
+    f = fresh(lambda x: x * 1.0 + 0.0)
+    traced = aotkit.jit(f).trace(F4)
+    assert isinstance(traced, Traced)
+    assert traced.frontend == "aotkit"
+    assert "stablehlo.multiply" in traced.as_text()  # the pipeline removes x * 1
+    lowered = traced.lower()
+    assert "stablehlo.multiply" not in lowered.as_text()
+    # The Traced is unchanged by lowering it, and lowers again to the same module.
+    assert "stablehlo.multiply" in traced.as_text()
+    assert traced.lower(pipeline="none").as_text() != lowered.as_text()
+    assert traced.in_specs == lowered.in_specs and traced.out_specs == lowered.out_specs
+
+
+def test_trace_then_lower_shares_the_jit_cache():
+    f = fresh(lambda x: x + 1)
+    jitted = aotkit.jit(f)
+    first = jitted.trace(F4).lower()
+    assert jitted.lower(F4) is first
+    info = jitted.cache_info()
+    assert (info.traces, info.lowerings) == (1, 1)
+    jitted.trace(F4).lower()  # traced again, lowered from the cache
+    info = jitted.cache_info()
+    assert (info.traces, info.lowerings, info.hits) == (2, 1, 2)
+
+
+def test_trace_has_the_source_locations():
+    def f(x):
+        return anp.sin(x)
+
+    text = aotkit.jit(f).trace(F4).as_text(debug_info=True)
+    assert "test_stages.py" in text
+
+
+def test_every_front_end_gives_a_traced_stage(tmp_path):
+    from aotkit.frontends import files
+
+    text = aotkit.lower(lambda x: x + x, F4).as_text()
+    path = tmp_path / "m.mlir"
+    path.write_text(text)
+    from_file = files.read_module(path)
+    from_jax = aotkit.jit(lambda x: jax.numpy.sin(x), frontend="jax").trace(F4)
+    assert (from_file.frontend, from_jax.frontend) == ("file", "jax")
+    assert isinstance(from_file, Traced) and isinstance(from_jax, Traced)
+    assert from_file.lower().pipeline == "none"  # a file runs as written by default
+    assert from_jax.lower().pipeline == "default"
+
+
+# --- immutable stages ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ["traced", "lowered", "compiled"])
+def test_stages_are_immutable(stage):
+    traced = aotkit.jit(fresh(lambda x: x + 1)).trace(F4)
+    value = {
+        "traced": lambda: traced,
+        "lowered": traced.lower,
+        "compiled": lambda: traced.lower().compile(),
+    }[stage]()
+    for name in ("name", "in_tree", "flat_in_specs", "donated"):
+        with pytest.raises(AttributeError, match=r"is immutable: cannot set '" + name):
+            setattr(value, name, None)
+    with pytest.raises(AttributeError, match=r"is immutable: cannot delete 'name'"):
+        del value.name
+
+
+def test_lowered_module_is_a_copy():
+    lowered = aotkit.lower(lambda x: x + 1, F4)
+    before = lowered.as_text()
+    module = lowered.module
+    with _context.IR_LOCK, _context.of(module):
+        module.operation.attributes["sym_name"] = ir.StringAttr.get("changed")
+    assert "@changed" in str(module)
+    assert lowered.as_text() == before
+
+
+# --- donation (defect 2) ------------------------------------------------------------------------
+
+
+def test_lower_function_honours_donation_on_the_tracer_path():
+    lowered = lower_function(lambda s, g: s - g, (F4, F4), {}, donate_argnums=(0,))
+    assert lowered.donated == (True, False)
+    assert "tf.aliasing_output = 0" in lowered.as_text()
+
+
+def test_final_dump_is_what_the_backend_gets(tmp_path):
+    jitted = aotkit.jit(fresh(lambda s, g: s - g), donate_argnums=0, dump_dir=tmp_path)
+    lowered = jitted.lower(F4, F4)
+    (final,) = tmp_path.glob("*-final.mlir")
+    assert "tf.aliasing_output = 0" in final.read_text()
+    assert final.read_text().strip() == lowered.as_text().strip()
+
+
+# --- jit inside a trace (defect 3) --------------------------------------------------------------
+
+
+def test_jit_called_inside_a_trace_is_traced_inline():
+    g = aotkit.jit(fresh(lambda x: anp.sin(x) * 2.0))
+
+    def f(x):
+        return g(x) + 1.0
+
+    x = np.linspace(0, 1, 3, dtype=np.float32)
+    got = aotkit.jit(f)(x)
+    assert_matches(got, np.sin(x) * 2.0 + 1.0)
+    assert g.cache_info().compiles == 0  # nothing compiled for the inner function
+    assert "stablehlo.sine" in aotkit.lower(f, x).as_text()
+
+
+def test_jax_jit_inside_an_aotkit_trace_is_refused():
+    g = aotkit.jit(lambda x: jax.numpy.sin(x), frontend="jax")
+    with pytest.raises(
+        TypeError,
+        match=r"a JAX function \(frontend='jax'\) was called inside a function aotkit is "
+        r"tracing; JAX cannot trace aotkit's arrays",
+    ):
+        aotkit.lower(lambda x: g(x), F4)
+
+
+# --- tracing is per thread (defect 4) -----------------------------------------------------------
+
+
+def test_numpy_outside_a_trace_in_another_thread_gets_aotkits_error():
+    started, release = threading.Event(), threading.Event()
+    seen = []
+
+    def f(x):
+        started.set()
+        release.wait(10)
+        return x + 1
+
+    tracer = threading.Thread(target=lambda: aotkit.lower(f, F4))
+    tracer.start()
+    started.wait(10)
+    try:
+        for call in (lambda: anp.sin(np.ones(3)), lambda: aotkit.cond(True, anp.sin, anp.cos, 1)):
+            with pytest.raises(RuntimeError) as e:
+                call()
+            seen.append(str(e.value))
+    finally:
+        release.set()
+        tracer.join()
+    assert "aotkit.numpy has no eager mode" in seen[0]
+    assert seen[0].startswith("aotkit.numpy.sin was called outside a traced function")
+    assert "no function is being traced" in seen[1]
+
+
+def test_numpy_function_outside_any_trace_says_there_is_no_eager_mode():
+    with pytest.raises(
+        RuntimeError,
+        match=r"^aotkit.numpy.sin was called outside a traced function: aotkit.numpy has no "
+        r"eager mode: it builds StableHLO",
+    ):
+        anp.sin(np.ones(3))
+    with pytest.raises(RuntimeError, match=r"^an aotkit.numpy function was called outside"):
+        anp.zeros(3) + 1
+
+
+# --- lowering contexts let go (defect 1) --------------------------------------------------------
+
+
+def test_contexts_retire_after_their_constant_budget():
+    with _context.IR_LOCK:
+        first = _context.for_lowering()
+        first.add_constant_bytes(_context.RETIRE_BYTES)
+        assert first.retired
+        assert _context.for_lowering() is not first
+
+
+def test_a_dropped_lowering_frees_its_context():
+    import gc
+    import weakref
+
+    w = np.arange(1 << 16, dtype=np.float32)  # 256 KiB of constant data
+    lowered = aotkit.lower(lambda x: x + w, aotkit.spec("f32[65536]"))
+    ref = weakref.ref(lowered._lc)
+    # Retire the context it used, as a later big constant would.
+    lowered._lc.add_constant_bytes(_context.RETIRE_BYTES)
+    with _context.IR_LOCK:
+        _context.for_lowering()
+    del lowered
+    gc.collect()
+    assert ref() is None
+
+
+def test_relowering_programs_with_new_weights_keeps_memory_flat():
+    # In a child process: RSS is the process's own.
+    code = textwrap.dedent(
+        """
+        import gc, numpy as np, aotkit
+        def rss():
+            return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+        spec = aotkit.spec("f32[1048576]")
+        def once(i):
+            w = np.full(1 << 20, i, np.float32) + np.arange(1 << 20, dtype=np.float32)
+            aotkit.lower(lambda x: x + w, spec)
+        for i in range(5):
+            once(i)
+        gc.collect()
+        start = rss()
+        for i in range(40):
+            once(i)
+        gc.collect()
+        print(rss() - start)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    growth = float(out.stdout.split()[-1])
+    assert growth < 10, f"RSS grew {growth:.1f} MiB over 40 lowerings of 4 MiB constants"
+
+
+# --- fori_loop's index (defect 6) and integer powers (defect 8) --------------------------------
+
+
+def test_fori_loop_index_promotes_like_a_python_int():
+    def with_fori(x):
+        return aotkit.fori_loop(0, 4, lambda i, c: c * 2.0 + i, x)
+
+    def with_python(x):
+        for i in range(4):
+            x = x * 2.0 + i
+        return x
+
+    x = np.ones(4, np.float32)
+    assert_matches(aotkit.jit(with_fori)(x), with_python(x))

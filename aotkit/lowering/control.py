@@ -50,7 +50,7 @@ from aotkit.lowering.core import (
     user_location,
     where,
 )
-from aotkit.lowering.elementwise import cast
+from aotkit.lowering.hlo import cast
 
 # Loop counters are int64, NumPy's default integer, as `range` values would become.
 _INDEX = np.dtype(np.int64)

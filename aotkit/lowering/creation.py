@@ -13,8 +13,8 @@ from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes
 from aotkit.lowering.core import RuleContext, Tracer, bind1, export, full, register, where
-from aotkit.lowering.elementwise import asarray, cast
-from aotkit.lowering.shape import broadcast_to_shape
+from aotkit.lowering.elementwise import asarray
+from aotkit.lowering.hlo import broadcast_to_shape, cast
 
 
 @register("iota", shape=lambda *, shape, dtype, dim: [(tuple(shape), dtype)])

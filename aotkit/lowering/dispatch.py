@@ -17,10 +17,10 @@ import numpy as np
 
 from aotkit import dtypes
 from aotkit.lowering.core import NUMPY_FUNCTIONS, Tracer, export, where
-from aotkit.lowering.elementwise import asarray, cast
+from aotkit.lowering.elementwise import asarray
+from aotkit.lowering.hlo import cast, normalize_axis, reshape_to
 from aotkit.lowering.linalg import LINALG_FUNCTIONS
-from aotkit.lowering.reduction import cumulative, normalize_axes, reduce_raw
-from aotkit.lowering.shape import normalize_axis, reshape_to
+from aotkit.lowering.reduction import cumulative, reduce_raw, reduction_axes
 
 _BOOL = np.dtype(np.bool_)
 
@@ -142,7 +142,7 @@ def _ufunc_reduce(name: str, array, axis=0, dtype=None, keepdims=False, **kwargs
         x = cast(x, dtypes.canonicalize(dtype, where=where(qualname)))
     if dtypes.is_inexact(x.dtype):
         raise TypeError(f"{where('numpy.' + qualname)}: {name} is not defined for {x.dtype}")
-    axes = normalize_axes(qualname, axis, x.ndim)
+    axes = reduction_axes(qualname, axis, x.ndim)
     r = reduce_raw(x, axes, monoid)
     if keepdims:
         r = reshape_to(r, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))

@@ -33,7 +33,7 @@ from aotkit.lowering.core import (
     register,
     where,
 )
-from aotkit.lowering.shape import broadcast_shapes, broadcast_to_shape
+from aotkit.lowering.hlo import broadcast_shapes, broadcast_to_shape, cast, reshape_to, stack
 
 # --- primitives --------------------------------------------------------------------------------
 
@@ -215,23 +215,6 @@ def _shape_of(x) -> tuple[int, ...]:
     if dtypes.weak_kind(x) is not None:
         return ()
     return tuple(np.shape(x))
-
-
-def cast(x: Tracer, dtype: np.dtype) -> Tracer:
-    """Converts with NumPy's `astype` semantics (to bool: != 0; complex to real: real part)."""
-    if x.dtype == dtype:
-        return x
-    if dtype == np.bool_:
-        return bind1("compare", x, full(x.shape, 0, x.dtype), direction="NE")
-    if dtypes.is_complex(x.dtype) and not dtypes.is_complex(dtype):
-        x = bind1("real", x)
-        if x.dtype == dtype:
-            return x
-    if x.dtype == np.bool_ and dtypes.is_inexact(dtype):
-        # XLA rewrites `convert(pred) / y` and `convert(pred) * y` into selects that give 0
-        # where IEEE gives NaN (0 / 0, 0 * inf); a select of 1 and 0 keeps the arithmetic.
-        return bind1("select", x, full(x.shape, 1, dtype), full(x.shape, 0, dtype))
-    return bind1("convert", x, dtype=dtype)
 
 
 def to_operand(op: str, x, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
@@ -455,22 +438,19 @@ def _is_nan(x: Tracer) -> Tracer:
 
 # --- arithmetic ------------------------------------------------------------------------------
 
-for _name, _uf, _prim in [
-    ("add", np.add, "add"),
-    ("subtract", np.subtract, "subtract"),
-    ("arctan2", np.arctan2, "atan2"),
-]:
-    ufunc(_uf, _name)(_direct(_prim))
+add = ufunc(np.add, "add")(_direct("add"))
+subtract = ufunc(np.subtract, "subtract")(_direct("subtract"))
+arctan2 = ufunc(np.arctan2, "arctan2")(_direct("atan2"))
 
 
 @ufunc(np.multiply, "multiply")
-def _multiply(x, y, out):
+def multiply(x, y, out):
     # NumPy multiplies booleans as logical and; StableHLO's multiply has no i1 form.
     return bind1("and" if out == np.bool_ else "multiply", x, y)
 
 
 @ufunc(np.true_divide, "divide", "true_divide")
-def _divide(x, y, out):
+def divide(x, y, out):
     return bind1("divide", x, y)
 
 
@@ -516,7 +496,7 @@ def _floor_divide(x, y, out):
 
 
 @ufunc(np.remainder, "remainder", "mod")
-def _remainder(x, y, out):
+def remainder(x, y, out):
     if dtypes.is_integer(out):
         zero = _const_like(y, 0)
         y_is_zero = _cmp(y, zero, "EQ")
@@ -541,8 +521,9 @@ def _fmod(x, y, out):
     return bind1("rem", x, y)
 
 
-# Exponents NumPy's `**` computes with another ufunc on inexact arrays (its fast scalar power).
-_FLOAT_EXPONENTS = {0.5: "sqrt", -1.0: "reciprocal", 2.0: "square"}
+# Exponents NumPy's `**` computes with another ufunc on inexact arrays (its fast scalar power);
+# filled below, once those functions exist.
+_FLOAT_EXPONENTS: dict[float, object] = {}
 # Larger static integer exponents still multiply (by squaring) rather than call pow: exact
 # for integers, within an ulp or two for floats, and faster on every backend.
 _MAX_INT_EXPONENT = 1 << 16
@@ -556,10 +537,10 @@ def _static_power(x, y, *, dtype=None, **kwargs):
     keys = _weak_keys("power", (x, y))[0] if x.weak else (x.dtype, type(y))
     out = _resolve(np.power, keys)[1][0]
     if type(y) is float:
-        name = _FLOAT_EXPONENTS.get(y)
-        if name is None or not dtypes.is_inexact(out):
+        fn = _FLOAT_EXPONENTS.get(y)
+        if fn is None or not dtypes.is_inexact(out):
             return None
-        return NUMPY_FUNCTIONS[name](cast(x, out))
+        return fn(cast(x, out))
     if abs(y) > _MAX_INT_EXPONENT:
         return None
     if y < 0 and not dtypes.is_inexact(out):
@@ -613,8 +594,8 @@ def _nan_propagating(prim: str):
     return impl
 
 
-ufunc(np.maximum, "maximum")(_nan_propagating("max"))
-ufunc(np.minimum, "minimum")(_nan_propagating("min"))
+maximum = ufunc(np.maximum, "maximum")(_nan_propagating("max"))
+minimum = ufunc(np.minimum, "minimum")(_nan_propagating("min"))
 
 
 def _nan_ignoring(prim: str):
@@ -762,8 +743,8 @@ def _invert(x, out):
 
 # --- unary math -------------------------------------------------------------------------------
 
+sqrt = ufunc(np.sqrt, "sqrt")(_direct("sqrt"))
 for _name, _uf, _prim in [
-    ("sqrt", np.sqrt, "sqrt"),
     ("cbrt", np.cbrt, "cbrt"),
     ("exp", np.exp, "exp"),
     ("expm1", np.expm1, "expm1"),
@@ -811,18 +792,21 @@ def _exp2(x, out):
 
 
 @ufunc(np.square, "square")
-def _square(x, out):
+def square(x, out):
     return bind1("and" if out == np.bool_ else "multiply", x, x)
 
 
 @ufunc(np.reciprocal, "reciprocal")
-def _reciprocal(x, out):
+def reciprocal(x, out):
     one = _const_like(x, 1)
     if dtypes.is_integer(out):
         # C integer division, as NumPy's loop does; 1 / 0 gives 0 here (undefined in NumPy).
         is_zero = _cmp(x, _const_like(x, 0), "EQ")
         return _select(is_zero, _const_like(x, 0), bind1("divide", one, _select(is_zero, one, x)))
     return bind1("divide", one, x)
+
+
+_FLOAT_EXPONENTS.update({0.5: sqrt, -1.0: reciprocal, 2.0: square})
 
 
 @ufunc(np.absolute, "abs", "absolute")
@@ -912,7 +896,7 @@ def _signbit(x, out):
 
 
 @ufunc(np.conjugate, "conj", "conjugate")
-def _conj(x, out):
+def conj(x, out):
     if not dtypes.is_complex(x.dtype):
         return x
     return bind1("complex", bind1("real", x), bind1("negate", bind1("imag", x)))
@@ -984,9 +968,9 @@ def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):
         return asarray(a)
     result = a
     if lo is not None:
-        result = NUMPY_FUNCTIONS["maximum"](result, lo)
+        result = maximum(result, lo)
     if hi is not None:
-        result = NUMPY_FUNCTIONS["minimum"](result, hi)
+        result = minimum(result, hi)
     return result
 
 
@@ -1015,9 +999,7 @@ def asarray(a, dtype=None, *, copy=None, order=None, ndmin=0):
         x = a
     else:
         if isinstance(a, list | tuple) and _contains_tracer(a):
-            if "stack" not in NUMPY_FUNCTIONS:
-                _stack_tracers("asarray", a)
-            x = NUMPY_FUNCTIONS["stack"]([asarray(e) for e in a])
+            x = stack("asarray", [asarray(e) for e in a])
         else:
             kind = dtypes.weak_kind(a)
             if kind is not None and dtype is None:
@@ -1030,8 +1012,6 @@ def asarray(a, dtype=None, *, copy=None, order=None, ndmin=0):
     if dtype is not None:
         x = cast(x, dtypes.canonicalize(dtype, where=where("asarray")))
     if ndmin > x.ndim:
-        from aotkit.lowering.shape import reshape_to
-
         x = reshape_to(x, (1,) * (ndmin - x.ndim) + x.shape)
     return x
 

@@ -38,10 +38,22 @@ from aotkit.lowering.core import (
     register,
     where,
 )
-from aotkit.lowering.elementwise import _contains_tracer, asarray, cast, to_operand
-from aotkit.lowering.shape import (
+from aotkit.lowering.elementwise import (
+    _contains_tracer,
+    add,
+    asarray,
+    clip,
+    maximum,
+    minimum,
+    multiply,
+    remainder,
+    to_operand,
+)
+from aotkit.lowering.hlo import (
     broadcast_to_shape,
+    cast,
     concat,
+    no_out,
     normalize_axis,
     reshape_to,
     reverse,
@@ -435,11 +447,6 @@ def getitem(x: Tracer, idx, op: str = "getitem") -> Tracer:
     )
 
 
-def gather_along(x: Tracer, axis: int, idx: np.ndarray) -> Tracer:
-    """`x` at static in-range positions `idx` along `axis` (one gather)."""
-    return getitem(x, (_FULL,) * axis + (np.asarray(idx),))
-
-
 # --- functional updates ----------------------------------------------------------------------
 
 
@@ -473,11 +480,13 @@ def _value(op: str, v, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
     return to_operand(op, v, dtype, shape)
 
 
+_COMBINERS = {"add": add, "multiply": multiply, "min": minimum, "max": maximum}
+
+
 def _combine(mode: str, old: Tracer, new: Tracer) -> Tracer:
     if mode == "set":
         return new
-    name = {"add": "add", "multiply": "multiply", "min": "minimum", "max": "maximum"}[mode]
-    return NUMPY_FUNCTIONS[name](old, new)
+    return _COMBINERS[mode](old, new)
 
 
 def _masked_update(op: str, x: Tracer, p: _Parsed, v, mode: str) -> Tracer:
@@ -804,11 +813,7 @@ def fill_diagonal(a, val, wrap=False):
 
 @export("take")
 def take(a, indices, axis=None, out=None, mode=None):
-    if out is not None:
-        raise NotImplementedError(
-            f"{where('take')}: out= is not supported; traced arrays are immutable, use the "
-            "returned array"
-        )
+    no_out("take", out)
     mode = "raise" if mode is None else mode
     if mode not in ("raise", "wrap", "clip"):
         raise ValueError(
@@ -831,9 +836,9 @@ def take(a, indices, axis=None, out=None, mode=None):
         elif mode == "clip":
             ind = np.clip(ind, 0, n - 1)
     elif mode == "wrap":
-        ind = NUMPY_FUNCTIONS["remainder"](ind, n)
+        ind = remainder(ind, n)
     elif mode == "clip":
-        ind = NUMPY_FUNCTIONS["clip"](ind, 0, n - 1)
+        ind = clip(ind, 0, n - 1)
     return getitem(x, (_FULL,) * axis + (ind,), "take")
 
 

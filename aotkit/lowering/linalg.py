@@ -19,7 +19,6 @@ from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import _context, dtypes
 from aotkit.lowering.core import (
-    NUMPY_FUNCTIONS,
     RuleContext,
     Tracer,
     bind1,
@@ -29,14 +28,18 @@ from aotkit.lowering.core import (
     register,
     where,
 )
-from aotkit.lowering.elementwise import asarray, cast
-from aotkit.lowering.reduction import normalize_axes, reduce_raw
-from aotkit.lowering.shape import (
+from aotkit.lowering.creation import iota
+from aotkit.lowering.elementwise import asarray, conj, multiply
+from aotkit.lowering.hlo import (
     broadcast_shapes,
     broadcast_to_shape,
+    cast,
+    no_out,
     normalize_axis,
     reshape_to,
 )
+from aotkit.lowering.reduction import reduce_raw, reduction_axes, sum_
+from aotkit.lowering.shape import diagonal, matrix_transpose
 
 _BOOL = np.dtype(np.bool_)
 _F32 = np.dtype(np.float32)
@@ -110,20 +113,9 @@ def _promoted(op: str, *xs, dtype=None) -> list[Tracer]:
     return [cast(t, dt) for t in ts]
 
 
-def _no_out(op: str, out) -> None:
-    if out is not None:
-        raise NotImplementedError(
-            f"{where(op)}: out= is not supported; traced arrays are immutable, use the return value"
-        )
-
-
 def _conj(x: Tracer) -> Tracer:
     # Only complex values have a conjugate; NumPy's conjugate of bool would make int8.
-    return NUMPY_FUNCTIONS["conj"](x) if dtypes.is_complex(x.dtype) else x
-
-
-def _multiply(a, b) -> Tracer:
-    return NUMPY_FUNCTIONS["multiply"](a, b)
+    return conj(x) if dtypes.is_complex(x.dtype) else x
 
 
 # --- NumPy-level products --------------------------------------------------------------------
@@ -131,7 +123,7 @@ def _multiply(a, b) -> Tracer:
 
 @export("matmul")
 def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", subok=True):
-    _no_out("matmul", out)
+    no_out("matmul", out)
     a, b = _promoted("matmul", x1, x2, dtype=dtype)
     for i, t in enumerate((a, b)):
         if t.ndim == 0:
@@ -175,10 +167,10 @@ def _not_aligned(op: str, a: Tracer, b: Tracer, ia: int, ib: int) -> ValueError:
 
 @export("dot")
 def dot(a, b, out=None):
-    _no_out("dot", out)
+    no_out("dot", out)
     x, y = _promoted("dot", a, b)
     if x.ndim == 0 or y.ndim == 0:
-        return _multiply(x, y)
+        return multiply(x, y)
     ia = x.ndim - 1
     ib = 0 if y.ndim == 1 else y.ndim - 2
     if x.shape[ia] != y.shape[ib]:
@@ -202,7 +194,7 @@ def vdot(a, b, /):
 def inner(a, b, /):
     x, y = _promoted("inner", a, b)
     if x.ndim == 0 or y.ndim == 0:
-        return _multiply(x, y)
+        return multiply(x, y)
     if x.shape[-1] != y.shape[-1]:
         raise _not_aligned("inner", x, y, x.ndim - 1, y.ndim - 1)
     return dot_general(x, y, ((x.ndim - 1,), (y.ndim - 1,)))
@@ -243,13 +235,13 @@ def tensordot(a, b, axes=2):
 
 @export("vecdot")
 def vecdot(x1, x2, /, out=None, *, axis=-1, dtype=None):
-    _no_out("vecdot", out)
+    no_out("vecdot", out)
     x, y = _promoted("vecdot", x1, x2, dtype=dtype)
     shape = broadcast_shapes("vecdot", x.shape, y.shape)
     if not shape:
         raise ValueError(f"{where('vecdot')}: inputs must have at least one dimension")
     ax = normalize_axis("vecdot", axis, len(shape))
-    prod = _multiply(_conj(x), y)
+    prod = multiply(_conj(x), y)
     return reduce_raw(prod, (ax,), "add")
 
 
@@ -315,8 +307,6 @@ def _parse_term(term: str, ndim: int, i: int) -> tuple[list[str], int]:
 
 def _diagonal(x: Tracer, p: int, q: int) -> Tracer:
     """Keeps x[..., i (at p), ..., i (at q), ...] as axis p, dropping axis q."""
-    from aotkit.lowering.creation import iota
-
     i32 = np.dtype(np.int32)
     eye = bind1("compare", iota(x.shape, i32, p), iota(x.shape, i32, q), direction="EQ")
     return reduce_raw(bind1("select", eye, x, full(x.shape, 0, x.dtype)), (q,), "add")
@@ -324,7 +314,7 @@ def _diagonal(x: Tracer, p: int, q: int) -> Tracer:
 
 @export("einsum")
 def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=False):
-    _no_out("einsum", out)
+    no_out("einsum", out)
     if not operands:
         raise ValueError(f"{where('einsum')}: no subscripts given")
     if isinstance(operands[0], str):
@@ -550,7 +540,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
 @_linalg("vector_norm")
 def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
     x = _float_input(x)
-    axes = normalize_axes("linalg.vector_norm", axis, x.ndim)
+    axes = reduction_axes("linalg.vector_norm", axis, x.ndim)
     r = _vector_norm("linalg.vector_norm", x, ord, axes)
     return _keepdims(r, axes, x.shape) if keepdims else r
 
@@ -596,23 +586,29 @@ def linalg_outer(x1, x2, /):
             f"{where('linalg.outer')}: inputs must be one-dimensional, got shapes {a.shape} "
             f"and {b.shape}; use numpy.outer to flatten first"
         )
-    return _multiply(reshape_to(a, (a.shape[0], 1)), b)
+    return multiply(reshape_to(a, (a.shape[0], 1)), b)
+
+
+@export("trace")
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    no_out("trace", out)
+    return sum_(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
 
 
 @_linalg("matrix_transpose")
 def linalg_matrix_transpose(x, /):
-    return NUMPY_FUNCTIONS["matrix_transpose"](x)
+    return matrix_transpose(x)
 
 
 @_linalg("diagonal")
 def linalg_diagonal(x, /, *, offset=0):
     x = asarray(x)
     _need_matrices("linalg.diagonal", x)
-    return NUMPY_FUNCTIONS["diagonal"](x, offset, -2, -1)
+    return diagonal(x, offset, -2, -1)
 
 
 @_linalg("trace")
 def linalg_trace(x, /, *, offset=0, dtype=None):
     x = asarray(x)
     _need_matrices("linalg.trace", x)
-    return NUMPY_FUNCTIONS["trace"](x, offset, -2, -1, dtype=dtype)
+    return trace(x, offset, -2, -1, dtype=dtype)

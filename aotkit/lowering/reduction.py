@@ -21,7 +21,6 @@ from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes
 from aotkit.lowering.core import (
-    NUMPY_FUNCTIONS,
     RuleContext,
     Tracer,
     bind,
@@ -31,13 +30,18 @@ from aotkit.lowering.core import (
     register,
     where,
 )
-from aotkit.lowering.elementwise import asarray, cast, to_operand
-from aotkit.lowering.shape import (
+from aotkit.lowering.creation import iota
+from aotkit.lowering.elementwise import asarray, divide, subtract, to_operand
+from aotkit.lowering.hlo import (
     broadcast_shapes,
     broadcast_to_shape,
+    cast,
+    no_out,
+    normalize_axes,
     normalize_axis,
     reshape_to,
 )
+from aotkit.lowering.shape import concatenate
 
 _BOOL = np.dtype(np.bool_)
 _INT64 = np.dtype(np.int64)
@@ -186,16 +190,9 @@ def _lower_diff(ctx: RuleContext, x, *, axis):
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def normalize_axes(op: str, axis, ndim: int) -> tuple[int, ...]:
+def reduction_axes(op: str, axis, ndim: int) -> tuple[int, ...]:
     """`axis` (None, an int or a tuple of ints) as a sorted tuple of distinct axes."""
-    if axis is None:
-        return tuple(range(ndim))
-    if isinstance(axis, tuple | list):
-        axes = tuple(normalize_axis(op, a, ndim) for a in axis)
-        if len(set(axes)) != len(axes):
-            raise ValueError(f"{where(op)}: duplicate value in axis {tuple(axis)!r}")
-        return tuple(sorted(axes))
-    return (normalize_axis(op, axis, ndim),)
+    return tuple(sorted(normalize_axes(op, axis, ndim)))
 
 
 def _identity(monoid: str, dtype: np.dtype):
@@ -288,13 +285,6 @@ def _widened_dtype(op: str, dtype, x: Tracer) -> np.dtype:
     return dtypes.canonicalize(dtype, where=where(op))
 
 
-def _no_out(op: str, out) -> None:
-    if out is not None:
-        raise NotImplementedError(
-            f"{where(op)}: out= is not supported; traced arrays are immutable, use the return value"
-        )
-
-
 def _combine(monoid: str, r: Tracer, other: Tracer) -> Tracer:
     return bind1(_LOGICAL.get(monoid, monoid) if r.dtype == _BOOL else monoid, r, other)
 
@@ -307,9 +297,9 @@ _NAMES = {"add": "add", "multiply": "multiply", "max": "maximum", "min": "minimu
 
 
 def _arith_reduce(op, monoid, a, axis, dtype, out, keepdims, initial, wh) -> Tracer:
-    _no_out(op, out)
+    no_out(op, out)
     x = asarray(a)
-    axes = normalize_axes(op, axis, x.ndim)
+    axes = reduction_axes(op, axis, x.ndim)
     out_dtype = _widened_dtype(op, dtype, x)
     acc = _accumulator(out_dtype)
     xc = _masked(cast(x, acc), _mask(op, wh, x.shape), _identity(monoid, acc))
@@ -320,9 +310,9 @@ def _arith_reduce(op, monoid, a, axis, dtype, out, keepdims, initial, wh) -> Tra
 
 
 def _extreme(op, monoid, a, axis, out, keepdims, initial, wh) -> Tracer:
-    _no_out(op, out)
+    no_out(op, out)
     x = asarray(a)
-    axes = normalize_axes(op, axis, x.ndim)
+    axes = reduction_axes(op, axis, x.ndim)
     mask = _mask(op, wh, x.shape)
     if initial is None and mask is not None:
         raise ValueError(
@@ -399,9 +389,9 @@ def min_(a, axis=None, out=None, keepdims=False, initial=None, where=True):
 
 
 def _logical_reduce(op, monoid, a, axis, out, keepdims, wh) -> Tracer:
-    _no_out(op, out)
+    no_out(op, out)
     x = asarray(a)
-    axes = normalize_axes(op, axis, x.ndim)
+    axes = reduction_axes(op, axis, x.ndim)
     xb = _masked(cast(x, _BOOL), _mask(op, wh, x.shape), monoid == "and")
     return _keep(reduce_raw(xb, axes, monoid), axes, x.shape, keepdims)
 
@@ -436,9 +426,9 @@ def _mean_parts(op, x, axes, acc, mask) -> tuple[Tracer, Tracer]:
 
 @export("mean")
 def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
-    _no_out("mean", out)
+    no_out("mean", out)
     x = asarray(a)
-    axes = normalize_axes("mean", axis, x.ndim)
+    axes = reduction_axes("mean", axis, x.ndim)
     out_dtype = _mean_dtype("mean", x, dtype)
     acc = _accumulator(out_dtype)
     s, count = _mean_parts("mean", x, axes, acc, _mask("mean", where, x.shape))
@@ -452,7 +442,7 @@ def _expand(r: Tracer, axes: tuple[int, ...], shape: tuple[int, ...]) -> Tracer:
 
 
 def _var(op, a, axis, dtype, out, ddof, keepdims, wh, mean_, correction) -> Tracer:
-    _no_out(op, out)
+    no_out(op, out)
     if correction is not None:
         if ddof != 0:
             raise ValueError(
@@ -461,7 +451,7 @@ def _var(op, a, axis, dtype, out, ddof, keepdims, wh, mean_, correction) -> Trac
             )
         ddof = correction
     x = asarray(a)
-    axes = normalize_axes(op, axis, x.ndim)
+    axes = reduction_axes(op, axis, x.ndim)
     comp_dtype = _mean_dtype(op, x, dtype)
     acc = _accumulator(comp_dtype)
     mask = _mask(op, wh, x.shape)
@@ -524,9 +514,7 @@ def std(
 
 
 def _argreduce(op: str, a, axis, out, keepdims) -> Tracer:
-    from aotkit.lowering.creation import iota
-
-    _no_out(op, out)
+    no_out(op, out)
     x = asarray(a)
     in_shape = x.shape
     if axis is None:
@@ -583,13 +571,13 @@ def nanargmin(a, axis=None, out=None, *, keepdims=False):
 def ptp(a, axis=None, out=None, keepdims=False):
     hi = max_(a, axis=axis, out=out, keepdims=keepdims)
     lo = min_(a, axis=axis, keepdims=keepdims)
-    return NUMPY_FUNCTIONS["subtract"](hi, lo)
+    return subtract(hi, lo)
 
 
 @export("count_nonzero")
 def count_nonzero(a, axis=None, *, keepdims=False):
     x = asarray(a)
-    axes = normalize_axes("count_nonzero", axis, x.ndim)
+    axes = reduction_axes("count_nonzero", axis, x.ndim)
     r = reduce_raw(cast(cast(x, _BOOL), _INT64), axes, "add")
     return _keep(r, axes, x.shape, keepdims)
 
@@ -605,7 +593,7 @@ def cumulative(x: Tracer, axis: int, monoid: str) -> Tracer:
 
 
 def _cumulative(op, monoid, a, axis, dtype, out) -> Tracer:
-    _no_out(op, out)
+    no_out(op, out)
     x = asarray(a)
     if axis is None:
         x = reshape_to(x, (x.size,))
@@ -633,7 +621,7 @@ def _cumulative_api(op, monoid, x, axis, dtype, out, include_initial) -> Tracer:
         return r
     ax = normalize_axis(op, axis, x.ndim)
     first = full(r.shape[:ax] + (1,) + r.shape[ax + 1 :], _identity(monoid, r.dtype), r.dtype)
-    return NUMPY_FUNCTIONS["concatenate"]([first, r], axis=ax)
+    return concatenate([first, r], axis=ax)
 
 
 @export("cumulative_sum")
@@ -686,7 +674,7 @@ def diff(a, n=1, axis=-1, prepend=_NOVALUE, append=_NOVALUE):
             parts.insert(0, _edge("diff", prepend, x, ax))
         if append is not _NOVALUE:
             parts.append(_edge("diff", append, x, ax))
-        x = NUMPY_FUNCTIONS["concatenate"](parts, axis=ax)
+        x = concatenate(parts, axis=ax)
     for _ in range(n):
         if x.shape[ax] == 0:
             break
@@ -730,7 +718,7 @@ def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, whe
 
 @export("nanmean")
 def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
-    _no_out("nanmean", out)
+    no_out("nanmean", out)
     x = asarray(a)
     mask = _and_masks(_not_nan(x), _mask("nanmean", where, x.shape))
     return mean(x, axis=axis, dtype=dtype, keepdims=keepdims, where=True if mask is None else mask)
@@ -859,7 +847,7 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
         "multiply", to_operand("average", x, rdt, shape), to_operand("average", w, rdt, shape)
     )
     scl = sum_(w, axis=axis, dtype=rdt, keepdims=keepdims)
-    avg = NUMPY_FUNCTIONS["divide"](sum_(xw, axis=axis, keepdims=keepdims), scl)
+    avg = divide(sum_(xw, axis=axis, keepdims=keepdims), scl)
     if returned:
         return avg, broadcast_to_shape(scl, avg.shape)
     return avg
@@ -882,7 +870,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     )
     acc = _accumulator(out_dtype)
     x = to_operand("logsumexp", x, acc, shape)
-    axes = normalize_axes("logsumexp", axis, len(shape))
+    axes = reduction_axes("logsumexp", axis, len(shape))
     m = reduce_raw(x, axes, "max")
     m = bind1("select", bind1("is_finite", m), m, full(m.shape, 0, acc))
     e = bind1("exp", bind1("subtract", x, _expand(m, axes, shape)))

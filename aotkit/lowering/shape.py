@@ -10,7 +10,6 @@ functions validate user input first and raise errors that name the user's call s
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -19,7 +18,6 @@ from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import _context, dtypes
 from aotkit.lowering.core import (
-    NUMPY_FUNCTIONS,
     RuleContext,
     Tracer,
     bind1,
@@ -28,6 +26,22 @@ from aotkit.lowering.core import (
     full,
     register,
     where,
+)
+from aotkit.lowering.elementwise import asarray, multiply, remainder
+from aotkit.lowering.hlo import (
+    _is_int,
+    broadcast_shapes,
+    broadcast_to_shape,
+    cast,
+    concat,
+    gather_along,
+    insert_axes,
+    no_out,
+    normalize_axes,
+    normalize_axis,
+    reshape_to,
+    reverse,
+    slice_static,
 )
 
 # --- primitives ------------------------------------------------------------------------------
@@ -95,93 +109,6 @@ def _lower_pad(ctx: RuleContext, x, value, *, low, high):
     return [stablehlo.pad(x, value, list(low), list(high), [0] * len(low))]
 
 
-# --- helpers used by every family ------------------------------------------------------------
-
-
-def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """NumPy broadcasting of shapes; ValueError naming the op and the shapes otherwise."""
-    first = shapes[0]
-    if len(shapes) == 2 and shapes[1] == first:
-        return first
-    out = _broadcast(shapes)
-    if out is None:
-        listed = " and ".join(str(tuple(s)) for s in shapes)
-        raise ValueError(
-            f"{where(op)}: shapes {listed} cannot broadcast; NumPy broadcasting "
-            "aligns trailing dimensions, which must be equal or 1 (reshape or "
-            "expand_dims an operand first)"
-        )
-    return out
-
-
-@functools.lru_cache(maxsize=4096)
-def _broadcast(shapes: tuple[tuple[int, ...], ...]) -> tuple[int, ...] | None:
-    # Programs broadcast the same few shape pairs over and over: remember the answers.
-    ndim = max(len(s) for s in shapes)
-    out = []
-    for i in range(ndim):
-        size = 1
-        for s in shapes:
-            d = s[i - ndim + len(s)] if i >= ndim - len(s) else 1
-            if d != 1:
-                if size not in (1, d):
-                    return None
-                size = d
-        out.append(size)
-    return tuple(out)
-
-
-def broadcast_to_shape(x: Tracer, shape: tuple[int, ...]) -> Tracer:
-    """Broadcasts a tracer whose shape is known to broadcast to `shape`."""
-    if x.shape == shape:
-        return x
-    dims = tuple(range(len(shape) - x.ndim, len(shape)))
-    return bind1("broadcast_in_dim", x, shape=shape, dims=dims)
-
-
-def reshape_to(x: Tracer, shape: tuple[int, ...]) -> Tracer:
-    if x.shape == shape:
-        return x
-    return bind1("reshape", x, shape=shape)
-
-
-def normalize_axis(op: str, axis, ndim: int) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, int):
-        try:
-            axis = axis.__index__()
-        except (AttributeError, TypeError):
-            raise TypeError(
-                f"{where(op)}: axis {axis!r} must be a Python int; pass a static axis"
-            ) from None
-    if not -ndim <= axis < ndim:
-        raise ValueError(
-            f"{where(op)}: axis {axis} is out of bounds for an array of dimension {ndim}"
-        )
-    return axis % ndim if ndim else 0
-
-
-def normalize_axes(op: str, axis, ndim: int, name: str = "axis") -> tuple[int, ...]:
-    """An int or a sequence of ints as distinct non-negative axes (ValueError on repeats)."""
-    axes = (axis,) if _is_int(axis) or isinstance(axis, Tracer) else tuple(axis)
-    out = tuple(normalize_axis(op, a, ndim) for a in axes)
-    if len(set(out)) != len(out):
-        raise ValueError(f"{where(op)}: repeated axis in `{name}` argument: {axis!r}")
-    return out
-
-
-def slice_static(
-    x: Tracer,
-    start: tuple[int, ...],
-    limit: tuple[int, ...],
-    strides: tuple[int, ...] | None = None,
-) -> Tracer:
-    """`x[start:limit:strides]` per dimension, positive strides, in-range bounds."""
-    strides = strides or (1,) * x.ndim
-    if start == (0,) * x.ndim and limit == x.shape and strides == (1,) * x.ndim:
-        return x
-    return bind1("slice", x, start=tuple(start), limit=tuple(limit), strides=tuple(strides))
-
-
 def slice_axis(x: Tracer, axis: int, start: int, stop: int, step: int = 1) -> Tracer:
     """`x[..., start:stop:step, ...]` on one axis with Python slice semantics (any step)."""
     n = x.shape[axis]
@@ -202,25 +129,6 @@ def slice_axis(x: Tracer, axis: int, start: int, stop: int, step: int = 1) -> Tr
     if step < 0 and length > 1:
         out = reverse(out, (axis,))
     return out
-
-
-def reverse(x: Tracer, dims: tuple[int, ...]) -> Tracer:
-    dims = tuple(d for d in dims if x.shape[d] > 1)
-    return bind1("reverse", x, dims=dims) if dims else x
-
-
-def concat(xs: list[Tracer], axis: int) -> Tracer:
-    """Concatenates tracers of one dtype and matching shapes along `axis`."""
-    xs = [x for x in xs if x.shape[axis] != 0] or xs[:1]
-    return xs[0] if len(xs) == 1 else bind1("concatenate", *xs, dim=axis)
-
-
-def insert_axes(x: Tracer, axes: tuple[int, ...]) -> Tracer:
-    """Inserts size-1 axes at the (result) positions `axes`."""
-    shape = list(x.shape)
-    for a in sorted(axes):
-        shape.insert(a, 1)
-    return reshape_to(x, tuple(shape))
 
 
 def take_static(x: Tracer, axis: int, idx: np.ndarray) -> Tracer:
@@ -249,8 +157,6 @@ def take_static(x: Tracer, axis: int, idx: np.ndarray) -> Tracer:
         runs.append((int(idx[i]), step, j - i))
         i = j
     if len(runs) > 16:
-        from aotkit.lowering.indexing import gather_along
-
         return gather_along(x, axis, idx)
     parts = []
     for first, step, length in runs:
@@ -283,18 +189,8 @@ def _check_dims(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)
-
-
 def _asarray(a) -> Tracer:
-    return NUMPY_FUNCTIONS["asarray"](a)
-
-
-def _cast(x: Tracer, dtype: np.dtype) -> Tracer:
-    from aotkit.lowering.elementwise import cast
-
-    return cast(x, dtype)
+    return asarray(a)
 
 
 def _static_int(op: str, name: str, v) -> int:
@@ -355,15 +251,7 @@ def _common_dtype(op: str, xs: list[Tracer], dtype, casting: str) -> list[Tracer
     else:
         target = dtypes.canonicalize(dtype, where=where(op))
         _check_casting(op, xs, target, casting)
-    return [_cast(x, target) for x in xs]
-
-
-def _no_out(op: str, out) -> None:
-    if out is not None:
-        raise NotImplementedError(
-            f"{where(op)}: out= is not supported; traced arrays are immutable, use the "
-            "returned array"
-        )
+    return [cast(x, target) for x in xs]
 
 
 # --- reshaping -------------------------------------------------------------------------------
@@ -590,13 +478,13 @@ def _concatenate(op: str, xs: list[Tracer], axis, dtype, casting) -> Tracer:
 
 @export("concatenate", "concat")
 def concatenate(arrays, /, axis=0, out=None, *, dtype=None, casting="same_kind"):
-    _no_out("concatenate", out)
+    no_out("concatenate", out)
     return _concatenate("concatenate", _arrays("concatenate", arrays), axis, dtype, casting)
 
 
 @export("stack")
 def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
-    _no_out("stack", out)
+    no_out("stack", out)
     xs = _arrays("stack", arrays)
     if not xs:
         raise ValueError(f"{where('stack')}: need at least one array to stack")
@@ -866,7 +754,7 @@ def _pad_constant(x: Tracer, pairs: np.ndarray, values) -> Tracer:
         return bind1(
             "pad",
             x,
-            _cast(values, x.dtype),
+            cast(values, x.dtype),
             low=tuple(pairs[:, 0].tolist()),
             high=tuple(pairs[:, 1].tolist()),
         )
@@ -962,7 +850,7 @@ def _roll_traced(x: Tracer, shift: Tracer, axis) -> Tracer:
     # Rolling by s reads the doubled array [x, x] from n - (s mod n), a window of size n.
     wide = shift.dtype.itemsize == 8 or (shift.dtype.kind == "u" and shift.dtype.itemsize == 4)
     index = np.dtype(np.int64 if wide else np.int32)
-    s = NUMPY_FUNCTIONS["remainder"](_cast(shift, index), n)
+    s = remainder(cast(shift, index), n)
     start = bind1("subtract", full((), n, index), s)
     zero = full((), 0, index)
     starts = [start if d == ax else zero for d in range(x.ndim)]
@@ -1036,7 +924,7 @@ def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, like=None):
         raise ValueError(f"{where('eye')}: negative dimensions are not allowed: N={n}, M={m}")
     dtype = dtypes.canonicalize(dtype, where=where("eye"))
     _check_dims("eye", (n, m))
-    return _cast(_diagonal_mask(n, m, k, "EQ"), dtype)
+    return cast(_diagonal_mask(n, m, k, "EQ"), dtype)
 
 
 @export("identity")
@@ -1087,13 +975,6 @@ def diag(v, k=0):
     return bind1("select", _diagonal_mask(n, n, k, "EQ"), values, full((n, n), 0, x.dtype))
 
 
-@export("trace")
-def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    _no_out("trace", out)
-    d = diagonal(a, offset, axis1, axis2)
-    return NUMPY_FUNCTIONS["sum"](d, axis=-1, dtype=dtype)
-
-
 @export("meshgrid")
 def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
     if indexing not in ("xy", "ij"):
@@ -1116,22 +997,20 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
 
 @export("outer")
 def outer(a, b, out=None):
-    _no_out("outer", out)
+    no_out("outer", out)
     x, y = ravel(a), ravel(b)
-    return NUMPY_FUNCTIONS["multiply"](
-        reshape_to(x, (x.shape[0], 1)), reshape_to(y, (1, y.shape[0]))
-    )
+    return multiply(reshape_to(x, (x.shape[0], 1)), reshape_to(y, (1, y.shape[0])))
 
 
 @export("kron")
 def kron(a, b):
     x, y = _asarray(a), _asarray(b)
     if x.ndim == 0 or y.ndim == 0:
-        return NUMPY_FUNCTIONS["multiply"](x, y)
+        return multiply(x, y)
     nd = max(x.ndim, y.ndim)
     xs = (1,) * (nd - x.ndim) + x.shape
     ys = (1,) * (nd - y.ndim) + y.shape
     x = reshape_to(x, tuple(v for d in xs for v in (d, 1)))
     y = reshape_to(y, tuple(v for d in ys for v in (1, d)))
-    prod = NUMPY_FUNCTIONS["multiply"](x, y)
+    prod = multiply(x, y)
     return reshape_to(prod, tuple(p * q for p, q in zip(xs, ys, strict=True)))

@@ -393,7 +393,7 @@ def test_random_shapes_and_axes(case):
 # --- errors --------------------------------------------------------------------------------------
 
 ERROR_CASES = [
-    ("duplicate axis", ValueError, r"sum \(at .*\): duplicate value in axis \(0, 0\)",
+    ("duplicate axis", ValueError, r"sum \(at .*\): repeated axis in `axis` argument: \(0, 0\)",
      lambda x: anp.sum(x, axis=(0, 0))),
     ("axis out of range", ValueError, r"axis 3 is out of bounds for an array of dimension 2",
      lambda x: anp.mean(x, axis=3)),

@@ -1,0 +1,176 @@
+"""Trace stage, the StableHLO-level layer: helpers over the primitives, below the NumPy API.
+
+The op families (`elementwise`, `shape`, `indexing`, `reduction`, ...) implement NumPy's
+functions; what they share at the level of StableHLO ops lives here: broadcasting shapes
+and tracers, reshapes, static slices, reversal, concatenation, conversion with NumPy's
+`astype` semantics, axis normalization. It binds primitives by their registered names
+and imports nothing from the families, so the families import it (and each other, in one
+direction: elementwise <- shape <- reduction <- linalg) without cycles.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from aotkit import dtypes
+from aotkit.lowering.core import Tracer, bind1, constant, full, where
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)
+
+
+def no_out(op: str, out) -> None:
+    """Refuses `out=`: traced arrays are values, not buffers to write into."""
+    if out is not None:
+        raise NotImplementedError(
+            f"{where(op)}: out= is not supported; traced arrays are immutable, use the "
+            "returned array"
+        )
+
+
+def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy broadcasting of shapes; ValueError naming the op and the shapes otherwise."""
+    first = shapes[0]
+    if len(shapes) == 2 and shapes[1] == first:
+        return first
+    out = _broadcast(shapes)
+    if out is None:
+        listed = " and ".join(str(tuple(s)) for s in shapes)
+        raise ValueError(
+            f"{where(op)}: shapes {listed} cannot broadcast; NumPy broadcasting "
+            "aligns trailing dimensions, which must be equal or 1 (reshape or "
+            "expand_dims an operand first)"
+        )
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _broadcast(shapes: tuple[tuple[int, ...], ...]) -> tuple[int, ...] | None:
+    # Programs broadcast the same few shape pairs over and over: remember the answers.
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for i in range(ndim):
+        size = 1
+        for s in shapes:
+            d = s[i - ndim + len(s)] if i >= ndim - len(s) else 1
+            if d != 1:
+                if size not in (1, d):
+                    return None
+                size = d
+        out.append(size)
+    return tuple(out)
+
+
+def broadcast_to_shape(x: Tracer, shape: tuple[int, ...]) -> Tracer:
+    """Broadcasts a tracer whose shape is known to broadcast to `shape`."""
+    if x.shape == shape:
+        return x
+    dims = tuple(range(len(shape) - x.ndim, len(shape)))
+    return bind1("broadcast_in_dim", x, shape=shape, dims=dims)
+
+
+def reshape_to(x: Tracer, shape: tuple[int, ...]) -> Tracer:
+    if x.shape == shape:
+        return x
+    return bind1("reshape", x, shape=shape)
+
+
+def normalize_axis(op: str, axis, ndim: int) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        try:
+            axis = axis.__index__()
+        except (AttributeError, TypeError):
+            raise TypeError(
+                f"{where(op)}: axis {axis!r} must be a Python int; pass a static axis"
+            ) from None
+    if not -ndim <= axis < ndim:
+        raise ValueError(
+            f"{where(op)}: axis {axis} is out of bounds for an array of dimension {ndim}"
+        )
+    return axis % ndim if ndim else 0
+
+
+def normalize_axes(op: str, axis, ndim: int, name: str = "axis") -> tuple[int, ...]:
+    """None (every axis), an int or a sequence of ints as distinct non-negative axes, in the
+    order given (ValueError on repeats)."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if _is_int(axis) or isinstance(axis, Tracer) else tuple(axis)
+    out = tuple(normalize_axis(op, a, ndim) for a in axes)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{where(op)}: repeated axis in `{name}` argument: {axis!r}")
+    return out
+
+
+def slice_static(
+    x: Tracer,
+    start: tuple[int, ...],
+    limit: tuple[int, ...],
+    strides: tuple[int, ...] | None = None,
+) -> Tracer:
+    """`x[start:limit:strides]` per dimension, positive strides, in-range bounds."""
+    strides = strides or (1,) * x.ndim
+    if start == (0,) * x.ndim and limit == x.shape and strides == (1,) * x.ndim:
+        return x
+    return bind1("slice", x, start=tuple(start), limit=tuple(limit), strides=tuple(strides))
+
+
+def reverse(x: Tracer, dims: tuple[int, ...]) -> Tracer:
+    dims = tuple(d for d in dims if x.shape[d] > 1)
+    return bind1("reverse", x, dims=dims) if dims else x
+
+
+def concat(xs: list[Tracer], axis: int) -> Tracer:
+    """Concatenates tracers of one dtype and matching shapes along `axis`."""
+    xs = [x for x in xs if x.shape[axis] != 0] or xs[:1]
+    return xs[0] if len(xs) == 1 else bind1("concatenate", *xs, dim=axis)
+
+
+def insert_axes(x: Tracer, axes: tuple[int, ...]) -> Tracer:
+    """Inserts size-1 axes at the (result) positions `axes`."""
+    shape = list(x.shape)
+    for a in sorted(axes):
+        shape.insert(a, 1)
+    return reshape_to(x, tuple(shape))
+
+
+def cast(x: Tracer, dtype: np.dtype) -> Tracer:
+    """Converts with NumPy's `astype` semantics (to bool: != 0; complex to real: real part)."""
+    if x.dtype == dtype:
+        return x
+    if dtype == np.bool_:
+        return bind1("compare", x, full(x.shape, 0, x.dtype), direction="NE")
+    if dtypes.is_complex(x.dtype) and not dtypes.is_complex(dtype):
+        x = bind1("real", x)
+        if x.dtype == dtype:
+            return x
+    if x.dtype == np.bool_ and dtypes.is_inexact(dtype):
+        # XLA rewrites `convert(pred) / y` and `convert(pred) * y` into selects that give 0
+        # where IEEE gives NaN (0 / 0, 0 * inf); a select of 1 and 0 keeps the arithmetic.
+        return bind1("select", x, full(x.shape, 1, dtype), full(x.shape, 0, dtype))
+    return bind1("convert", x, dtype=dtype)
+
+
+def stack(op: str, xs: list[Tracer]) -> Tracer:
+    """Tracers of one shape stacked along a new leading axis, in their promoted dtype."""
+    for x in xs[1:]:
+        if x.shape != xs[0].shape:
+            raise ValueError(
+                f"{where(op)}: all input arrays must have the same shape, got "
+                f"{xs[0].shape} and {x.shape}"
+            )
+    dtype = functools.reduce(dtypes.promote_types, [x.dtype for x in xs])
+    return concat([reshape_to(cast(x, dtype), (1,) + x.shape) for x in xs], 0)
+
+
+def gather_along(x: Tracer, axis: int, idx: np.ndarray) -> Tracer:
+    """`x` at the static in-range positions `idx` (1-d) along `axis`, as one gather."""
+    idx = np.asarray(idx, np.int32 if x.shape[axis] < 2**31 else np.int64).reshape(-1, 1)
+    offset_dims = tuple(d for d in range(x.ndim) if d != axis)
+    sizes = tuple(1 if d == axis else n for d, n in enumerate(x.shape))
+    return bind1(
+        "gather", x, constant(idx), offset_dims=offset_dims, collapsed=(axis,), slice_sizes=sizes
+    )

@@ -12,7 +12,9 @@ from __future__ import annotations
 from aotkit import (
     backends,
     lax,
+    nn,
     numpy,  # noqa: F401  (registers every op family)
+    random,
 )
 from aotkit.compiled import Compiled
 from aotkit.errors import CompileError
@@ -36,7 +38,9 @@ __all__ = [
     "lax",
     "load_module",
     "lower",
+    "nn",
     "numpy",
+    "random",
     "scan",
     "spec",
     "switch",

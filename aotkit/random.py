@@ -138,8 +138,8 @@ def _from_parts(b1, b2, traced: bool):
 def key(seed):
     """A key from an integer seed: `[seed >> 32, seed & 0xFFFFFFFF]` as uint32[2].
 
-    Python ints are read as int64 (uint64 from 2**63 up); NumPy and traced integers by
-    their dtype (32-bit and narrower ones have a zero high word). A traced seed gives a
+    Python ints are read as int64 (as JAX does); NumPy and traced integers by their dtype
+    (32-bit and narrower ones have a zero high word). A traced seed gives a
     traced key; otherwise the key is a NumPy array.
     """
     if isinstance(seed, Tracer):
@@ -153,10 +153,10 @@ def key(seed):
             return anp.stack([cast(u >> 32, _U32), cast(u, _U32)])
         return anp.stack([full((), 0, _U32), cast(seed, _U32)])
     if isinstance(seed, int) and not isinstance(seed, bool):
-        if not -(2**63) <= seed < 2**64:
+        if not -(2**63) <= seed < 2**63:
             raise ValueError(
-                f"{where('aotkit.random.key')}: seed {seed} does not fit in 64 bits; pass an "
-                "int in [-2**63, 2**64)"
+                f"{where('aotkit.random.key')}: seed {seed} does not fit in int64; pass an int "
+                "in [-2**63, 2**63) (or a np.uint64)"
             )
         u = seed % 2**64
         return np.array([u >> 32, u & 0xFFFFFFFF], _U32)
@@ -165,7 +165,7 @@ def key(seed):
         raise TypeError(
             f"{where('aotkit.random.key')}: seed must be a scalar integer, got {seed!r:.60}"
         )
-    u = int(arr) % 2 ** (8 * arr.dtype.itemsize)
+    u = int(arr) % 2 ** (64 if arr.dtype.itemsize == 8 else 32)
     return np.array([u >> 32, u & 0xFFFFFFFF], _U32)
 
 
@@ -424,13 +424,18 @@ def _randint(key, lo: Tracer, hi: Tracer, shape, dtype: np.dtype) -> Tracer:
     span = bind1("select", anp.less_equal(hi, lo), one, span)
     span = bind1("select", anp.logical_and(out_of_range, anp.greater(hi, lo)), span + 1, span)
 
-    def rem(a, b):  # XLA's remainder: x % 0 is x, which the full range relies on
-        return bind1("rem", a, b)
+    zero_span = anp.equal(span, 0)
+    safe_span = bind1("select", zero_span, one, span)
 
-    multiplier = rem(full(shape, 2 ** (nbits // 2), unsigned), span)
-    multiplier = rem(bind1("multiply", multiplier, multiplier), span)
-    offset = bind1("add", bind1("multiply", rem(higher, span), multiplier), rem(lower, span))
-    offset = rem(offset, span)
+    def mod_span(a):
+        # XLA's x % 0 is x, which the full range relies on; spelled out, because the
+        # reference interpreter dies of SIGFPE on an integer remainder by zero.
+        return bind1("select", zero_span, a, bind1("rem", a, safe_span))
+
+    multiplier = mod_span(full(shape, 2 ** (nbits // 2), unsigned))
+    multiplier = mod_span(bind1("multiply", multiplier, multiplier))
+    offset = bind1("add", bind1("multiply", mod_span(higher), multiplier), mod_span(lower))
+    offset = mod_span(offset)
     return bind1("add", lo, cast(offset, dtype))
 
 

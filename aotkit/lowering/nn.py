@@ -395,6 +395,18 @@ def conv_general_dilated(
     )
 
 
+def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):
+    """`jax.lax.conv`: `conv_general_dilated` with NCHW/OIHW layouts and no dilation."""
+    return conv_general_dilated(
+        lhs,
+        rhs,
+        window_strides,
+        padding,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+    )
+
+
 def _positive_int(op: str, name: str, v) -> int:
     if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
         raise ValueError(f"{where(op)}: {name} must be a positive int, got {v!r}")

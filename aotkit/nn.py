@@ -16,6 +16,8 @@ float16/bfloat16 `layer_norm` and `rms_norm` compute their statistics in float32
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import aotkit.numpy as anp
@@ -121,9 +123,9 @@ def gelu(x, approximate: bool = True):
     `0.5 * x * erfc(-x / sqrt(2))` with `approximate=False`."""
     t = _inexact(x)
     if approximate:
-        cdf = 0.5 * (1.0 + anp.tanh(np.sqrt(2 / np.pi) * (t + 0.044715 * (t * t * t))))
+        cdf = 0.5 * (1.0 + anp.tanh(math.sqrt(2 / math.pi) * (t + 0.044715 * (t * t * t))))
         return t * cdf
-    return 0.5 * t * bind1("erfc", -t * np.sqrt(0.5))
+    return 0.5 * t * bind1("erfc", -t * math.sqrt(0.5))
 
 
 # --- softmax ----------------------------------------------------------------------------------
@@ -194,13 +196,16 @@ def _stats_input(x) -> tuple[Tracer, np.dtype]:
 
 
 def _affine(y: Tracer, out: np.dtype, scale, bias) -> Tracer:
+    """`y * scale + bias` cast to the promoted dtype of x, scale and bias (Python scalars
+    weak, as everywhere in aotkit.numpy)."""
     for p in (scale, bias):
         if p is not None:
-            out = dtypes.result_type(out, _array(p).dtype)
+            kind = dtypes.weak_kind(p)
+            out = dtypes.result_type(out, kind if kind is not None else _array(p).dtype)
     if scale is not None:
-        y = y * _array(scale)
+        y = y * scale
     if bias is not None:
-        y = y + _array(bias)
+        y = y + bias
     return cast(y, out)
 
 

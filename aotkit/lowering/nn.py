@@ -381,7 +381,11 @@ def conv_general_dilated(
                 f"{where(op)}: padding {pads[i]} of spatial dimension {i} removes more than its "
                 f"size {in_spatial[i]}"
             )
-    return bind1(
+    # jaxlib 0.10.2's reference interpreter aborts the process ("Incompatible index and
+    # shape found while flattening index") on a convolution whose output feature dimension
+    # precedes its batch dimension; such layouts are computed batch-first, then transposed.
+    swap = out_perm[1] < out_perm[0]
+    r = bind1(
         "convolution",
         a,
         b,
@@ -389,10 +393,15 @@ def conv_general_dilated(
         padding=pads,
         lhs_dilation=lhs_dil,
         rhs_dilation=rhs_dil,
-        dnums=(lhs_perm, rhs_perm, out_perm),
+        dnums=(lhs_perm, rhs_perm, (out_perm[1], out_perm[0], *out_perm[2:]) if swap else out_perm),
         groups=groups,
         dtype=a.dtype,
     )
+    if not swap:
+        return r
+    perm = list(range(r.ndim))
+    perm[out_perm[0]], perm[out_perm[1]] = out_perm[1], out_perm[0]
+    return bind1("transpose", r, perm=tuple(perm))
 
 
 def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):

@@ -425,7 +425,7 @@ def test_conv_transpose_1d_and_ncw_layouts():
         assert_matches(g, wt, tolerances=TOLERANCES)
 
 
-# --- pooling and reduce_window -----------------------------------------------------------------
+# --- pooling and reduce_window ----------------------------------------------------------------
 
 
 def _flax_pool(x, init, op, window, strides, padding):

@@ -180,6 +180,8 @@ def one_hot(x, num_classes, *, dtype=None, axis=-1):
         )
     dt = _F32 if dtype is None else dtypes.canonicalize(dtype, where=where(op))
     t = _array(x)
+    if t.dtype == np.bool_:
+        t = cast(t, np.dtype(np.uint8))  # True is class 1; iota has no boolean form
     out_axis = normalize_axis(op, axis, t.ndim + 1)
     classes_shape = [1] * (t.ndim + 1)
     classes_shape[out_axis] = int(num_classes)

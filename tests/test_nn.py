@@ -161,6 +161,13 @@ def test_one_hot_matches_jax_nn(dtype, axis):
     assert_matches(got, _jax(lambda a: jax.nn.one_hot(a, 4, dtype=dtype, axis=axis), x))
 
 
+def test_one_hot_of_floats_and_booleans():
+    x = np.array([0.0, 2.0, 2.5, -1.0], np.float32)
+    got = run_on("cpu", lambda a, b: (nn.one_hot(a, 3), nn.one_hot(b, 2)), x, x > 1)
+    assert_matches(got[0], _jax(lambda a: jax.nn.one_hot(a, 3), x))
+    assert_matches(got[1], np.eye(2, dtype=np.float32)[(x > 1).astype(int)])
+
+
 def test_one_hot_of_a_python_list_on_the_interpreter():
     got = run_on("interpreter", lambda: nn.one_hot(np.array([2, 0, 5], np.int32), 3))
     assert_matches(got, _jax(lambda: jax.nn.one_hot(jnp.array([2, 0, 5]), 3)))

@@ -92,6 +92,7 @@ def test_traced_key_functions_match_jax(backend):
             "key_i64": ar.key(seed),
             "key_i32": ar.key(seed.astype(np.int32)),
             "split_of_const": ar.split(ar.key(5)),
+            "fold_in_traced_data_const_key": ar.fold_in(ar.key(5), d),
         }
 
     k, seed, d = ar.key(77), np.int64(-(2**40) + 3), np.int32(-2)
@@ -105,9 +106,23 @@ def test_traced_key_functions_match_jax(backend):
         "key_i64": _jkey(seed),
         "key_i32": _jkey(np.int32(seed)),
         "split_of_const": _jax(jax.random.split, _jkey(5)),
+        "fold_in_traced_data_const_key": _jax(jax.random.fold_in, _jkey(5), np.uint32(2**32 - 2)),
     }
     for name, w in want.items():
         assert_matches(got[name], w, name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_keys_thread_through_loops(backend):
+    def f(k):
+        return aotkit.fori_loop(0, 3, lambda i, c: ar.fold_in(ar.split(c, 3)[1], i), k)
+
+    def jf(k):
+        return jax.lax.fori_loop(
+            0, 3, lambda i, c: jax.random.fold_in(jax.random.split(c, 3)[1], i), k
+        )
+
+    assert_matches(run_on(backend, f, ar.key(3)), _jax(jf, _jkey(3)))
 
 
 def test_a_concrete_key_inside_a_trace_stays_concrete():

@@ -336,6 +336,16 @@ def test_conv_promotes_mixed_operands_as_numpy():
     assert_matches(got, _jax(lambda a, b: jax.lax.conv(a.astype(F32), b, (1,), "VALID"), x, w))
 
 
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+def test_conv_of_complex_operands(backend):
+    rng = _rng("complex")
+    x = (rng.standard_normal((1, 2, 5)) + 1j * rng.standard_normal((1, 2, 5))).astype(np.complex64)
+    w = (rng.standard_normal((3, 2, 2)) + 1j * rng.standard_normal((3, 2, 2))).astype(np.complex64)
+    got = run_on(backend, lambda a, b: nn.conv(a, b, (1,), "SAME"), x, w)
+    want = _jax(lambda a, b: jax.lax.conv(a, b, (1,), "SAME"), x, w)
+    assert_matches(got, want, tolerances={np.dtype(np.complex64): (2e-5, 2e-6)})
+
+
 def test_conv_accepts_jax_dimension_numbers_and_precision():
     x, w = _values(F32, (1, 3, 6, 6), "dn"), _values(F32, (2, 3, 3, 3), "dn", "w")
     dn = jax.lax.conv_dimension_numbers(x.shape, w.shape, ("NCHW", "OIHW", "NCHW"))

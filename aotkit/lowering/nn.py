@@ -252,11 +252,11 @@ def _explicit_pads(op: str, padding, n: int) -> tuple[tuple[int, int], ...]:
     return tuple((int(lo), int(hi)) for lo, hi in pads)
 
 
-def _spec_perm(spec: str, pair: tuple[str, str], rhs_spec: str) -> tuple[int, ...]:
+def _spec_perm(spec: str, pair: tuple[str, str], spatial_order: str | None) -> tuple[int, ...]:
     spatial = [i for i, c in enumerate(spec) if c not in pair]
-    if spec is not rhs_spec:
-        # Spatial dimensions pair up by their letters, in the kernel's order.
-        spatial.sort(key=lambda i: rhs_spec.index(spec[i]))
+    if spatial_order is not None:
+        # Input and output spatial dimensions pair up by letter, in the kernel's order.
+        spatial.sort(key=lambda i: spatial_order.index(spec[i]))
     return (spec.index(pair[0]), spec.index(pair[1]), *spatial)
 
 
@@ -274,7 +274,6 @@ def conv_dimension_numbers(op: str, ndim: int, dimension_numbers):
         if all(sorted(p) == list(range(ndim)) for p in perms):
             return perms
     elif len(specs) == 3 and all(isinstance(s, str) for s in specs):
-        lhs, rhs, out = specs
         pairs = (("N", "C"), ("O", "I"), ("N", "C"))
         spatial = [set(s) - set(p) for s, p in zip(specs, pairs, strict=True)]
         if (
@@ -282,7 +281,12 @@ def conv_dimension_numbers(op: str, ndim: int, dimension_numbers):
             and all(s.count(a) == 1 and s.count(b) == 1 for s, (a, b) in zip(specs, pairs))
             and spatial[0] == spatial[1] == spatial[2]
         ):
-            return tuple(_spec_perm(s, p, rhs) for s, p in zip(specs, pairs, strict=True))
+            rhs = specs[1]
+            return (
+                _spec_perm(specs[0], pairs[0], rhs),
+                _spec_perm(rhs, pairs[1], None),
+                _spec_perm(specs[2], pairs[2], rhs),
+            )
     raise ValueError(
         f"{where(op)}: dimension_numbers {dimension_numbers!r} do not describe arrays of "
         f"{ndim} dimensions; pass three layout strings of length {ndim} such as "

@@ -19,7 +19,9 @@ from aotkit import (
     backends,
     config,
     lax,
+    nn,
     numpy,  # noqa: F401  (registers every op family)
+    random,
 )
 from aotkit.compiled import Compiled
 from aotkit.errors import CompileError
@@ -45,7 +47,9 @@ __all__ = [
     "lax",
     "load_module",
     "lower",
+    "nn",
     "numpy",
+    "random",
     "scan",
     "spec",
     "switch",

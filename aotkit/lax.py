@@ -1,12 +1,24 @@
-"""`aotkit.lax`: structured control flow, named as in `jax.lax`.
+"""`aotkit.lax`: structured control flow and windowed ops, named as in `jax.lax`.
 
 `cond`, `switch`, `while_loop`, `fori_loop` and `scan` trace their bodies into one
 `stablehlo.if`, `stablehlo.case` or `stablehlo.while` each (see `aotkit.lowering.control`);
-they are also available as `aotkit.cond`, ... .
+they are also available as `aotkit.cond`, ... . `conv_general_dilated`, `conv`,
+`conv_transpose` and `reduce_window` are in `aotkit.lowering.nn`.
 """
 
 from __future__ import annotations
 
 from aotkit.lowering.control import cond, fori_loop, scan, switch, while_loop
+from aotkit.lowering.nn import conv, conv_general_dilated, conv_transpose, reduce_window
 
-__all__ = ["cond", "fori_loop", "scan", "switch", "while_loop"]
+__all__ = [
+    "cond",
+    "conv",
+    "conv_general_dilated",
+    "conv_transpose",
+    "fori_loop",
+    "reduce_window",
+    "scan",
+    "switch",
+    "while_loop",
+]

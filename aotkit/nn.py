@@ -25,9 +25,8 @@ from aotkit import dtypes
 from aotkit import random as _random
 from aotkit.lowering.core import Tracer, bind1, full, where
 from aotkit.lowering.creation import iota
-from aotkit.lowering.elementwise import cast
+from aotkit.lowering.hlo import cast, normalize_axis
 from aotkit.lowering.nn import conv, conv_general_dilated, conv_transpose, window_reduce
-from aotkit.lowering.shape import normalize_axis
 
 __all__ = [
     "avg_pool",

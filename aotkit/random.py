@@ -30,9 +30,8 @@ import aotkit.numpy as anp
 from aotkit import dtypes
 from aotkit.lowering.core import Tracer, bind1, full, is_tracing, where
 from aotkit.lowering.creation import iota
-from aotkit.lowering.elementwise import cast
+from aotkit.lowering.hlo import broadcast_to_shape, cast, normalize_axis
 from aotkit.lowering.nn import erf_inv, sort_key_val
-from aotkit.lowering.shape import broadcast_to_shape, normalize_axis
 
 __all__ = [
     "PRNGKey",

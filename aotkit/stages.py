@@ -23,6 +23,7 @@ from jaxlib.mlir import ir
 from aotkit import _context, backends, dtypes, dumps, frontends, modules, passes
 from aotkit._context import IR_LOCK
 from aotkit.backends.base import Backend
+from aotkit.backends.pjrt import native_dispatcher
 from aotkit.compiled import Compiled
 from aotkit.errors import CompileError, InvalidModuleError
 from aotkit.frontends import signature
@@ -359,7 +360,9 @@ class CacheInfo(NamedTuple):
 
     `traces` counts every trace (a `jit(f).trace(...)` too), `lowerings` the traces lowered
     into a cached `Lowered`, `compiles` the backend compiles; `hits` and `misses` count the
-    lookups of the lowering and compile caches.
+    lookups of the lowering and compile caches made in Python. A call whose argument
+    signature jaxlib's C++ dispatch has already cached runs without entering Python and is
+    not counted.
     """
 
     traces: int
@@ -569,6 +572,10 @@ class Jitted:
         )
         self._cache = _cache_for(fn)
         self._backend_name: str | None = None
+        native = None
+        if not self._has_statics:
+            native = native_dispatcher(self.__name__, self._python_call, self._native_run)
+        self._dispatch = native if native is not None else self._python_call
 
     def _keys(self, args: tuple, kwargs: dict):
         """(flat dynamic leaves, lowering key) for a call."""
@@ -622,9 +629,30 @@ class Jitted:
             self._cache, key, lambda: _lower(self._trace(args, kwargs, key), *(None,) * 3, True)
         )
 
-    def __call__(self, *args, **kwargs):
+    @property
+    def __call__(self):
+        """`jitted(*args, **kwargs)`: runs `fn` compiled for these arguments' signature.
+
+        Without static arguments, jaxlib's C++ dispatch sits in front (as under `jax.jit`):
+        a signature seen before runs its cached executable without entering Python; every
+        other call takes the checked Python path (`_python_call`). A property handing out
+        that callable saves a forwarding frame per call.
+        """
+        return self._dispatch
+
+    def _python_call(self, *args, **kwargs):
         if core.is_tracing():
             return self._inline(args, kwargs)
+        compiled, leaves = self._compiled(args, kwargs)
+        if not self._has_statics:
+            return compiled._python_call(*args, **kwargs)
+        outs = compiled.call_flat(leaves)
+        if compiled._single_out:
+            return outs[0]
+        return compiled.out_tree.unflatten(outs)
+
+    def _compiled(self, args: tuple, kwargs: dict) -> tuple[Compiled, list]:
+        """The Compiled for a call (from the caches, or traced, lowered and compiled)."""
         leaves, key = self._keys(args, kwargs)
         backend_name = self._backend_name
         if backend_name is None:
@@ -636,12 +664,16 @@ class Jitted:
         else:
             with cache.lock:
                 cache.hits += 1
-        if not self._has_statics:
-            return compiled(*args, **kwargs)  # the backend's native dispatch, if it has one
-        outs = compiled.call_flat(leaves)
-        if compiled._single_out:
-            return outs[0]
-        return compiled.out_tree.unflatten(outs)
+        return compiled, leaves
+
+    def _native_run(self, x64: bool, args: tuple, kwargs: dict):
+        """The C++ dispatch's miss handler: the checked call, and what to cache for it."""
+        if core.is_tracing():
+            return self._inline(args, kwargs), None
+        compiled, _ = self._compiled(args, kwargs)
+        out = compiled._python_call(*args, **kwargs)
+        fastpath = getattr(compiled._executable, "fastpath", None)
+        return out, fastpath(out, args, kwargs, x64) if fastpath is not None else None
 
     def _inline(self, args: tuple, kwargs: dict):
         """A call inside a trace: `fn` is traced into the outer program (donation is the

@@ -69,8 +69,10 @@ def main(argv=None) -> int:
     put = _compat.host_to_device(_compat.shaped_array((), np.dtype(np.float32)), sharding, device)
     jitted_ours = jit(f_aot)
     jitted_theirs = jax.jit(f_jax)
-    jitted_ours(x_np0)
-    jitted_theirs(x_np0)
+    for x in (x_np0, our_dev, 3.0):
+        jitted_ours(x)
+    for x in (x_np0, x_dev, 3.0):
+        jitted_theirs(x)
 
     groups = [
         (
@@ -106,10 +108,24 @@ def main(argv=None) -> int:
             },
         ),
         (
+            "jit(f)(x), device array",
+            {
+                "aotkit": lambda: jitted_ours(our_dev),
+                "jax": lambda: jitted_theirs(x_dev),
+            },
+        ),
+        (
             "jit(f)(x), NumPy 0-d",
             {
                 "aotkit": lambda: jitted_ours(x_np0),
                 "jax": lambda: jitted_theirs(x_np0),
+            },
+        ),
+        (
+            "jit(f)(x), Python float",
+            {
+                "aotkit": lambda: jitted_ours(3.0),
+                "jax": lambda: jitted_theirs(3.0),
             },
         ),
     ]
@@ -122,7 +138,7 @@ def main(argv=None) -> int:
     )
     columns = ("aotkit", "jax", "raw PJRT", "aotkit/jax", "aotkit/raw")
     widths = (15, 15, 15, 11, 11)
-    header = f"{'input':22s} " + " ".join(f"{c:>{w}s}" for c, w in zip(columns, widths))
+    header = f"{'input':25s} " + " ".join(f"{c:>{w}s}" for c, w in zip(columns, widths))
     print(header)
     print("-" * len(header))
     for group, fns in groups:
@@ -134,7 +150,7 @@ def main(argv=None) -> int:
         jax_ratio = f"{best['aotkit'] / best['jax']:10.2f}x"
         raw_ratio = f"{best['aotkit'] / best['raw']:10.2f}x" if "raw" in fns else f"{'-':>11s}"
         print(
-            f"{group:22s} {cells[0]:>15s} {cells[1]:>15s} {cells[2]:>15s} {jax_ratio} {raw_ratio}"
+            f"{group:25s} {cells[0]:>15s} {cells[1]:>15s} {cells[2]:>15s} {jax_ratio} {raw_ratio}"
         )
     return 0
 

@@ -63,7 +63,14 @@ def test_repeated_calls_hit_and_new_specs_trace_again():
     jitted(np.ones(3, np.float32))
     jitted(np.ones(3, np.float64))
     info = jitted.cache_info()
-    assert (info.traces, info.compiles, info.hits) == (3, 3, 2)
+    # Repeated signatures run in jaxlib's C++ dispatch without entering Python, uncounted.
+    assert (info.traces, info.compiles, info.hits, info.misses) == (3, 3, 0, 6)
+    # A static argument keeps every call in Python, where hits are counted.
+    g = jit(lambda x, n: x * n, static_argnums=1)
+    for _ in range(3):
+        g(np.ones(2, np.float32), 2)
+    info = g.cache_info()
+    assert (info.traces, info.compiles, info.hits) == (1, 1, 2)
 
 
 def test_python_scalars_key_as_weak_32_bit_values():

@@ -120,6 +120,62 @@ class PjrtBackend(Backend):
         return PjrtExecutable(self, name, exe, in_specs, out_specs)
 
 
+def native_dispatcher(name: str, python_call, run):
+    """jaxlib's C++ dispatch (the loop under JAX's own jit) in front of a Python call.
+
+    `run(x64, args, kwargs) -> (out, fastpath or None)` handles every argument signature
+    the C++ side has not cached: it checks and runs the call in Python and returns what
+    to cache (`PjrtExecutable.fastpath`), after which calls with that signature (tree,
+    dtypes, shapes, weak types, shardings) never enter Python. `python_call` runs when
+    JAX's `disable_jit` is on, and words the error for an array donated to an earlier call.
+    None if this jaxlib has no C++ dispatch.
+
+    JAX's x64 mode changes what the C++ transfer does: with it off, 64-bit NumPy values
+    are narrowed and a float64 array keys like a float32 one (so a cached float32 signature
+    would take float64 arrays too); with it on, a Python float becomes a float64 buffer. So
+    calls run in x64 mode, where NumPy dtypes key as themselves, except calls with a
+    top-level Python scalar, which run with x64 off (a Python float then becomes the weakly
+    typed float32 of a scalar argument) and never cache NumPy leaves of the dtypes that
+    narrowing merges; each mode has its own C++ cache.
+    """
+    native = {}
+    for x64 in (True, False):
+
+        def cache_miss(*args, _x64=x64, **kwargs):
+            out, fastpath = run(_x64, args, kwargs)
+            return out, fastpath, False
+
+        native[x64] = _compat.cpp_dispatcher(name, python_call, cache_miss)
+        if native[x64] is None:
+            return None
+    swap, restore = _compat.x64_switch()
+    wide, narrow = native[True], native[False]
+    python_scalars = _PYTHON_SCALARS
+    runtime_error = _compat.runtime_error_type()
+    array_type = _compat.array_type()
+
+    def call(*args, **kwargs):
+        mode, dispatch = True, wide
+        for arg in args:
+            if type(arg) in python_scalars:
+                mode, dispatch = False, narrow
+                break
+        previous = swap(mode)
+        try:
+            return dispatch(*args, **kwargs)
+        except (runtime_error, ValueError):
+            # A donated array passes the C++ signature check and fails in PJRT (as a
+            # ValueError); the checked call words that error, refusing before it runs.
+            leaves = tree_util.tree_leaves((args, kwargs))
+            if any(type(x) is array_type and x.is_deleted() for x in leaves):
+                return python_call(*args, **kwargs)
+            raise
+        finally:
+            restore(previous)
+
+    return call
+
+
 _avals: dict[ShapeDtype, object] = {}
 _PYTHON_SCALARS = frozenset((bool, int, float, complex))
 # The dtype jaxlib's C++ transfer gives a Python scalar, indexed by x64 mode.
@@ -232,80 +288,36 @@ class PjrtExecutable(Executable):
         return put
 
     def dispatcher(self, name: str, python_call):
-        """jaxlib's C++ dispatch in front of `python_call`, or None if this jaxlib has none.
+        """jaxlib's C++ dispatch in front of `python_call` (see `native_dispatcher`), or None
+        if this jaxlib has none."""
 
-        The first call of each argument signature (tree, dtypes, shapes, weak types,
-        shardings) runs `python_call`, which checks and runs it. If jaxlib's C++ transfer
-        turns those arguments into exactly the compiled buffers, the signature is cached
-        and later calls with it run in C++; other signatures keep using `python_call`.
+        def run(x64: bool, args: tuple, kwargs: dict):
+            out = python_call(*args, **kwargs)
+            return out, self.fastpath(out, args, kwargs, x64)
 
-        JAX's x64 mode changes what that transfer does: with it off, 64-bit NumPy values
-        are narrowed and a float64 array keys like a float32 one (so a cached float32
-        signature would take float64 arrays too); with it on, a Python float becomes a
-        float64 buffer. So calls run in x64 mode, where NumPy dtypes key as themselves,
-        except calls with a top-level Python scalar, which run with x64 off (a Python float
-        then becomes the weakly typed float32 a `f32[]` slot holds) and never cache NumPy
-        leaves of the dtypes that narrowing merges.
-        """
-        native = {}
-        for x64 in (True, False):
-            native[x64] = _compat.cpp_dispatcher(
-                name, python_call, self._cache_miss(python_call, x64)
-            )
-            if native[x64] is None:
-                return None
-        swap, restore = _compat.x64_switch()
-        wide, narrow = native[True], native[False]
-        python_scalars = _PYTHON_SCALARS
-        runtime_error = _compat.runtime_error_type()
-        array_type = _compat.array_type()
+        return native_dispatcher(name, python_call, run)
 
-        def call(*args, **kwargs):
-            mode, run = True, wide
-            for arg in args:
-                if type(arg) in python_scalars:
-                    mode, run = False, narrow
-                    break
-            previous = swap(mode)
-            try:
-                return run(*args, **kwargs)
-            except (runtime_error, ValueError):
-                # A donated array passes the C++ signature check and fails in PJRT (as a
-                # ValueError); the checked call words that error, refusing before it runs.
-                leaves = tree_util.tree_leaves((args, kwargs))
-                if any(type(x) is array_type and x.is_deleted() for x in leaves):
-                    return python_call(*args, **kwargs)
-                raise
-            finally:
-                restore(previous)
-
-        return call
-
-    def _cache_miss(self, python_call, x64: bool):
-        """The C++ dispatch's miss handler: run checked, then say whether to cache."""
+    def fastpath(self, out, args: tuple, kwargs: dict, x64: bool):
+        """What jaxlib's C++ dispatch caches to run this executable again for the argument
+        signature of `args`/`kwargs` (just run, giving `out`), or None when its transfer
+        would not turn such arguments into exactly the compiled buffers."""
         array_type = _compat.array_type()
         specs = self.in_specs
-        n_args = len(specs)
         merged = frozenset() if x64 else _NARROWED
 
         def exact(leaf, spec: ShapeDtype) -> bool:
             t = type(leaf)
             if t is array_type:
-                return True  # python_call has checked its spec, device and liveness
+                return True  # the checked call has seen its spec, device and liveness
             if t is np.ndarray or isinstance(leaf, np.generic):
                 return leaf.dtype == spec.dtype and spec.dtype not in merged
             # Python ints stay in Python: their range check and its error are aotkit's.
             return t in _CPP_SCALAR_DTYPES and _CPP_SCALAR_DTYPES[t][x64] == spec.dtype
 
-        def cache_miss(*args, **kwargs):
-            out = python_call(*args, **kwargs)
-            leaves = tree_util.tree_leaves((args, kwargs))
-            data = None
-            if len(leaves) == n_args and all(map(exact, leaves, specs)):
-                data = _compat.fastpath_data(self._exe, out, n_args, self._sharding, self._sharding)
-            return out, data, False
-
-        return cache_miss
+        leaves = tree_util.tree_leaves((args, kwargs))
+        if len(leaves) != len(specs) or not all(map(exact, leaves, specs)):
+            return None
+        return _compat.fastpath_data(self._exe, out, len(specs), self._sharding, self._sharding)
 
     def as_text(self) -> str:
         return "\n".join(m.to_string() for m in self._exe.hlo_modules())

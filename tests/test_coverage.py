@@ -27,6 +27,7 @@ FAMILY_TITLES = {
     "reduction": "Reductions and statistics",
     "linalg": "Linear algebra",
     "dispatch": "Static array metadata",
+    "sorting": "Sorting, searching and quantiles",
 }
 
 

@@ -18,6 +18,8 @@ FAMILIES = (
     "linalg",
     "dispatch",
     "control",
+    # Families added for issue 15 (NumPy functions from scientific kernels).
+    "sorting",
 )
 
 

@@ -28,6 +28,7 @@ FAMILY_TITLES = {
     "linalg": "Linear algebra",
     "dispatch": "Static array metadata",
     "sorting": "Sorting, searching and quantiles",
+    "statistics": "Histograms, covariance and correlation",
 }
 
 

@@ -20,6 +20,7 @@ FAMILIES = (
     "control",
     # Families added for issue 15 (NumPy functions from scientific kernels).
     "sorting",
+    "statistics",
 )
 
 

@@ -113,6 +113,11 @@ class PjrtBackend(Backend):
                 ) from e
             buffer = io.BytesIO()
             module.operation.write_bytecode(buffer)
+        if self.platform == "cpu" and b"lapack_" in buffer.getvalue():
+            # LAPACK custom calls (aotkit.numpy.linalg, or a JAX module read from a file)
+            # crash XLA's CPU runtime unless jaxlib's LAPACK is loaded first. A substring of
+            # the bytecode is a cheap over-approximation; registering is idempotent.
+            _compat.register_lapack_targets()
         runtime_error = _compat.runtime_error_type()
         try:
             exe = self._client.compile_and_load(

@@ -21,6 +21,7 @@ FAMILIES = (
     # Families added for issue 15 (NumPy functions from scientific kernels).
     "sorting",
     "statistics",
+    "decompositions",
 )
 
 

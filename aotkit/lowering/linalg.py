@@ -495,10 +495,11 @@ def _matrix_norm(op: str, x: Tracer, ord, row: int, col: int) -> Tracer:
     if ord is None or ord == "fro":
         return bind1("sqrt", _sum(_abs_sq(x), (row, col)))
     if ord in (2, -2, "nuc"):
-        raise NotImplementedError(
-            f"{where(op)}: matrix norm ord={ord!r} needs singular values (SVD), "
-            "which aotkit does not lower yet; use ord='fro', 1, -1, inf or -inf"
-        )
+        # Singular values come from the decompositions family (LAPACK), loaded after this one.
+        from aotkit.lowering.decompositions import singular_values
+
+        s = singular_values(op.removeprefix("linalg."), x, row, col)
+        return reduce_raw(s, (s.ndim - 1,), {2: "max", -2: "min", "nuc": "add"}[ord])
     if ord in (1, -1):
         sums = _sum(_abs(x), (row,))
         return reduce_raw(sums, (col - 1 if col > row else col,), "max" if ord == 1 else "min")

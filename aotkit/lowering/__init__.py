@@ -22,6 +22,7 @@ FAMILIES = (
     "sorting",
     "statistics",
     "decompositions",
+    "updates",
 )
 
 

@@ -347,6 +347,9 @@ def ufunc(np_ufunc: np.ufunc, *names: str):
                     f"{where(op)}: takes {np_ufunc.nin} array argument(s), got {len(args)}"
                 )
             if kwargs:
+                out = kwargs.get("out")
+                if out is not None and not (isinstance(out, tuple) and all(o is None for o in out)):
+                    return _into_out(op, fn, args, dtype, kwargs)
                 _check_ufunc_kwargs(op, kwargs)
             if dtype is not None:
                 dtype = dtypes.canonicalize(dtype, where=where(op))
@@ -362,6 +365,16 @@ def ufunc(np_ufunc: np.ufunc, *names: str):
         return export(*names)(fn)
 
     return decorate
+
+
+def _into_out(op: str, fn, args, dtype, kwargs: dict) -> Tracer:
+    """`out=` (with `where=` and `casting=`): the result, written into the traced `out`."""
+    from aotkit.lowering.outputs import store
+
+    rest = dict(kwargs)
+    out, mask = rest.pop("out"), rest.pop("where", True)
+    casting = rest.pop("casting", "same_kind")
+    return store(op, out, fn(*args, dtype=dtype, **rest), casting=casting, mask=mask)
 
 
 def _direct(prim: str):

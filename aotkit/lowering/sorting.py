@@ -45,6 +45,7 @@ from aotkit.lowering.core import (
 from aotkit.lowering.creation import iota
 from aotkit.lowering.elementwise import asarray, cast
 from aotkit.lowering.indexing import getitem, rebind, take_along_axis, update
+from aotkit.lowering.outputs import accepts_out
 from aotkit.lowering.reduction import cumulative, mean, normalize_axes, reduce_raw
 from aotkit.lowering.shape import (
     broadcast_to_shape,
@@ -769,6 +770,7 @@ def _quantile(op, a, q, axis, method, keepdims, interpolation, nan_aware, scale)
 
 
 @export("quantile")
+@accepts_out("quantile")
 def quantile(
     a,
     q,
@@ -786,6 +788,7 @@ def quantile(
 
 
 @export("percentile")
+@accepts_out("percentile")
 def percentile(
     a,
     q,
@@ -803,6 +806,7 @@ def percentile(
 
 
 @export("nanquantile")
+@accepts_out("nanquantile")
 def nanquantile(
     a,
     q,
@@ -820,6 +824,7 @@ def nanquantile(
 
 
 @export("nanpercentile")
+@accepts_out("nanpercentile")
 def nanpercentile(
     a,
     q,
@@ -878,10 +883,12 @@ def _median(op: str, a, axis, keepdims, nan_aware) -> Tracer:
 
 
 @export("median")
+@accepts_out("median")
 def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     return _median("median", a, axis, keepdims, False)
 
 
 @export("nanmedian")
+@accepts_out("nanmedian")
 def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     return _median("nanmedian", a, axis, keepdims, True)

@@ -438,6 +438,29 @@ def test_quantile_errors(case):
         aotkit.lower(fn, np.zeros(3, np.float32))
 
 
+def test_quantiles_write_into_out_like_numpy():
+    x = RNG.normal(size=(3, 5))
+
+    def f(a):
+        m = np.zeros_like(a, shape=(3,))
+        np.median(a, axis=1, out=m)
+        q = np.zeros_like(a, np.float32, shape=(2, 5))
+        np.quantile(a, [0.25, 0.75], axis=0, out=q)
+        p = np.zeros_like(a, shape=(5,))
+        np.nanpercentile(a, 10, axis=0, out=p)
+        return m, q, p
+
+    got = run_on("cpu", f, x)
+    want = (
+        np.median(x, axis=1),
+        np.quantile(x, [0.25, 0.75], axis=0),
+        np.percentile(x, 10, axis=0),
+    )
+    assert_matches(got[0], want[0], "median out=")
+    assert_matches(got[1], want[1].astype(np.float32), "quantile out= float32")
+    assert_matches(got[2], want[2], "nanpercentile out=")
+
+
 def test_median_of_an_empty_slice_is_nan_like_numpy():
     got = run_on("cpu", lambda a: anp.median(a, axis=1), np.zeros((2, 0), np.float32))
     assert_matches(got, _np(np.median, np.zeros((2, 0), np.float32), axis=1), "empty median")

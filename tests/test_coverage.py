@@ -11,7 +11,7 @@ import re
 import sys
 
 import aotkit.numpy  # noqa: F401  (loads every op family)
-from aotkit.lowering import dispatch
+from aotkit.lowering import dispatch, updates
 from aotkit.lowering.core import NUMPY_FUNCTIONS
 from aotkit.lowering.linalg import LINALG_FUNCTIONS
 
@@ -27,6 +27,9 @@ FAMILY_TITLES = {
     "reduction": "Reductions and statistics",
     "linalg": "Linear algebra",
     "dispatch": "Static array metadata",
+    "sorting": "Sorting, searching and quantiles",
+    "statistics": "Histograms, covariance and correlation",
+    "updates": "In-place updates and index-built arrays",
 }
 
 
@@ -62,6 +65,12 @@ def generated_table() -> str:
         + " |"
     )
     rows.append("| ufunc `.outer` | every binary ufunc above, e.g. `np.add.outer(a, b)` |")
+    rows.append("| ufunc `.at` | " + ", ".join(f"`{n}.at`" for n in sorted(updates._AT)) + " |")
+    rows.append(
+        "| ufunc `.reduceat` | "
+        + ", ".join(f"`{n}.reduceat`" for n in sorted(updates._REDUCEAT))
+        + " |"
+    )
     return "\n".join(rows)
 
 

@@ -96,6 +96,7 @@ class InterpreterBackend(Backend):
             runnable = ir.Module.parse(data)
             passmanager.PassManager.parse(_LEGALIZE).run(runnable.operation)
             _check_carried(runnable, name, where)
+            _copy_scatter_operands(runnable)
             text = runnable.operation.get_asm()
             decoders = _widen_results(runnable, out_specs)
             prepared = modules.bytecode(runnable)
@@ -112,7 +113,7 @@ def _check_carried(module: ir.Module, name: str, where: str) -> None:
         if op_name not in _SUPPORTED_OPS:
             raise CompileError(
                 f"backend 'interpreter' rejected module {name!r}: the reference interpreter "
-                f"cannot run op {op_name}; use backend='cpu'",
+                f"cannot run op {op_name}{_custom_call_origin(op)}; use backend='cpu'",
                 backend="interpreter",
                 module_name=name,
             )
@@ -126,6 +127,47 @@ def _check_carried(module: ir.Module, name: str, where: str) -> None:
                     visit(inner.operation)
 
     visit(module.operation)
+
+
+def _custom_call_origin(op: ir.Operation) -> str:
+    """` @target`, and the function that emitted it when aotkit marked one, for a custom call."""
+    if op.name != "stablehlo.custom_call":
+        return ""
+    target = ir.StringAttr(op.attributes["call_target_name"]).value
+    if "aotkit.function" not in op.attributes:
+        return f" @{target}"
+    fn = ir.StringAttr(op.attributes["aotkit.function"]).value
+    return f" @{target} (emitted by aotkit.numpy.{fn}, which needs LAPACK)"
+
+
+def _copy_scatter_operands(module: ir.Module) -> None:
+    """Feeds every `stablehlo.scatter` a fresh copy of its operands (caller holds IR_LOCK).
+
+    jaxlib 0.10.2's interpreter updates a scatter's operand buffer in place: another use of
+    the same value (the array itself returned next to `x.at[i].add(v)`, or a second scatter
+    into one shared zeros constant) then sees the updates. `select(true, x, x)` is an exact
+    copy into a new buffer.
+    """
+    scatters: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "stablehlo.scatter":
+            scatters.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in scatters:
+        n = (len(op.operands) - 1) // 2
+        with ir.InsertionPoint(op), op.location:
+            # A 1-byte i1 buffer is a splat of its bits: 0xFF is true.
+            true = stablehlo.constant(
+                ir.DenseElementsAttr.get(
+                    np.array([0xFF], np.uint8), type=ir.IntegerType.get_signless(1), shape=[]
+                )
+            )
+            for i in range(n):
+                x = op.operands[i]
+                op.operands[i] = stablehlo.select(true, x, x)
 
 
 _CARRIED: dict[str, np.dtype] = {}

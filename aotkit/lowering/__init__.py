@@ -18,6 +18,11 @@ FAMILIES = (
     "linalg",
     "dispatch",
     "control",
+    # Families added for issue 15 (NumPy functions from scientific kernels).
+    "sorting",
+    "statistics",
+    "decompositions",
+    "updates",
 )
 
 

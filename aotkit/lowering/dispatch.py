@@ -1,11 +1,11 @@
 """Trace stage: NumPy's dispatch protocols on `Tracer`, so plain `np.*` code traces.
 
 `Tracer.__array_ufunc__` routes `np.sin(x)`, `np.add(a, x)` and the ufunc methods `reduce`,
-`accumulate` and `outer` to `aotkit.numpy`; `Tracer.__array_function__` routes every other
-NumPy function (`np.sum`, `np.where`, `np.einsum`, `np.linalg.norm`, ...) by name. A NumPy
-function, ufunc method or keyword aotkit does not lower raises NotImplementedError naming
-it, at the user's line. Like operators.py this module only fills in `Tracer`; the core
-does not depend on it.
+`accumulate`, `outer`, `at` and `reduceat` to `aotkit.numpy` (`out=` included);
+`Tracer.__array_function__` routes every other NumPy function (`np.sum`, `np.where`,
+`np.einsum`, `np.linalg.norm`, ...) by name. A NumPy function, ufunc method or keyword
+aotkit does not lower raises NotImplementedError naming it, at the user's line. Like
+operators.py this module only fills in `Tracer`; the core does not depend on it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from aotkit import dtypes
+from aotkit.lowering import outputs, updates
 from aotkit.lowering.core import NUMPY_FUNCTIONS, Tracer, export, where
 from aotkit.lowering.elementwise import asarray
 from aotkit.lowering.hlo import cast, normalize_axis, reshape_to
@@ -58,15 +59,6 @@ def _missing(qualname: str) -> NotImplementedError:
         f"{where('numpy.' + qualname)}: aotkit.numpy has no {qualname!r}, so numpy.{qualname} "
         "cannot run on a traced array; see docs/coverage.md for what is supported"
     )
-
-
-def _no_out(qualname: str, kwargs: dict) -> None:
-    out = kwargs.pop("out", None)
-    if out is not None and not (isinstance(out, tuple) and all(o is None for o in out)):
-        raise NotImplementedError(
-            f"{where('numpy.' + qualname)}: out= is not supported on traced arrays; they are "
-            "immutable, use the return value"
-        )
 
 
 # --- __array_function__ ----------------------------------------------------------------------
@@ -132,6 +124,10 @@ def _ufunc_reduce(name: str, array, axis=0, dtype=None, keepdims=False, **kwargs
     monoid = _REDUCE_MONOIDS.get(name)
     if monoid is None:
         raise _missing(qualname)
+    out = kwargs.pop("out", None)
+    if outputs.given(out):
+        r = _ufunc_reduce(name, array, axis, dtype, keepdims, **kwargs)
+        return outputs.store(qualname, out, r, casting="unsafe")
     if kwargs:
         raise NotImplementedError(
             f"{where('numpy.' + qualname)}: keyword {next(iter(kwargs))}= is not supported "
@@ -149,14 +145,17 @@ def _ufunc_reduce(name: str, array, axis=0, dtype=None, keepdims=False, **kwargs
     return r
 
 
-def _ufunc_accumulate(name: str, array, axis=0, dtype=None):
+def _ufunc_accumulate(name: str, array, axis=0, dtype=None, out=None):
     qualname = f"{name}.accumulate"
     entry = _ACCUMULATE.get(name)
     if entry is None:
         raise _missing(qualname)
     fname, monoid = entry
     if fname is not None:
-        return NUMPY_FUNCTIONS[fname](array, axis=axis, dtype=dtype)
+        return NUMPY_FUNCTIONS[fname](array, axis=axis, dtype=dtype, out=out)
+    if outputs.given(out):
+        r = _ufunc_accumulate(name, array, axis, dtype)
+        return outputs.store(qualname, out, r, casting="unsafe")
     x = asarray(array)
     if dtype is not None:
         x = cast(x, dtypes.canonicalize(dtype, where=where(qualname)))
@@ -185,8 +184,6 @@ def _ufunc_outer(name: str, a, b, **kwargs):
 
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     name = ufunc.__name__
-    if "out" in kwargs:
-        _no_out(f"{name}", kwargs)
     if method == "__call__":
         fn = NUMPY_FUNCTIONS.get(name)
         if fn is None:
@@ -199,6 +196,10 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         return _ufunc_accumulate(name, *inputs, **kwargs)
     if method == "outer":
         return _ufunc_outer(name, *inputs, **kwargs)
+    if method == "at":
+        return updates.ufunc_at(name, *inputs, **kwargs)
+    if method == "reduceat":
+        return updates.ufunc_reduceat(name, *inputs, **kwargs)
     raise _missing(f"{name}.{method}")
 
 

@@ -33,7 +33,15 @@ from aotkit.lowering.core import (
     register,
     where,
 )
-from aotkit.lowering.hlo import broadcast_shapes, broadcast_to_shape, cast, reshape_to, stack
+from aotkit.lowering.hlo import (
+    _host_array,
+    broadcast_shapes,
+    cast,
+    reshape_to,
+    stack,
+    to_operand,
+)
+from aotkit.lowering.outputs import store
 
 # --- primitives --------------------------------------------------------------------------------
 
@@ -187,49 +195,12 @@ def _operand_key(op: str, x):
     )
 
 
-def _host_array(op: str, x) -> np.ndarray:
-    try:
-        arr = np.asarray(x)
-    except Exception as e:  # ragged lists, tracers inside lists, ...
-        raise TypeError(
-            f"{where(op)}: cannot make an array of {type(x).__name__} {x!r:.80}; "
-            "use aotkit.numpy.stack for lists of traced arrays"
-        ) from e
-    if arr.dtype == object:
-        if any(isinstance(e, Tracer) for e in np.ravel(arr)):
-            return _stack_tracers(op, x)
-        raise TypeError(f"{where(op)}: cannot make a numeric array of {x!r:.80}")
-    return arr
-
-
-def _stack_tracers(op: str, x):
-    raise TypeError(
-        f"{where(op)}: a list that holds traced arrays is not an array; use "
-        "aotkit.numpy.stack([...]) (or np.stack) to build one"
-    )
-
-
 def _shape_of(x) -> tuple[int, ...]:
     if isinstance(x, Tracer):
         return x.shape
     if dtypes.weak_kind(x) is not None:
         return ()
     return tuple(np.shape(x))
-
-
-def to_operand(op: str, x, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
-    """Makes `x` a tracer of `dtype` broadcast to `shape` (constants are built in place)."""
-    if isinstance(x, Tracer):
-        return broadcast_to_shape(cast(x, dtype), shape)
-    if dtypes.weak_kind(x) is not None:
-        try:
-            return full(shape, x, dtype)
-        except OverflowError as e:  # NumPy 2 refuses out-of-range Python ints too
-            raise OverflowError(f"{where(op)}: {e}; cast the array to a wider dtype") from None
-    arr = _host_array(op, x)
-    if arr.ndim == 0:
-        return full(shape, arr.astype(dtype), dtype)
-    return broadcast_to_shape(constant(arr, dtype), shape)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -393,6 +364,9 @@ def ufunc(np_ufunc: np.ufunc, *names: str, static=None):
                 if result is not None:
                     return result
             if kwargs:
+                out = kwargs.get("out")
+                if out is not None and not (isinstance(out, tuple) and all(o is None for o in out)):
+                    return _into_out(op, fn, args, dtype, kwargs)
                 _check_ufunc_kwargs(op, kwargs)
             if dtype is not None:
                 dtype = dtypes.canonicalize(dtype, where=where(op))
@@ -410,6 +384,14 @@ def ufunc(np_ufunc: np.ufunc, *names: str, static=None):
         return export(*names)(fn)
 
     return decorate
+
+
+def _into_out(op: str, fn, args, dtype, kwargs: dict) -> Tracer:
+    """`out=` (with `where=` and `casting=`): the result, written into the traced `out`."""
+    rest = dict(kwargs)
+    out, mask = rest.pop("out"), rest.pop("where", True)
+    casting = rest.pop("casting", "same_kind")
+    return store(op, out, fn(*args, dtype=dtype, **rest), casting=casting, mask=mask)
 
 
 def _direct(prim: str):

@@ -15,7 +15,7 @@ import functools
 import numpy as np
 
 from aotkit import dtypes
-from aotkit.lowering.core import Tracer, bind1, constant, full, where
+from aotkit.lowering.core import Tracer, bind1, constant, current_scope, full, where
 
 
 def _is_int(v) -> bool:
@@ -174,3 +174,52 @@ def gather_along(x: Tracer, axis: int, idx: np.ndarray) -> Tracer:
     return bind1(
         "gather", x, constant(idx), offset_dims=offset_dims, collapsed=(axis,), slice_sizes=sizes
     )
+
+
+def _host_array(op: str, x) -> np.ndarray:
+    try:
+        arr = np.asarray(x)
+    except Exception as e:  # ragged lists, tracers inside lists, ...
+        raise TypeError(
+            f"{where(op)}: cannot make an array of {type(x).__name__} {x!r:.80}; "
+            "use aotkit.numpy.stack for lists of traced arrays"
+        ) from e
+    if arr.dtype == object:
+        if any(isinstance(e, Tracer) for e in np.ravel(arr)):
+            return _stack_tracers(op, x)
+        raise TypeError(f"{where(op)}: cannot make a numeric array of {x!r:.80}")
+    return arr
+
+
+def _stack_tracers(op: str, x):
+    raise TypeError(
+        f"{where(op)}: a list that holds traced arrays is not an array; use "
+        "aotkit.numpy.stack([...]) (or np.stack) to build one"
+    )
+
+
+def to_operand(op: str, x, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
+    """Makes `x` a tracer of `dtype` broadcast to `shape` (constants are built in place)."""
+    if isinstance(x, Tracer):
+        return broadcast_to_shape(cast(x, dtype), shape)
+    if dtypes.weak_kind(x) is not None:
+        try:
+            return full(shape, x, dtype)
+        except OverflowError as e:  # NumPy 2 refuses out-of-range Python ints too
+            raise OverflowError(f"{where(op)}: {e}; cast the array to a wider dtype") from None
+    arr = _host_array(op, x)
+    if arr.ndim == 0:
+        return full(shape, arr.astype(dtype), dtype)
+    return broadcast_to_shape(constant(arr, dtype), shape)
+
+
+def rebind(op: str, x: Tracer, new: Tracer) -> None:
+    """Points the Python tracer `x` at `new` (same shape and dtype): NumPy's in-place writes."""
+    assert new.shape == x.shape and new.dtype == x.dtype, (x, new)
+    if x._scope is not current_scope():
+        raise TypeError(
+            f"{where(op)}: cannot update {x!r} in place: it was traced outside the body being "
+            f"traced now ({x._scope.name!r}); carry it through the body and return the new "
+            "value instead"
+        )
+    x.value = new.value

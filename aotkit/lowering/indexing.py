@@ -55,6 +55,7 @@ from aotkit.lowering.hlo import (
     concat,
     no_out,
     normalize_axis,
+    rebind,
     reshape_to,
     reverse,
     slice_static,
@@ -639,18 +640,6 @@ class _IndexUpdateHelper:
 
     def __getitem__(self, idx) -> _IndexUpdateRef:
         return _IndexUpdateRef(self._x, idx)
-
-
-def rebind(op: str, x: Tracer, new: Tracer) -> None:
-    """Points the Python tracer `x` at `new` (same shape and dtype): NumPy's in-place writes."""
-    assert new.shape == x.shape and new.dtype == x.dtype, (x, new)
-    if x._scope is not current_scope():
-        raise TypeError(
-            f"{where(op)}: cannot update {x!r} in place: it was traced outside the body being "
-            f"traced now ({x._scope.name!r}); carry it through the body and return the new "
-            "value instead"
-        )
-    x.value = new.value
 
 
 def _setitem(self: Tracer, idx, value) -> None:

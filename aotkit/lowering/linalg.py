@@ -38,7 +38,7 @@ from aotkit.lowering.hlo import (
     normalize_axis,
     reshape_to,
 )
-from aotkit.lowering.reduction import reduce_raw, reduction_axes, sum_
+from aotkit.lowering.reduction import reduce_raw, sum_
 from aotkit.lowering.shape import diagonal, matrix_transpose
 
 _BOOL = np.dtype(np.bool_)
@@ -441,110 +441,6 @@ def _linalg(name: str):
     return decorate
 
 
-def _sum(x: Tracer, axes: tuple[int, ...]) -> Tracer:
-    """A float sum; float16 and bfloat16 accumulate in float32."""
-    if x.dtype in (np.float16, dtypes.bfloat16):
-        return cast(reduce_raw(cast(x, _F32), axes, "add"), x.dtype)
-    return reduce_raw(x, axes, "add")
-
-
-def _abs(x: Tracer) -> Tracer:
-    return bind1("abs", x)
-
-
-def _abs_sq(x: Tracer) -> Tracer:
-    if dtypes.is_complex(x.dtype):
-        re, im = bind1("real", x), bind1("imag", x)
-        return bind1("add", bind1("multiply", re, re), bind1("multiply", im, im))
-    return bind1("multiply", x, x)
-
-
-def _vector_norm(op: str, x: Tracer, ord, axes: tuple[int, ...]) -> Tracer:
-    if isinstance(ord, str):
-        raise ValueError(f"{where(op)}: invalid norm order {ord!r} for vectors")
-    if ord is None or ord == 2:
-        return bind1("sqrt", _sum(_abs_sq(x), axes))
-    a = _abs(x)
-    if ord == np.inf:
-        return reduce_raw(a, axes, "max")
-    if ord == -np.inf:
-        return reduce_raw(a, axes, "min")
-    if ord == 0:
-        nz = bind1("compare", a, full(a.shape, 0, a.dtype), direction="NE")
-        return _sum(cast(nz, a.dtype), axes)
-    if ord == 1:
-        return _sum(a, axes)
-    p = full(a.shape, ord, a.dtype)
-    s = _sum(bind1("pow", a, p), axes)
-    return bind1("pow", s, full(s.shape, 1.0 / ord, s.dtype))
-
-
-def _matrix_norm(op: str, x: Tracer, ord, row: int, col: int) -> Tracer:
-    if ord is None or ord == "fro":
-        return bind1("sqrt", _sum(_abs_sq(x), (row, col)))
-    if ord in (2, -2, "nuc"):
-        raise NotImplementedError(
-            f"{where(op)}: matrix norm ord={ord!r} needs singular values (SVD), "
-            "which aotkit does not lower yet; use ord='fro', 1, -1, inf or -inf"
-        )
-    if ord in (1, -1):
-        sums = _sum(_abs(x), (row,))
-        return reduce_raw(sums, (col - 1 if col > row else col,), "max" if ord == 1 else "min")
-    if ord in (np.inf, -np.inf):
-        sums = _sum(_abs(x), (col,))
-        return reduce_raw(sums, (row - 1 if row > col else row,), "max" if ord > 0 else "min")
-    raise ValueError(f"{where(op)}: invalid norm order {ord!r} for matrices")
-
-
-def _float_input(x) -> Tracer:
-    """Norms of integers and booleans are computed in float64, as NumPy does."""
-    x = asarray(x)
-    return x if dtypes.is_inexact(x.dtype) else cast(x, _F64)
-
-
-def _keepdims(r: Tracer, axes: tuple[int, ...], shape: tuple[int, ...]) -> Tracer:
-    return reshape_to(r, tuple(1 if i in axes else d for i, d in enumerate(shape)))
-
-
-@_linalg("norm")
-def norm(x, ord=None, axis=None, keepdims=False):
-    x = _float_input(x)
-    if axis is None:
-        if ord is None:
-            axes = tuple(range(x.ndim))
-            r = bind1("sqrt", _sum(_abs_sq(x), axes))
-            return reshape_to(r, (1,) * x.ndim) if keepdims else r
-        if x.ndim not in (1, 2):
-            raise ValueError(
-                f"{where('linalg.norm')}: improper number of dimensions to norm: "
-                f"{x.ndim} (with ord={ord!r} and no axis, x must be 1-D or 2-D)"
-            )
-        axes = tuple(range(x.ndim))
-    elif isinstance(axis, tuple | list):
-        axes = tuple(normalize_axis("linalg.norm", a, x.ndim) for a in axis)
-    else:
-        axes = (normalize_axis("linalg.norm", axis, x.ndim),)
-    if len(axes) == 1:
-        r = _vector_norm("linalg.norm", x, ord, axes)
-    elif len(axes) == 2:
-        if axes[0] == axes[1]:
-            raise ValueError(f"{where('linalg.norm')}: duplicate axes given: {axis!r}")
-        r = _matrix_norm("linalg.norm", x, ord, axes[0], axes[1])
-    else:
-        raise ValueError(
-            f"{where('linalg.norm')}: improper number of dimensions to norm: axis={axis!r}"
-        )
-    return _keepdims(r, axes, x.shape) if keepdims else r
-
-
-@_linalg("vector_norm")
-def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
-    x = _float_input(x)
-    axes = reduction_axes("linalg.vector_norm", axis, x.ndim)
-    r = _vector_norm("linalg.vector_norm", x, ord, axes)
-    return _keepdims(r, axes, x.shape) if keepdims else r
-
-
 def _need_matrices(op: str, x: Tracer) -> None:
     if x.ndim < 2:
         raise ValueError(
@@ -553,16 +449,6 @@ def _need_matrices(op: str, x: Tracer) -> None:
         )
 
 
-@_linalg("matrix_norm")
-def matrix_norm(x, /, *, keepdims=False, ord="fro"):
-    x = _float_input(x)
-    _need_matrices("linalg.matrix_norm", x)
-    row, col = x.ndim - 2, x.ndim - 1
-    r = _matrix_norm("linalg.matrix_norm", x, ord, row, col)
-    return _keepdims(r, (row, col), x.shape) if keepdims else r
-
-
-# The array API spellings in numpy.linalg: the same products over the last axes.
 @_linalg("matmul")
 def linalg_matmul(x1, x2, /):
     return matmul(x1, x2)

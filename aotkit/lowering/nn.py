@@ -29,8 +29,8 @@ from aotkit.lowering.core import (
     register,
     where,
 )
-from aotkit.lowering.elementwise import asarray, to_operand
-from aotkit.lowering.hlo import cast, normalize_axis, reverse
+from aotkit.lowering.elementwise import asarray
+from aotkit.lowering.hlo import cast, normalize_axis, reverse, to_operand
 
 _BOOL = np.dtype(np.bool_)
 

@@ -31,7 +31,7 @@ from aotkit.lowering.core import (
     where,
 )
 from aotkit.lowering.creation import iota
-from aotkit.lowering.elementwise import asarray, divide, subtract, to_operand
+from aotkit.lowering.elementwise import asarray, divide, subtract
 from aotkit.lowering.hlo import (
     broadcast_shapes,
     broadcast_to_shape,
@@ -40,7 +40,9 @@ from aotkit.lowering.hlo import (
     normalize_axes,
     normalize_axis,
     reshape_to,
+    to_operand,
 )
+from aotkit.lowering.outputs import accepts_out
 from aotkit.lowering.shape import concatenate
 
 _BOOL = np.dtype(np.bool_)
@@ -369,21 +371,25 @@ def _complex_pick(monoid: str, a: Tracer, b: Tracer) -> Tracer:
 
 
 @export("sum")
+@accepts_out("sum", computes_in_out_dtype=True)
 def sum_(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
     return _arith_reduce("sum", "add", a, axis, dtype, out, keepdims, initial, where)
 
 
 @export("prod")
+@accepts_out("prod", computes_in_out_dtype=True)
 def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
     return _arith_reduce("prod", "multiply", a, axis, dtype, out, keepdims, initial, where)
 
 
 @export("max", "amax")
+@accepts_out("max")
 def max_(a, axis=None, out=None, keepdims=False, initial=None, where=True):
     return _extreme("max", "max", a, axis, out, keepdims, initial, where)
 
 
 @export("min", "amin")
+@accepts_out("min")
 def min_(a, axis=None, out=None, keepdims=False, initial=None, where=True):
     return _extreme("min", "min", a, axis, out, keepdims, initial, where)
 
@@ -397,11 +403,13 @@ def _logical_reduce(op, monoid, a, axis, out, keepdims, wh) -> Tracer:
 
 
 @export("any")
+@accepts_out("any")
 def any_(a, axis=None, out=None, keepdims=False, *, where=True):
     return _logical_reduce("any", "or", a, axis, out, keepdims, where)
 
 
 @export("all")
+@accepts_out("all")
 def all_(a, axis=None, out=None, keepdims=False, *, where=True):
     return _logical_reduce("all", "and", a, axis, out, keepdims, where)
 
@@ -425,6 +433,7 @@ def _mean_parts(op, x, axes, acc, mask) -> tuple[Tracer, Tracer]:
 
 
 @export("mean")
+@accepts_out("mean")
 def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     no_out("mean", out)
     x = asarray(a)
@@ -482,6 +491,7 @@ def _var(op, a, axis, dtype, out, ddof, keepdims, wh, mean_, correction) -> Trac
 
 
 @export("var")
+@accepts_out("var")
 def var(
     a,
     axis=None,
@@ -498,6 +508,7 @@ def var(
 
 
 @export("std")
+@accepts_out("std")
 def std(
     a,
     axis=None,
@@ -548,26 +559,31 @@ def _argreduce(op: str, a, axis, out, keepdims) -> Tracer:
 
 
 @export("argmax")
+@accepts_out("argmax")
 def argmax(a, axis=None, out=None, *, keepdims=False):
     return _argreduce("argmax", a, axis, out, keepdims)
 
 
 @export("argmin")
+@accepts_out("argmin")
 def argmin(a, axis=None, out=None, *, keepdims=False):
     return _argreduce("argmin", a, axis, out, keepdims)
 
 
 @export("nanargmax")
+@accepts_out("nanargmax")
 def nanargmax(a, axis=None, out=None, *, keepdims=False):
     return _argreduce("nanargmax", a, axis, out, keepdims)
 
 
 @export("nanargmin")
+@accepts_out("nanargmin")
 def nanargmin(a, axis=None, out=None, *, keepdims=False):
     return _argreduce("nanargmin", a, axis, out, keepdims)
 
 
 @export("ptp")
+@accepts_out("ptp")
 def ptp(a, axis=None, out=None, keepdims=False):
     hi = max_(a, axis=axis, out=out, keepdims=keepdims)
     lo = min_(a, axis=axis, keepdims=keepdims)
@@ -625,21 +641,25 @@ def _cumulative_api(op, monoid, x, axis, dtype, out, include_initial) -> Tracer:
 
 
 @export("cumulative_sum")
+@accepts_out("cumulative_sum", computes_in_out_dtype=True)
 def cumulative_sum(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
     return _cumulative_api("cumulative_sum", "add", x, axis, dtype, out, include_initial)
 
 
 @export("cumulative_prod")
+@accepts_out("cumulative_prod", computes_in_out_dtype=True)
 def cumulative_prod(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
     return _cumulative_api("cumulative_prod", "multiply", x, axis, dtype, out, include_initial)
 
 
 @export("cumsum")
+@accepts_out("cumsum", computes_in_out_dtype=True)
 def cumsum(a, axis=None, dtype=None, out=None):
     return _cumulative("cumsum", "add", a, axis, dtype, out)
 
 
 @export("cumprod")
+@accepts_out("cumprod", computes_in_out_dtype=True)
 def cumprod(a, axis=None, dtype=None, out=None):
     return _cumulative("cumprod", "multiply", a, axis, dtype, out)
 
@@ -708,6 +728,7 @@ def _and_masks(a: Tracer | None, b: Tracer | None) -> Tracer | None:
 
 
 @export("nansum")
+@accepts_out("nansum", computes_in_out_dtype=True)
 def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
     x = asarray(a)
     ok = _not_nan(x)
@@ -717,6 +738,7 @@ def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, whe
 
 
 @export("nanmean")
+@accepts_out("nanmean")
 def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     no_out("nanmean", out)
     x = asarray(a)
@@ -744,17 +766,20 @@ def _nan_filled(x: Tracer, fill) -> Tracer:
 
 
 @export("nanprod")
+@accepts_out("nanprod", computes_in_out_dtype=True)
 def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
     x = _nan_filled(asarray(a), 1)
     return _arith_reduce("nanprod", "multiply", x, axis, dtype, out, keepdims, initial, where)
 
 
 @export("nancumsum")
+@accepts_out("nancumsum", computes_in_out_dtype=True)
 def nancumsum(a, axis=None, dtype=None, out=None):
     return _cumulative("nancumsum", "add", _nan_filled(asarray(a), 0), axis, dtype, out)
 
 
 @export("nancumprod")
+@accepts_out("nancumprod", computes_in_out_dtype=True)
 def nancumprod(a, axis=None, dtype=None, out=None):
     return _cumulative("nancumprod", "multiply", _nan_filled(asarray(a), 1), axis, dtype, out)
 
@@ -767,6 +792,7 @@ def _nan_var(op, a, axis, dtype, out, ddof, keepdims, wh, mean_, correction) -> 
 
 
 @export("nanvar")
+@accepts_out("nanvar")
 def nanvar(
     a,
     axis=None,
@@ -783,6 +809,7 @@ def nanvar(
 
 
 @export("nanstd")
+@accepts_out("nanstd")
 def nanstd(
     a,
     axis=None,
@@ -799,11 +826,13 @@ def nanstd(
 
 
 @export("nanmax")
+@accepts_out("nanmax")
 def nanmax(a, axis=None, out=None, keepdims=False, initial=None, where=True):
     return _nan_extreme("nanmax", "max", a, axis, out, keepdims, initial, where)
 
 
 @export("nanmin")
+@accepts_out("nanmin")
 def nanmin(a, axis=None, out=None, keepdims=False, initial=None, where=True):
     return _nan_extreme("nanmin", "min", a, axis, out, keepdims, initial, where)
 

@@ -402,8 +402,11 @@ ERROR_CASES = [
     ("where shape", ValueError, r"where= of shape \(2, 3\) does not broadcast to "
      r"the array's shape \(3, 4\)",
      lambda x: anp.sum(x, where=np.ones((2, 3), bool))),
-    ("out=", NotImplementedError, r"out= is not supported; traced arrays are immutable",
-     lambda x: anp.sum(x, out=x)),
+    ("out= NumPy array", TypeError, r"sum \(at .*\): out= is a NumPy array of shape \(4,\), "
+     r"which cannot hold a value computed when the program runs; make the buffer from a "
+     r"traced array", lambda x: anp.sum(x, axis=0, out=np.zeros(4, np.float32))),
+    ("out= shape", ValueError, r"non-broadcastable output operand with shape \(3,\) doesn't "
+     r"match the broadcast shape \(4,\)", lambda x: anp.sum(x, axis=0, out=x[:, 0])),
     ("max where without initial", ValueError, r"'maximum' has no identity, "
      r"so a where= mask needs initial=",
      lambda x: anp.max(x, where=x > 0)),

@@ -571,8 +571,34 @@ def _labels(pipeline: str, text: str = TWO_FUNCTIONS) -> list[str]:
         return [label for label, _ in passes.run_pipeline(module, pipeline, name="t")]
 
 
+SKIPPED = " (skipped: unchanged since it ran)"
+
+
 def test_default_pipeline_runs_the_documented_passes():
-    assert _labels("default") == DEFAULT_STEPS
+    # aotkit-simplify finds nothing to rewrite here, so the last cse would change nothing.
+    assert _labels("default") == DEFAULT_STEPS[:-1] + ["cse" + SKIPPED]
+
+
+def test_a_repeated_pass_runs_again_after_a_change():
+    text = _module(
+        f"%one = stablehlo.constant dense<1.0> : {V4}\n"
+        f"%0 = stablehlo.multiply %x, %one : {V4}\n%1 = stablehlo.add %0, %x : {V4}\n"
+        f"%2 = stablehlo.add %x, %x : {V4}\n%3 = stablehlo.multiply %1, %2 : {V4}\n"
+        f"return %3 : {V4}"
+    )
+    # x*1 + x becomes x + x, a duplicate of %2 that only the second cse can merge.
+    assert _labels("default", text) == DEFAULT_STEPS
+    assert _run("default", text).count("stablehlo.add") == 1
+
+
+def test_an_idempotent_pass_is_skipped_only_when_nothing_changed_since_it_ran():
+    assert _labels("builtin.module(func.func(cse),aotkit-dce,func.func(cse))") == [
+        "cse",
+        "aotkit-dce",
+        "cse" + SKIPPED,
+    ]
+    # Not idempotent by name: runs every time.
+    assert _labels("builtin.module(func.func(cse),print-op-stats,func.func(cse))")[2] == "cse"
 
 
 CALLS = """module {

@@ -255,3 +255,18 @@ def test_fori_loop_index_promotes_like_a_python_int():
 
     x = np.ones(4, np.float32)
     assert_matches(aotkit.jit(with_fori)(x), with_python(x))
+
+
+# --- quiet by default (defect 7) ----------------------------------------------------------------
+
+
+def test_compiling_prints_nothing_to_stderr():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    code = "import numpy as np, aotkit; print(aotkit.jit(lambda x: x + 1)(np.float32(1)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "2.0"
+    assert out.stderr == ""

@@ -31,20 +31,20 @@ _SKIP_PREFIXES = (_AOTKIT_DIR, _NUMPY_DIR)
 _INTERNAL_FILES = ("<__array_function__ internals>",)
 
 
-_internal_code: dict[object, bool] = {}
+_internal_files: dict[str, bool] = {}
 
 
 def _user_frame():
-    # Walking frames is on the hot path of every op: remember per code object whether it
-    # is aotkit's or NumPy's own, instead of comparing file names each time.
+    # Walking frames is on the hot path of every op: remember per file name (a string whose
+    # hash Python caches) whether it is aotkit's or NumPy's own. Code objects would be
+    # slower keys: their hash is recomputed on every lookup.
     f = sys._getframe(2)
-    internal = _internal_code
+    internal = _internal_files
     while f is not None:
-        code = f.f_code
-        skip = internal.get(code)
+        name = f.f_code.co_filename
+        skip = internal.get(name)
         if skip is None:
-            name = code.co_filename
-            skip = internal[code] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
+            skip = internal[name] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
         if not skip:
             return f
         f = f.f_back

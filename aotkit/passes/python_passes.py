@@ -175,12 +175,22 @@ class _Rewriter:
         rules = self.rules.get(name)
         if rules is None:
             return
-        operands = tuple(op.operands)
-        constants = self.constants
-        has_const = any(v in constants for v in operands)
+        # Operands are fetched, and looked up among the constants, only when a rule needs
+        # them: that lookup is most of the cost of a visit.
+        operands = has_const = None
         for rule, needs_const in rules:
-            if needs_const and not has_const:
-                continue
+            if needs_const:
+                if has_const is None:
+                    constants = self.constants
+                    if constants:
+                        operands = tuple(op.operands)
+                        has_const = any(v in constants for v in operands)
+                    else:
+                        has_const = False
+                if not has_const:
+                    continue
+            if operands is None:
+                operands = tuple(op.operands)
             new = rule(self, op, operands)
             if new is not None:
                 op.results[0].replace_all_uses_with(new)

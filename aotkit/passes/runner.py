@@ -16,6 +16,12 @@ from aotkit._context import IR_LOCK
 from aotkit.errors import CompileError
 from aotkit.passes.pipeline import Step, manager, plan
 
+# MLIR passes that change nothing when run again on a module they just ran on.
+IDEMPOTENT = frozenset(
+    "canonicalize cse symbol-dce chlo-legalize-to-stablehlo stablehlo-refine-shapes "
+    "stablehlo-legalize-deprecated-ops strip-debuginfo".split()
+)
+
 
 def format_timing(timings: list[tuple[str, float]], *, name: str, pipeline: str) -> str:
     """A pass timing report: one line per pass with milliseconds and share of the total."""
@@ -54,10 +60,21 @@ def run_pipeline(
                     f"run_pipeline: module {name!r} fails verification before the pipeline: "
                     f"{modules.diagnostic(e)}; {dumps.hint(dumper)}"
                 ) from e
+        # Changes so far, and for each idempotent MLIR step the count right after it last
+        # ran: a step that ran since the last change would change nothing (`cse` after an
+        # `aotkit-simplify` that found nothing to rewrite).
+        changes = 0
+        clean_after: dict[str, int] = {}
         for step in steps:
             start = time.perf_counter()
-            _run_step(lc, step, module, name=name, pipeline=pipeline, dumper=dumper)
-            timings.append((step.label, time.perf_counter() - start))
+            if step.mlir is not None and clean_after.get(step.mlir) == changes:
+                timings.append((f"{step.label} (skipped: unchanged since it ran)", 0.0))
+            else:
+                if _run_step(lc, step, module, name=name, pipeline=pipeline, dumper=dumper):
+                    changes += 1
+                if step.label in IDEMPOTENT:
+                    clean_after[step.mlir] = changes
+                timings.append((step.label, time.perf_counter() - start))
             if dumper is not None and dumper.print_ir_after_all:
                 dumper.write_module(f"after-{step.label}", module)
         if verify and steps:
@@ -80,7 +97,8 @@ def verify_result(module, pipeline: str, *, name: str, dumper: dumps.Dumper | No
             ) from e
 
 
-def _run_step(lc, step: Step, module, *, name, pipeline, dumper) -> None:
+def _run_step(lc, step: Step, module, *, name, pipeline, dumper) -> bool:
+    """Runs one step; returns whether it may have changed the module (an MLIR pass may)."""
     if step.python is not None:
         try:
             changed = step.python.run(module)
@@ -92,7 +110,7 @@ def _run_step(lc, step: Step, module, *, name, pipeline, dumper) -> None:
                 f"aotkit pass {step.label!r} returned {type(changed).__name__} {changed!r}; "
                 "a pass returns True when it changed the module, else False"
             )
-        return
+        return changed
     try:
         manager(lc, step.mlir).run(module.operation)
     except ir.MLIRError as e:
@@ -103,3 +121,4 @@ def _run_step(lc, step: Step, module, *, name, pipeline, dumper) -> None:
             f"{modules.diagnostic(e)}; {dumps.hint(dumper)}",
             module_name=name,
         ) from e
+    return True

@@ -146,6 +146,21 @@ def test_refused_op_names_the_source_line_of_a_traced_module(interp):
         interp.compile(module)
 
 
+def test_refused_op_names_a_named_location_without_a_file(interp):
+    # JAX names its ops' locations ("cholesky") without a file and line.
+    module = modules.parse(
+        "module @named { func.func public @main(%a: tensor<3xf32>) -> tensor<3xf32> { "
+        "%0 = stablehlo.custom_call @foo(%a) : (tensor<3xf32>) -> tensor<3xf32> "
+        'loc("cholesky") return %0 : tensor<3xf32> } }'
+    )
+    with pytest.raises(
+        CompileError,
+        match=r"module 'named': the reference interpreter cannot run op stablehlo.custom_call "
+        r'\("cholesky"\); use backend=\'cpu\'',
+    ):
+        interp.compile(module)
+
+
 def test_ops_of_other_dialects_are_compile_errors(interp):
     module = modules.module(
         "arith",

@@ -56,13 +56,17 @@ REWRITTEN_OPS = frozenset(
 )
 
 _FILE_LINE = re.compile(r'"([^"]*)":(\d+):(\d+)')
+_NAME = re.compile(r'^loc\("([^"]+)"(?!:\d)')
 
 
 def location(op: ir.Operation) -> str:
-    """` at FILE:LINE` (` at line L, column C` for text without a file name), or ''."""
-    m = _FILE_LINE.search(str(op.location))
+    """` at FILE:LINE` (` at line L, column C` for text without a file name), ` ("NAME")`
+    for a named location without a file (what JAX writes), or ''."""
+    text = str(op.location)
+    m = _FILE_LINE.search(text)
     if m is None or int(m.group(2)) == 0:
-        return ""
+        named = _NAME.match(text)
+        return f' ("{named.group(1)}")' if named else ""
     filename, line, column = m.group(1), m.group(2), m.group(3)
     if filename in ("", "-"):
         return f" at line {line}, column {column}"

@@ -49,7 +49,7 @@ def rule(*names):
 
 
 def apply(functions: list[ir.Operation], name: str) -> None:
-    """Rewrites every op of `functions` that has a rule (see the table above)."""
+    """Rewrites every op of `functions` that has a rule (the list in the module docstring)."""
     ops = [op for fn in functions for op in checks.walk(fn) if op.name in _RULES]
     for op in ops:
         with ir.InsertionPoint(op), op.location:

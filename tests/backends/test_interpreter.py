@@ -126,24 +126,40 @@ def test_ops_the_interpreter_cannot_run_are_compile_errors(interp, op):
     with pytest.raises(
         CompileError,
         match=rf"backend 'interpreter' rejected module 'refused': the reference interpreter "
-        rf"cannot run op stablehlo.{op}{' @foo' if op == 'custom_call' else ''}; use "
-        "backend='cpu'",
+        rf"cannot run op stablehlo.{op}{' @foo' if op == 'custom_call' else ''} at line \d+, "
+        r"column \d+; use backend='cpu'",
     ):
         interp.compile(module)
 
 
-def test_a_scatter_leaves_its_operand_alone(interp):
-    # jaxlib's interpreter scatters into its operand's buffer; the backend copies it first.
-    import aotkit
-    import aotkit.numpy as anp
+def test_refused_op_names_the_source_line_of_a_traced_module(interp):
+    module = modules.parse(
+        "module @traced { func.func public @main(%a: tensor<3xf32>) -> tensor<3xf32> { "
+        "%0 = stablehlo.custom_call @foo(%a) : (tensor<3xf32>) -> tensor<3xf32> "
+        'loc("model.py":12:0) '
+        "return %0 : tensor<3xf32> } }"
+    )
+    with pytest.raises(
+        CompileError,
+        match=r"module 'traced': the reference interpreter cannot run op stablehlo.custom_call "
+        r"@foo at model.py:12; use backend='cpu'",
+    ):
+        interp.compile(module)
 
-    def f(x, i):
-        return x, x.at[i].add(1), x.at[i].add(1), anp.zeros(3, np.int64).at[i].add(1)
 
-    x, i = np.array([5, 6, 7]), np.array([0, 1, 1])
-    got = aotkit.lower(f, x, i).compile(backend="interpreter")(x, i)
-    for g, want in zip(got, ([5, 6, 7], [6, 8, 7], [6, 8, 7], [1, 2, 0]), strict=True):
-        np.testing.assert_array_equal(g, want)
+def test_refused_op_names_a_named_location_without_a_file(interp):
+    # JAX names its ops' locations ("cholesky") without a file and line.
+    module = modules.parse(
+        "module @named { func.func public @main(%a: tensor<3xf32>) -> tensor<3xf32> { "
+        "%0 = stablehlo.custom_call @foo(%a) : (tensor<3xf32>) -> tensor<3xf32> "
+        'loc("cholesky") return %0 : tensor<3xf32> } }'
+    )
+    with pytest.raises(
+        CompileError,
+        match=r"module 'named': the reference interpreter cannot run op stablehlo.custom_call "
+        r'@foo \("cholesky"\); use backend=\'cpu\'',
+    ):
+        interp.compile(module)
 
 
 def test_ops_of_other_dialects_are_compile_errors(interp):
@@ -153,7 +169,9 @@ def test_ops_of_other_dialects_are_compile_errors(interp):
         ["tensor<3xf32>"],
         "%0 = arith.addf %a0, %a0 : tensor<3xf32>\nreturn %0 : tensor<3xf32>",
     )
-    with pytest.raises(CompileError, match=r"cannot run op arith.addf; use backend='cpu'"):
+    with pytest.raises(
+        CompileError, match=r"cannot run op arith.addf at line 1, column \d+; use backend='cpu'"
+    ):
         interp.compile(module)
 
 
@@ -168,8 +186,9 @@ def test_element_type_outside_aotkit_is_a_type_error(interp):
     )
     with pytest.raises(
         TypeError,
-        match=r"module 'f8': op stablehlo.convert uses element type f8E4M3FN, which the "
-        r"interpreter backend does not carry \(it carries bool, i8, .*c128\); use backend='cpu'",
+        match=r"module 'f8': op stablehlo.convert at line 1, column \d+ uses element type "
+        r"f8E4M3FN, which the interpreter backend does not carry \(it carries bool, i8, "
+        r".*c128\); use backend='cpu'",
     ):
         interp.compile(module)
 
@@ -219,3 +238,231 @@ def _repo_root() -> str:
     from pathlib import Path
 
     return str(Path(__file__).resolve().parents[2])
+
+
+# --- what @main reaches ------------------------------------------------------------------
+
+_UNUSED_I4 = """module @pruned {
+  func.func public @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = func.call @used(%a) : (tensor<2xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+  func.func private @used(%a: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = stablehlo.add %a, %a : tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+  func.func private @unused() -> tensor<2xi4> {
+    %c = stablehlo.constant dense<[1, 2]> : tensor<2xi4>
+    %0 = stablehlo.custom_call @foo(%c) : (tensor<2xi4>) -> tensor<2xi4>
+    return %0 : tensor<2xi4>
+  }
+  func.func public @other(%a: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = stablehlo.custom_call @bar(%a) : (tensor<2xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}"""
+
+
+def test_functions_main_never_calls_are_dropped_not_checked(interp):
+    exe = interp.compile(modules.parse(_UNUSED_I4))
+    assert "@used" in exe.as_text()
+    assert "@unused" not in exe.as_text() and "@other" not in exe.as_text()
+    out = exe.execute([np.array([1.0, 2.0], np.float32)])[0]
+    np.testing.assert_array_equal(out, [2.0, 4.0])
+
+
+def test_an_element_type_in_a_called_function_is_still_checked(interp):
+    module = modules.parse(
+        """module @called_i4 {
+          func.func public @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+            %0 = func.call @i4() : () -> tensor<2xi4>
+            return %a : tensor<2xf32>
+          }
+          func.func private @i4() -> tensor<2xi4> {
+            %c = stablehlo.constant dense<[1, 2]> : tensor<2xi4>
+            return %c : tensor<2xi4>
+          }
+        }"""
+    )
+    with pytest.raises(TypeError, match=r"op func.call at line 3, column \d+ uses element type i4"):
+        interp.compile(module)
+
+
+def test_composite_decompositions_are_kept(interp):
+    module = modules.parse(
+        """module @comp {
+          func.func public @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+            %0 = stablehlo.composite "my.double" %a {decomposition = @double}
+                : (tensor<2xf32>) -> tensor<2xf32>
+            return %0 : tensor<2xf32>
+          }
+          func.func private @double(%a: tensor<2xf32>) -> tensor<2xf32> {
+            %0 = stablehlo.add %a, %a : tensor<2xf32>
+            return %0 : tensor<2xf32>
+          }
+        }"""
+    )
+    out = interp.compile(module).execute([np.array([1.5, -1.0], np.float32)])[0]
+    np.testing.assert_array_equal(out, [3.0, -2.0])
+
+
+def test_recursion_is_refused(interp):
+    module = modules.parse(
+        """module @rec {
+          func.func public @main(%a: tensor<i32>) -> tensor<i32> {
+            %0 = func.call @f(%a) : (tensor<i32>) -> tensor<i32>
+            return %0 : tensor<i32>
+          }
+          func.func private @f(%a: tensor<i32>) -> tensor<i32> {
+            %0 = func.call @g(%a) : (tensor<i32>) -> tensor<i32>
+            return %0 : tensor<i32>
+          }
+          func.func private @g(%a: tensor<i32>) -> tensor<i32> {
+            %0 = func.call @f(%a) : (tensor<i32>) -> tensor<i32>
+            return %0 : tensor<i32>
+          }
+        }"""
+    )
+    with pytest.raises(
+        CompileError,
+        match=r"backend 'interpreter' rejected module 'rec': function @f is recursive "
+        r"\(@f -> @g -> @f\); the reference interpreter recurses without a depth limit and "
+        r"would overflow the process's stack; write the recursion as a loop "
+        r"\(stablehlo.while, aotkit.while_loop\)",
+    ):
+        interp.compile(module)
+
+
+def test_a_called_function_without_a_body_is_refused(interp):
+    module = modules.parse(
+        """module @decl {
+          func.func private @ext(tensor<2xf32>) -> tensor<2xf32>
+          func.func public @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+            %0 = func.call @ext(%a) : (tensor<2xf32>) -> tensor<2xf32>
+            return %0 : tensor<2xf32>
+          }
+        }"""
+    )
+    with pytest.raises(
+        CompileError,
+        match=r"rejected module 'decl': @main reaches function @ext, which has no body in the "
+        r"module; define it in the module \(or inline it\) before compiling",
+    ):
+        interp.compile(module)
+
+
+def test_a_value_that_is_not_a_tensor_is_a_type_error(interp):
+    module = modules.parse(
+        """module @token {
+          func.func public @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+            %t = func.call @token() : () -> !stablehlo.token
+            return %a : tensor<2xf32>
+          }
+          func.func private @token() -> !stablehlo.token {
+            %t = stablehlo.create_token : !stablehlo.token
+            return %t : !stablehlo.token
+          }
+        }"""
+    )
+    with pytest.raises(
+        TypeError,
+        match=r"backend 'interpreter': module 'token': op func.call at line 3, column \d+ has a "
+        r"value of type !stablehlo.token, which the reference interpreter does not carry; "
+        r"use backend='cpu'",
+    ):
+        interp.compile(module)
+
+
+def test_dynamic_shapes_are_refused(interp):
+    module = modules.module(
+        "dyn",
+        ["tensor<3xf32>"],
+        ["tensor<3xf32>"],
+        """%s = stablehlo.constant dense<[3]> : tensor<1xi64>
+        %0 = stablehlo.dynamic_broadcast_in_dim %a0, %s, dims = [0]
+            : (tensor<3xf32>, tensor<1xi64>) -> tensor<?xf32>
+        %1 = stablehlo.dynamic_reshape %0, %s : (tensor<?xf32>, tensor<1xi64>) -> tensor<3xf32>
+        return %1 : tensor<3xf32>""",
+    )
+    with pytest.raises(
+        CompileError,
+        match=r"rejected module 'dyn': op stablehlo.dynamic_broadcast_in_dim at line 2, column "
+        r"\d+ has a value of dynamic shape tensor<\?xf32>, which the reference interpreter "
+        r"cannot evaluate; refine its shapes first \(aotkit opt FILE --pipeline default\) or "
+        r"use backend='cpu'",
+    ):
+        interp.compile(module)
+
+
+_RUNTIME_SHAPE_OPERANDS = {
+    "dynamic_pad": (
+        ["tensor<3xf32>", "tensor<1xi64>"],
+        "tensor<8xf32>",
+        """%hi = stablehlo.constant dense<[2]> : tensor<1xi64>
+        %in = stablehlo.constant dense<[1]> : tensor<1xi64>
+        %p = stablehlo.constant dense<-1.0> : tensor<f32>
+        %0 = stablehlo.dynamic_pad %a0, %p, %a1, %hi, %in : (tensor<3xf32>, tensor<f32>,
+            tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<8xf32>""",
+        "edge_padding_low",
+        "stablehlo.pad",
+    ),
+    "dynamic_gather": (
+        ["tensor<3x4xf32>", "tensor<2xi32>"],
+        "tensor<2x4xf32>",
+        """%i = stablehlo.constant dense<[[2], [0]]> : tensor<2x1xi32>
+        %0 = "stablehlo.dynamic_gather"(%a0, %i, %a1) {dimension_numbers =
+            #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0],
+            start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false}
+            : (tensor<3x4xf32>, tensor<2x1xi32>, tensor<2xi32>) -> tensor<2x4xf32>""",
+        "slice_sizes",
+        "stablehlo.gather",
+    ),
+    "dynamic_conv": (
+        ["tensor<1x4x1xf32>", "tensor<1x2xi64>"],
+        "tensor<1x3x1xf32>",
+        """%k = stablehlo.constant dense<1.0> : tensor<2x1x1xf32>
+        %0 = "stablehlo.dynamic_conv"(%a0, %k, %a1) {dimension_numbers =
+            #stablehlo.conv<[b, 0, f]x[0, i, o]->[b, 0, f]>, batch_group_count = 1 : i64,
+            feature_group_count = 1 : i64}
+            : (tensor<1x4x1xf32>, tensor<2x1x1xf32>, tensor<1x2xi64>) -> tensor<1x3x1xf32>""",
+        "padding",
+        "stablehlo.convolution",
+    ),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_RUNTIME_SHAPE_OPERANDS))
+def test_dynamic_ops_with_runtime_shape_operands_are_refused(interp, op):
+    args, result, body, what, static = _RUNTIME_SHAPE_OPERANDS[op]
+    module = modules.module("runtime", args, [result], f"{body}\nreturn %0 : {result}")
+    with pytest.raises(
+        CompileError,
+        match=rf"rejected module 'runtime': op stablehlo.{op} at line \d+, column \d+: its "
+        rf"{what} operand is not a constant, and the reference interpreter reads it at run "
+        rf"time \(aborting when it disagrees with the result type {result}\); make it a "
+        rf"constant or use the static op {static}",
+    ):
+        interp.compile(module)
+
+
+def test_dynamic_conv_with_constant_padding_that_disagrees_is_refused(interp):
+    # The verifier checks a constant padding of dynamic_pad and dynamic_gather, not this one.
+    module = modules.module(
+        "badpad",
+        ["tensor<1x4x1xf32>"],
+        ["tensor<1x3x1xf32>"],
+        """%k = stablehlo.constant dense<1.0> : tensor<2x1x1xf32>
+        %p = stablehlo.constant dense<[[5, 5]]> : tensor<1x2xi64>
+        %0 = "stablehlo.dynamic_conv"(%a0, %k, %p) {dimension_numbers =
+            #stablehlo.conv<[b, 0, f]x[0, i, o]->[b, 0, f]>, batch_group_count = 1 : i64,
+            feature_group_count = 1 : i64}
+            : (tensor<1x4x1xf32>, tensor<2x1x1xf32>, tensor<1x2xi64>) -> tensor<1x3x1xf32>
+        return %0 : tensor<1x3x1xf32>""",
+    )
+    with pytest.raises(
+        CompileError,
+        match=r"rejected module 'badpad': op stablehlo.dynamic_conv at line 3, column \d+ has "
+        r"constant operands that disagree with its result type tensor<1x3x1xf32>: .*; fix "
+        r"the operands",
+    ):
+        interp.compile(module)

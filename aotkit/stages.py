@@ -157,11 +157,13 @@ def lower_function(
     dump_dir: str | os.PathLike | None = None,
     frontend: str = "aotkit",
     print_ir_after_all: bool | None = None,
+    autograph: bool = True,
 ) -> Lowered:
     """Traces `fn` on `args`/`kwargs` (values or specs), runs `pipeline` on the module and
     returns the `Lowered` stage; dumps each stage under `dump_dir` or `AOTKIT_DUMP_DIR`
     (one file per pass with `print_ir_after_all`, default `AOTKIT_PRINT_IR_AFTER_ALL`).
-    `frontend` is "aotkit" (the tracer), "jax" (JAX lowers; see aotkit.frontends.jax) or "auto"."""
+    `frontend` is "aotkit" (the tracer), "jax" (JAX lowers; see aotkit.frontends.jax) or "auto".
+    `autograph` converts Python control flow on traced values (see aotkit.autograph)."""
     name = function_name(fn)
     passes.check_pipeline(pipeline)
     if frontends.resolve(fn, frontend).name == "jax":
@@ -179,6 +181,10 @@ def lower_function(
             dump_dir=dump_dir,
             print_ir_after_all=print_ir_after_all,
         )
+    if autograph:  # Python loops and branches on traced values -> StableHLO control flow
+        from aotkit.autograph import convert
+
+        fn = convert(fn)
     dyn_args, dyn_kwargs, static_pos, static_kw = split_static(
         args, kwargs, static_argnums, static_argnames
     )
@@ -206,17 +212,25 @@ def lower_function(
 
 
 def lower(
-    fn: Callable, *args, pipeline: str = "default", frontend: str = "aotkit", **kwargs
+    fn: Callable,
+    *args,
+    pipeline: str = "default",
+    frontend: str = "aotkit",
+    autograph: bool = True,
+    **kwargs,
 ) -> Lowered:
     """Lowers `fn` for the given arguments (concrete values or `aotkit.ShapeDtype` specs),
     then runs `pipeline` ("default", "none" or MLIR pipeline text) on the module.
     `frontend="jax"` lowers a JAX function with JAX; `"auto"` picks by what `fn` uses.
+    `autograph=False` keeps Python loops unrolled and Python branches Python.
 
     `aotkit.lower(lambda x: anp.sqrt(x ** 2) + 1., aotkit.spec("f32[]")).as_text()`
     """
     if not callable(fn):
         raise TypeError(f"lower: expected a function, got {type(fn).__name__}")
-    return lower_function(fn, args, kwargs, pipeline=pipeline, frontend=frontend)
+    return lower_function(
+        fn, args, kwargs, pipeline=pipeline, frontend=frontend, autograph=autograph
+    )
 
 
 # --- compile and jit: the staged calls and their caches --------------------------------------
@@ -403,6 +417,7 @@ class Jitted:
         pipeline: str = "default",
         dump_dir: str | os.PathLike | None = None,
         frontend: str = "aotkit",
+        autograph: bool = True,
     ):
         if not callable(fn):
             raise TypeError(f"jit: expected a function, got {type(fn).__name__}")
@@ -420,6 +435,7 @@ class Jitted:
         self.pipeline = pipeline
         self.dump_dir = dump_dir
         self.frontend = frontend
+        self.autograph = bool(autograph)
         self._where = where
         self._has_statics = bool(self.static_argnums or self.static_argnames)
         self._config = (
@@ -429,6 +445,7 @@ class Jitted:
             backend,
             pipeline,
             frontend,
+            self.autograph,
         )
         self._cache = _cache_for(fn)
         self._backend_name: str | None = None
@@ -470,6 +487,7 @@ class Jitted:
                 backend=self.backend,
                 dump_dir=self.dump_dir,
                 frontend=self.frontend,
+                autograph=self.autograph,
             )
             cache.traces += 1
             cache.lowerings += 1
@@ -516,6 +534,7 @@ def jit(
     pipeline: str = "default",
     dump_dir: str | os.PathLike | None = None,
     frontend: str = "aotkit",
+    autograph: bool = True,
 ):
     """Stages `fn`: `jit(f)(x)` runs it compiled; `jit(f).lower(x).compile()` shows each stage.
 
@@ -523,7 +542,9 @@ def jit(
     `static_argnames` are Python values baked into the trace (hashable); `donate_argnums`
     marks arguments whose buffers the computation may reuse for its results. `pipeline` is a
     named or MLIR pass pipeline, `dump_dir` turns on per-stage dumps, and `frontend` says who
-    traces: "aotkit" (the tracer), "jax" (JAX lowers `fn`), or "auto".
+    traces: "aotkit" (the tracer), "jax" (JAX lowers `fn`), or "auto". `autograph` (on by
+    default) turns Python loops and branches on traced values into StableHLO control flow
+    (see aotkit.autograph); `autograph=False` unrolls loops and keeps branches Python.
     """
     options = dict(
         static_argnums=static_argnums,
@@ -533,6 +554,7 @@ def jit(
         pipeline=pipeline,
         dump_dir=dump_dir,
         frontend=frontend,
+        autograph=autograph,
     )
     if fn is None:
         return functools.partial(jit, **options)

@@ -67,7 +67,7 @@ def convert(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def converted(*args, **kwargs):
-        with _runtime.session():
+        with _runtime.Session():
             return _convert.converted(fn)(*args, **kwargs)
 
     return converted

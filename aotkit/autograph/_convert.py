@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 
 from aotkit.autograph import _runtime
-from aotkit.autograph._transform import PREFIX, Converter
+from aotkit.autograph._transform import PREFIX, Converter, _located
 
 DO_NOT_CONVERT = "__aotkit_do_not_convert__"
 
@@ -241,10 +241,7 @@ def _rewrite(fn, node, filename):
     factory.returns = None
     factory.type_comment = None
     module = ast.Module(body=[factory], type_ignores=[])
-    for n in ast.walk(module):
-        if "lineno" in n._attributes and not hasattr(n, "lineno"):
-            ast.copy_location(n, node)
-    ast.fix_missing_locations(module)
+    _located(module, node)
     flags = code.co_flags & _FUTURE_FLAGS
     compiled = compile(module, filename, "exec", flags=flags, dont_inherit=True)
     factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))

@@ -68,7 +68,7 @@ class _NotConvertible(Exception):
 _local = threading.local()
 
 
-class session:
+class Session:
     """Per-trace state: warnings already given (each once per trace)."""
 
     def __init__(self):
@@ -116,10 +116,27 @@ def out(names: tuple) -> tuple:
     return tuple(f.get(n, UNDEFINED) for n in names)
 
 
-def _entry(params, depth: int = 2) -> tuple[dict, dict]:
-    frame = sys._getframe(depth)
-    f = frame.f_locals
-    return {n: f.get(n, UNDEFINED) for n in params}, frame.f_globals
+class _Scope:
+    """Looks names up as the caller's code would: its locals, then globals and builtins."""
+
+    __slots__ = ("locals", "globals")
+
+    def __init__(self, frame):
+        self.locals = frame.f_locals
+        self.globals = frame.f_globals
+
+    def get(self, name: str):
+        for d in (self.locals, self.globals):
+            if name in d:
+                return d[name]
+        return getattr(builtins, name, UNDEFINED)
+
+
+def _entry(params, depth: int = 2) -> tuple[dict, _Scope]:
+    """The caller's values of `params` (UNDEFINED when unbound), and its scope."""
+    scope = _Scope(sys._getframe(depth))
+    f = scope.locals
+    return {n: f.get(n, UNDEFINED) for n in params}, scope
 
 
 def _arraylike(v) -> bool:
@@ -136,26 +153,18 @@ def _has_tracer(v) -> bool:
     return False
 
 
-def _lookup(name: str, vals: dict, globals_: dict):
-    if name in vals:
-        return vals[name]
-    if name in globals_:
-        return globals_[name]
-    return getattr(builtins, name, UNDEFINED)
-
-
-def _side_effects(info, vals: dict, globals_: dict) -> list[str]:
+def _side_effects(info, vals: dict, scope: _Scope) -> list[str]:
     """Reasons the block would change Python objects (runs once traced, N times in Python)."""
     reasons = []
     for name in sorted(info.subscript_bases):
-        v = _lookup(name, vals, globals_)
+        v = vals[name] if name in vals else scope.get(name)
         if isinstance(v, Tracer) or v is UNDEFINED:
             continue
         if isinstance(v, np.ndarray) and name in info.writes:
             continue  # becomes a traced array carried through the block
         reasons.append(f"it assigns items of {name!r}, a {type(v).__name__}")
     for name, method in info.mutating_calls:
-        v = _lookup(name, vals, globals_)
+        v = vals[name] if name in vals else scope.get(name)
         if isinstance(v, Tracer | types.ModuleType) or v is UNDEFINED:
             continue
         reasons.append(f"it calls {name}.{method}() on a {type(v).__name__}")
@@ -272,10 +281,10 @@ def _wants_loop(info, vals: dict, iterable) -> bool:
 
 def for_stmt(iterable, body, info):
     """A converted `for` statement; returns the new values of `info.writes`."""
-    vals, globals_ = _entry(info.params)
+    vals, scope = _entry(info.params)
     if isinstance(iterable, _Range):
         try:
-            return _must_convert(info, vals, globals_, body, iterable)
+            return _must_convert(info, vals, scope, body, iterable)
         except _NotConvertible as e:
             raise TypeError(
                 f"for loop (at {info.site}): range() has a traced bound, so the loop must "
@@ -283,7 +292,7 @@ def for_stmt(iterable, body, info):
             ) from None
     n = _static_length(iterable)
     if n is not None and n > UNROLL_LIMIT and _wants_loop(info, vals, iterable):
-        reasons = _side_effects(info, vals, globals_)
+        reasons = _side_effects(info, vals, scope)
         if reasons:
             _warn(info, _unrolled_message(info, n, "; ".join(reasons)))
         else:
@@ -294,17 +303,17 @@ def for_stmt(iterable, body, info):
                 return _for_loop(info, vals, body, _Range(0, n, 1), rows=iterable)
             except Exception as e:
                 _warn(info, _unrolled_message(info, n, _reason(e)))
-    return _python_for(info, vals, globals_, body, iterable)
+    return _python_for(info, vals, scope, body, iterable)
 
 
-def _must_convert(info, vals, globals_, body, bounds: _Range, rows=None):
-    reasons = _side_effects(info, vals, globals_)
+def _must_convert(info, vals, scope, body, bounds: _Range, rows=None):
+    reasons = _side_effects(info, vals, scope)
     if reasons:
         raise _NotConvertible("; ".join(reasons))
     return _for_loop(info, vals, body, bounds, rows=rows)
 
 
-def _python_for(info, vals: dict, globals_, body, iterable):
+def _python_for(info, vals: dict, scope, body, iterable):
     params, writes, brk = info.params, info.writes, info.brk
     done = 0
     for item in iterable:
@@ -313,13 +322,13 @@ def _python_for(info, vals: dict, globals_, body, iterable):
         if brk is not None:
             flag = vals[brk]
             if isinstance(flag, Tracer):
-                return _traced_break(info, vals, globals_, body, iterable, done)
+                return _traced_break(info, vals, scope, body, iterable, done)
             if flag:
                 break
     return tuple(vals[w] for w in writes)
 
 
-def _traced_break(info, vals, globals_, body, iterable, done: int):
+def _traced_break(info, vals, scope, body, iterable, done: int):
     """A traced condition broke out of an unrolled loop: the rest becomes a while loop."""
     if type(iterable) is range:
         bounds = _Range(iterable.start + done * iterable.step, iterable.stop, iterable.step)
@@ -333,7 +342,7 @@ def _traced_break(info, vals, globals_, body, iterable, done: int):
             "can become a while loop that stops on it"
         )
     try:
-        return _must_convert(info, vals, globals_, body, bounds, rows=rows)
+        return _must_convert(info, vals, scope, body, bounds, rows=rows)
     except _NotConvertible as e:
         raise TypeError(
             f"for loop (at {info.site}): a traced condition breaks out of the loop, so the "
@@ -343,7 +352,7 @@ def _traced_break(info, vals, globals_, body, iterable, done: int):
 
 def while_stmt(test, body, info):
     """A converted `while` statement; returns the new values of `info.writes`."""
-    vals, globals_ = _entry(info.params)
+    vals, scope = _entry(info.params)
     params, writes, brk = info.params, info.writes, info.brk
     while True:
         flag = vals[brk] if brk is not None else False
@@ -357,7 +366,7 @@ def while_stmt(test, body, info):
         if not t:
             return tuple(vals[w] for w in writes)
         vals.update(zip(writes, body(*[vals[p] for p in params]), strict=True))
-    reasons = _side_effects(info, vals, globals_)
+    reasons = _side_effects(info, vals, scope)
     try:
         if reasons:
             raise _NotConvertible("; ".join(reasons))
@@ -522,11 +531,11 @@ def _build_loop(info, vals, names, init, run, bounds, test):
 def if_stmt(test, true_fn, false_fn, info):
     """A converted `if` statement: the new values of `info.writes` (or, for an `if` whose
     branches both return, the returned value)."""
-    vals, globals_ = _entry(info.params)
+    vals, scope = _entry(info.params)
     if not isinstance(test, Tracer):
         return (true_fn if test else false_fn)(*[vals[p] for p in info.params])
     pred = _truth(test, "if", info.site)
-    reasons = _side_effects(info, vals, globals_)
+    reasons = _side_effects(info, vals, scope)
     if reasons:
         raise TypeError(
             f"if (at {info.site}): the condition is a traced {_desc(test)} array, so both "

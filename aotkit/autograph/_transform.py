@@ -106,13 +106,28 @@ def _names_tuple(names, store: bool = False) -> ast.Tuple:
     )
 
 
+def _header(at: ast.AST) -> tuple[int, int, int, int]:
+    """A location on `at`'s first line only: its header (`for i in range(n):`, `if c:`).
+
+    Generated nodes must not span lines: Python 3.11 places a method call whose attribute
+    spans several lines on the attribute's last line, and tracebacks show the span.
+    """
+    line, col = at.lineno, at.col_offset
+    end = getattr(at, "end_col_offset", None)
+    if getattr(at, "end_lineno", line) != line or end is None:
+        head = getattr(at, "iter", None) or getattr(at, "test", None)
+        end = head.end_col_offset if head is not None and head.end_lineno == line else col + 1
+    return line, col, line, max(end, col + 1)
+
+
 def _located(node: ast.AST, at: ast.AST) -> ast.AST:
-    """`node` and every node inside it without a location get `at`'s location."""
+    """`node` and every node inside it without a location get `at`'s header location."""
+    where = None
     for n in ast.walk(node):
-        if "lineno" in n._attributes and not hasattr(n, "lineno"):
-            ast.copy_location(n, at)
-        elif "lineno" in n._attributes and getattr(n, "lineno", None) is None:
-            ast.copy_location(n, at)
+        if "lineno" in n._attributes and getattr(n, "lineno", None) is None:
+            if where is None:
+                where = _header(at)
+            n.lineno, n.col_offset, n.end_lineno, n.end_col_offset = where
     return node
 
 
@@ -337,17 +352,24 @@ class _Function:
                 out.append(s)
         return out
 
+    def new_local(self, name: str) -> None:
+        self.locals |= {name}
+        self.visible |= {name}
+
     def _loop_reasons(self, s) -> tuple[str, ...]:
         parts = list(s.body) + ([s.test] if isinstance(s, ast.While) else [])
         facts = Facts.of(parts)
         reasons = [r for _, r in facts.problems]
         if facts.has_return:
             reasons.append("it contains a return statement")
-        if facts.has_yield:
-            reasons.append("it contains yield or await")
         for n in facts.stores:
             if n in self.declared:
                 reasons.append(f"it assigns the global or nonlocal variable {n!r}")
+        target = Facts()
+        if isinstance(s, ast.For):
+            target.target(s.target, s.lineno)
+        writes = set(facts.stores) | set(facts.subscript_bases) | set(target.stores)
+        reasons += self._closure_reasons(facts, writes)
         if self.nonlocal_nested:
             reasons.append("a nested function assigns variables of this function (nonlocal)")
         if isinstance(s, ast.While) and contains([s.test], (ast.NamedExpr,)):
@@ -371,6 +393,7 @@ class _Function:
         if brk:
             flag = f"{PREFIX}brk_{n}"
             self.break_flags[id(s)] = flag
+            self.new_local(flag)
             before.append(_located(ast.Assign(targets=[_name(flag, True)], value=_const(False)), s))
             if after:
                 test = ast.UnaryOp(op=ast.Not(), operand=_name(flag))
@@ -381,6 +404,7 @@ class _Function:
         if cont:
             flag = f"{PREFIX}cont_{n}"
             self.cont_flags[id(s)] = flag
+            self.new_local(flag)
             flags.append(flag)
             reset = ast.Assign(targets=[_name(flag, True)], value=_const(False))
             s.body = [_located(reset, s.body[0])] + s.body
@@ -481,12 +505,22 @@ class _Function:
     def _ref(self, index: int) -> ast.expr:
         return ast.Subscript(value=_name(f"{PREFIX}info"), slice=_const(index), ctx=ast.Load())
 
-    def _state(self, facts: Facts, extra_writes=(), extra_reads=()):
+    def _state(self, facts: Facts, own_flag=None):
         # `x[i] = v` rebinds x to the updated array when x is a variable of this function.
-        writes = _ordered(extra_writes, facts.stores, facts.subscript_bases)
-        writes = [n for n in writes if n in self.locals and not n.startswith(f"{PREFIX}cont_")]
-        reads = [n for n in _ordered(extra_reads, facts.loads) if n in self.visible]
+        writes = _ordered(facts.stores, facts.subscript_bases)
+        writes = [n for n in writes if n in self.locals and n != own_flag]
+        # Names closures in the block read stay closures over this function's variables
+        # (they must see later assignments); the others are parameters.
+        reads = [n for n in facts.loads if n in self.visible and n not in facts.captured]
         return writes, reads, _ordered(writes, reads)
+
+    def _closure_reasons(self, facts: Facts, writes) -> list[str]:
+        return [
+            f"a function defined in it reads {n!r}, which it assigns (a closure sees later "
+            "assignments)"
+            for n in facts.captured
+            if n in writes
+        ]
 
     def _assign_back(self, writes, value: ast.expr, at) -> list[ast.stmt]:
         if not writes:
@@ -525,7 +559,7 @@ class _Function:
         facts.target(s.target, s.lineno)
         for b in s.body:
             facts.visit(b)
-        writes, reads, params = self._state(facts)
+        writes, reads, params = self._state(facts, self.cont_flags.get(id(s)))
         head = self.live.head[id(s)]
         index, info = self._info(
             kind="for",
@@ -561,7 +595,8 @@ class _Function:
             return [s]
         facts = Facts.of(s.body)
         test_reads = [n for n in Facts.of([s.test]).loads if n in self.visible]
-        writes, reads, params = self._state(facts, extra_reads=test_reads)
+        facts.loads = dict.fromkeys(_ordered(test_reads, facts.loads))
+        writes, reads, params = self._state(facts, self.cont_flags.get(id(s)))
         head = self.live.head[id(s)]
         index, info = self._info(
             kind="while",
@@ -592,8 +627,7 @@ class _Function:
             reasons.append("a branch returns on some paths only")
         if facts.has_raise:
             reasons.append("a branch raises an exception")
-        if facts.has_yield:
-            reasons.append("a branch contains yield or await")
+        reasons += self._closure_reasons(facts, set(facts.stores) | set(facts.subscript_bases))
         for n in facts.stores:
             if n in self.declared:
                 reasons.append(f"a branch assigns the global or nonlocal variable {n!r}")

@@ -24,7 +24,7 @@ F32, F64, I32 = np.float32, np.float64, np.int32
 X = np.array([1.5, -2.0, 3.0, 0.5, 4.5, -1.0, 2.0, 6.0, -3.5, 1.0], np.float32)
 
 
-# --- helpers ---------------------------------------------------------------------------------------
+# --- helpers --------------------------------------------------------------------------------------
 
 
 def count_ops(lowered, name: str | None = None) -> int:
@@ -94,7 +94,7 @@ def _no_silent_fallbacks():
         yield
 
 
-# --- the kernels of tests/programs --------------------------------------------------------------------
+# --- the kernels of tests/programs ----------------------------------------------------------------
 
 # Two sizes per kernel whose constants do not collide with other constants of the kernel.
 SIZES = {name: (7, 13) for name in KERNELS}
@@ -113,10 +113,8 @@ def test_kernel_matches_numpy(name, size):
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_kernel_op_count_does_not_grow_with_the_trip_count(name):
     fn, make = KERNELS[name]
-    small, large = (
-        aotkit.jit(fn, static_argnums=STATIC.get(name, ())).lower(*make(n, np.random.default_rng(0)))
-        for n in SIZES[name]
-    )
+    jitted = aotkit.jit(fn, static_argnums=STATIC.get(name, ()))
+    small, large = (jitted.lower(*make(n, np.random.default_rng(0))) for n in SIZES[name])
     assert count_ops(small) == count_ops(large)
     assert count_ops(small) < 150
 
@@ -145,7 +143,7 @@ def test_kernels_keep_float32(dtype):
     check(fn, a.astype(dtype))
 
 
-# --- loops ---------------------------------------------------------------------------------------------
+# --- loops ----------------------------------------------------------------------------------------
 
 
 def running_sum(x):
@@ -368,7 +366,7 @@ def test_in_place_updates_reach_every_name_of_the_array():
     assert (whiles(lowered), ifs(lowered)) == (1, 1)
 
 
-# --- branches and expressions -------------------------------------------------------------------------
+# --- branches and expressions ---------------------------------------------------------------------
 
 
 def piecewise(x):
@@ -467,7 +465,7 @@ def test_branches_must_agree_on_types():
         aotkit.lower(f, X)
 
 
-# --- calls ---------------------------------------------------------------------------------------------
+# --- calls ----------------------------------------------------------------------------------------
 
 
 def helper(v, k):

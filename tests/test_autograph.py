@@ -601,3 +601,521 @@ def test_convert_refuses_non_callables():
 def test_converted_function_outside_a_trace_computes_the_same():
     f = aotkit.autograph.convert(first_big)
     assert f(X) == first_big(X)
+
+
+# --- fallbacks: unrolled loops with a warning -----------------------------------------------------
+
+
+def appends_rows(x):
+    rows = []
+    acc = x[0]
+    for i in range(10):
+        acc = acc + x[i]
+        rows.append(acc)
+    return np.stack(rows)
+
+
+def prefix_sums(x):
+    out = np.zeros_like(x)
+    for i in range(10):
+        out[i] = x[: i + 1].sum()
+    return out
+
+
+def guarded(x):
+    s = x[0]
+    for i in range(10):
+        try:
+            s = s + x[i]
+        except IndexError:
+            pass
+    return s
+
+
+LOG = []
+
+
+def logs_globally(x):
+    global LOG
+    s = x[0]
+    for i in range(10):
+        s = s + x[i]
+        LOG = [s]
+    return s
+
+
+def grows(x):
+    y = x[:1]
+    for _ in range(6):
+        y = np.concatenate([y, y])
+    return y
+
+
+def widens(x):
+    s = np.int32(0)
+    for i in range(10):
+        s = s + x[i]
+    return s
+
+
+def carries_a_list(x):
+    acc = [x[0]]
+    for i in range(10):
+        acc = acc + [x[i]]
+    return acc[-1]
+
+
+def assigns_attribute(x):
+    box = Scaler(0.0)
+    for i in range(10):
+        box.k = box.k + x[i]
+    return box.k
+
+
+def item_of_a_list(x):
+    parts = [x[0], x[1]]
+    for i in range(10):
+        parts[0] = parts[0] + x[i]
+    return parts[0]
+
+
+def defined_in_loop(x):
+    for i in range(10):
+        last = x[i] * 2
+        x = x + last
+    return last
+
+
+def rebinds_after_update(x):
+    for i in range(10):
+        x[i] = 0
+        x = x * 2
+    return x
+
+
+def closes_over_index(x):
+    fns = []
+    acc = x[0]
+    for i in range(10):
+        acc = acc + x[i]
+        fns.append(lambda: i)  # noqa: B023  (late binding is the point)
+    return acc + fns[0]()
+
+
+def returns_early(x):
+    for i in range(10):
+        if i == 12:
+            return x[i]
+    return x[0]
+
+
+FALLBACKS = [
+    (appends_rows, "rows = []", "for i", "it calls rows.append() on a list"),
+    (
+        prefix_sums,
+        "out = ",
+        "for i",
+        "tracing its body as one loop failed with IndexError: getitem (at {i + 1}): slice stop "
+        "is "
+        "traced",
+    ),
+    (guarded, "s = x[0]", "for i", "it contains a try statement"),
+    (logs_globally, "s = x[0]", "for i", "it assigns the global or nonlocal variable 'LOG'"),
+    (
+        grows,
+        "y = x[:1]",
+        "for _",
+        "tracing its body as one loop failed with TypeError: fori_loop (at {for _}): body_fn "
+        "returns f32[2] for carry['y'], whose init is f32[1]",
+    ),
+    (
+        widens,
+        "s = np.int32",
+        "for i",
+        "tracing its body as one loop failed with TypeError: fori_loop (at {for i}): body_fn "
+        "returns f64[] for carry['s'], whose init is i32[]",
+    ),
+    (
+        carries_a_list,
+        "acc = [",
+        "for i",
+        "'acc' holds a list, and a loop can only carry arrays and numbers from one iteration to "
+        "the next",
+    ),
+    (assigns_attribute, "box = ", "for i", "it assigns the attribute box.k"),
+    (item_of_a_list, "parts = ", "for i", "it assigns items of 'parts', a list"),
+    (
+        defined_in_loop,
+        "for i",
+        "for i",
+        "'last' is assigned in the loop and read after it (or in the next iteration) but has "
+        "no value before the loop; give it one before the loop",
+    ),
+    (
+        rebinds_after_update,
+        "for i",
+        "for i",
+        "the loop body updates 'x' in place and also assigns it a new array",
+    ),
+    (
+        closes_over_index,
+        "acc = x[0]",
+        "for i",
+        "a function defined in it reads 'i', which it assigns (a closure sees later assignments)",
+    ),
+    (returns_early, "for i", "for i", "it contains a return statement"),
+]
+
+
+@pytest.mark.parametrize("fn, _, loop, reason", FALLBACKS, ids=[c[0].__name__ for c in FALLBACKS])
+def test_loops_that_cannot_convert_unroll_with_a_warning(fn, _, loop, reason):
+    site = at(fn, loop)
+    sites = re.findall(r"\{([^}]*)\}", reason)
+    n = 6 if fn is grows else 10
+    message = (
+        f"for loop (at {site}): unrolled into {n} copies of its body instead of one StableHLO "
+        f"loop because {reason.format(**{s: at(fn, s) for s in sites})}"
+    )
+    with pytest.warns(AutographWarning, match=re.escape(message)) as record:
+        lowered = check(fn, X)
+    assert whiles(lowered) == 0
+    assert record[0].filename == site.rsplit(":", 1)[0]
+    assert record[0].lineno == int(site.rsplit(":", 1)[1])
+    assert str(record[0].message).endswith(
+        "; keep the loop state in arrays and numbers to get a loop, or mark the function "
+        "with aotkit.autograph.do_not_convert to silence this"
+    )
+
+
+def test_a_fallback_warns_once_per_trace():
+    def f(x):
+        s = x[0]
+        for _ in range(3):  # unrolled: the inner loop is traced three times
+            for i in range(10):
+                s = s + x[i]
+                LOG.append(i)
+        return s
+
+    with pytest.warns(AutographWarning) as record:
+        check(f, X)
+    assert len(record) == 1
+
+
+# --- errors: traced conditions and bounds that cannot convert -------------------------------------
+
+
+def traced_bound_with_list(x, n):
+    rows = []
+    for i in range(n):
+        rows.append(x[i])
+    return x
+
+
+def traced_bound_with_return(x, n):
+    for i in range(n):
+        if i > 100:
+            return x
+    return x[0]
+
+
+def traced_if_appends(x):
+    log = []
+    if x[0] > 0:
+        log.append(1)
+    return x
+
+
+def one_branch_defines(x):
+    if x[0] > 0:
+        y = x * 2
+    return y
+
+
+def other_branch_defines(x):
+    if x[0] > 0:
+        pass
+    else:
+        y = x * 2
+    return y
+
+
+def branch_assigns_string(x):
+    label = None
+    if x[0] > 0:
+        label = "positive"
+    return x, label
+
+
+def branch_replaces_none(x):
+    y = None
+    if x[0] > 0:
+        y = x
+    return y
+
+
+def vector_condition(x):
+    if x > 0:
+        x = x * 2
+    return x
+
+
+def raises_in_branch(x):
+    if x[0] > 0:
+        raise ValueError("positive")
+    return x
+
+
+def mixed_return(x):
+    for i in range(3):
+        if x[i] > 0:
+            return x[i]
+    return x[0]
+
+
+def while_carries_list(x):
+    items = [x[0]]
+    while x.sum() > 0:
+        items = items + [x[0]]
+        x = x - 1
+    return x
+
+
+def while_side_effect(x):
+    log = []
+    while x.sum() > 0:
+        x = x - 1
+        log.append(1)
+    return x
+
+
+def float_bound(x):
+    s = x[0]
+    for _ in range(x[1]):
+        s = s + 1
+    return s
+
+
+def break_in_list_loop(x):
+    s = x[0]
+    for v in [x[1], x[2], x[3]]:
+        if v > 2:
+            break
+        s = s + v
+    return s
+
+
+def break_needs_value(x):
+    s = x[0]
+    for i in range(3):
+        t = [s]
+        if x[i] > 2:
+            break
+        s = s + x[i]
+    return s, t
+
+
+ERRORS = [
+    (
+        traced_bound_with_list,
+        (X, np.int64(3)),
+        TypeError,
+        "for loop (at {for i}): range() has a traced bound, so the loop must become a StableHLO "
+        "loop, but it calls rows.append() on a list",
+    ),
+    (
+        traced_bound_with_return,
+        (X, np.int64(3)),
+        TypeError,
+        "for loop (at {for i}): range() has a traced bound, so the loop must become a StableHLO "
+        "loop, but it contains a return statement; restructure the loop (keep its state in "
+        "arrays) or make the bound static",
+    ),
+    (
+        traced_if_appends,
+        (X,),
+        TypeError,
+        "if (at {if x}): the condition is a traced bool[] array, so both branches are traced "
+        "into one aotkit.cond, but it calls log.append() on a list; compute values with "
+        "np.where(cond, a, b), or move the side effect out of the branch",
+    ),
+    (
+        one_branch_defines,
+        (X,),
+        TypeError,
+        "if (at {if x}): the condition is traced, and 'y' is assigned in the true branch only but "
+        "read after the if; assign it in both branches (or before the if)",
+    ),
+    (
+        other_branch_defines,
+        (X,),
+        TypeError,
+        "if (at {if x}): the condition is traced, and 'y' is assigned in the false branch only "
+        "but read after the if; assign it in both branches (or before the if)",
+    ),
+    (
+        branch_assigns_string,
+        (X,),
+        TypeError,
+        "if (at {if x}): the condition is traced, but the true branch assigns 'label' a str; a "
+        "traced if can only assign arrays and numbers",
+    ),
+    (
+        branch_replaces_none,
+        (X,),
+        TypeError,
+        "if (at {if x}): the condition is traced, and 'y' is a NoneType before the if but an "
+        "array after one branch; a traced if can only assign arrays and numbers",
+    ),
+    (
+        vector_condition,
+        (X,),
+        ValueError,
+        "if (at {if x}): the truth value of a traced bool[10] array with more than one element "
+        "is ambiguous; use .any() or .all()",
+    ),
+    (
+        raises_in_branch,
+        (X,),
+        TypeError,
+        "if (at {if x}): the condition is a traced bool[] array, so the if must become StableHLO "
+        "control flow, but a branch raises an exception; compute values with np.where(cond, a, "
+        "b), or move the statement out of the traced branch",
+    ),
+    (
+        mixed_return,
+        (X,),
+        TypeError,
+        "if (at {if x}): the condition is a traced bool[] array, so the if must become StableHLO "
+        "control flow, but a branch returns on some paths only",
+    ),
+    (
+        while_carries_list,
+        (X,),
+        TypeError,
+        "while loop (at {while x}): the condition is traced, so the loop must become a StableHLO "
+        "while loop, but 'items' holds a list, and a loop can only carry arrays and numbers",
+    ),
+    (
+        while_side_effect,
+        (X,),
+        TypeError,
+        "while loop (at {while x}): the condition is traced, so the loop must become a StableHLO "
+        "while loop, but it calls log.append() on a list",
+    ),
+    (
+        float_bound,
+        (X,),
+        TypeError,
+        "range (at {for _}): stop is a traced f32[] array, which cannot be interpreted as an "
+        "integer; pass an integer scalar (x.astype(int)) or a Python int",
+    ),
+    (
+        break_in_list_loop,
+        (X,),
+        TypeError,
+        "for loop (at {for v}): a traced condition breaks out of a loop over a list; loop over "
+        "range(...) or a traced array so the loop can become a while loop that stops on it",
+    ),
+    (
+        break_needs_value,
+        (X,),
+        TypeError,
+        "for loop (at {for i}): a traced condition breaks out of the loop, so the rest of the "
+        "loop must become a StableHLO loop, but 't' holds a list",
+    ),
+]
+
+
+@pytest.mark.parametrize("fn, args, kind, message", ERRORS, ids=[c[0].__name__ for c in ERRORS])
+def test_statements_that_must_convert_but_cannot_raise(fn, args, kind, message):
+    sites = re.findall(r"\{([^}]*)\}", message)
+    text = message.format(**{s: at(fn, s) for s in sites})
+    with pytest.raises(kind, match=re.escape(text)):
+        aotkit.lower(fn, *args)
+
+
+def test_range_step_zero_is_python_error():
+    def f(x, step):
+        for _ in range(0, 5, step):
+            x = x + 1
+        return x
+
+    with pytest.raises(ValueError, match=re.escape("range() arg 3 must not be zero")):
+        aotkit.jit(f, static_argnums=1).lower(X, 0)
+
+
+def test_rewrite_failures_warn_and_run_as_written(monkeypatch):
+    def f(x):
+        s = x[0]
+        for i in range(10):
+            s = s + x[i]
+        return s
+
+    def broken(self, node, visible):
+        raise RuntimeError("unsupported node")
+
+    monkeypatch.setattr(aotkit.autograph._transform.Converter, "function", broken)
+    site = at(f, "def f")
+    message = (
+        f"autograph (at {site}): could not convert {f.__qualname__} (RuntimeError: unsupported "
+        "node); it runs as written, with Python control flow unrolled"
+    )
+    with pytest.warns(AutographWarning, match=re.escape(message)):
+        lowered = check(f, X)
+    assert whiles(lowered) == 0
+
+
+# --- locations ------------------------------------------------------------------------------------
+
+
+def located(x):
+    s = x[0]
+    for i in range(10):
+        t = x[i] * 2
+        if t > 3:
+            s = s + t
+    return s
+
+
+def op_lines(lowered) -> dict[str, set[int]]:
+    """The source lines of each kind of op, from the ops' locations."""
+    out: dict[str, set[int]] = {}
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    found = re.search(r":(\d+):\d+\)$", str(inner.location))
+                    if found:
+                        out.setdefault(inner.operation.name, set()).add(int(found.group(1)))
+                    walk(inner)
+
+    walk(lowered.module.operation)
+    return out
+
+
+def test_ops_keep_the_user_lines():
+    lines = op_lines(aotkit.lower(located, X, pipeline="none"))
+
+    def line(snippet):
+        return int(at(located, snippet).rsplit(":", 1)[1])
+
+    assert lines["stablehlo.while"] == {line("for i")}
+    assert lines["stablehlo.if"] == {line("if t > 3")}
+    assert lines["stablehlo.multiply"] == {line("t = x[i] * 2")}
+    assert line("s = s + t") in lines["stablehlo.add"]
+
+
+def test_errors_in_converted_code_name_the_user_line():
+    def f(x):
+        s = x[0]
+        for _ in range(10):
+            s = s + np.ones(2) @ x  # a shape error in the loop body
+        return s
+
+    site = at(f, "np.ones(2) @ x")
+    with pytest.raises(ValueError, match=re.escape(f"(at {site})")) as info:
+        with pytest.warns(AutographWarning):
+            aotkit.lower(f, X)
+    frames = [fr for fr in info.traceback if str(fr.path) == __file__]
+    assert frames[-1].lineno + 1 == int(site.rsplit(":", 1)[1])

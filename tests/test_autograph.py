@@ -262,6 +262,46 @@ def sum_until(x):
     return total, i
 
 
+def find_first(x, t):
+    for i in range(10):
+        if x[i] > t:
+            return i
+    return -1
+
+
+def find_pair(x):
+    for i in range(10):
+        for j in range(10):
+            if x[i] + x[j] > 10:
+                return x[i] * x[j]
+    return x[0]
+
+
+def grow_until(x):
+    s = x[0]
+    while s < 100:
+        s = s * 2 + 1
+        if s > 50:
+            return s - 1000
+    return s
+
+
+def returns_from_else(x):
+    for i in range(10):
+        if x[i] < 4:
+            pass
+        else:
+            return x[i]
+    return x[0] * 0
+
+
+def traced_bound_return(x, n):
+    for i in range(n):
+        if x[i] > 2:
+            return x[i]
+    return x[0]
+
+
 def small_loop(x):
     for i in range(3):
         x[i] = x[i] * 2
@@ -312,6 +352,14 @@ LOOPS = [
     (callee_writes, (X,), (), 1, 0),
     (newton_sqrt, (np.float32(2.0),), (), 1, 0),
     (sum_until, (X,), (), 1, 4),
+    (find_first, (X, np.float32(4)), (), 1, 2),
+    (find_first, (X, np.float32(100)), (), 1, 2),
+    (find_pair, (X,), (), 2, 3),
+    (grow_until, (X + 4,), (), 1, 2),
+    (grow_until, (X * 0 + 200,), (), 1, 2),
+    (returns_from_else, (X,), (), 1, 2),
+    (traced_bound_return, (X, np.int64(4)), (), 1, 2),
+    (traced_bound_return, (X, np.int64(2)), (), 1, 2),
     (small_loop, (X,), (), 0, 0),
     (python_if_in_loop, (X, "square"), (1,), 1, 0),
     (empty_range, (X, np.int64(2)), (), 1, 0),
@@ -702,13 +750,6 @@ def closes_over_index(x):
     return acc + fns[0]()
 
 
-def returns_early(x):
-    for i in range(10):
-        if i == 12:
-            return x[i]
-    return x[0]
-
-
 FALLBACKS = [
     (appends_rows, "rows = []", "for i", "it calls rows.append() on a list"),
     (
@@ -763,7 +804,6 @@ FALLBACKS = [
         "for i",
         "a function defined in it reads 'i', which it assigns (a closure sees later assignments)",
     ),
-    (returns_early, "for i", "for i", "it contains a return statement"),
 ]
 
 
@@ -809,13 +849,6 @@ def traced_bound_with_list(x, n):
     for i in range(n):
         rows.append(x[i])
     return x
-
-
-def traced_bound_with_return(x, n):
-    for i in range(n):
-        if i > 100:
-            return x
-    return x[0]
 
 
 def traced_if_appends(x):
@@ -865,11 +898,12 @@ def raises_in_branch(x):
     return x
 
 
-def mixed_return(x):
-    for i in range(3):
-        if x[i] > 0:
-            return x[i]
-    return x[0]
+def returns_on_some_paths(x):
+    if x[0] > 0:
+        if x[1] > 0:
+            return x
+        x = x * 2
+    return x + 1
 
 
 def while_carries_list(x):
@@ -923,14 +957,6 @@ ERRORS = [
         "loop, but it calls rows.append() on a list",
     ),
     (
-        traced_bound_with_return,
-        (X, np.int64(3)),
-        TypeError,
-        "for loop (at {for i}): range() has a traced bound, so the loop must become a StableHLO "
-        "loop, but it contains a return statement; restructure the loop (keep its state in "
-        "arrays) or make the bound static",
-    ),
-    (
         traced_if_appends,
         (X,),
         TypeError,
@@ -982,11 +1008,11 @@ ERRORS = [
         "b), or move the statement out of the traced branch",
     ),
     (
-        mixed_return,
+        returns_on_some_paths,
         (X,),
         TypeError,
-        "if (at {if x}): the condition is a traced bool[] array, so the if must become StableHLO "
-        "control flow, but a branch returns on some paths only",
+        "if (at {if x}): the condition is a traced bool[] array, so the if must become "
+        "StableHLO control flow, but a branch returns on some paths only",
     ),
     (
         while_carries_list,

@@ -63,6 +63,28 @@ class _NotConvertible(Exception):
     """A loop or branch cannot become StableHLO control flow; the message says why."""
 
 
+class _Discovered(Exception):
+    """A trace found the type of a return slot (the value a loop returns): trace again."""
+
+    def __init__(self, found: dict):
+        super().__init__(found)
+        self.found = found
+
+
+def _is_slot(name: str) -> bool:
+    # The value a `return` inside a loop hands out (see _transform.lift_returns): it has no
+    # value until the loop returns, so it starts as zeros of the type the return gives.
+    return name.startswith("ag__retval_")
+
+
+def _zeros_like(v):
+    if isinstance(v, Tracer):
+        return np.zeros(v.shape, v.dtype)
+    if isinstance(v, np.ndarray | np.generic):
+        return np.zeros_like(v)
+    return type(v)(0)
+
+
 # --- state and messages ---------------------------------------------------------------------------
 
 _local = threading.local()
@@ -402,12 +424,17 @@ def _for_loop(info, vals, body, bounds: _Range, rows=None):
     return _loop(info, vals, body, bounds, rows=rows)
 
 
-def _carried(info, vals: dict, extra, bounds) -> tuple[list[str], dict]:
+def _carried(info, vals: dict, extra, bounds, slots: dict) -> tuple[list[str], dict]:
     names = list(info.live) + [n for n in extra if n not in info.live]
     init = {}
-    for n in names:
+    for n in list(names):
         v = vals[n]
-        if v is UNDEFINED:
+        if v is UNDEFINED and _is_slot(n):
+            if n not in slots:  # not known yet: a first trace finds it (see _Discovered)
+                names.remove(n)
+                continue
+            v = slots[n]
+        elif v is UNDEFINED:
             if n != info.target or bounds is None:
                 raise _NotConvertible(
                     f"{n!r} is assigned in the loop and read after it (or in the next "
@@ -426,12 +453,17 @@ def _carried(info, vals: dict, extra, bounds) -> tuple[list[str], dict]:
 def _loop(info, vals, body, bounds, *, rows=None, test=None):
     """One traced loop over `bounds` (a `_Range`), or while `test` holds when `bounds` is None."""
     extra: list[str] = []
+    slots: dict = {}
     while True:
-        names, init = _carried(info, vals, extra, bounds)
+        names, init = _carried(info, vals, extra, bounds, slots)
+        pending = [n for n in info.live if _is_slot(n) and n not in names]
         record: dict = {}
-        run = _body_runner(info, vals, body, names, record, rows)
+        run = _body_runner(info, vals, body, names, record, rows, pending)
         try:
             results = _build_loop(info, vals, names, init, run, bounds, test)
+        except _Discovered as d:
+            slots.update(d.found)
+            continue
         except TypeError as e:
             more = [
                 p
@@ -445,6 +477,8 @@ def _loop(info, vals, body, bounds, *, rows=None, test=None):
         break
     final = {}
     for n in names:
+        if n not in record:  # a return slot the trace never assigned
+            continue
         same, mutated = record[n]
         orig = vals[n]
         if isinstance(orig, Tracer) and same:
@@ -456,7 +490,7 @@ def _loop(info, vals, body, bounds, *, rows=None, test=None):
     return tuple(final.get(w, UNDEFINED) for w in info.writes)
 
 
-def _body_runner(info, vals, body, names, record, rows):
+def _body_runner(info, vals, body, names, record, rows, pending=()):
     params, writes = info.params, info.writes
     is_for = info.kind == "for"
 
@@ -471,6 +505,9 @@ def _body_runner(info, vals, body, names, record, rows):
         else:
             outs = body(*args)
         got = dict(zip(writes, outs, strict=True))
+        found = {n: _zeros_like(got[n]) for n in pending if _arraylike(got.get(n, UNDEFINED))}
+        if found:
+            raise _Discovered(found)
         new = {}
         for n in names:
             arg = carry[n]
@@ -543,18 +580,23 @@ def if_stmt(test, true_fn, false_fn, info):
             "values with np.where(cond, a, b), or move the side effect out of the branch"
         )
     copied = [n for n in info.params if n in info.inplace and isinstance(vals[n], Tracer)]
-    try:
-        return _traced_if(info, vals, pred, true_fn, false_fn, copied)
-    except TypeError as e:
-        everything = [n for n in info.params if isinstance(vals[n], Tracer)]
-        if _is_outer_inplace_error(e) and len(everything) > len(copied):
-            return _traced_if(info, vals, pred, true_fn, false_fn, everything)
-        raise
+    slots: dict = {}
+    while True:
+        try:
+            return _traced_if(info, vals, pred, true_fn, false_fn, copied, slots)
+        except _Discovered as d:  # the false branch returns, the true one does not
+            slots.update(d.found)
+        except TypeError as e:
+            everything = [n for n in info.params if isinstance(vals[n], Tracer)]
+            if not (_is_outer_inplace_error(e) and len(everything) > len(copied)):
+                raise
+            copied = everything
 
 
-def _traced_if(info, vals, pred, true_fn, false_fn, copied):
+def _traced_if(info, vals, pred, true_fn, false_fn, copied, slots):
     returning = info.kind == "ifreturn"
     structure: dict[str, str] = {}
+    first: dict = {}  # the true branch's outputs, for the return slots of the false branch
     records = []
 
     def branch(fn, label):
@@ -567,7 +609,22 @@ def _traced_if(info, vals, pred, true_fn, false_fn, copied):
                 values, got = outs, {}
             else:
                 got = dict(zip(info.writes, outs, strict=True))
+                for n in info.live:
+                    if _is_slot(n) and got[n] is UNDEFINED:
+                        if n in slots:
+                            got[n] = slots[n]
+                        elif n in first:
+                            got[n] = _zeros_like(first[n])
+                if label == "false":
+                    found = {
+                        n: _zeros_like(got[n])
+                        for n in info.live
+                        if _is_slot(n) and structure.get(n) == "undefined" and _arraylike(got[n])
+                    }
+                    if found:
+                        raise _Discovered(found)
                 values = _branch_outputs(info, vals, got, structure, label)
+                first.update(values)
             records.append(
                 {n: (got.get(n) is c, c.value is not vals[n].value) for n, c in copies.items()}
             )

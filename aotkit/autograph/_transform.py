@@ -290,6 +290,35 @@ def _jumps_here(stmts) -> tuple[bool, bool]:
     return brk, cont
 
 
+def _returns_to_breaks(stmts: list[ast.stmt], flag: str, slot: str) -> list[ast.stmt]:
+    """Each `return v` in `stmts` (outside nested functions) -> `flag = True; slot = v;
+    break`. Loops nested in `stmts` have no returns left (they were lifted first)."""
+    out: list[ast.stmt] = []
+    for s in stmts:
+        if isinstance(s, ast.Return):
+            value = s.value if s.value is not None else _const(None)
+            out += [
+                _located(ast.Assign(targets=[_name(flag, True)], value=_const(True)), s),
+                _located(ast.Assign(targets=[_name(slot, True)], value=value), s),
+                _located(ast.Break(), s),
+            ]
+            continue
+        if not isinstance(s, _SCOPES):
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(s, field, None), list):
+                    setattr(s, field, _returns_to_breaks(getattr(s, field), flag, slot))
+            for h in getattr(s, "handlers", []):
+                h.body = _returns_to_breaks(h.body, flag, slot)
+            for c in getattr(s, "cases", []):
+                c.body = _returns_to_breaks(c.body, flag, slot)
+        out.append(s)
+    return out
+
+
+def is_return_slot(name: str) -> bool:
+    return name.startswith(f"{PREFIX}retval_")
+
+
 def _jump_in_unsupported_place(stmts) -> bool:
     """Whether a `break`/`continue` of the loop owning `stmts` sits anywhere but under
     `if` and `with` statements, the only places the flag rewrite handles."""
@@ -331,7 +360,37 @@ class _Function:
         self.cont_flags: dict[int, str] = {}
         self.reasons: dict[int, tuple[str, ...]] = {}
 
-    # --- step 1: loops and their jumps ---
+    # --- step 1: returns out of loops, loops and their jumps ---
+
+    def lift_returns(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        """`return v` inside a loop -> `ret = True; retval = v; break`, and after the loop
+        `if ret: return retval`: the loop can then carry the return as state (inner loops
+        first, so their `if ret: return ...` lifts through the enclosing loops)."""
+        out = []
+        for s in stmts:
+            if isinstance(s, _SCOPES):
+                out.append(s)
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(s, field, None), list):
+                    setattr(s, field, self.lift_returns(getattr(s, field)))
+            for h in getattr(s, "handlers", []):
+                h.body = self.lift_returns(h.body)
+            for c in getattr(s, "cases", []):
+                c.body = self.lift_returns(c.body)
+            if isinstance(s, ast.For | ast.While) and Facts.of(s.body).has_return:
+                n = self.conv.next_id()
+                flag, slot = f"{PREFIX}ret_{n}", f"{PREFIX}retval_{n}"
+                self.new_local(flag)
+                self.new_local(slot)
+                s.body = _returns_to_breaks(s.body, flag, slot)
+                init = ast.Assign(targets=[_name(flag, True)], value=_const(False))
+                after = ast.If(test=_name(flag), body=[ast.Return(value=_name(slot))], orelse=[])
+                out += [_located(init, s), s, _located(after, s)]
+            else:
+                out.append(s)
+        return out
+
 
     def prepare(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out = []
@@ -360,8 +419,6 @@ class _Function:
         parts = list(s.body) + ([s.test] if isinstance(s, ast.While) else [])
         facts = Facts.of(parts)
         reasons = [r for _, r in facts.problems]
-        if facts.has_return:
-            reasons.append("it contains a return statement")
         for n in facts.stores:
             if n in self.declared:
                 reasons.append(f"it assigns the global or nonlocal variable {n!r}")
@@ -449,7 +506,8 @@ class _Function:
     # --- step 2: the rewrite ---
 
     def run(self) -> None:
-        body = _normalize_returns(self.node.body)
+        body = self.lift_returns(self.node.body)
+        body = _normalize_returns(body)
         _close_tail(body)
         body = self.prepare(body)
         self.live = Liveness(self.break_flags)

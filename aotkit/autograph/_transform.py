@@ -391,7 +391,6 @@ class _Function:
                 out.append(s)
         return out
 
-
     def prepare(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out = []
         for s in stmts:

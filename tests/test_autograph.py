@@ -302,6 +302,15 @@ def traced_bound_return(x, n):
     return x[0]
 
 
+def fills_numpy_buffer(x):
+    # `out` is a NumPy array, which cannot hold traced values: unrolled, `out[i] = ...` is
+    # an error; converted, out is carried through the loop as a traced array.
+    out = np.eye(10, dtype=np.float32)[0]
+    for i in range(10):
+        out[i] = out[i] + x[i] * 2
+    return out
+
+
 def small_loop(x):
     for i in range(3):
         x[i] = x[i] * 2
@@ -360,6 +369,7 @@ LOOPS = [
     (returns_from_else, (X,), (), 1, 2),
     (traced_bound_return, (X, np.int64(4)), (), 1, 2),
     (traced_bound_return, (X, np.int64(2)), (), 1, 2),
+    (fills_numpy_buffer, (X,), (), 1, 0),
     (small_loop, (X,), (), 0, 0),
     (python_if_in_loop, (X, "square"), (1,), 1, 0),
     (empty_range, (X, np.int64(2)), (), 1, 0),

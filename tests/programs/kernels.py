@@ -34,9 +34,10 @@ def make_forward_substitution(n, rng):
 def lu_decompose(A):
     """Doolittle LU without pivoting: A = L @ U, L unit lower triangular."""
     n = A.shape[0]
-    L = np.eye(n, dtype=A.dtype)
+    L = np.zeros_like(A)
     U = np.zeros_like(A)
     for i in range(n):
+        L[i, i] = 1.0
         for k in range(i, n):
             s = 0.0
             for j in range(i):

@@ -30,11 +30,13 @@ DO_NOT_CONVERT = "__aotkit_do_not_convert__"
 
 _lock = threading.RLock()
 _NOT = object()  # cached "runs as written"
-_by_code: dict = {}  # code -> (code', infos) or _NOT
+# Keyed by (code, file name): code objects compare by value without their file name, and
+# the same function in two files (a user.py per temporary folder) must convert twice.
+_by_code: dict = {}  # _key(code) -> (code', infos) or _NOT
 _by_function: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _converted_codes: dict[int, types.CodeType] = {}  # id -> code of every converted code object
 _trees: dict[str, tuple] = {}  # filename -> (lines, module AST)
-_sources: dict = {}  # code -> the rewritten source, for to_source
+_sources: dict = {}  # _key(code) -> the rewritten source, for to_source
 
 
 def _library_prefixes() -> tuple[str, ...]:
@@ -251,8 +253,12 @@ def _rewrite(fn, node, filename):
         if isinstance(c, types.CodeType) and c.co_name == code.co_name
     )
     _mark(new)
-    _sources[code] = ast.unparse(inner)
+    _sources[_key(code)] = ast.unparse(inner)
     return new, conv.infos
+
+
+def _key(code: types.CodeType) -> tuple:
+    return (code, code.co_filename)
 
 
 def _mark(code: types.CodeType) -> None:
@@ -296,9 +302,10 @@ def convert_function(fn: types.FunctionType):
         if _why_not(fn) is not None:
             result = _NOT
         else:
-            entry = _by_code.get(fn.__code__)
+            key = _key(fn.__code__)
+            entry = _by_code.get(key)
             if entry is None:
-                entry = _by_code[fn.__code__] = _convert_code(fn)
+                entry = _by_code[key] = _convert_code(fn)
             result = _NOT if entry is _NOT else _build(fn, *entry)
         try:
             _by_function[fn] = result
@@ -341,4 +348,4 @@ def to_source(fn) -> str | None:
     target = getattr(fn, "__func__", fn)
     if type(target) is not types.FunctionType or convert_function(target) is None:
         return None
-    return _sources.get(target.__code__)
+    return _sources.get(_key(target.__code__))

@@ -10,6 +10,7 @@ compiled(3.0)                             # 4.0 as float32
 from __future__ import annotations
 
 from aotkit import (
+    autograph,
     backends,
     lax,
     numpy,  # noqa: F401  (registers every op family)
@@ -29,6 +30,7 @@ __all__ = [
     "Jitted",
     "Lowered",
     "ShapeDtype",
+    "autograph",
     "cond",
     "backends",
     "fori_loop",

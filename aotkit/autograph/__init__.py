@@ -40,7 +40,14 @@ from collections.abc import Callable
 from aotkit.autograph import _convert, _runtime
 from aotkit.autograph._runtime import UNROLL_LIMIT, AutographWarning
 
-__all__ = ["UNROLL_LIMIT", "AutographWarning", "convert", "do_not_convert", "is_converted"]
+__all__ = [
+    "UNROLL_LIMIT",
+    "AutographWarning",
+    "convert",
+    "do_not_convert",
+    "is_converted",
+    "to_source",
+]
 
 
 def do_not_convert(fn: Callable) -> Callable:
@@ -71,6 +78,12 @@ def convert(fn: Callable) -> Callable:
             return _convert.converted(fn)(*args, **kwargs)
 
     return converted
+
+
+def to_source(fn: Callable) -> str | None:
+    """The source autograph runs in place of `fn` (a function or method), or None when `fn`
+    runs as written: what each loop and branch became (`ag__.for_stmt(...)`, ...)."""
+    return _convert.to_source(fn)
 
 
 def is_converted(fn: Callable) -> bool:

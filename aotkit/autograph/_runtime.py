@@ -250,6 +250,18 @@ def range_(rng, *args):
     return _Range(*args)
 
 
+def reversed_(rev, seq):
+    """`reversed(seq)`; for a range (traced or not) the reversed range, so that the loop over
+    it can become a StableHLO loop."""
+    if rev is builtins.reversed:
+        if type(seq) is range:
+            return seq[::-1]
+        if isinstance(seq, _Range):
+            n = _trip_count(seq)
+            return _Range(seq.start + (n - 1) * seq.step, seq.start - seq.step, -seq.step)
+    return rev(seq)
+
+
 def py_iter(iterable, info):
     """The iterable of a loop that stays Python (`info.reasons` say why)."""
     if isinstance(iterable, _Range):
@@ -321,8 +333,8 @@ def for_stmt(iterable, body, info):
             try:
                 if type(iterable) is range:
                     bounds = _Range(iterable.start, iterable.stop, iterable.step)
-                    return _for_loop(info, vals, body, bounds)
-                return _for_loop(info, vals, body, _Range(0, n, 1), rows=iterable)
+                    return _loop(info, vals, body, bounds)
+                return _loop(info, vals, body, _Range(0, n, 1), rows=iterable)
             except Exception as e:
                 _warn(info, _unrolled_message(info, n, _reason(e)))
     return _python_for(info, vals, scope, body, iterable)
@@ -332,7 +344,7 @@ def _must_convert(info, vals, scope, body, bounds: _Range, rows=None):
     reasons = _side_effects(info, vals, scope)
     if reasons:
         raise _NotConvertible("; ".join(reasons))
-    return _for_loop(info, vals, body, bounds, rows=rows)
+    return _loop(info, vals, body, bounds, rows=rows)
 
 
 def _python_for(info, vals: dict, scope, body, iterable):
@@ -418,10 +430,6 @@ def _index(k, r: _Range):
     if isinstance(r.step, int) and r.step == 1:
         return k if isinstance(r.start, int) and r.start == 0 else k + r.start
     return r.start + k * r.step
-
-
-def _for_loop(info, vals, body, bounds: _Range, rows=None):
-    return _loop(info, vals, body, bounds, rows=rows)
 
 
 def _carried(info, vals: dict, extra, bounds, slots: dict) -> tuple[list[str], dict]:

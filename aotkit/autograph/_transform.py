@@ -23,7 +23,6 @@ refers to it as `ag__info[N]`.
 from __future__ import annotations
 
 import ast
-import copy
 import dataclasses
 
 from aotkit.autograph._analysis import (
@@ -315,8 +314,23 @@ def _returns_to_breaks(stmts: list[ast.stmt], flag: str, slot: str) -> list[ast.
     return out
 
 
-def is_return_slot(name: str) -> bool:
-    return name.startswith(f"{PREFIX}retval_")
+def _is_call_of(node, name: str, max_args: int) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == name
+        and not node.keywords
+        and 1 <= len(node.args) <= max_args
+        and not any(isinstance(a, ast.Starred) for a in node.args)
+    )
+
+
+def _range_call(node, at):
+    """`range(...)` -> `ag__.range_(range, ...)`, which allows traced bounds; else None."""
+    if not _is_call_of(node, "range", 3):
+        return None
+    args = [expression(a) for a in node.args]
+    return _located(ast.copy_location(_call(_ag("range_"), _name("range"), *args), node), at)
 
 
 def _jump_in_unsupported_place(stmts) -> bool:
@@ -590,17 +604,14 @@ class _Function:
         return _located(ast.Return(value=out), at)
 
     def for_(self, s: ast.For) -> list[ast.stmt]:
-        if (
-            isinstance(s.iter, ast.Call)
-            and isinstance(s.iter.func, ast.Name)
-            and s.iter.func.id == "range"
-            and not s.iter.keywords
-            and 1 <= len(s.iter.args) <= 3
-            and not any(isinstance(a, ast.Starred) for a in s.iter.args)
-        ):
-            args = [expression(a) for a in s.iter.args]
-            it = _located(ast.copy_location(_call(_ag("range_"), _name("range"), *args), s.iter), s)
-        else:
+        it = _range_call(s.iter, s)
+        if it is None and _is_call_of(s.iter, "reversed", 1):
+            inner = _range_call(s.iter.args[0], s)
+            if inner is not None:
+                it = _located(
+                    ast.copy_location(_call(_ag("reversed_"), _name("reversed"), inner), s.iter), s
+                )
+        if it is None:
             it = expression(s.iter)
         reasons = self.reasons.get(id(s), ())
         target = s.target.id if isinstance(s.target, ast.Name) else None
@@ -764,7 +775,3 @@ class Converter:
                 a.annotation = None
         node.returns = None
         _Function(self, node, visible_outside).run()
-
-
-def copy_tree(node: ast.AST) -> ast.AST:
-    return copy.deepcopy(node)

@@ -311,6 +311,58 @@ def fills_numpy_buffer(x):
     return out
 
 
+def reversed_back_substitution(U, b):
+    n = U.shape[0]
+    x = np.zeros_like(b)
+    for i in reversed(range(n)):
+        s = b[i]
+        for j in reversed(range(i + 1, n)):
+            s -= U[i, j] * x[j]
+        x[i] = s / U[i, i]
+    return x
+
+
+def reversed_strided(x, start, stop):
+    s = np.float32(0)
+    for i in reversed(range(start, stop, 2)):
+        s = s * 0.5 + x[i]
+    return s
+
+
+def row_updates(m):
+    for i in range(1, m.shape[0]):
+        m[i, :] += m[i - 1, :] * 0.5
+        m[i, 0] -= 1
+    return m
+
+
+def rows_until(m):
+    total = m[0] * 0
+    for r in m:  # 3 rows: unrolled until the traced break, then a loop
+        if r.sum() > 5:
+            break
+        total = total + r
+    return total
+
+
+def short_loop_with_break(x):
+    s = np.float32(0)
+    for i in range(3):  # unrolled until the traced break, then a loop
+        if x[i] < 0:
+            break
+        s = s + x[i]
+    return s
+
+
+def python_while(x):
+    i = 0
+    s = np.float32(0)
+    while i < 6:  # a Python condition: unrolled, as written
+        s = s + x[i]
+        i += 1
+    return s
+
+
 def small_loop(x):
     for i in range(3):
         x[i] = x[i] * 2
@@ -370,6 +422,22 @@ LOOPS = [
     (traced_bound_return, (X, np.int64(4)), (), 1, 2),
     (traced_bound_return, (X, np.int64(2)), (), 1, 2),
     (fills_numpy_buffer, (X,), (), 1, 0),
+    (
+        reversed_back_substitution,
+        (np.triu(np.full((6, 6), 0.5)) + np.eye(6), np.arange(6.0)),
+        (),
+        2,
+        0,
+    ),
+    (reversed_strided, (X, np.int64(1), np.int64(9)), (), 1, 0),
+    (reversed_strided, (X, np.int64(2), np.int64(9)), (), 1, 0),
+    (reversed_strided, (X, np.int64(5), np.int64(5)), (), 1, 0),
+    (reversed_strided, (X, 1, 10), (), 1, 0),
+    (row_updates, (np.arange(24, dtype=np.float32).reshape(6, 4),), (), 1, 0),
+    (rows_until, (np.arange(12, dtype=np.float32).reshape(3, 4) / 4,), (), 1, 4),
+    (short_loop_with_break, (X,), (), 1, 4),
+    (short_loop_with_break, (-X,), (), 1, 4),
+    (python_while, (X,), (), 0, 0),
     (small_loop, (X,), (), 0, 0),
     (python_if_in_loop, (X, "square"), (1,), 1, 0),
     (empty_range, (X, np.int64(2)), (), 1, 0),
@@ -1155,3 +1223,104 @@ def test_errors_in_converted_code_name_the_user_line():
             aotkit.lower(f, X)
     frames = [fr for fr in info.traceback if str(fr.path) == __file__]
     assert frames[-1].lineno + 1 == int(site.rsplit(":", 1)[1])
+
+
+# --- scopes and introspection ---------------------------------------------------------------------
+
+
+BIAS = np.float32(1)
+
+
+def test_closures_defaults_and_nested_functions_are_kept():
+    scale = np.float32(3)
+
+    def f(x, k=2.0, *, bias=BIAS):
+        def inner(v):
+            t = v[0]
+            for i in range(10):
+                t = t + v[i] * scale
+            return t
+
+        return inner(x) * k + bias
+
+    lowered = check(f, X)
+    assert whiles(lowered) == 1
+
+    def g(x):  # `scale` is read only inside the loop: still a closure variable of g
+        t = x[0]
+        for i in range(10):
+            t = t + x[i] * scale
+        return t
+
+    assert whiles(check(g, X)) == 1
+
+
+class Private:
+    def __init__(self):
+        self.__k = np.float32(2)
+
+    def total(self, x):
+        s = x[0]
+        for i in range(10):
+            s = s + self.__k * x[i]
+        return s
+
+
+class Base:
+    def total(self, x):
+        s = x[0]
+        for i in range(10):
+            s = s + x[i]
+        return s
+
+
+class Derived(Base):
+    def total(self, x):
+        return super().total(x) * 2
+
+
+def test_methods_keep_private_names_and_super():
+    assert whiles(check(Private().total, X)) == 1
+    # Derived.total uses super(): it runs as written; Base.total, called from it, is
+    # library-free user code but called through super(), so it runs as written too.
+    assert whiles(check(Derived().total, X)) == 0
+    assert aotkit.autograph.to_source(Derived.total) is None
+
+
+def test_to_source_shows_the_rewrite():
+    text = aotkit.autograph.to_source(first_big)
+    assert "ag__.for_stmt(ag__.range_(range, 10), ag__for_body_0, ag__info[0])" in text
+    assert "ag__.if_stmt(x[i] > 4," in text
+    assert aotkit.autograph.to_source(np.linalg.norm) is None
+
+
+def test_concurrent_traces_convert_once_and_agree():
+    import threading
+
+    results, errors = {}, []
+
+    def work(k):
+        try:
+            results[k] = run(first_big, X * (k + 1))[1]
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for k in range(4):
+        assert_matches(np.asarray(results[k]), np.asarray(first_big(X * (k + 1))))
+
+
+def test_cli_lowers_with_autograph_unless_told_not_to(tmp_path, capsys):
+    from aotkit import cli
+
+    path = tmp_path / "prog.py"
+    path.write_text("def f(x):\n    if x > 0:\n        return x\n    return -x\n")
+    assert cli.main(["lower", f"{path}:f", "--shapes", "f32[]", "-q"]) == 0
+    assert "stablehlo.if" in capsys.readouterr().out
+    assert cli.main(["lower", f"{path}:f", "--shapes", "f32[]", "-q", "--no-autograph"]) == 1
+    assert "bool() of a traced bool[] array" in capsys.readouterr().err

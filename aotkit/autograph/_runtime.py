@@ -57,6 +57,7 @@ class _Undefined:
 
 
 UNDEFINED = _Undefined()
+NEVER = False  # a condition converted code tests so that names it mentions stay in scope
 
 
 class _NotConvertible(Exception):

@@ -519,6 +519,7 @@ class _Function:
     # --- step 2: the rewrite ---
 
     def run(self) -> None:
+        outer = [n for n in Facts.of(self.node.body).loads if n in self.visible - self.locals]
         body = self.lift_returns(self.node.body)
         body = _normalize_returns(body)
         _close_tail(body)
@@ -526,6 +527,15 @@ class _Function:
         self.live = Liveness(self.break_flags)
         self.live.block(body, set())
         self.node.body = self.block(body)
+        if outer and self.node.body:
+            # Variables of enclosing functions reach the blocks through this function's
+            # frame (ag__ reads them by name): mention them so they stay its free variables.
+            keep = ast.If(
+                test=_ag("NEVER"),
+                body=[ast.Expr(value=_names_tuple(outer))],
+                orelse=[],
+            )
+            self.node.body.insert(0, _located(keep, self.node.body[0]))
 
     def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []

@@ -330,11 +330,16 @@ def converted(f):
     if t is functools.partial:
         c = converted(f.func)
         return f if c is f.func else functools.partial(c, *f.args, **f.keywords)
+    if isinstance(f, type):  # a class (of some metaclass): instantiating it runs as it is
+        _runtime.plain_types.add(t)
+        return f
     method = next((k.__dict__["__call__"] for k in t.__mro__ if "__call__" in k.__dict__), None)
     if type(method) is types.FunctionType:  # an instance of a user class with __call__
         c = convert_function(method)
         if c is not None:
             return types.MethodType(c, f)
+    else:
+        _runtime.plain_types.add(t)  # no Python __call__: every instance runs as it is
     return f
 
 

@@ -780,7 +780,9 @@ def compare_chain(left, *pairs):
 
 # --- calls ----------------------------------------------------------------------------------------
 
-_PLAIN = (
+# Types whose instances are always called as they are (filled as calls meet new types):
+# builtins, classes, ufuncs, NumPy's function dispatchers, ...
+plain_types: set = {
     types.BuiltinFunctionType,
     types.BuiltinMethodType,
     types.MethodWrapperType,
@@ -788,13 +790,13 @@ _PLAIN = (
     types.MethodDescriptorType,
     type,
     np.ufunc,
-)
+}
 
 
 def call(f):
     """The function to call in place of `f`: its converted version when `f` is a Python
     function from the user's own code, else `f` itself."""
-    if isinstance(f, _PLAIN):
+    if type(f) in plain_types:
         return f
     from aotkit.autograph import _convert
 

@@ -286,6 +286,13 @@ def grow_until(x):
     return s
 
 
+def returns_a_pair(x):
+    for i in range(10):
+        if x[i] > 2:
+            return i, x[i]
+    return -1, x[0]
+
+
 def returns_from_else(x):
     for i in range(10):
         if x[i] < 4:
@@ -419,6 +426,8 @@ LOOPS = [
     (grow_until, (X + 4,), (), 1, 2),
     (grow_until, (X * 0 + 200,), (), 1, 2),
     (returns_from_else, (X,), (), 1, 2),
+    (returns_a_pair, (X,), (), 1, 2),
+    (returns_a_pair, (-X * 0,), (), 1, 2),
     (traced_bound_return, (X, np.int64(4)), (), 1, 2),
     (traced_bound_return, (X, np.int64(2)), (), 1, 2),
     (fills_numpy_buffer, (X,), (), 1, 0),
@@ -545,7 +554,9 @@ def boolean_operators(x):
     e = x[4] if x[5] > 0 else -x[4]
     f = x[0] > 0 and True
     g = x[0] and x[1]  # not booleans: `a and b` is `b if a else a`
-    return a, b, c, d, e, f, g
+    h = x[0] > 0 and x[1] < 0 and x[2] > 2  # every operand counts once one is traced
+    k = x[1] > 0 or x[0] < 0 or x[2] > 2
+    return a, b, c, d, e, f, g, h, k
 
 
 def python_boolean_operators(x, flag):
@@ -791,6 +802,15 @@ def carries_a_list(x):
     return acc[-1]
 
 
+def carries_a_string(x):
+    label = ""
+    s = x[0]
+    for i in range(10):
+        s = s + x[i]
+        label = label + "."
+    return s, len(label)
+
+
 def assigns_attribute(x):
     box = Scaler(0.0)
     for i in range(10):
@@ -858,7 +878,14 @@ FALLBACKS = [
         carries_a_list,
         "acc = [",
         "for i",
-        "'acc' holds a list, and a loop can only carry arrays and numbers from one iteration to "
+        "tracing its body as one loop failed with TypeError: fori_loop (at {for i}): body_fn "
+        "must return the carry's pytree PyTreeDef({{'acc': [*]}}), got PyTreeDef({{'acc': [*, *]}})",
+    ),
+    (
+        carries_a_string,
+        "label = ",
+        "for i",
+        "'label' holds a str, and a loop can only carry arrays and numbers from one iteration to "
         "the next",
     ),
     (assigns_attribute, "box = ", "for i", "it assigns the attribute box.k"),
@@ -888,7 +915,7 @@ FALLBACKS = [
 @pytest.mark.parametrize("fn, _, loop, reason", FALLBACKS, ids=[c[0].__name__ for c in FALLBACKS])
 def test_loops_that_cannot_convert_unroll_with_a_warning(fn, _, loop, reason):
     site = at(fn, loop)
-    sites = re.findall(r"\{([^}]*)\}", reason)
+    sites = re.findall(r"(?<!\{)\{([^{}]+)\}(?!\})", reason)
     n = 6 if fn is grows else 10
     message = (
         f"for loop (at {site}): unrolled into {n} copies of its body instead of one StableHLO "
@@ -984,12 +1011,12 @@ def returns_on_some_paths(x):
     return x + 1
 
 
-def while_carries_list(x):
-    items = [x[0]]
+def while_carries_string(x):
+    trail = ""
     while x.sum() > 0:
-        items = items + [x[0]]
+        trail = trail + "."
         x = x - 1
-    return x
+    return x, trail
 
 
 def while_side_effect(x):
@@ -1019,7 +1046,7 @@ def break_in_list_loop(x):
 def break_needs_value(x):
     s = x[0]
     for i in range(3):
-        t = [s]
+        t = "stopped"
         if x[i] > 2:
             break
         s = s + x[i]
@@ -1093,11 +1120,11 @@ ERRORS = [
         "StableHLO control flow, but a branch returns on some paths only",
     ),
     (
-        while_carries_list,
+        while_carries_string,
         (X,),
         TypeError,
         "while loop (at {while x}): the condition is traced, so the loop must become a StableHLO "
-        "while loop, but 'items' holds a list, and a loop can only carry arrays and numbers",
+        "while loop, but 'trail' holds a str, and a loop can only carry arrays and numbers",
     ),
     (
         while_side_effect,
@@ -1125,7 +1152,7 @@ ERRORS = [
         (X,),
         TypeError,
         "for loop (at {for i}): a traced condition breaks out of the loop, so the rest of the "
-        "loop must become a StableHLO loop, but 't' holds a list",
+        "loop must become a StableHLO loop, but 't' holds a str",
     ),
 ]
 

@@ -32,6 +32,7 @@ import types
 import warnings
 
 import numpy as np
+from jax import tree_util
 
 from aotkit import lax
 from aotkit import numpy as anp
@@ -79,11 +80,14 @@ def _is_slot(name: str) -> bool:
 
 
 def _zeros_like(v):
-    if isinstance(v, Tracer):
-        return np.zeros(v.shape, v.dtype)
-    if isinstance(v, np.ndarray | np.generic):
-        return np.zeros_like(v)
-    return type(v)(0)
+    def zero(leaf):
+        if isinstance(leaf, Tracer):
+            return np.zeros(leaf.shape, leaf.dtype)
+        if isinstance(leaf, np.ndarray | np.generic):
+            return np.zeros_like(leaf)
+        return type(leaf)(0)
+
+    return tree_util.tree_map(zero, v)
 
 
 # --- state and messages ---------------------------------------------------------------------------
@@ -162,8 +166,17 @@ def _entry(params, depth: int = 2) -> tuple[dict, _Scope]:
     return {n: f.get(n, UNDEFINED) for n in params}, scope
 
 
+_ARRAYS = (Tracer, np.ndarray, np.generic, bool, int, float, complex)
+
+
 def _arraylike(v) -> bool:
-    return isinstance(v, Tracer | np.ndarray | np.generic | bool | int | float | complex)
+    """An array, a number, or a pytree (tuples, lists, dicts) of them: what cond and loops
+    can carry."""
+    if isinstance(v, _ARRAYS):
+        return True
+    if not isinstance(v, tuple | list | dict):
+        return False
+    return all(isinstance(leaf, _ARRAYS) for leaf in tree_util.tree_leaves(v))
 
 
 def _has_tracer(v) -> bool:
@@ -712,10 +725,11 @@ def and_(first, *rest):
     value = first
     for fn in rest:
         if isinstance(value, Tracer):
-            return _combine(value, fn(), anp.logical_and, "and")
-        if not value:
+            value = _combine(value, fn(), anp.logical_and, "and")
+        elif not value:
             return value
-        value = fn()
+        else:
+            value = fn()
     return value
 
 
@@ -724,10 +738,11 @@ def or_(first, *rest):
     value = first
     for fn in rest:
         if isinstance(value, Tracer):
-            return _combine(value, fn(), anp.logical_or, "or")
-        if value:
+            value = _combine(value, fn(), anp.logical_or, "or")
+        elif value:
             return value
-        value = fn()
+        else:
+            value = fn()
     return value
 
 

@@ -879,7 +879,8 @@ FALLBACKS = [
         "acc = [",
         "for i",
         "tracing its body as one loop failed with TypeError: fori_loop (at {for i}): body_fn "
-        "must return the carry's pytree PyTreeDef({{'acc': [*]}}), got PyTreeDef({{'acc': [*, *]}})",
+        "must return the carry's pytree PyTreeDef({{'acc': [*]}}), got "
+        "PyTreeDef({{'acc': [*, *]}})",
     ),
     (
         carries_a_string,

@@ -435,7 +435,9 @@ class Jitted:
         self.pipeline = pipeline
         self.dump_dir = dump_dir
         self.frontend = frontend
-        self.autograph = bool(autograph)
+        if not isinstance(autograph, bool):
+            raise TypeError(f"{where}: autograph must be True or False, got {autograph!r}")
+        self.autograph = autograph
         self._where = where
         self._has_statics = bool(self.static_argnums or self.static_argnames)
         self._config = (

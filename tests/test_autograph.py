@@ -720,6 +720,13 @@ def test_autograph_is_part_of_the_jit_cache_key():
     assert converted.cache_info().lowerings == 2
 
 
+def test_jit_refuses_a_non_boolean_autograph():
+    with pytest.raises(
+        TypeError, match=re.escape("jit(running_sum): autograph must be True or False, got 'no'")
+    ):
+        aotkit.jit(running_sum, autograph="no")
+
+
 def test_do_not_convert_refuses_what_it_cannot_mark():
     with pytest.raises(
         TypeError,

@@ -133,6 +133,14 @@ def test_without_autograph_the_kernels_unroll(name):
     assert counts[1] > counts[0] > 40
 
 
+@pytest.mark.parametrize("a", range(4))
+@pytest.mark.parametrize("b", range(4))
+def test_base_pairing_rule(a, b):
+    from tests.programs.kernels import can_pair
+
+    check(can_pair, np.int32(a), np.int32(b))
+
+
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_kernels_keep_float32(dtype):
     fn, make = KERNELS["lu_decompose"]

@@ -249,6 +249,27 @@ def callee_writes(x):
     return x, t
 
 
+def zero_diagonal_of(m):
+    for i in range(m.shape[0]):
+        m[i, i] = 0
+
+
+def caller_sees_callee_writes(m):
+    zero_diagonal_of(m)  # its loop writes into the caller's array, as in NumPy
+    return m
+
+
+def while_skip(x):
+    i = x.argmin() * 0  # a traced 0: the while is a loop from the start
+    s = np.float32(0)
+    while i < 10:
+        i += 1
+        if x[i - 1] < 0:
+            continue
+        s = s + x[i - 1]
+    return s, i
+
+
 def newton_sqrt(a):
     r = a
     err = np.inf
@@ -427,6 +448,8 @@ LOOPS = [
     (aliased, (X,), (), 1, 0),
     (callee_writes, (X,), (), 1, 0),
     (newton_sqrt, (np.float32(2.0),), (), 1, 0),
+    (caller_sees_callee_writes, (np.arange(36, dtype=np.float32).reshape(6, 6),), (), 1, 0),
+    (while_skip, (X,), (), 1, 2),
     (sum_until, (X,), (), 1, 4),
     (find_first, (X, np.float32(4)), (), 1, 2),
     (find_first, (X, np.float32(100)), (), 1, 2),
@@ -545,6 +568,13 @@ def in_place_branch(x):
     return y
 
 
+def branch_calls_mutator(x):
+    y = x.copy()
+    if x[0] > 0:
+        bump(y, 1)  # writes into y through a call: y is copied into the branch
+    return y
+
+
 def python_scalar_in_branch(x):
     # A Python number a traced branch assigns becomes an array of NumPy's default dtype
     # for its kind (int64 here, as np.asarray(k) would be).
@@ -584,6 +614,8 @@ BRANCHES = [
     (nested_returns, (X,), (), 2),
     (nested_returns, (np.array([1.0, -1.0], np.float32),), (), 2),
     (in_place_branch, (X,), (), 1),
+    (branch_calls_mutator, (X,), (), 1),
+    (branch_calls_mutator, (-X,), (), 1),
     (python_scalar_in_branch, (X,), (), 1),
     (boolean_operators, (X,), (), 1),
     (python_boolean_operators, (X, True), (1,), 0),

@@ -495,6 +495,16 @@ def test_loops_match_numpy(fn, args, static, n_while, n_if):
     assert (whiles(lowered), ifs(lowered)) == (n_while, n_if)
 
 
+def test_lambdas_that_bind_the_index_early_do_not_block_the_loop():
+    def f(x):
+        s = x[0]
+        for i in range(10):
+            s = s + (lambda k=i: x[k])()  # k is the lambda's own parameter
+        return s
+
+    assert whiles(check(f, X)) == 1
+
+
 def test_static_loop_stays_python_up_to_the_unroll_limit():
     def f(x, n):
         for _ in range(n):

@@ -83,6 +83,7 @@ class Facts(ast.NodeVisitor):
         self.has_introspection = False
         self.nonlocal_in_nested = False
         self._fn = 0  # depth inside nested functions, lambdas and classes
+        self._own: list[frozenset] = []  # parameters of the nested functions we are in
         self._comp = 0  # depth inside comprehensions
 
     @classmethod
@@ -109,7 +110,7 @@ class Facts(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load):
             self.loads.setdefault(node.id)
-            if self._fn:
+            if self._fn and not any(node.id in own for own in self._own):
                 self.captured.setdefault(node.id)
         else:
             self._store(node.id)
@@ -267,15 +268,23 @@ class Facts(ast.NodeVisitor):
     # --- nested scopes ---
 
     def _nested(self, body: list, args: ast.arguments | None) -> None:
+        own: frozenset = frozenset()
         if args is not None:  # defaults are evaluated here, in the enclosing scope
             for d in args.defaults + [d for d in args.kw_defaults if d is not None]:
                 self.visit(d)
+            own = frozenset(
+                a.arg
+                for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]
+                if a is not None
+            )
         self._fn += 1
+        self._own.append(own)
         try:
             for s in body:
                 self.visit(s)
         finally:
             self._fn -= 1
+            self._own.pop()
 
     def visit_FunctionDef(self, node) -> None:
         for d in node.decorator_list:

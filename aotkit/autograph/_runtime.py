@@ -34,7 +34,7 @@ import warnings
 import numpy as np
 from jax import tree_util
 
-from aotkit import lax
+from aotkit import dtypes, lax
 from aotkit import numpy as anp
 from aotkit.lowering.core import Tracer, user_site
 
@@ -127,7 +127,9 @@ def _what(info) -> str:
 
 
 def _desc(x) -> str:
-    return repr(x)[len("Tracer<") : -1] if isinstance(x, Tracer) else type(x).__name__
+    if isinstance(x, Tracer):
+        return f"{dtypes.short_name(x.dtype)}[{','.join(map(str, x.shape))}]"
+    return type(x).__name__
 
 
 def _reason(e: BaseException) -> str:

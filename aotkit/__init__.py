@@ -16,6 +16,7 @@ import os as _os
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from aotkit import (
+    autograph,
     backends,
     config,
     lax,
@@ -39,6 +40,7 @@ __all__ = [
     "Lowered",
     "ShapeDtype",
     "Traced",
+    "autograph",
     "backends",
     "cond",
     "config",

@@ -384,6 +384,7 @@ def _lower_python(args, specs: list | None):
                 dump_dir=dump_dir,
                 frontend=choice.name,
                 print_ir_after_all=args.print_ir_after_all or None,
+                autograph=getattr(args, "autograph", True),
                 **options,
             )
         except Exception as e:
@@ -753,6 +754,13 @@ def _add_target_args(p: argparse.ArgumentParser, *, files: bool) -> None:
         default="auto",
         help="what lowers FILE.py:FN: aotkit's tracer, JAX itself (jax.jit(fn).lower), or "
         "auto: JAX when FN uses jax and not aotkit (-v says which and why; default: auto)",
+    )
+    p.add_argument(
+        "--no-autograph",
+        dest="autograph",
+        action="store_false",
+        help="trace FN's Python loops and branches as written (loops unroll, an if on a traced "
+        "value is an error) instead of turning them into StableHLO control flow",
     )
 
 

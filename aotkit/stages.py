@@ -245,8 +245,10 @@ def trace_function(
     donate_argnums=(),
     frontend: str = "aotkit",
     defaults: dict | None = None,
+    autograph: bool = True,
 ) -> Traced:
-    """Traces `fn` with the front end `frontend` ("aotkit", "jax" or "auto") into `Traced`."""
+    """Traces `fn` with the front end `frontend` ("aotkit", "jax" or "auto") into `Traced`;
+    `autograph` converts Python control flow on traced values first (aotkit front end)."""
     if frontends.resolve(fn, frontend).name == "jax":
         from aotkit.frontends.jax import trace_jax
 
@@ -261,6 +263,10 @@ def trace_function(
         )
     from aotkit.lowering.trace import trace
 
+    if autograph:  # Python loops and branches on traced values -> StableHLO control flow
+        from aotkit.autograph import convert
+
+        fn = convert(fn)
     try:
         return trace(
             fn,
@@ -292,11 +298,13 @@ def lower_function(
     dump_dir: str | os.PathLike | None = None,
     frontend: str = "aotkit",
     print_ir_after_all: bool | None = None,
+    autograph: bool = True,
 ) -> Lowered:
     """Traces `fn` on `args`/`kwargs` (values or specs) and lowers it with `pipeline`;
     dumps each stage under `dump_dir` or `AOTKIT_DUMP_DIR` (one file per pass with
     `print_ir_after_all`, default `AOTKIT_PRINT_IR_AFTER_ALL`). `frontend` is "aotkit"
-    (the tracer), "jax" (JAX lowers; see aotkit.frontends.jax) or "auto"."""
+    (the tracer), "jax" (JAX lowers; see aotkit.frontends.jax) or "auto". `autograph`
+    converts Python control flow on traced values (see aotkit.autograph)."""
     passes.check_pipeline(pipeline)
     defaults = dict(
         pipeline=pipeline,
@@ -313,22 +321,31 @@ def lower_function(
         donate_argnums=donate_argnums,
         frontend=frontend,
         defaults=defaults,
+        autograph=autograph,
     )
     return lower_traced(traced, consume=True)
 
 
 def lower(
-    fn: Callable, *args, pipeline: str = "default", frontend: str = "aotkit", **kwargs
+    fn: Callable,
+    *args,
+    pipeline: str = "default",
+    frontend: str = "aotkit",
+    autograph: bool = True,
+    **kwargs,
 ) -> Lowered:
     """Lowers `fn` for the given arguments (concrete values or `aotkit.ShapeDtype` specs),
     then runs `pipeline` ("default", "none" or MLIR pipeline text) on the module.
     `frontend="jax"` lowers a JAX function with JAX; `"auto"` picks by what `fn` uses.
+    `autograph=False` keeps Python loops unrolled and Python branches Python.
 
     `aotkit.lower(lambda x: anp.sqrt(x ** 2) + 1., aotkit.spec("f32[]")).as_text()`
     """
     if not callable(fn):
         raise TypeError(f"lower: expected a function, got {type(fn).__name__}")
-    return lower_function(fn, args, kwargs, pipeline=pipeline, frontend=frontend)
+    return lower_function(
+        fn, args, kwargs, pipeline=pipeline, frontend=frontend, autograph=autograph
+    )
 
 
 def load_module(source, *, name: str | None = None) -> Lowered:
@@ -541,6 +558,7 @@ class Jitted:
         pipeline: str = "default",
         dump_dir: str | os.PathLike | None = None,
         frontend: str = "aotkit",
+        autograph: bool = True,
     ):
         if not callable(fn):
             raise TypeError(f"jit: expected a function, got {type(fn).__name__}")
@@ -560,6 +578,9 @@ class Jitted:
         self.pipeline = pipeline
         self.dump_dir = dump_dir
         self.frontend = frontend
+        if not isinstance(autograph, bool):
+            raise TypeError(f"{where}: autograph must be True or False, got {autograph!r}")
+        self.autograph = autograph
         self._where = where
         self._has_statics = bool(self.static_argnums or self.static_argnames)
         self._config = (
@@ -569,6 +590,7 @@ class Jitted:
             backend,
             pipeline,
             frontend,
+            autograph,
         )
         self._cache = _cache_for(fn)
         self._backend_name: str | None = None
@@ -608,6 +630,7 @@ class Jitted:
             donate_argnums=self.donate_argnums,
             frontend=self.frontend,
             defaults=self._defaults(key),
+            autograph=self.autograph,
         )
         with self._cache.lock:
             self._cache.traces += 1
@@ -704,6 +727,7 @@ def jit(
     pipeline: str = "default",
     dump_dir: str | os.PathLike | None = None,
     frontend: str = "aotkit",
+    autograph: bool = True,
 ):
     """Stages `fn`: `jit(f)(x)` runs it compiled; `jit(f).lower(x).compile()` shows each stage.
 
@@ -712,7 +736,9 @@ def jit(
     marks arguments whose buffers the computation may reuse for its results. Python scalar
     arguments are weakly typed 32-bit values (see `aotkit.config`). `pipeline` is a named or
     MLIR pass pipeline, `dump_dir` turns on per-stage dumps, and `frontend` says who traces:
-    "aotkit" (the tracer), "jax" (JAX lowers `fn`), or "auto".
+    "aotkit" (the tracer), "jax" (JAX lowers `fn`), or "auto". `autograph` (on by default)
+    turns Python loops and branches on traced values into StableHLO control flow (see
+    aotkit.autograph); `autograph=False` unrolls loops and keeps branches Python.
     """
     options = dict(
         static_argnums=static_argnums,
@@ -722,6 +748,7 @@ def jit(
         pipeline=pipeline,
         dump_dir=dump_dir,
         frontend=frontend,
+        autograph=autograph,
     )
     if fn is None:
         return functools.partial(jit, **options)

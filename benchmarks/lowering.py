@@ -107,14 +107,19 @@ def main() -> None:
     print("-" * len(header))
     breakdowns = []
     for name, make, a_args, j_args in cases:
+        # autograph=False: the chain is meant to stay 5,000 unrolled ops, as under jax.jit.
         variants = {
-            p: (lambda p=p, make=make, a=a_args: aotkit.lower(make(anp), *a, pipeline=p))
+            p: (
+                lambda p=p, make=make, a=a_args: aotkit.lower(
+                    make(anp), *a, pipeline=p, autograph=False
+                )
+            )
             for p in pipelines
         }
         variants["jax"] = lambda make=make, j_args=j_args: jax.jit(make(jnp)).lower(*j_args)
         times = best_of(variants, args.repeat)
         t_jax = times["jax"]
-        n_ops = count_ops(aotkit.lower(make(anp), *a_args).as_text())
+        n_ops = count_ops(aotkit.lower(make(anp), *a_args, autograph=False).as_text())
         t_pipe, per_pass = pipeline_only(make, a_args, args.repeat)
         breakdowns.append((name, per_pass))
         t_aot = times["none"]
@@ -134,7 +139,7 @@ def pipeline_only(make, a_args, repeat: int):
     """Best time of the default pipeline on freshly traced modules, and that run's passes."""
     best, best_passes = float("inf"), []
     for _ in range(repeat):
-        module = aotkit.lower(make(anp), *a_args, pipeline="none").module
+        module = aotkit.lower(make(anp), *a_args, pipeline="none", autograph=False).module
         t0 = time.perf_counter()
         per_pass = passes.run_pipeline(module, "default", name="bench", verified=True)
         elapsed = time.perf_counter() - t0

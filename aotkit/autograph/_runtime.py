@@ -1,0 +1,820 @@
+"""Trace stage, autograph runtime: what converted code calls (`ag__.for_stmt`, ...).
+
+Each operator decides, when the trace runs, whether its statement stays Python or becomes
+StableHLO control flow, and keeps Python's meaning either way:
+
+- `if`, `x if c else y`, `and`, `or`, `not`: a traced condition becomes `aotkit.cond` (or
+  `logical_and`/`logical_or`/`logical_not` on traced booleans); anything else is Python.
+- `while`: Python iterations while the condition is a Python value; once it is traced, the
+  rest of the loop becomes one `aotkit.while_loop`.
+- `for ... in range(...)` and `for row in traced_array`: traced bounds always give one
+  loop; static bounds give one loop when the trip count exceeds `UNROLL_LIMIT`, the loop
+  carries variables and its state holds traced arrays. A loop that cannot become one
+  (state that is not arrays, side effects on Python objects, a shape that needs a static
+  index, ...) is unrolled as before, with an `AutographWarning` naming its line and why.
+- A traced `break` (a break under a traced condition) turns the rest of the loop into a
+  `while_loop` that also stops on the flag.
+
+Loop-carried variables and branch outputs are the variables a block assigns that are
+live after it (or in the next iteration); Python numbers among them become arrays (weakly
+typed, as NumPy's first iteration would type them). In-place writes (`x[i] = v`) update
+the array object the name held before the block, so other names bound to it see them, as
+in NumPy.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+import sys
+import threading
+import types
+import warnings
+
+import numpy as np
+from jax import tree_util
+
+from aotkit import dtypes, lax
+from aotkit import numpy as anp
+from aotkit.lowering.core import Tracer, user_site
+
+# Loops of at most this many iterations (with static bounds) stay unrolled: a handful of
+# copies of the body costs less than a loop and keeps every index static.
+UNROLL_LIMIT = 4
+
+
+class AutographWarning(UserWarning):
+    """A loop or branch that autograph could not convert: it is unrolled (or taken) as
+    Python runs it. The message names the statement's file:line and the reason."""
+
+
+class _Undefined:
+    """The value of a variable that has none yet (assigned later, or deleted)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<undefined>"
+
+
+UNDEFINED = _Undefined()
+NEVER = False  # a condition converted code tests so that names it mentions stay in scope
+
+
+class _NotConvertible(Exception):
+    """A loop or branch cannot become StableHLO control flow; the message says why."""
+
+
+class _Discovered(Exception):
+    """A trace found the type of a return slot (the value a loop returns): trace again."""
+
+    def __init__(self, found: dict):
+        super().__init__(found)
+        self.found = found
+
+
+def _is_slot(name: str) -> bool:
+    # The value a `return` inside a loop hands out (see _transform.lift_returns): it has no
+    # value until the loop returns, so it starts as zeros of the type the return gives.
+    return name.startswith("ag__retval_")
+
+
+def _zeros_like(v):
+    def zero(leaf):
+        if isinstance(leaf, Tracer):
+            return np.zeros(leaf.shape, leaf.dtype)
+        if isinstance(leaf, np.ndarray | np.generic):
+            return np.zeros_like(leaf)
+        return type(leaf)(0)
+
+    return tree_util.tree_map(zero, v)
+
+
+# --- state and messages ---------------------------------------------------------------------------
+
+_local = threading.local()
+
+
+class Session:
+    """Per-trace state: warnings already given (each once per trace)."""
+
+    def __init__(self):
+        self.warned: set = set()
+
+    def __enter__(self):
+        self.outer = getattr(_local, "session", None)
+        if self.outer is None:
+            _local.session = self
+        return self
+
+    def __exit__(self, *exc):
+        if self.outer is None:
+            _local.session = None
+
+
+def _warn(info, message: str) -> None:
+    current = getattr(_local, "session", None)
+    key = (info.filename, info.lineno, message)
+    if current is not None:
+        if key in current.warned:
+            return
+        current.warned.add(key)
+    warnings.warn_explicit(message, AutographWarning, info.filename, info.lineno)
+
+
+def _what(info) -> str:
+    return {"for": "for loop", "while": "while loop"}.get(info.kind, "if")
+
+
+def _desc(x) -> str:
+    if isinstance(x, Tracer):
+        return f"{dtypes.short_name(x.dtype)}[{','.join(map(str, x.shape))}]"
+    return type(x).__name__
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, _NotConvertible):
+        return str(e)
+    text = str(e).split("\n")[0]
+    return f"tracing its body as one loop failed with {type(e).__name__}: {text}"
+
+
+def out(names: tuple) -> tuple:
+    """The values of `names` in the caller (UNDEFINED for unbound ones): what a block returns."""
+    f = sys._getframe(1).f_locals
+    return tuple(f.get(n, UNDEFINED) for n in names)
+
+
+class _Scope:
+    """Looks names up as the caller's code would: its locals, then globals and builtins."""
+
+    __slots__ = ("locals", "globals")
+
+    def __init__(self, frame):
+        self.locals = frame.f_locals
+        self.globals = frame.f_globals
+
+    def get(self, name: str):
+        for d in (self.locals, self.globals):
+            if name in d:
+                return d[name]
+        return getattr(builtins, name, UNDEFINED)
+
+
+def _entry(params, depth: int = 2) -> tuple[dict, _Scope]:
+    """The caller's values of `params` (UNDEFINED when unbound), and its scope."""
+    scope = _Scope(sys._getframe(depth))
+    f = scope.locals
+    return {n: f.get(n, UNDEFINED) for n in params}, scope
+
+
+_ARRAYS = (Tracer, np.ndarray, np.generic, bool, int, float, complex)
+
+
+def _arraylike(v) -> bool:
+    """An array, a number, or a pytree (tuples, lists, dicts) of them: what cond and loops
+    can carry."""
+    if isinstance(v, _ARRAYS):
+        return True
+    if not isinstance(v, tuple | list | dict):
+        return False
+    return all(isinstance(leaf, _ARRAYS) for leaf in tree_util.tree_leaves(v))
+
+
+def _has_tracer(v) -> bool:
+    if isinstance(v, Tracer):
+        return True
+    if isinstance(v, list | tuple):
+        return any(isinstance(x, Tracer) for x in v)
+    if isinstance(v, dict):
+        return any(isinstance(x, Tracer) for x in v.values())
+    return False
+
+
+def _side_effects(info, vals: dict, scope: _Scope) -> list[str]:
+    """Reasons the block would change Python objects (runs once traced, N times in Python)."""
+    reasons = []
+    for name in sorted(info.subscript_bases):
+        v = vals[name] if name in vals else scope.get(name)
+        if isinstance(v, Tracer) or v is UNDEFINED:
+            continue
+        if isinstance(v, np.ndarray) and name in info.writes:
+            continue  # becomes a traced array carried through the block
+        reasons.append(f"it assigns items of {name!r}, a {type(v).__name__}")
+    for name, method in info.mutating_calls:
+        v = vals[name] if name in vals else scope.get(name)
+        if isinstance(v, Tracer | types.ModuleType) or v is UNDEFINED:
+            continue
+        reasons.append(f"it calls {name}.{method}() on a {type(v).__name__}")
+    return reasons
+
+
+def _is_outer_inplace_error(e: BaseException) -> bool:
+    # aotkit refuses in-place writes to an array traced outside the current body (see
+    # aotkit.lowering.indexing.rebind): a function called in the block wrote into an array
+    # the block only reads. Carrying that array through the block fixes it.
+    return isinstance(e, TypeError) and "in place: it was traced outside the body" in str(e)
+
+
+def _truth(x: Tracer, what: str, site: str) -> Tracer:
+    """`bool(x)` for a traced x, as a traced boolean scalar."""
+    if x.size != 1:
+        raise ValueError(
+            f"{what} (at {site}): the truth value of a traced {_desc(x)} array with more than "
+            "one element is ambiguous; use .any() or .all()"
+        )
+    if x.ndim:
+        x = x.reshape(())
+    if x.dtype != np.bool_:
+        x = anp.not_equal(x, 0)
+    return x
+
+
+# --- for and while --------------------------------------------------------------------------------
+
+
+class _Range:
+    """`range(start, stop, step)` with traced bounds."""
+
+    __slots__ = ("start", "stop", "step")
+
+    def __init__(self, start, stop, step):
+        self.start, self.stop, self.step = start, stop, step
+
+
+def range_(rng, *args):
+    """`range(*args)`, or a `_Range` when a bound is traced (when `range` is the builtin)."""
+    if rng is not builtins.range or not any(isinstance(a, Tracer) for a in args):
+        return rng(*args)
+    names = ("stop",) if len(args) == 1 else ("start", "stop", "step")
+    for name, a in zip(names, args, strict=False):
+        if isinstance(a, Tracer):
+            if a.shape != () or a.dtype.kind not in "iu":
+                raise TypeError(
+                    f"range (at {user_site()}): {name} is a traced {_desc(a)} array, which "
+                    "cannot be interpreted as an integer; pass an integer scalar "
+                    "(x.astype(int)) or a Python int"
+                )
+        else:
+            operator.index(a)  # the TypeError range() itself gives
+    if len(args) == 1:
+        return _Range(0, args[0], 1)
+    if len(args) == 2:
+        return _Range(args[0], args[1], 1)
+    if not isinstance(args[2], Tracer) and operator.index(args[2]) == 0:
+        raise ValueError("range() arg 3 must not be zero")
+    return _Range(*args)
+
+
+def reversed_(rev, seq):
+    """`reversed(seq)`; for a range (traced or not) the reversed range, so that the loop over
+    it can become a StableHLO loop."""
+    if rev is builtins.reversed:
+        if type(seq) is range:
+            return seq[::-1]
+        if isinstance(seq, _Range):
+            n = _trip_count(seq)
+            return _Range(seq.start + (n - 1) * seq.step, seq.start - seq.step, -seq.step)
+    return rev(seq)
+
+
+def py_iter(iterable, info):
+    """The iterable of a loop that stays Python (`info.reasons` say why)."""
+    if isinstance(iterable, _Range):
+        raise TypeError(
+            f"for loop (at {info.site}): range() has a traced bound, so the loop must become "
+            f"a StableHLO loop, but {'; '.join(info.reasons)}; restructure the loop (keep "
+            "its state in arrays) or make the bound static"
+        )
+    n = _static_length(iterable)
+    if n is not None and n > UNROLL_LIMIT:
+        vals, _ = _entry(info.params)
+        if isinstance(iterable, Tracer) or any(_has_tracer(v) for v in vals.values()):
+            _warn(info, _unrolled_message(info, n, "; ".join(info.reasons)))
+    return iterable
+
+
+def _static_length(iterable):
+    if type(iterable) is range:
+        return len(iterable)
+    if isinstance(iterable, Tracer) and iterable.ndim:
+        return iterable.shape[0]
+    return None
+
+
+def py_test(test, info):
+    """The condition of an `if`/`while` that stays Python (`info.reasons` say why)."""
+    if isinstance(test, Tracer):
+        raise TypeError(
+            f"{_what(info)} (at {info.site}): the condition is a traced {_desc(test)} array, "
+            f"so the {_what(info)} must become StableHLO control flow, but "
+            f"{'; '.join(info.reasons)}; compute values with np.where(cond, a, b), or move "
+            "the statement out of the traced branch"
+        )
+    return test
+
+
+def _unrolled_message(info, n: int, reason: str) -> str:
+    return (
+        f"{_what(info)} (at {info.site}): unrolled into {n} copies of its body instead of one "
+        f"StableHLO loop because {reason}; keep the loop state in arrays and numbers to get a "
+        "loop, or mark the function with aotkit.autograph.do_not_convert to silence this"
+    )
+
+
+def _wants_loop(info, vals: dict, iterable) -> bool:
+    state = [n for n in info.live if n != info.brk and n != info.target]
+    if not state:
+        return False
+    return isinstance(iterable, Tracer) or any(_has_tracer(vals[p]) for p in info.params)
+
+
+def for_stmt(iterable, body, info):
+    """A converted `for` statement; returns the new values of `info.writes`."""
+    vals, scope = _entry(info.params)
+    if isinstance(iterable, _Range):
+        try:
+            return _must_convert(info, vals, scope, body, iterable)
+        except _NotConvertible as e:
+            raise TypeError(
+                f"for loop (at {info.site}): range() has a traced bound, so the loop must "
+                f"become a StableHLO loop, but {e}"
+            ) from None
+    n = _static_length(iterable)
+    if n is not None and n > UNROLL_LIMIT and _wants_loop(info, vals, iterable):
+        reasons = _side_effects(info, vals, scope)
+        if reasons:
+            _warn(info, _unrolled_message(info, n, "; ".join(reasons)))
+        else:
+            try:
+                if type(iterable) is range:
+                    bounds = _Range(iterable.start, iterable.stop, iterable.step)
+                    return _loop(info, vals, body, bounds)
+                return _loop(info, vals, body, _Range(0, n, 1), rows=iterable)
+            except Exception as e:
+                _warn(info, _unrolled_message(info, n, _reason(e)))
+    return _python_for(info, vals, scope, body, iterable)
+
+
+def _must_convert(info, vals, scope, body, bounds: _Range, rows=None):
+    reasons = _side_effects(info, vals, scope)
+    if reasons:
+        raise _NotConvertible("; ".join(reasons))
+    return _loop(info, vals, body, bounds, rows=rows)
+
+
+def _python_for(info, vals: dict, scope, body, iterable):
+    params, writes, brk = info.params, info.writes, info.brk
+    done = 0
+    for item in iterable:
+        vals.update(zip(writes, body(item, *[vals[p] for p in params]), strict=True))
+        done += 1
+        if brk is not None:
+            flag = vals[brk]
+            if isinstance(flag, Tracer):
+                return _traced_break(info, vals, scope, body, iterable, done)
+            if flag:
+                break
+    return tuple(vals[w] for w in writes)
+
+
+def _traced_break(info, vals, scope, body, iterable, done: int):
+    """A traced condition broke out of an unrolled loop: the rest becomes a while loop."""
+    if type(iterable) is range:
+        bounds = _Range(iterable.start + done * iterable.step, iterable.stop, iterable.step)
+        rows = None
+    elif isinstance(iterable, Tracer):
+        bounds, rows = _Range(done, iterable.shape[0], 1), iterable
+    else:
+        raise TypeError(
+            f"for loop (at {info.site}): a traced condition breaks out of a loop over a "
+            f"{type(iterable).__name__}; loop over range(...) or a traced array so the loop "
+            "can become a while loop that stops on it"
+        )
+    try:
+        return _must_convert(info, vals, scope, body, bounds, rows=rows)
+    except _NotConvertible as e:
+        raise TypeError(
+            f"for loop (at {info.site}): a traced condition breaks out of the loop, so the "
+            f"rest of the loop must become a StableHLO loop, but {e}"
+        ) from None
+
+
+def while_stmt(test, body, info):
+    """A converted `while` statement; returns the new values of `info.writes`."""
+    vals, scope = _entry(info.params)
+    params, writes, brk = info.params, info.writes, info.brk
+    while True:
+        flag = vals[brk] if brk is not None else False
+        if isinstance(flag, Tracer):
+            break
+        if flag:
+            return tuple(vals[w] for w in writes)
+        t = test(*[vals[p] for p in info.test_params])
+        if isinstance(t, Tracer):
+            break
+        if not t:
+            return tuple(vals[w] for w in writes)
+        vals.update(zip(writes, body(*[vals[p] for p in params]), strict=True))
+    reasons = _side_effects(info, vals, scope)
+    try:
+        if reasons:
+            raise _NotConvertible("; ".join(reasons))
+        return _loop(info, vals, body, None, test=test)
+    except _NotConvertible as e:
+        raise TypeError(
+            f"while loop (at {info.site}): the condition is traced, so the loop must become "
+            f"a StableHLO while loop, but {e}"
+        ) from None
+
+
+def _trip_count(r: _Range):
+    start, stop, step = r.start, r.stop, r.step
+    if not any(isinstance(b, Tracer) for b in (start, stop, step)):
+        return len(range(start, stop, step))
+    if isinstance(step, Tracer):
+        sign = anp.where(step > 0, 1, -1).astype(step.dtype)
+        n = (stop - start + step - sign) // step
+    elif step > 0:
+        n = (stop - start + (step - 1)) // step
+    else:
+        n = (start - stop + (-step - 1)) // -step
+    return anp.maximum(n, 0)
+
+
+def _index(k, r: _Range):
+    if isinstance(r.step, int) and r.step == 1:
+        return k if isinstance(r.start, int) and r.start == 0 else k + r.start
+    return r.start + k * r.step
+
+
+def _carried(info, vals: dict, extra, bounds, slots: dict) -> tuple[list[str], dict]:
+    names = list(info.live) + [n for n in extra if n not in info.live]
+    init = {}
+    for n in list(names):
+        v = vals[n]
+        if v is UNDEFINED and _is_slot(n):
+            if n not in slots:  # not known yet: a first trace finds it (see _Discovered)
+                names.remove(n)
+                continue
+            v = slots[n]
+        elif v is UNDEFINED:
+            if n != info.target or bounds is None:
+                raise _NotConvertible(
+                    f"{n!r} is assigned in the loop and read after it (or in the next "
+                    "iteration) but has no value before the loop; give it one before the loop"
+                )
+            v = bounds.start  # the loop variable's value if the loop runs at all
+        elif not _arraylike(v):
+            raise _NotConvertible(
+                f"{n!r} holds a {type(v).__name__}, and a loop can only carry arrays and "
+                "numbers from one iteration to the next"
+            )
+        init[n] = v
+    return names, init
+
+
+def _loop(info, vals, body, bounds, *, rows=None, test=None):
+    """One traced loop over `bounds` (a `_Range`), or while `test` holds when `bounds` is None."""
+    extra: list[str] = []
+    slots: dict = {}
+    while True:
+        names, init = _carried(info, vals, extra, bounds, slots)
+        pending = [n for n in info.live if _is_slot(n) and n not in names]
+        record: dict = {}
+        run = _body_runner(info, vals, body, names, record, rows, pending)
+        try:
+            results = _build_loop(info, vals, names, init, run, bounds, test)
+        except _Discovered as d:
+            slots.update(d.found)
+            continue
+        except TypeError as e:
+            more = [
+                p
+                for p in info.params
+                if p not in names and p not in extra and isinstance(vals[p], Tracer)
+            ]
+            if _is_outer_inplace_error(e) and more:
+                extra += more
+                continue
+            raise
+        break
+    final = {}
+    for n in names:
+        if n not in record:  # a return slot the trace never assigned
+            continue
+        same, mutated = record[n]
+        orig = vals[n]
+        if isinstance(orig, Tracer) and same:
+            if mutated:
+                orig[...] = results[n]  # in place: every name bound to orig sees it
+            final[n] = orig
+        else:
+            final[n] = results[n]
+    return tuple(final.get(w, UNDEFINED) for w in info.writes)
+
+
+def _body_runner(info, vals, body, names, record, rows, pending=()):
+    params, writes = info.params, info.writes
+    is_for = info.kind == "for"
+
+    def run(index, carry: dict) -> dict:
+        local = dict(vals)
+        local.update(carry)
+        before = {n: t.value for n, t in carry.items() if isinstance(t, Tracer)}
+        args = [local[p] for p in params]
+        if is_for:
+            item = rows[index] if rows is not None else index
+            outs = body(item, *args)
+        else:
+            outs = body(*args)
+        got = dict(zip(writes, outs, strict=True))
+        found = {n: _zeros_like(got[n]) for n in pending if _arraylike(got.get(n, UNDEFINED))}
+        if found:
+            raise _Discovered(found)
+        new = {}
+        for n in names:
+            arg = carry[n]
+            v = got.get(n, arg)
+            if v is UNDEFINED:
+                raise _NotConvertible(f"{n!r} has no value at the end of the loop body")
+            same = v is arg
+            mutated = n in before and arg.value is not before[n]
+            if mutated and not same:
+                raise _NotConvertible(
+                    f"the loop body updates {n!r} in place and also assigns it a new array"
+                )
+            record[n] = (same, mutated)
+            new[n] = v
+        return new
+
+    return run
+
+
+def _build_loop(info, vals, names, init, run, bounds, test):
+    brk = info.brk
+    if test is not None:
+        params = info.test_params
+
+        def cond(carry):
+            local = dict(vals)
+            local.update(carry)
+            t = test(*[local[p] for p in params])
+            pred = _truth(t, "while loop", info.site) if isinstance(t, Tracer) else bool(t)
+            if brk is not None:
+                pred = anp.logical_and(pred, anp.logical_not(carry[brk]))
+            return pred
+
+        return lax.while_loop(cond, lambda carry: run(None, carry), init)
+    if brk is None:
+        if isinstance(bounds.step, int) and bounds.step == 1:
+            return lax.fori_loop(bounds.start, bounds.stop, run, init)
+        n = _trip_count(bounds)
+        return lax.fori_loop(0, n, lambda k, carry: run(_index(k, bounds), carry), init)
+    n = _trip_count(bounds)
+    kinds = [b.dtype for b in (bounds.start, bounds.stop, bounds.step) if isinstance(b, Tracer)]
+    k0 = np.zeros((), np.result_type(*kinds) if kinds else np.int64)
+
+    def cond(state):
+        k, carry = state
+        return anp.logical_and(k < n, anp.logical_not(carry[brk]))
+
+    def step(state):
+        k, carry = state
+        return k + 1, run(_index(k, bounds), carry)
+
+    return lax.while_loop(cond, step, (k0, init))[1]
+
+
+# --- if -------------------------------------------------------------------------------------------
+
+
+def if_stmt(test, true_fn, false_fn, info):
+    """A converted `if` statement: the new values of `info.writes` (or, for an `if` whose
+    branches both return, the returned value)."""
+    vals, scope = _entry(info.params)
+    if not isinstance(test, Tracer):
+        return (true_fn if test else false_fn)(*[vals[p] for p in info.params])
+    pred = _truth(test, "if", info.site)
+    reasons = _side_effects(info, vals, scope)
+    if reasons:
+        raise TypeError(
+            f"if (at {info.site}): the condition is a traced {_desc(test)} array, so both "
+            f"branches are traced into one aotkit.cond, but {'; '.join(reasons)}; compute "
+            "values with np.where(cond, a, b), or move the side effect out of the branch"
+        )
+    copied = [n for n in info.params if n in info.inplace and isinstance(vals[n], Tracer)]
+    slots: dict = {}
+    while True:
+        try:
+            return _traced_if(info, vals, pred, true_fn, false_fn, copied, slots)
+        except _Discovered as d:  # the false branch returns, the true one does not
+            slots.update(d.found)
+        except TypeError as e:
+            everything = [n for n in info.params if isinstance(vals[n], Tracer)]
+            if not (_is_outer_inplace_error(e) and len(everything) > len(copied)):
+                raise
+            copied = everything
+
+
+def _traced_if(info, vals, pred, true_fn, false_fn, copied, slots):
+    returning = info.kind == "ifreturn"
+    structure: dict[str, str] = {}
+    first: dict = {}  # the true branch's outputs, for the return slots of the false branch
+    records = []
+
+    def branch(fn, label):
+        def run():
+            local = dict(vals)
+            copies = {n: anp.copy(vals[n]) for n in copied}
+            local.update(copies)
+            outs = fn(*[local[p] for p in info.params])
+            if returning:
+                values, got = outs, {}
+            else:
+                got = dict(zip(info.writes, outs, strict=True))
+                for n in info.live:
+                    if _is_slot(n) and got[n] is UNDEFINED:
+                        if n in slots:
+                            got[n] = slots[n]
+                        elif n in first:
+                            got[n] = _zeros_like(first[n])
+                if label == "false":
+                    found = {
+                        n: _zeros_like(got[n])
+                        for n in info.live
+                        if _is_slot(n) and structure.get(n) == "undefined" and _arraylike(got[n])
+                    }
+                    if found:
+                        raise _Discovered(found)
+                values = _branch_outputs(info, vals, got, structure, label)
+                first.update(values)
+            records.append(
+                {n: (got.get(n) is c, c.value is not vals[n].value) for n, c in copies.items()}
+            )
+            return values, copies
+
+        return run
+
+    result, inplace = lax.cond(pred, branch(true_fn, "true"), branch(false_fn, "false"))
+    final = {} if returning else dict(result)
+    for n, kind in structure.items():
+        if kind == "same":
+            final[n] = vals[n]
+    for n in copied:
+        if any(r[n][1] for r in records):
+            vals[n][...] = inplace[n]  # in place: every name bound to the array sees it
+        if all(r[n][0] for r in records) and n in final:
+            final[n] = vals[n]
+    if returning:
+        return result
+    return tuple(final.get(w, UNDEFINED) for w in info.writes)
+
+
+def _branch_outputs(info, vals, got, structure, label) -> dict:
+    """The values a traced branch passes out, by name; the first branch fixes which names
+    are arrays, and the second must agree."""
+    values = {}
+    for n in info.live:
+        v, before = got[n], vals[n]
+        if v is UNDEFINED:
+            kind = "undefined"
+        elif v is before and not _arraylike(v):
+            kind = "same"
+        elif _arraylike(v):
+            kind = "array"
+        else:
+            raise TypeError(
+                f"if (at {info.site}): the condition is traced, but the {label} branch assigns "
+                f"{n!r} a {type(v).__name__}; a traced if can only assign arrays and numbers"
+            )
+        first = structure.setdefault(n, kind)
+        if first != kind:
+            if "undefined" in (first, kind):
+                only = label if kind != "undefined" else ("true" if label == "false" else "false")
+                raise TypeError(
+                    f"if (at {info.site}): the condition is traced, and {n!r} is assigned in "
+                    f"the {only} branch only but read after the if; assign it in both "
+                    "branches (or before the if)"
+                )
+            raise TypeError(
+                f"if (at {info.site}): the condition is traced, and {n!r} is a "
+                f"{type(before).__name__} before the if but an array after one branch; a "
+                "traced if can only assign arrays and numbers"
+            )
+        if kind == "array":
+            values[n] = v
+    return values
+
+
+# --- expressions ----------------------------------------------------------------------------------
+
+
+def if_exp(test, true_fn, false_fn):
+    """`true_fn() if test else false_fn()`; a traced test gives one `aotkit.cond`."""
+    if isinstance(test, Tracer):
+        return lax.cond(_truth(test, "if expression", user_site()), true_fn, false_fn)
+    return true_fn() if test else false_fn()
+
+
+def _traced_bool(x) -> bool:
+    return isinstance(x, Tracer) and x.dtype == np.bool_
+
+
+def and_(first, *rest):
+    """`first and rest[0]() and ...`: Python's short circuit on Python values; on a traced
+    value, the remaining operands are evaluated and combined elementwise."""
+    value = first
+    for fn in rest:
+        if isinstance(value, Tracer):
+            value = _combine(value, fn(), anp.logical_and, "and")
+        elif not value:
+            return value
+        else:
+            value = fn()
+    return value
+
+
+def or_(first, *rest):
+    """`first or rest[0]() or ...`, as `and_` for `or`."""
+    value = first
+    for fn in rest:
+        if isinstance(value, Tracer):
+            value = _combine(value, fn(), anp.logical_or, "or")
+        elif value:
+            return value
+        else:
+            value = fn()
+    return value
+
+
+def _combine(left: Tracer, right, logical, op: str):
+    if _traced_bool(left) and (_traced_bool(right) or isinstance(right, bool | np.bool_)):
+        return logical(left, right)
+    if isinstance(right, bool) and left.size == 1 and left.dtype != np.bool_:
+        right = np.bool_(right)
+    # `a and b` is `b if a else a` (`a or b`: `a if a else b`), elementwise on a traced a.
+    truth = _truth(left, op, user_site())
+    if op == "and":
+        return anp.where(truth, right, left)
+    return anp.where(truth, left, right)
+
+
+def not_(x):
+    """`not x`; a traced x gives a traced boolean."""
+    if isinstance(x, Tracer):
+        return anp.logical_not(_truth(x, "not", user_site()))
+    return not x
+
+
+_COMPARE = {
+    "Eq": operator.eq,
+    "NotEq": operator.ne,
+    "Lt": operator.lt,
+    "LtE": operator.le,
+    "Gt": operator.gt,
+    "GtE": operator.ge,
+    "Is": operator.is_,
+    "IsNot": operator.is_not,
+    "In": lambda a, b: a in b,
+    "NotIn": lambda a, b: a not in b,
+}
+
+
+def compare_chain(left, *pairs):
+    """`a < b < c` as Python evaluates it (each operand once, stopping at the first false
+    Python result); traced results combine with `logical_and`."""
+    result = None
+    for op, fn in pairs:
+        right = fn()
+        r = _COMPARE[op](left, right)
+        result = r if result is None else and_(result, lambda r=r: r)
+        if not isinstance(result, Tracer) and not result:
+            return result
+        left = right
+    return result
+
+
+# --- calls ----------------------------------------------------------------------------------------
+
+# Types whose instances are always called as they are (filled as calls meet new types):
+# builtins, classes, ufuncs, NumPy's function dispatchers, ...
+plain_types: set = {
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    types.MethodWrapperType,
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+    type,
+    np.ufunc,
+}
+
+
+def call(f):
+    """The function to call in place of `f`: its converted version when `f` is a Python
+    function from the user's own code, else `f` itself."""
+    if type(f) in plain_types:
+        return f
+    from aotkit.autograph import _convert
+
+    return _convert.converted(f)

@@ -1,0 +1,787 @@
+"""Source-to-source rewriting for autograph: Python loops, branches and boolean operators
+become calls into `aotkit.autograph._runtime`, which decides when the trace runs whether
+each one stays Python or becomes a StableHLO loop or conditional.
+
+The rewrite keeps Python's meaning whatever the runtime decides. A block (a loop body, a
+branch) becomes a nested function whose parameters are the function's variables it
+mentions and which returns the ones it assigns; the statement becomes
+
+    a, b = ag__.for_stmt(ITER, ag__for_body_3, ag__info[3])
+
+so that run as Python (a condition or trip count known when tracing) the block runs
+exactly as written, and traced it becomes one `aotkit.fori_loop`/`while_loop`/`cond`
+over the variables that are live afterwards. `break` and `continue` become flags
+(`ag__brk_3`, `ag__cont_3`) that guard the statements after them; a branch that always
+returns absorbs the statements after its `if` so both branches return. Every generated
+node carries the location of the statement it replaces, so tracebacks and the `file:line`
+of each traced op still name the user's lines.
+
+`BlockInfo` holds what the runtime needs to know about each block; the rewritten code
+refers to it as `ag__info[N]`.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+from aotkit.autograph._analysis import (
+    Facts,
+    Liveness,
+    always_returns,
+    contains,
+)
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_LOOPS = (ast.For, ast.While, ast.AsyncFor)
+# Prefix of every generated name; no user code (and no class-private mangling) uses it.
+PREFIX = "ag__"
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockInfo:
+    """What the runtime needs about one converted statement.
+
+    kind: "for", "while", "if" or "ifreturn" (an if whose branches both return).
+    params: the block function's parameters (after the loop item, for loops).
+    test_params: the parameters of a while loop's condition function.
+    writes: the names the block function returns, in order.
+    live: the names of `writes` the rest of the function (or the next iteration) reads;
+      the loop-carried variables, or the outputs of a traced branch.
+    inplace: names the block updates in place (`x[i] = v`, `x += v`).
+    subscript_bases / mutating_calls: names whose items are assigned / whose mutating
+      methods are called; side effects unless they hold traced arrays.
+    target: the loop variable, when it is a plain name.
+    brk: the flag a rewritten `break` sets, or None.
+    reasons: why the block cannot become StableHLO control flow (it then stays Python).
+    """
+
+    kind: str
+    filename: str
+    lineno: int
+    params: tuple[str, ...] = ()
+    test_params: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    live: tuple[str, ...] = ()
+    inplace: frozenset = frozenset()
+    subscript_bases: frozenset = frozenset()
+    mutating_calls: tuple[tuple[str, str], ...] = ()
+    target: str | None = None
+    brk: str | None = None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def site(self) -> str:
+        return f"{self.filename}:{self.lineno}"
+
+
+# --- small AST builders ---------------------------------------------------------------------------
+
+
+def _name(id_: str, store: bool = False) -> ast.Name:
+    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
+
+
+def _ag(attr: str) -> ast.Attribute:
+    return ast.Attribute(value=_name(PREFIX), attr=attr, ctx=ast.Load())
+
+
+def _call(func: ast.expr, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=func, args=list(args), keywords=[])
+
+
+def _lambda(body: ast.expr) -> ast.Lambda:
+    args = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[])
+    return ast.Lambda(args=args, body=body)
+
+
+def _const(value) -> ast.Constant:
+    return ast.Constant(value=value)
+
+
+def _names_tuple(names, store: bool = False) -> ast.Tuple:
+    return ast.Tuple(
+        elts=[_name(n, store) for n in names], ctx=ast.Store() if store else ast.Load()
+    )
+
+
+def _header(at: ast.AST) -> tuple[int, int, int, int]:
+    """A location on `at`'s first line only: its header (`for i in range(n):`, `if c:`).
+
+    Generated nodes must not span lines: Python 3.11 places a method call whose attribute
+    spans several lines on the attribute's last line, and tracebacks show the span.
+    """
+    line, col = at.lineno, at.col_offset
+    end = getattr(at, "end_col_offset", None)
+    if getattr(at, "end_lineno", line) != line or end is None:
+        head = getattr(at, "iter", None) or getattr(at, "test", None)
+        end = head.end_col_offset if head is not None and head.end_lineno == line else col + 1
+    return line, col, line, max(end, col + 1)
+
+
+def _located(node: ast.AST, at: ast.AST) -> ast.AST:
+    """`node` and every node inside it without a location get `at`'s header location."""
+    where = None
+    for n in ast.walk(node):
+        if "lineno" in n._attributes and getattr(n, "lineno", None) is None:
+            if where is None:
+                where = _header(at)
+            n.lineno, n.col_offset, n.end_lineno, n.end_col_offset = where
+    return node
+
+
+def _undefined_guards(names, at) -> list[ast.stmt]:
+    """`if x is ag__.UNDEFINED: del x`: a variable without a value stays unbound, so reading
+    it raises UnboundLocalError as it would have in the original code."""
+    out = []
+    for n in names:
+        test = ast.Compare(left=_name(n), ops=[ast.Is()], comparators=[_ag("UNDEFINED")])
+        out.append(
+            _located(
+                ast.If(
+                    test=test, body=[ast.Delete(targets=[ast.Name(id=n, ctx=ast.Del())])], orelse=[]
+                ),
+                at,
+            )
+        )
+    return out
+
+
+def _function(name: str, params, body: list[ast.stmt], at: ast.AST) -> ast.FunctionDef:
+    args = ast.arguments(
+        posonlyargs=[],
+        args=[ast.arg(arg=p) for p in params],
+        kwonlyargs=[],
+        kw_defaults=[],
+        defaults=[],
+    )
+    fn = ast.FunctionDef(name=name, args=args, body=body or [ast.Pass()], decorator_list=[])
+    fn.returns = None
+    fn.type_comment = None
+    return _located(fn, at)
+
+
+def _ordered(*groups) -> list[str]:
+    seen: dict[str, None] = {}
+    for g in groups:
+        for n in g:
+            seen.setdefault(n)
+    return list(seen)
+
+
+# --- expressions ----------------------------------------------------------------------------------
+
+
+class _Expressions(ast.NodeTransformer):
+    """`a and b`, `a or b`, `not a`, `x if c else y`, chained comparisons and calls.
+
+    Operands evaluated lazily by Python stay lazy (they move into lambdas), unless they
+    assign with `:=`, which a lambda would scope differently: those stay as written.
+    """
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            if func.value.id == PREFIX:
+                return node
+        node.func = ast.copy_location(_call(_ag("call"), func), func)
+        return node
+
+    def visit_IfExp(self, node: ast.IfExp):
+        self.generic_visit(node)
+        if contains([node.body, node.orelse], (ast.NamedExpr,)):
+            return node
+        new = _call(_ag("if_exp"), node.test, _lambda(node.body), _lambda(node.orelse))
+        return _located(ast.copy_location(new, node), node)
+
+    def visit_BoolOp(self, node: ast.BoolOp):
+        self.generic_visit(node)
+        if contains(node.values[1:], (ast.NamedExpr,)):
+            return node
+        fn = "and_" if isinstance(node.op, ast.And) else "or_"
+        new = _call(_ag(fn), node.values[0], *(_lambda(v) for v in node.values[1:]))
+        return _located(ast.copy_location(new, node), node)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return _located(ast.copy_location(_call(_ag("not_"), node.operand), node), node)
+        return node
+
+    def visit_Compare(self, node: ast.Compare):
+        self.generic_visit(node)
+        if len(node.ops) == 1 or contains(node.comparators, (ast.NamedExpr,)):
+            return node
+        pairs = [
+            ast.Tuple(elts=[_const(type(op).__name__), _lambda(c)], ctx=ast.Load())
+            for op, c in zip(node.ops, node.comparators, strict=True)
+        ]
+        new = _call(_ag("compare_chain"), node.left, *pairs)
+        return _located(ast.copy_location(new, node), node)
+
+
+def expression(node: ast.AST) -> ast.AST:
+    return _Expressions().visit(node)
+
+
+# --- preparing a function: returns and jumps ------------------------------------------------------
+
+
+def _normalize_returns(stmts: list[ast.stmt]) -> list[ast.stmt]:
+    """Moves the statements after an `if` whose one branch always returns into its other
+    branch, so that both return (`if c: return a` + `return b` -> `if c: return a else:
+    return b`) and the `if` can become one conditional over the returned values."""
+    out: list[ast.stmt] = []
+    for k, s in enumerate(stmts):
+        for field in ("body", "orelse", "finalbody"):
+            if isinstance(getattr(s, field, None), list) and not isinstance(s, _SCOPES):
+                setattr(s, field, _normalize_returns(getattr(s, field)))
+        for h in getattr(s, "handlers", []):
+            h.body = _normalize_returns(h.body)
+        out.append(s)
+        if isinstance(s, ast.If) and k + 1 < len(stmts):
+            t, f = always_returns(s.body), always_returns(s.orelse)
+            if t != f:
+                rest = stmts[k + 1 :]
+                if t:
+                    s.orelse = _normalize_returns(s.orelse + rest)
+                else:
+                    s.body = _normalize_returns(s.body + rest)
+                return out
+    return out
+
+
+def _close_tail(stmts: list[ast.stmt]) -> None:
+    """At the end of a function, falling off a branch returns None: say so, so an `if`
+    whose other branch returns can still become one conditional."""
+    if stmts and isinstance(stmts[-1], ast.If):
+        last = stmts[-1]
+        _close_tail(last.body)
+        _close_tail(last.orelse)
+        t, f = always_returns(last.body), always_returns(last.orelse)
+        if t != f:
+            branch = last.orelse if t else last.body
+            branch.append(_located(ast.Return(value=_const(None)), branch[-1] if branch else last))
+
+
+def _jumps_here(stmts) -> tuple[bool, bool]:
+    """(break, continue) of the loop owning `stmts`, not of loops nested in them."""
+    brk = cont = False
+    todo = list(stmts)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Break):
+            brk = True
+        elif isinstance(node, ast.Continue):
+            cont = True
+        elif isinstance(node, _SCOPES):
+            continue
+        elif isinstance(node, _LOOPS):
+            todo.extend(node.orelse)  # the else clause belongs to the enclosing loop
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return brk, cont
+
+
+def _returns_to_breaks(stmts: list[ast.stmt], flag: str, slot: str) -> list[ast.stmt]:
+    """Each `return v` in `stmts` (outside nested functions) -> `flag = True; slot = v;
+    break`. Loops nested in `stmts` have no returns left (they were lifted first)."""
+    out: list[ast.stmt] = []
+    for s in stmts:
+        if isinstance(s, ast.Return):
+            value = s.value if s.value is not None else _const(None)
+            out += [
+                _located(ast.Assign(targets=[_name(flag, True)], value=_const(True)), s),
+                _located(ast.Assign(targets=[_name(slot, True)], value=value), s),
+                _located(ast.Break(), s),
+            ]
+            continue
+        if not isinstance(s, _SCOPES):
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(s, field, None), list):
+                    setattr(s, field, _returns_to_breaks(getattr(s, field), flag, slot))
+            for h in getattr(s, "handlers", []):
+                h.body = _returns_to_breaks(h.body, flag, slot)
+            for c in getattr(s, "cases", []):
+                c.body = _returns_to_breaks(c.body, flag, slot)
+        out.append(s)
+    return out
+
+
+def _is_call_of(node, name: str, max_args: int) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == name
+        and not node.keywords
+        and 1 <= len(node.args) <= max_args
+        and not any(isinstance(a, ast.Starred) for a in node.args)
+    )
+
+
+def _range_call(node, at):
+    """`range(...)` -> `ag__.range_(range, ...)`, which allows traced bounds; else None."""
+    if not _is_call_of(node, "range", 3):
+        return None
+    args = [expression(a) for a in node.args]
+    return _located(ast.copy_location(_call(_ag("range_"), _name("range"), *args), node), at)
+
+
+def _jump_in_unsupported_place(stmts) -> bool:
+    """Whether a `break`/`continue` of the loop owning `stmts` sits anywhere but under
+    `if` and `with` statements, the only places the flag rewrite handles."""
+    for s in stmts:
+        if isinstance(s, ast.If):
+            if _jump_in_unsupported_place(s.body) or _jump_in_unsupported_place(s.orelse):
+                return True
+        elif isinstance(s, ast.With):
+            if _jump_in_unsupported_place(s.body):
+                return True
+        elif isinstance(s, _LOOPS):
+            if _jumps_here(s.orelse) != (False, False):
+                return True
+        elif not isinstance(s, (ast.Break, ast.Continue, *_SCOPES)):
+            if _jumps_here([s]) != (False, False):
+                return True
+    return False
+
+
+class _Function:
+    """Rewrites one function body (and, through `Converter`, the functions nested in it)."""
+
+    def __init__(self, conv: Converter, node, visible_outside: frozenset):
+        self.conv = conv
+        self.node = node
+        facts = Facts.of(node.body)
+        a = node.args
+        params = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+        params += [x.arg for x in (a.vararg, a.kwarg) if x is not None]
+        self.declared = frozenset(facts.declared)
+        self.locals = frozenset(params) | (frozenset(facts.stores) - self.declared)
+        self.visible = (self.locals | visible_outside) - self.declared
+        # Read later by nested functions, or by name through locals()/eval: always live.
+        self.always_live = (
+            self.visible if facts.has_introspection else frozenset(facts.captured) & self.locals
+        )
+        self.nonlocal_nested = facts.nonlocal_in_nested
+        self.break_flags: dict[int, str] = {}
+        self.cont_flags: dict[int, str] = {}
+        self.reasons: dict[int, tuple[str, ...]] = {}
+
+    # --- step 1: returns out of loops, loops and their jumps ---
+
+    def lift_returns(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        """`return v` inside a loop -> `ret = True; retval = v; break`, and after the loop
+        `if ret: return retval`: the loop can then carry the return as state (inner loops
+        first, so their `if ret: return ...` lifts through the enclosing loops)."""
+        out = []
+        for s in stmts:
+            if isinstance(s, _SCOPES):
+                out.append(s)
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(s, field, None), list):
+                    setattr(s, field, self.lift_returns(getattr(s, field)))
+            for h in getattr(s, "handlers", []):
+                h.body = self.lift_returns(h.body)
+            for c in getattr(s, "cases", []):
+                c.body = self.lift_returns(c.body)
+            if isinstance(s, ast.For | ast.While) and Facts.of(s.body).has_return:
+                n = self.conv.next_id()
+                flag, slot = f"{PREFIX}ret_{n}", f"{PREFIX}retval_{n}"
+                self.new_local(flag)
+                self.new_local(slot)
+                s.body = _returns_to_breaks(s.body, flag, slot)
+                init = ast.Assign(targets=[_name(flag, True)], value=_const(False))
+                after = ast.If(test=_name(flag), body=[ast.Return(value=_name(slot))], orelse=[])
+                out += [_located(init, s), s, _located(after, s)]
+            else:
+                out.append(s)
+        return out
+
+    def prepare(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out = []
+        for s in stmts:
+            if isinstance(s, _SCOPES):
+                out.append(s)
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(s, field, None), list):
+                    setattr(s, field, self.prepare(getattr(s, field)))
+            for h in getattr(s, "handlers", []):
+                h.body = self.prepare(h.body)
+            for c in getattr(s, "cases", []):
+                c.body = self.prepare(c.body)
+            if isinstance(s, ast.For | ast.While):
+                out.extend(self._prepare_loop(s))
+            else:
+                out.append(s)
+        return out
+
+    def new_local(self, name: str) -> None:
+        self.locals |= {name}
+        self.visible |= {name}
+
+    def _loop_reasons(self, s) -> tuple[str, ...]:
+        parts = list(s.body) + ([s.test] if isinstance(s, ast.While) else [])
+        facts = Facts.of(parts)
+        reasons = [r for _, r in facts.problems]
+        for n in facts.stores:
+            if n in self.declared:
+                reasons.append(f"it assigns the global or nonlocal variable {n!r}")
+        target = Facts()
+        if isinstance(s, ast.For):
+            target.target(s.target, s.lineno)
+        writes = set(facts.stores) | set(facts.subscript_bases) | set(target.stores)
+        reasons += self._closure_reasons(facts, writes)
+        if self.nonlocal_nested:
+            reasons.append("a nested function assigns variables of this function (nonlocal)")
+        if isinstance(s, ast.While) and contains([s.test], (ast.NamedExpr,)):
+            reasons.append("its condition assigns a variable (:=)")
+        if _jump_in_unsupported_place(s.body):
+            reasons.append(
+                "it breaks or continues from inside a try, match or a nested loop's else clause"
+            )
+        return tuple(dict.fromkeys(reasons))
+
+    def _prepare_loop(self, s) -> list[ast.stmt]:
+        reasons = self._loop_reasons(s)
+        self.reasons[id(s)] = reasons
+        if reasons:
+            return [s]
+        n = self.conv.next_id()
+        brk, cont = _jumps_here(s.body)
+        before: list[ast.stmt] = []
+        after: list[ast.stmt] = list(s.orelse)
+        s.orelse = []
+        if brk:
+            flag = f"{PREFIX}brk_{n}"
+            self.break_flags[id(s)] = flag
+            self.new_local(flag)
+            before.append(_located(ast.Assign(targets=[_name(flag, True)], value=_const(False)), s))
+            if after:
+                test = ast.UnaryOp(op=ast.Not(), operand=_name(flag))
+                after = [_located(ast.If(test=test, body=after, orelse=[]), after[0])]
+        flags = []
+        if brk:
+            flags.append(self.break_flags[id(s)])
+        if cont:
+            flag = f"{PREFIX}cont_{n}"
+            self.cont_flags[id(s)] = flag
+            self.new_local(flag)
+            flags.append(flag)
+            reset = ast.Assign(targets=[_name(flag, True)], value=_const(False))
+            s.body = [_located(reset, s.body[0])] + s.body
+        if brk or cont:
+            s.body = self._rewrite_jumps(
+                s.body, self.break_flags.get(id(s)), self.cont_flags.get(id(s)), flags
+            )
+        return before + [s] + after
+
+    def _rewrite_jumps(self, stmts, brk, cont, flags) -> list[ast.stmt]:
+        """`break` -> `brk = True`, `continue` -> `cont = True`, and the statements after a
+        statement that may jump run under `if not (brk or cont)`."""
+        out: list[ast.stmt] = []
+        for k, s in enumerate(stmts):
+            if isinstance(s, ast.Break | ast.Continue):
+                flag = brk if isinstance(s, ast.Break) else cont
+                out.append(_located(ast.Assign(targets=[_name(flag, True)], value=_const(True)), s))
+                return out
+            jumps = False
+            if isinstance(s, ast.If | ast.With) and _jumps_here([s]) != (False, False):
+                s.body = self._rewrite_jumps(s.body, brk, cont, flags)
+                if isinstance(s, ast.If):
+                    s.orelse = self._rewrite_jumps(s.orelse, brk, cont, flags)
+                jumps = True
+            out.append(s)
+            rest = stmts[k + 1 :]
+            if jumps and rest:
+                test: ast.expr = (
+                    _name(flags[0])
+                    if len(flags) == 1
+                    else ast.BoolOp(op=ast.Or(), values=[_name(f) for f in flags])
+                )
+                guard = ast.If(
+                    test=ast.UnaryOp(op=ast.Not(), operand=test),
+                    body=self._rewrite_jumps(rest, brk, cont, flags),
+                    orelse=[],
+                )
+                out.append(_located(guard, rest[0]))
+                return out
+        return out
+
+    # --- step 2: the rewrite ---
+
+    def run(self) -> None:
+        outer = [n for n in Facts.of(self.node.body).loads if n in self.visible - self.locals]
+        body = self.lift_returns(self.node.body)
+        body = _normalize_returns(body)
+        _close_tail(body)
+        body = self.prepare(body)
+        self.live = Liveness(self.break_flags)
+        self.live.block(body, set())
+        self.node.body = self.block(body)
+        if outer and self.node.body:
+            # Variables of enclosing functions reach the blocks through this function's
+            # frame (ag__ reads them by name): mention them so they stay its free variables.
+            keep = ast.If(
+                test=_ag("NEVER"),
+                body=[ast.Expr(value=_names_tuple(outer))],
+                orelse=[],
+            )
+            self.node.body.insert(0, _located(keep, self.node.body[0]))
+
+    def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for s in stmts:
+            out.extend(self.stmt(s))
+        return out
+
+    def stmt(self, s: ast.stmt) -> list[ast.stmt]:
+        if isinstance(s, ast.For):
+            return self.for_(s)
+        if isinstance(s, ast.While):
+            return self.while_(s)
+        if isinstance(s, ast.If):
+            return self.if_(s)
+        if isinstance(s, ast.FunctionDef):
+            s.decorator_list = [expression(d) for d in s.decorator_list]
+            s.args = expression(s.args)
+            self.conv.function(s, self.visible)
+            return [s]
+        if isinstance(s, ast.AsyncFunctionDef | ast.ClassDef):
+            return [s]
+        if isinstance(s, ast.With | ast.AsyncWith | ast.Try | ast.AsyncFor | ast.Match) or (
+            type(s).__name__ == "TryStar"
+        ):
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(s, field, None), list):
+                    setattr(s, field, self.block(getattr(s, field)))
+            for h in getattr(s, "handlers", []):
+                h.body = self.block(h.body)
+                if h.type is not None:
+                    h.type = expression(h.type)
+            for c in getattr(s, "cases", []):
+                c.body = self.block(c.body)
+                if c.guard is not None:
+                    c.guard = expression(c.guard)
+            for item in getattr(s, "items", []):
+                item.context_expr = expression(item.context_expr)
+            if isinstance(s, ast.AsyncFor):
+                s.iter = expression(s.iter)
+            if isinstance(s, ast.Match):
+                s.subject = expression(s.subject)
+            return [s]
+        return [expression(s)]
+
+    def _info(self, **fields) -> tuple[int, BlockInfo]:
+        return self.conv.register(BlockInfo(filename=self.conv.filename, **fields))
+
+    def _ref(self, index: int) -> ast.expr:
+        return ast.Subscript(value=_name(f"{PREFIX}info"), slice=_const(index), ctx=ast.Load())
+
+    def _state(self, facts: Facts, own_flag=None):
+        # `x[i] = v` rebinds x to the updated array when x is a variable of this function.
+        writes = _ordered(facts.stores, facts.subscript_bases)
+        writes = [n for n in writes if n in self.locals and n != own_flag]
+        # Names closures in the block read stay closures over this function's variables
+        # (they must see later assignments); the others are parameters.
+        reads = [n for n in facts.loads if n in self.visible and n not in facts.captured]
+        return writes, reads, _ordered(writes, reads)
+
+    def _closure_reasons(self, facts: Facts, writes) -> list[str]:
+        return [
+            f"a function defined in it reads {n!r}, which it assigns (a closure sees later "
+            "assignments)"
+            for n in facts.captured
+            if n in writes
+        ]
+
+    def _assign_back(self, writes, value: ast.expr, at) -> list[ast.stmt]:
+        if not writes:
+            return [_located(ast.Expr(value=value), at)]
+        assign = ast.Assign(targets=[_names_tuple(writes, store=True)], value=value)
+        return [_located(assign, at)] + _undefined_guards(writes, at)
+
+    def _returned(self, writes, at) -> ast.stmt:
+        out = _call(_ag("out"), ast.Tuple(elts=[_const(n) for n in writes], ctx=ast.Load()))
+        return _located(ast.Return(value=out), at)
+
+    def for_(self, s: ast.For) -> list[ast.stmt]:
+        it = _range_call(s.iter, s)
+        if it is None and _is_call_of(s.iter, "reversed", 1):
+            inner = _range_call(s.iter.args[0], s)
+            if inner is not None:
+                it = _located(
+                    ast.copy_location(_call(_ag("reversed_"), _name("reversed"), inner), s.iter), s
+                )
+        if it is None:
+            it = expression(s.iter)
+        reasons = self.reasons.get(id(s), ())
+        target = s.target.id if isinstance(s.target, ast.Name) else None
+        if reasons:
+            _, reads, _ = self._state(Facts.of(s.body))
+            index, _ = self._info(kind="for", lineno=s.lineno, params=tuple(reads), reasons=reasons)
+            s.iter = _located(_call(_ag("py_iter"), it, self._ref(index)), s.iter)
+            s.target = expression(s.target)
+            s.body = self.block(s.body)
+            s.orelse = self.block(s.orelse)
+            return [s]
+        facts = Facts()
+        facts.target(s.target, s.lineno)
+        for b in s.body:
+            facts.visit(b)
+        writes, reads, params = self._state(facts, self.cont_flags.get(id(s)))
+        head = self.live.head[id(s)]
+        index, info = self._info(
+            kind="for",
+            lineno=s.lineno,
+            params=tuple(params),
+            writes=tuple(writes),
+            live=tuple(n for n in writes if n in head or n in self.always_live),
+            inplace=frozenset(facts.inplace),
+            subscript_bases=frozenset(facts.subscript_bases),
+            mutating_calls=tuple(facts.mutating_calls.items()),
+            target=target,
+            brk=self.break_flags.get(id(s)),
+        )
+        item = f"{PREFIX}itr"
+        first = Facts()
+        first.target(s.target, s.lineno)
+        assigned_first = set(first.stores)
+        body = _undefined_guards([p for p in params if p in reads and p not in assigned_first], s)
+        body.append(_located(ast.Assign(targets=[expression(s.target)], value=_name(item)), s))
+        body += self.block(s.body)
+        body.append(self._returned(writes, s))
+        fn = _function(f"{PREFIX}for_body_{index}", [item] + params, body, s)
+        call = _call(_ag("for_stmt"), it, _name(fn.name), self._ref(index))
+        return [fn] + self._assign_back(writes, _located(call, s), s)
+
+    def while_(self, s: ast.While) -> list[ast.stmt]:
+        reasons = self.reasons.get(id(s), ())
+        if reasons:
+            index, _ = self._info(kind="while", lineno=s.lineno, reasons=reasons)
+            s.test = _located(_call(_ag("py_test"), expression(s.test), self._ref(index)), s)
+            s.body = self.block(s.body)
+            s.orelse = self.block(s.orelse)
+            return [s]
+        facts = Facts.of(s.body)
+        test_reads = [n for n in Facts.of([s.test]).loads if n in self.visible]
+        facts.loads = dict.fromkeys(_ordered(test_reads, facts.loads))
+        writes, reads, params = self._state(facts, self.cont_flags.get(id(s)))
+        head = self.live.head[id(s)]
+        index, info = self._info(
+            kind="while",
+            lineno=s.lineno,
+            params=tuple(params),
+            test_params=tuple(test_reads),
+            writes=tuple(writes),
+            live=tuple(n for n in writes if n in head or n in self.always_live),
+            inplace=frozenset(facts.inplace),
+            subscript_bases=frozenset(facts.subscript_bases),
+            mutating_calls=tuple(facts.mutating_calls.items()),
+            brk=self.break_flags.get(id(s)),
+        )
+        test_body = _undefined_guards(test_reads, s) + [
+            _located(ast.Return(value=expression(s.test)), s)
+        ]
+        test_fn = _function(f"{PREFIX}while_test_{index}", test_reads, test_body, s)
+        body = _undefined_guards([p for p in params if p in reads], s)
+        body += self.block(s.body)
+        body.append(self._returned(writes, s))
+        body_fn = _function(f"{PREFIX}while_body_{index}", params, body, s)
+        call = _call(_ag("while_stmt"), _name(test_fn.name), _name(body_fn.name), self._ref(index))
+        return [test_fn, body_fn] + self._assign_back(writes, _located(call, s), s)
+
+    def _if_reasons(self, s: ast.If, facts: Facts, returning: bool) -> tuple[str, ...]:
+        reasons = [r for _, r in facts.problems]
+        if facts.has_return and not returning:
+            reasons.append("a branch returns on some paths only")
+        if facts.has_raise:
+            reasons.append("a branch raises an exception")
+        reasons += self._closure_reasons(facts, set(facts.stores) | set(facts.subscript_bases))
+        for n in facts.stores:
+            if n in self.declared:
+                reasons.append(f"a branch assigns the global or nonlocal variable {n!r}")
+        if self.nonlocal_nested:
+            reasons.append("a nested function assigns variables of this function (nonlocal)")
+        if _jumps_here(s.body + s.orelse) != (False, False):
+            reasons.append("a branch jumps out of the enclosing Python loop (break/continue)")
+        return tuple(dict.fromkeys(reasons))
+
+    def if_(self, s: ast.If) -> list[ast.stmt]:
+        facts = Facts.of(s.body + s.orelse)
+        returning = always_returns(s.body) and always_returns(s.orelse)
+        reasons = self._if_reasons(s, facts, returning)
+        test = expression(s.test)
+        if reasons:
+            index, _ = self._info(kind="if", lineno=s.lineno, reasons=reasons)
+            s.test = _located(_call(_ag("py_test"), test, self._ref(index)), s)
+            s.body = self.block(s.body)
+            s.orelse = self.block(s.orelse)
+            return [s]
+        writes, reads, params = self._state(facts)
+        after = self.live.after[id(s)]
+        index, info = self._info(
+            kind="ifreturn" if returning else "if",
+            lineno=s.lineno,
+            params=tuple(params),
+            writes=tuple(writes),
+            live=tuple(n for n in writes if n in after or n in self.always_live),
+            inplace=frozenset(facts.inplace),
+            subscript_bases=frozenset(facts.subscript_bases),
+            mutating_calls=tuple(facts.mutating_calls.items()),
+        )
+        guards = [p for p in params if p in reads]
+        fns = []
+        for label, branch in (("true", s.body), ("false", s.orelse)):
+            at = branch[0] if branch else s
+            body = _undefined_guards(guards, at) + self.block(branch)
+            if not returning:
+                body.append(self._returned(writes, at))
+            fns.append(_function(f"{PREFIX}if_{label}_{index}", params, body, at))
+        call = _located(
+            _call(_ag("if_stmt"), test, _name(fns[0].name), _name(fns[1].name), self._ref(index)),
+            s,
+        )
+        if returning:
+            return fns + [_located(ast.Return(value=call), s)]
+        return fns + self._assign_back(writes, call, s)
+
+
+class Converter:
+    """Rewrites a function and the functions nested in it; `infos[N]` is `ag__info[N]`."""
+
+    def __init__(self, filename: str):
+        self.filename = filename
+        self.infos: list[BlockInfo] = []
+        self._ids = 0
+
+    def next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def register(self, info: BlockInfo) -> tuple[int, BlockInfo]:
+        self.infos.append(info)
+        return len(self.infos) - 1, info
+
+    def function(self, node, visible_outside: frozenset) -> None:
+        """Rewrites `node` (a def or a lambda) in place."""
+        if isinstance(node, ast.Lambda):
+            node.body = expression(node.body)
+            return
+        if Facts.of(node.body).has_yield:
+            return  # generators run as written
+        for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+            a.annotation = None
+        for a in (node.args.vararg, node.args.kwarg):
+            if a is not None:
+                a.annotation = None
+        node.returns = None
+        _Function(self, node, visible_outside).run()

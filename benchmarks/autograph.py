@@ -1,0 +1,129 @@
+"""Autograph: the element-level kernels of tests/programs/kernels.py at two sizes, unrolled
+(`autograph=False`, Python loops run at trace time) against converted (`autograph=True`,
+loops and branches become StableHLO control flow), measured in the same run.
+
+For each: ops in the lowered module (constants excluded), trace + default pipeline time
+(best of --rounds), XLA compile time on the CPU backend (best of 2), and run time per call
+(best of --rounds rounds of --calls calls). Kernels with `if`/`while` on
+traced values cannot be traced at all without autograph; their unrolled columns say so.
+
+    python benchmarks/autograph.py [--rounds 3] [--calls 200] [--only lu_decompose ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from aotkit.stages import lower_function  # noqa: E402
+from tests.programs.kernels import KERNELS  # noqa: E402
+
+SIZES = {
+    "forward_substitution": (8, 24),
+    "lu_decompose": (6, 12),
+    "cholesky": (6, 12),
+    "gauss_seidel": (6, 12),
+    "floyd_warshall": (6, 10),
+    "nussinov": (8, 16),
+    "crc32": (8, 32),
+    "mandelbrot": (8, 32),
+}
+STATIC = {"gauss_seidel": (2,), "mandelbrot": (2,)}
+
+
+def count_ops(lowered) -> int:
+    n = 0
+
+    def walk(op):
+        nonlocal n
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    n += inner.operation.name != "stablehlo.constant"
+                    walk(inner)
+
+    walk(lowered.module.operation)
+    return n
+
+
+def measure(name: str, n: int, autograph: bool, rounds: int, calls: int) -> dict | str:
+    fn, make = KERNELS[name]
+    args = make(n, np.random.default_rng(0))
+    statics = STATIC.get(name, ())
+
+    def lower():
+        return lower_function(fn, args, {}, static_argnums=statics, autograph=autograph)
+
+    try:
+        lowered = lower()  # converts the kernel's source once (cached per code object)
+    except Exception as e:
+        return type(e).__name__
+    lower_s = min(_timed(lower)[0] for _ in range(rounds))
+    compile_s, compiled = min((_timed(lowered.compile) for _ in range(2)), key=lambda t: t[0])
+    dyn = [a for i, a in enumerate(args) if i not in statics]
+    got = np.asarray(compiled(*dyn))
+    want = np.asarray(fn(*args))
+    if got.dtype != want.dtype or not np.allclose(got, want, rtol=1e-6, atol=1e-9):
+        raise AssertionError(f"{name} n={n} autograph={autograph}: result differs from NumPy")
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            compiled(*dyn)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return {"ops": count_ops(lowered), "lower": lower_s, "compile": compile_s, "run": best}
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def _cell(r, key, scale, fmt):
+    return format(r[key] * scale, fmt) if isinstance(r, dict) else r
+
+
+def _ratio(u, c, key):
+    return f"{u[key] / c[key]:.1f}x" if isinstance(u, dict) else "-"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="best of N for lower and run")
+    parser.add_argument("--calls", type=int, default=200, help="calls per timed run round")
+    parser.add_argument("--only", nargs="*", default=None, help="kernel names")
+    args = parser.parse_args(argv)
+    header = (
+        f"{'kernel':<21} {'n':>3} {'ops unr':>8} {'ops conv':>8} "
+        f"{'lower ms unr':>12} {'conv':>7} {'ratio':>6} "
+        f"{'compile ms unr':>14} {'conv':>7} {'ratio':>6} "
+        f"{'run us unr':>10} {'conv':>8} {'ratio':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name in args.only or KERNELS:
+        for n in SIZES[name]:
+            u = measure(name, n, False, args.rounds, args.calls)
+            c = measure(name, n, True, args.rounds, args.calls)
+            print(
+                f"{name:<21} {n:>3} {_cell(u, 'ops', 1, 'd'):>8} {c['ops']:>8} "
+                f"{_cell(u, 'lower', 1e3, '.1f'):>12} {c['lower'] * 1e3:>7.1f} "
+                f"{_ratio(u, c, 'lower'):>6} "
+                f"{_cell(u, 'compile', 1e3, '.0f'):>14} {c['compile'] * 1e3:>7.0f} "
+                f"{_ratio(u, c, 'compile'):>6} "
+                f"{_cell(u, 'run', 1e6, '.1f'):>10} {c['run'] * 1e6:>8.1f} "
+                f"{_ratio(u, c, 'run'):>6}",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

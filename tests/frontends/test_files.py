@@ -429,12 +429,13 @@ def test_sandbox_killed_by_a_signal_without_a_name(fake_compat):
         load_module(TEXT)
 
 
-def test_sandbox_timeout(monkeypatch):
+def test_sandbox_timeout(fake_compat, monkeypatch):
     from aotkit.frontends import files
 
-    monkeypatch.setattr(files, "PROBE_TIMEOUT_S", 0.001)
+    fake_compat("import time\ntime.sleep(600)\n")  # a worker that never answers
+    monkeypatch.setattr(files, "PROBE_TIMEOUT_S", 0.5)
     with pytest.raises(ValueError, match=(
-        where() + r": parsing took longer than 0.001 s; check the file$"
+        where() + r": parsing took longer than 0.5 s; check the file$"
     )):  # fmt: skip
         load_module(TEXT)
 

@@ -54,6 +54,7 @@ EXECUTABLE = "executable"  # the backend's serialized executable (opaque bytes)
 TEXT = "text"  # the backend's final program text, Compiled.as_text() (informational)
 
 RECOMPILE_CHOICES = ("auto", True, False)
+_REWRITE = "the file is not one aotkit wrote, or was changed: write it again"
 _LEGALIZE_CHLO = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
 
 
@@ -64,7 +65,13 @@ _LEAF = "*"
 
 def encode_tree(tree, where: str, what: str) -> object:
     """`tree` (a PyTreeDef) as JSON data; TypeError naming a node that is not a tuple, list,
-    dict with str/int keys or None (`what` says which side: "argument" or "result")."""
+    dict with str/int keys or None. `what` is "argument" (`tree` is the `(args, kwargs)`
+    pair, whose parts are named `args` and `kwargs`) or "result"."""
+
+    def child_path(path: str, node_kind, key, i: int) -> str:
+        if path == "" and what == "argument":
+            return ("args", "kwargs")[i]
+        return f"{path}[{key!r}]" if node_kind is dict else f"{path}[{i}]"
 
     def encode(node, path: str):
         data = node.node_data()
@@ -72,39 +79,37 @@ def encode_tree(tree, where: str, what: str) -> object:
             return _LEAF
         kind, aux = data
         children = node.children()
+        keys = list(aux) if kind is dict else [None] * len(children)
+        label = f"argument {path}" if what == "argument" else f"result{path}"
         if kind is type(None):
             return None
-        if kind is tuple:
-            return {"tuple": [encode(c, f"{path}[{i}]") for i, c in enumerate(children)]}
-        if kind is list:
-            return {"list": [encode(c, f"{path}[{i}]") for i, c in enumerate(children)]}
-        if kind is dict:
+        if kind in (tuple, list, dict):
             items = []
-            for key, child in zip(aux, children, strict=True):
-                if isinstance(key, bool) or not isinstance(key, str | int):
+            for i, (key, child) in enumerate(zip(keys, children, strict=True)):
+                if kind is dict and (isinstance(key, bool) or not isinstance(key, str | int)):
                     raise TypeError(
-                        f"{where}: {what} {path} is a dict with key {key!r} "
-                        f"({type(key).__name__}); artifacts keep dict keys that are str or "
-                        "int: use such keys"
+                        f"{where}: {label} is a dict with key {key!r} ({type(key).__name__}); "
+                        "artifacts keep dict keys that are str or int: use such keys"
                     )
-                items.append([key, encode(child, f"{path}[{key!r}]")])
-            return {"dict": items}
+                encoded = encode(child, child_path(path, kind, key, i))
+                items.append([key, encoded] if kind is dict else encoded)
+            return {kind.__name__: items}
         raise TypeError(
-            f"{where}: {what} {path} is a {kind.__module__}.{kind.__qualname__}, a custom "
-            "pytree node; artifacts keep tuples, lists, dicts (str or int keys) and None: "
-            "pass those instead (e.g. a dict of its fields)"
+            f"{where}: {label} is a {kind.__module__}.{kind.__qualname__}, a custom pytree "
+            "node; artifacts keep tuples, lists, dicts (str or int keys) and None: pass those "
+            "instead (e.g. a dict of its fields)"
         )
 
-    return encode(tree, "args" if what == "argument" else "output")
+    return encode(tree, "")
 
 
-def decode_tree(data, where: str, field: str, fix: str = None):
+def decode_tree(data, where: str, field: str, fix: str | None = None, path: str | None = None):
     """The PyTreeDef written by `encode_tree`; ArtifactError naming `field` otherwise."""
 
     fix = fix or _REWRITE
 
     def bad(detail: str) -> ArtifactError:
-        return ArtifactError(f"{where}: header field {field!r} {detail}; {fix}")
+        return ArtifactError(f"{where}: header field {field!r} {detail}; {fix}", path=path)
 
     def decode(node, depth: int):
         if depth > MAX_TREE_DEPTH:
@@ -135,7 +140,7 @@ def decode_tree(data, where: str, field: str, fix: str = None):
     skeleton = decode(data, 0)
     try:
         return tree_util.tree_structure(skeleton)
-    except TypeError as e:  # dict keys of mixed types do not sort
+    except (TypeError, ValueError) as e:  # dict keys of mixed types do not sort
         raise bad(f"cannot be rebuilt ({e})") from None
 
 
@@ -145,8 +150,6 @@ def _short(value) -> str:
 
 
 # --- the container -------------------------------------------------------------------------
-
-_REWRITE = "the file is not one aotkit wrote, or was changed: write it again"
 
 
 def _sha256(data) -> str:
@@ -346,10 +349,10 @@ def _check_header(header, label: str, where: str, fix: str) -> Artifact:
     donated = field("donated", (list,), "a list of booleans")
     if len(donated) != len(flat["in_specs"]) or not all(isinstance(d, bool) for d in donated):
         raise bad("donated", f"must hold one boolean per input ({len(flat['in_specs'])})")
-    in_tree = decode_tree(field("in_tree", (dict,), "a pytree"), where, "in_tree", fix)
+    in_tree = decode_tree(field("in_tree", (dict,), "a pytree"), where, "in_tree", fix, label)
     if "out_tree" not in header:
         raise bad("out_tree", "is missing")
-    out_tree = decode_tree(header["out_tree"], where, "out_tree", fix)
+    out_tree = decode_tree(header["out_tree"], where, "out_tree", fix, label)
     args_kwargs = tree_util.tree_structure(((0,), {}))
     node = in_tree.node_data()
     children = in_tree.children()
@@ -689,6 +692,11 @@ def parse_portable(artifact: Artifact, place: str):
                     f"{modules.diagnostic(e)}; write the artifact again with this version",
                     path=artifact.label,
                 ) from None
+            if modules.main_function(module) is None:
+                raise ArtifactError(
+                    f"{place}: its portable StableHLO has no @main function; {_REWRITE}",
+                    path=artifact.label,
+                )
         lc.add_constant_bytes(len(data))
     return module, lc
 

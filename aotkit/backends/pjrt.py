@@ -104,12 +104,13 @@ class PjrtBackend(Backend):
         return target
 
     def deserialize(self, data: bytes, *, name, in_specs, out_specs, options=None):
+        data = bytes(data)
         where = f"backend {self.name!r}"
         overrides = check_options(options, f"{where}: deserialize")
         runtime_error = _compat.runtime_error_type()
         try:
             exe = self._client.deserialize_executable(
-                bytes(data),
+                data,
                 _compat.device_list([self._device]),
                 _compat.compile_options(overrides),
             )
@@ -129,7 +130,7 @@ class PjrtBackend(Backend):
                 backend=self.name,
                 module_name=name,
             )
-        return PjrtExecutable(self, name, exe, in_specs, out_specs)
+        return PjrtExecutable(self, name, exe, in_specs, out_specs, serialized=data)
 
     def compile(self, module: ir.Module, options: Mapping[str, object] | None = None):
         where = f"backend {self.name!r}"
@@ -213,8 +214,12 @@ def _aval(spec: ShapeDtype):
 class PjrtExecutable(Executable):
     """A loaded PJRT executable with its per-slot argument transfer closures."""
 
-    def __init__(self, backend: PjrtBackend, name: str, exe, in_specs, out_specs):
+    def __init__(self, backend: PjrtBackend, name: str, exe, in_specs, out_specs, serialized=None):
         self.backend = backend
+        # The bytes a deserialized executable was loaded from: jaxlib 0.10.2's CPU client
+        # serializes such an executable without its object code (it loads, then fails with
+        # "NOT_FOUND: Function ..._kernel not found" when run), so these are saved instead.
+        self._serialized = serialized
         self.name = name
         self.in_specs = tuple(in_specs)
         self.out_specs = tuple(out_specs)
@@ -412,6 +417,8 @@ class PjrtExecutable(Executable):
         return self._exe
 
     def serialize(self) -> bytes | None:
+        if self._serialized is not None:
+            return self._serialized
         try:
             return bytes(self._exe.serialize())
         except Exception:  # a plugin without executable serialization: portable only

@@ -755,3 +755,164 @@ def test_corrupt_files_never_end_the_process(corrupted, tmp_path):
         if name == "other-platform":
             expected = "loaded"
         assert seen[(name, "load_module")] == expected, name
+
+
+# --- the CLI: compile -o F.aotx, run F.aotx, inspect ---------------------------------------
+
+USER = """
+import aotkit.numpy as anp
+
+def affine(x, w, b):
+    return anp.tanh(x @ w + b)
+"""
+
+
+@pytest.fixture
+def run_cli(capsys):
+    from aotkit import cli
+
+    def run(*argv):
+        code = cli.main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture
+def cli_artifact(tmp_path, run_cli):
+    user = tmp_path / "user.py"
+    user.write_text(USER)
+    dest = tmp_path / "affine.aotx"
+    code, out, err = run_cli(
+        "compile", f"{user}:affine", "--shapes", "f32[2,3]", "f32[3,4]", "f32[4]", "-o", dest
+    )
+    assert (code, out) == (0, ""), err
+    rng = _rng()
+    inputs = []
+    for name, shape in (("x", (2, 3)), ("w", (3, 4)), ("b", (4,))):
+        path = tmp_path / f"{name}.npy"
+        np.save(path, rng.standard_normal(shape).astype(np.float32))
+        inputs.append(path)
+    return user, dest, inputs
+
+
+def test_cli_compile_writes_an_artifact_by_its_suffix(cli_artifact, run_cli, tmp_path):
+    user, dest, _ = cli_artifact
+    assert artifacts.is_artifact(dest.read_bytes())
+    art = artifacts.unpack(dest.read_bytes())
+    assert art.name == "affine" and [str(s) for s in art.in_specs] == [
+        "f32[2,3]",
+        "f32[3,4]",
+        "f32[4]",
+    ]
+    shapes = ("--shapes", "f32[2,3]", "f32[3,4]", "f32[4]")
+    explicit = tmp_path / "affine.bin"
+    assert (
+        run_cli("compile", f"{user}:affine", *shapes, "--emit", "artifact", "-o", explicit)[0] == 0
+    )
+    assert artifacts.unpack(explicit.read_bytes()).header["in_specs"] == art.header["in_specs"]
+    hlo = tmp_path / "text.aotx"
+    assert run_cli("compile", f"{user}:affine", *shapes, "--emit", "hlo", "-o", hlo)[0] == 0
+    assert hlo.read_text().startswith("HloModule")
+
+
+def test_cli_run_of_an_artifact_matches_the_function(cli_artifact, run_cli):
+    user, dest, inputs = cli_artifact
+    code, from_artifact, err = run_cli("run", dest, "--inputs", *inputs)
+    assert code == 0, err
+    assert re.fullmatch(r"aotkit run: load \S+ m?s, run \S+ m?s\n", err)
+    code, from_function, _ = run_cli("run", f"{user}:affine", "--inputs", *inputs)
+    assert from_artifact == from_function
+    code, _, err = run_cli("run", dest, "--inputs", *inputs, "-v")
+    assert f"aotkit: loaded artifact {dest} in " in err
+    assert ": its executable loaded as it is (no compile)\n" in err
+    code, out, err = run_cli("run", dest, "--inputs", *inputs, "-v", "--backend", "interpreter")
+    assert code == 0 and ": compiled from its portable StableHLO\n" in err
+    assert out.splitlines()[0] == "out: f32[2,4]"
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (("--shapes", "f32[2,3]"), "--shapes and --static"),
+        (("--static", "n=3"), "--shapes and --static"),
+        (("--pipeline", "none"), "--pipeline"),
+        (("--print-ir-after-all",), "--dump-dir and --print-ir-after-all"),
+    ],
+)
+def test_cli_flags_that_do_not_apply_to_artifacts(cli_artifact, run_cli, flags, named):
+    _, dest, _ = cli_artifact
+    code, out, err = run_cli("run", dest, *flags)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"aotkit run: error: {dest} is an AOT artifact, compiled already (its signature and "
+        f"pipeline are fixed); drop {named}\n"
+    )
+
+
+def test_cli_compile_of_an_artifact_emits_its_analyses(cli_artifact, run_cli):
+    _, dest, _ = cli_artifact
+    code, out, err = run_cli("compile", dest, "--emit", "cost")
+    assert code == 0, err
+    assert "flops" in json.loads(out)
+
+
+def test_cli_inspect(cli_artifact, run_cli, tmp_path):
+    _, dest, _ = cli_artifact
+    code, out, err = run_cli("inspect", dest)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"{dest}: aotkit artifact, format 1, {dest.stat().st_size} bytes"
+    assert lines[1] == "function: affine(f32[2,3], f32[3,4], f32[4]) -> (f32[2,4])"
+    assert '  name: "affine"' in lines
+    assert [line.split()[0] for line in lines if line.endswith("  ok")] == [
+        "stablehlo",
+        "executable",
+        "text",
+    ]
+    assert lines[-1] == "here: backend 'cpu' matches; its executable loads as it is"
+    moved = tmp_path / "moved.aotx"
+    moved.write_bytes(other_target(dest.read_bytes(), runtime="jaxlib 0.9.0"))
+    last = run_cli("inspect", moved)[1].splitlines()[-1]
+    assert last == f"here: recompiles (runtime 'jaxlib 0.9.0' (here 'jaxlib {jaxlib.__version__}'))"
+    broken = tmp_path / "broken.aotx"
+    broken.write_bytes(dest.read_bytes()[:-10])
+    code, out, err = run_cli("inspect", broken)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"aotkit inspect: error: aotkit.load: {broken} is truncated: ")
+
+
+def test_cli_inspect_of_a_module_file(cli_artifact, run_cli, tmp_path):
+    user, _, _ = cli_artifact
+    bc = tmp_path / "affine.mlirbc"
+    shapes = ("--shapes", "f32[2,3]", "f32[3,4]", "f32[4]")
+    assert run_cli("lower", f"{user}:affine", *shapes, "--emit", "bytecode", "-o", bc)[0] == 0
+    code, out, err = run_cli("inspect", bc)
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"{bc}: MLIR bytecode, {bc.stat().st_size} bytes",
+        "function: affine(f32[2,3], f32[3,4], f32[4]) -> (f32[2,4])",
+        "in_tree: PyTreeDef(((*, *, *), {}))",
+        "out_tree: PyTreeDef(*)",
+        "donated arguments: none",
+    ]
+    code, out, err = run_cli("inspect", user)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"aotkit inspect: error: {user} is Python source; inspect takes an artifact (.aotx) "
+        "or a module file (lower a function with `aotkit lower` or `aotkit compile -o F.aotx`)\n"
+    )
+
+
+def test_cli_run_of_an_artifact_in_a_fresh_process(cli_artifact):
+    _, dest, inputs = cli_artifact
+    proc = subprocess.run(
+        [sys.executable, "-m", "aotkit", "run", str(dest), "--inputs", *map(str, inputs), "-q"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("out: f32[2,4]\n") and proc.stderr == ""

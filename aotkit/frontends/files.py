@@ -295,6 +295,7 @@ class _Worker:
         os.set_blocking(self.from_worker, False)
         # Where in the stderr file the current request's messages start.
         self.mark = 0
+        self.served = 0
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -310,6 +311,7 @@ class _Worker:
         except (BrokenPipeError, EOFError):
             raise self._died() from None
         self.mark = os.fstat(self.stderr.fileno()).st_size
+        self.served += 1
         return status, payload
 
     def _wait(self, fd: int, write: bool, deadline: float) -> None:
@@ -384,30 +386,37 @@ _atexit_registered = False
 
 
 def _sandbox_request(kind: str, data: bytes) -> tuple[int, bytes]:
-    """Sends one file to the worker (starting one if needed); (status, payload)."""
+    """Sends one file to the worker (starting one if needed); (status, payload).
+
+    A worker that had served other files and dies on this one may have died before it
+    (killed from outside, say): the file then goes to a fresh worker, and only a fresh
+    worker's death is the file's doing.
+    """
     global _worker, _atexit_registered
     key = (sys.executable, _probe.__file__, _compat.__file__)
     with _worker_lock:
-        worker = _worker
-        if worker is not None and worker.owner != os.getpid():
-            worker = None  # a forked child: the parent's worker is not ours to talk to
-        if worker is not None and (worker.key != key or not worker.alive()):
-            worker.close()
-            worker = None
-        if worker is None:
-            worker = _worker = _Worker(key)
-            if not _atexit_registered:
-                atexit.register(_shutdown)
-                _atexit_registered = True
-        try:
-            return worker.request(kind, data, PROBE_TIMEOUT_S)
-        except _Timeout:
-            worker.close()
-            _worker = None
-            raise
-        except _WorkerDied:
-            _worker = None
-            raise
+        while True:
+            worker = _worker
+            if worker is not None and worker.owner != os.getpid():
+                worker = None  # a forked child: the parent's worker is not ours to talk to
+            if worker is not None and (worker.key != key or not worker.alive()):
+                worker.close()
+                worker = None
+            if worker is None:
+                worker = _worker = _Worker(key)
+                if not _atexit_registered:
+                    atexit.register(_shutdown)
+                    _atexit_registered = True
+            try:
+                return worker.request(kind, data, PROBE_TIMEOUT_S)
+            except _Timeout:
+                worker.close()
+                _worker = None
+                raise
+            except _WorkerDied:
+                _worker = None
+                if worker.served == 0:
+                    raise
 
 
 def _shutdown() -> None:

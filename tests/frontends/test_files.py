@@ -12,6 +12,7 @@ import pickle
 import re
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -576,3 +577,48 @@ def test_example_and_its_jax_export_run_alike(tmp_path, capsys):
     assert cli.main(["run", str(artifact), "-q"]) == 0
     assert capsys.readouterr().out == from_python
     assert from_python.startswith("out: f32[8,3]\n")
+
+
+# --- the sandbox worker: one per process, replaced when it dies, ended at exit ---------------
+
+
+def worker_pid() -> int:
+    from aotkit.frontends import files
+
+    return files._worker.proc.pid
+
+
+def test_one_worker_serves_every_file(files):
+    load_module(TEXT)
+    pid = worker_pid()
+    load_module(files / "model.mlirbc")
+    load_module(files / "model.vhlo")
+    assert worker_pid() == pid
+
+
+def test_a_dead_worker_is_replaced(files):
+    import os
+    import signal
+
+    load_module(TEXT)
+    pid = worker_pid()
+    os.kill(pid, signal.SIGKILL)
+    lowered = load_module(files / "model.mlirbc")
+    assert lowered.in_specs
+    assert worker_pid() != pid
+
+
+def test_the_worker_ends_with_its_process(tmp_path):
+    code = (
+        "import aotkit\n"
+        "from aotkit.frontends import files\n"
+        f"aotkit.load_module({TEXT!r})\n"
+        "print(files._worker.proc.pid)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    pid = int(proc.stdout)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()

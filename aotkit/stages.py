@@ -363,10 +363,8 @@ class CacheInfo(NamedTuple):
     """Counters of one function's caches, shared by every `jit` of that function.
 
     `traces` counts every trace (a `jit(f).trace(...)` too), `lowerings` the traces lowered
-    into a cached `Lowered`, `compiles` the compile steps; `hits` and `misses` count the
-    lookups of the lowering and compile caches. `persistent_hits` counts the compile steps
-    that loaded their executable from the persistent cache (aotkit/cache.py) instead of
-    running the backend's compiler.
+    into a cached `Lowered`, `compiles` the backend compiles; `hits` and `misses` count the
+    lookups of the lowering and compile caches.
     """
 
     traces: int
@@ -374,6 +372,8 @@ class CacheInfo(NamedTuple):
     compiles: int
     hits: int
     misses: int
+    # The compiles (counted in `compiles` too) that loaded their executable from the
+    # persistent cache (aotkit/cache.py) instead of running the backend's compiler.
     persistent_hits: int = 0
 
 

@@ -170,23 +170,6 @@ class PjrtBackend(Backend):
         return PjrtExecutable(self, name, exe, in_specs, out_specs)
 
 
-@functools.cache
-def _host_cpu() -> str:
-    """The host's architecture and a digest of its CPU feature flags (Linux), or its
-    processor string elsewhere: XLA's CPU code uses the host's instruction set."""
-    machine = platform.machine() or "unknown"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    features = " ".join(sorted(value.split()))
-                    return f"{machine} {hashlib.sha256(features.encode()).hexdigest()[:16]}"
-    except OSError:
-        pass
-    return f"{machine} {platform.processor()}".strip()
-
-
 _avals: dict[ShapeDtype, object] = {}
 _PYTHON_SCALARS = frozenset((bool, int, float, complex))
 # The dtype jaxlib's C++ transfer gives a Python scalar, indexed by x64 mode.
@@ -423,3 +406,20 @@ class PjrtExecutable(Executable):
             return bytes(self._exe.serialize())
         except Exception:  # a plugin without executable serialization: portable only
             return None
+
+
+@functools.cache
+def _host_cpu() -> str:
+    """The host's architecture and a digest of its CPU feature flags (Linux), or its
+    processor string elsewhere: XLA's CPU code uses the host's instruction set."""
+    machine = platform.machine() or "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    features = " ".join(sorted(value.split()))
+                    return f"{machine} {hashlib.sha256(features.encode()).hexdigest()[:16]}"
+    except OSError:
+        pass
+    return f"{machine} {platform.processor()}".strip()

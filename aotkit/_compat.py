@@ -9,6 +9,8 @@ by path in a sandbox process that must start without importing aotkit.
 
 from __future__ import annotations
 
+import threading
+
 from jaxlib.mlir import ir
 from jaxlib.mlir._mlir_libs import _jax_mlir_ext
 
@@ -39,6 +41,35 @@ def make_context() -> ir.Context:
     sdy.register_dialect(ctx)
     stablehlo.register_stablehlo_passes()
     return ctx
+
+
+_lapack_lock = threading.Lock()
+_lapack_registered = False
+
+
+def register_lapack_targets() -> None:
+    """Makes jaxlib's LAPACK custom-call targets (`lapack_spotrf_ffi`, ...) runnable on CPU.
+
+    Loads the LAPACK kernels (jaxlib takes them from SciPy, ~0.1 s once) and registers every
+    target jaxlib provides with XLA's CPU custom-call registry, as `jax._src.lax.linalg`
+    does when JAX lowers a linalg op. Without the first step, running such a call crashes
+    the process. Idempotent and thread-safe; call it before compiling a module that uses
+    them (the `cpu` backend does).
+    """
+    global _lapack_registered
+    if _lapack_registered:
+        return
+    with _lapack_lock:
+        if _lapack_registered:
+            return
+        from jaxlib import lapack
+        from jaxlib import xla_client as xc
+
+        lapack._lapack.initialize()
+        for platform, targets in lapack.registrations().items():
+            for name, fn, api_version in targets:
+                xc.register_custom_call_target(name, fn, platform, api_version)
+        _lapack_registered = True
 
 
 def xla_client():

@@ -187,6 +187,28 @@ def test_donated_argument_errors_are_the_originals(round_trip):
     )
 
 
+def test_lapack_custom_calls_run_after_a_fresh_load(tmp_path):
+    import jax.numpy as jnp
+
+    compiled = (
+        aotkit.jit(lambda a: jnp.linalg.inv(a), frontend="jax")
+        .lower(aotkit.spec("f32[3,3]"))
+        .compile()
+    )
+    assert b"lapack_" in compiled._executable.serialize()
+    compiled.save(tmp_path / "inv.aotx")
+    a = (np.eye(3) * 2 + np.triu(np.ones((3, 3)), 1)).astype(np.float32)
+    plan = {
+        "inv": {
+            "artifact": str(tmp_path / "inv.aotx"),
+            "args": artifact_child.encode((a,)),
+            "kwargs": artifact_child.encode({}),
+        }
+    }
+    got = run_child(plan, tmp_path)  # a crash would fail run_child's exit status check
+    np.testing.assert_array_equal(artifact_child.decode(got["inv"]["out"]), np.asarray(compiled(a)))
+
+
 def test_loading_imports_neither_the_tracer_nor_the_passes(round_trip):
     _, results = round_trip
     loaded = set(results["modules"])

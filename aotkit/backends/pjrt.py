@@ -107,6 +107,11 @@ class PjrtBackend(Backend):
         data = bytes(data)
         where = f"backend {self.name!r}"
         overrides = check_options(options, f"{where}: deserialize")
+        if self.platform == "cpu" and b"lapack_" in data:
+            # An executable with LAPACK custom calls (JAX's linalg, say) crashes the process
+            # when run unless jaxlib's LAPACK targets are registered; in a fresh process
+            # nothing has registered them. The name in the bytes over-approximates.
+            _compat.register_lapack_targets()
         runtime_error = _compat.runtime_error_type()
         try:
             exe = self._client.deserialize_executable(
@@ -148,10 +153,16 @@ class PjrtBackend(Backend):
                     backend=self.name,
                     module_name=name,
                 ) from e
+        data = modules.bytecode(module)
+        if self.platform == "cpu" and b"lapack_" in data:
+            # LAPACK custom calls (aotkit.numpy.linalg, or a JAX module read from a file)
+            # crash XLA's CPU runtime unless jaxlib's LAPACK is loaded first. A substring of
+            # the bytecode is a cheap over-approximation; registering is idempotent.
+            _compat.register_lapack_targets()
         runtime_error = _compat.runtime_error_type()
         try:
             exe = self._client.compile_and_load(
-                modules.bytecode(module),
+                data,
                 _compat.device_list([self._device]),
                 _compat.compile_options(overrides),
             )

@@ -205,8 +205,11 @@ def test_lapack_custom_calls_run_after_a_fresh_load(tmp_path):
             "kwargs": artifact_child.encode({}),
         }
     }
+    plan["recompiled"] = {**plan["inv"], "recompile": True}
     got = run_child(plan, tmp_path)  # a crash would fail run_child's exit status check
-    np.testing.assert_array_equal(artifact_child.decode(got["inv"]["out"]), np.asarray(compiled(a)))
+    for case in ("inv", "recompiled"):
+        out = artifact_child.decode(got[case]["out"])
+        np.testing.assert_array_equal(out, np.asarray(compiled(a)))
 
 
 def test_loading_imports_neither_the_tracer_nor_the_passes(round_trip):

@@ -390,6 +390,8 @@ def _check_header(header, label: str, where: str, fix: str) -> Artifact:
         seen.add(entry["name"])
     if PORTABLE not in seen:
         raise bad("sections", f"has no {PORTABLE!r} section (the portable StableHLO)")
+    if fmt is not None and EXECUTABLE not in seen:
+        raise bad("sections", f"has no {EXECUTABLE!r} section for executable_format {fmt!r}")
     artifact = Artifact(label, header, {}, {})
     artifact.name = header["name"]
     artifact.in_specs = flat["in_specs"]

@@ -707,6 +707,7 @@ def corruptions(data: bytes) -> dict[str, tuple[bytes, str]]:
     table([ok, ok], "lists section 'stablehlo' twice")
     table([{**ok, "name": "text"}], "has no 'stablehlo' section (the portable StableHLO)")
     table([{**ok, "name": str(i)} for i in range(70)], "lists 70 sections (at most 64)")
+    table([ok], "has no 'executable' section for executable_format 'pjrt'")
     return cases
 
 

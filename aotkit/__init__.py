@@ -5,34 +5,72 @@ f = aotkit.jit(lambda x: anp.sqrt(x ** 2) + 1.)
 lowered = f.lower(aotkit.spec("f32[]"))   # print(lowered.as_text()): StableHLO
 compiled = lowered.compile()              # compiled.as_text(): optimized HLO
 compiled(3.0)                             # 4.0 as float32
+compiled.save("f.aotx"); aotkit.load("f.aotx")(3.0)   # in any process: no trace, no compile
+
+The names below are imported on first use: `import aotkit` followed by `aotkit.load(...)`
+loads the artifact reader and the backend, not the tracer, the op families or the passes
+(which take most of the import time); `aotkit.jit`, `aotkit.numpy` and the rest import them
+when first touched.
 """
 
 from __future__ import annotations
 
+import importlib as _importlib
 import os as _os
 
 # As `import jax` does, before jaxlib's C++ starts: without it every first compile prints
 # jaxlib's INFO lines ("PjRt-IFRT device count ...") to the user's stderr.
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from aotkit import (
-    autograph,
-    backends,
-    config,
-    lax,
-    nn,
-    numpy,  # noqa: F401  (registers every op family)
-    random,
-)
-from aotkit.compiled import Compiled
-from aotkit.errors import CompileError
-from aotkit.lax import cond, fori_loop, scan, switch, while_loop
-from aotkit.specs import ShapeDtype, spec
-from aotkit.stages import CacheInfo, Jitted, Lowered, jit, load_module, lower
-from aotkit.traced import Traced
+from aotkit.errors import ArtifactError, CompileError  # noqa: E402
 
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it, imported on first access.
+_LAZY = {
+    "CacheInfo": "aotkit.stages",
+    "Jitted": "aotkit.stages",
+    "Lowered": "aotkit.stages",
+    "jit": "aotkit.stages",
+    "load_module": "aotkit.stages",
+    "lower": "aotkit.stages",
+    "Compiled": "aotkit.compiled",
+    "Traced": "aotkit.traced",
+    "ShapeDtype": "aotkit.specs",
+    "spec": "aotkit.specs",
+    "load": "aotkit.artifacts",
+    "cond": "aotkit.lax",
+    "fori_loop": "aotkit.lax",
+    "scan": "aotkit.lax",
+    "switch": "aotkit.lax",
+    "while_loop": "aotkit.lax",
+}
+_SUBMODULES = frozenset(
+    """
+    artifacts autograph backends cache cli compiled config dtypes dumps errors frontends lax
+    lowering modules nn numpy passes random specs stages traced
+    """.split()
+)
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(_importlib.import_module(module), name)
+    elif name in _SUBMODULES:
+        value = _importlib.import_module(f"aotkit.{name}")
+    else:
+        raise AttributeError(f"module 'aotkit' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
+
+
 __all__ = [
+    "ArtifactError",
     "CacheInfo",
     "Compiled",
     "CompileError",
@@ -42,11 +80,13 @@ __all__ = [
     "Traced",
     "autograph",
     "backends",
+    "cache",
     "cond",
     "config",
     "fori_loop",
     "jit",
     "lax",
+    "load",
     "load_module",
     "lower",
     "nn",

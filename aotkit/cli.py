@@ -1,4 +1,4 @@
-"""The command line: `aotkit lower | compile | run | opt | backends`.
+"""The command line: `aotkit lower | compile | run | opt | inspect | backends`.
 
 Not a stage of its own: every command is a thin shell over the staged API (`lower`,
 `Lowered.compile`, the pass pipeline, the backends registry), so what the CLI prints for a
@@ -42,7 +42,8 @@ PROGRESS_AFTER_S = 1.0
 _PROGRESS_EVERY_S = 0.25
 
 IR_EMITS = ("stablehlo", "bytecode", "portable")
-COMPILE_EMITS = ("hlo", "cost", "memory")
+COMPILE_EMITS = ("hlo", "cost", "memory", "artifact")
+ARTIFACT_SUFFIX = ".aotx"
 
 
 class UserError(Exception):
@@ -561,8 +562,16 @@ def _check_pipeline(args) -> None:
 
 def cmd_compile(args) -> int:
     _check_pipeline(args)
-    lowered = _lower_target(args)
-    compiled = _compile(args, lowered)
+    if args.emit is None:
+        suffix = args.output is not None and args.output.endswith(ARTIFACT_SUFFIX)
+        args.emit = "artifact" if suffix else "hlo"
+    compiled = _load_artifact_target(args)
+    if compiled is None:
+        lowered = _lower_target(args)
+        compiled = _compile(args, lowered)
+    if args.emit == "artifact":
+        _write_bytes(args.output, compiled.serialize(), args.emit)
+        return EXIT_OK
     if args.emit == "hlo":
         _write_text(args.output, compiled.as_text())
         return EXIT_OK
@@ -589,7 +598,56 @@ def _compile(args, lowered):
         start = time.perf_counter()
         compiled = lowered.compile(backend=args.backend)
     args.compile_seconds = time.perf_counter() - start
-    _say(args, f"compiled {lowered.name} in {_ms(args.compile_seconds)}")
+    how = ""
+    if compiled.origin == "persistent cache":
+        how = " (executable loaded from the persistent cache, not compiled)"
+    elif compiled.origin == "compiled":
+        from aotkit import cache
+
+        state = "the persistent cache is off" if cache.directory() is None else "not cached yet"
+        how = f" (compiled by the backend: {state})"
+    _say(args, f"compiled {lowered.name} in {_ms(args.compile_seconds)}{how}")
+    return compiled
+
+
+def _is_artifact_file(target: str) -> bool:
+    """Whether `target` is a file that starts with the artifact magic."""
+    if _is_python_target(target):
+        return False
+    from aotkit import artifacts
+
+    try:
+        with open(target, "rb") as f:
+            return artifacts.is_artifact(f.read(len(artifacts.MAGIC)))
+    except OSError:
+        return False
+
+
+def _load_artifact_target(args):
+    """The `Compiled` of an artifact target (`aotkit.load`), or None for other targets."""
+    if not _is_artifact_file(args.target):
+        return None
+    from aotkit import artifacts
+
+    for flag, given in (
+        ("--shapes and --static", args.shapes is not None or args.static),
+        ("--pipeline", args.pipeline is not None),
+        ("--dump-dir and --print-ir-after-all", args.dump_dir or args.print_ir_after_all),
+    ):
+        if given:
+            raise UserError(
+                f"{args.target} is an AOT artifact, compiled already (its signature and "
+                f"pipeline are fixed); drop {flag}"
+            )
+    with _progress(args, f"loading {args.target}"):
+        start = time.perf_counter()
+        compiled = artifacts.load(args.target, backend=args.backend)
+        args.front_seconds = ("load", time.perf_counter() - start)
+    how = {
+        "artifact": "its executable loaded as it is (no compile)",
+        "recompiled": "compiled from its portable StableHLO",
+    }[compiled.origin]
+    _say(args, f"loaded artifact {args.target} in {_ms(args.front_seconds[1])}: {how}")
     return compiled
 
 
@@ -655,7 +713,8 @@ def cmd_run(args) -> int:
         _check_inputs(inputs, specs, args.inputs, "--shapes gave")
     if inputs is not None and specs is None and _is_python_target(args.target):
         specs = [spec_of(x) for x in inputs]
-    lowered = _lower_target(args, specs)
+    loaded = _load_artifact_target(args)
+    lowered = loaded if loaded is not None else _lower_target(args, specs)
     flat_specs = lowered.flat_in_specs
     if inputs is None:
         rng = np.random.default_rng(args.seed)
@@ -664,7 +723,7 @@ def cmd_run(args) -> int:
     else:
         _check_inputs(inputs, flat_specs, args.inputs, f"{lowered.name} takes")
         leaves = inputs
-    compiled = _compile(args, lowered)
+    compiled = loaded if loaded is not None else _compile(args, lowered)
     call_args, call_kwargs = tree_util.tree_unflatten(lowered.in_tree, leaves)
     times = []
     for _ in range(args.repeat):
@@ -678,10 +737,10 @@ def cmd_run(args) -> int:
     sys.stdout.flush()
     if not args.quiet:
         best = f"best of {args.repeat}: " if args.repeat > 1 else ""
+        compile_time = "" if loaded is not None else f"compile {_ms(args.compile_seconds)}, "
         sys.stderr.write(
             f"aotkit run: {args.front_seconds[0]} {_ms(args.front_seconds[1])}, "
-            f"compile {_ms(args.compile_seconds)}, "
-            f"run {best}{_ms(min(times))}\n"
+            f"{compile_time}run {best}{_ms(min(times))}\n"
         )
     return EXIT_OK
 
@@ -697,6 +756,44 @@ def _block(out) -> None:
 
 def _format_array(x: np.ndarray) -> str:
     return np.array2string(x, threshold=64, edgeitems=3, max_line_width=100)
+
+
+def cmd_inspect(args) -> int:
+    """Prints an artifact's header, sections and checksum status, or the signature that
+    `aotkit.load_module` reads from a module file."""
+    from aotkit import artifacts
+
+    if _is_artifact_file(args.target):
+        data, label = artifacts.read(args.target, "aotkit inspect")
+        _write_text(None, artifacts.describe(data, label))
+        return EXIT_OK
+    if _is_python_target(args.target):
+        raise UserError(
+            f"{args.target} is Python source; inspect takes an artifact (.aotx) or a module "
+            "file (lower a function with `aotkit lower` or `aotkit compile -o F.aotx`)"
+        )
+    from aotkit.frontends import files
+
+    with _progress(args, f"reading {args.target}"):
+        data, label = files._read(args.target)
+        kind = files.sniff(data, label)
+        traced = files.read_module(data, name=None)
+    kinds = {
+        "text": "StableHLO MLIR text",
+        "bytecode": "MLIR bytecode",
+        "portable": f"a StableHLO portable artifact ({files.bytecode_producer(data)})",
+        "jax.export": "a jax.export artifact",
+    }
+    donated = [i for i, d in enumerate(traced.donated) if d]
+    lines = [
+        f"{label}: {kinds[kind]}, {len(data)} bytes",
+        f"function: {traced._signature_text()}",
+        f"in_tree: {traced.in_tree}",
+        f"out_tree: {traced.out_tree}",
+        f"donated arguments: {', '.join(map(str, donated)) or 'none'}",
+    ]
+    _write_text(None, "\n".join(lines))
+    return EXIT_OK
 
 
 def cmd_backends(args) -> int:
@@ -728,7 +825,7 @@ def _add_common_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_target_args(p: argparse.ArgumentParser, *, files: bool) -> None:
-    what = "FILE.py:FN, or a StableHLO module file" if files else "FILE.py:FN"
+    what = "FILE.py:FN, a StableHLO module file or an artifact (.aotx)" if files else "FILE.py:FN"
     p.add_argument(
         "target",
         metavar="TARGET",
@@ -819,7 +916,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(p, files=True)
     _add_pipeline_args(p)
     _add_backend_arg(p)
-    p.add_argument("--emit", choices=COMPILE_EMITS, default="hlo", help="output form")
+    p.add_argument(
+        "--emit",
+        choices=COMPILE_EMITS,
+        help="output form: optimized HLO, cost or memory JSON, or an AOT artifact that "
+        "`aotkit run` and aotkit.load run without compiling (default: artifact when -o ends "
+        "in .aotx, else hlo)",
+    )
     p.add_argument("-o", "--output", metavar="PATH", help="write here ('-' = stdout, default)")
     _add_common_args(p)
     p.set_defaults(func=cmd_compile)
@@ -846,6 +949,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ir_output_args(p)
     _add_common_args(p)
     p.set_defaults(func=cmd_opt)
+
+    p = sub.add_parser(
+        "inspect", help="print an artifact's header and checksums, or a module file's signature"
+    )
+    p.add_argument("target", metavar="FILE", help="an artifact (.aotx) or a module file")
+    _add_common_args(p)
+    p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("backends", help="list backends with platform, version and devices")
     _add_common_args(p)

@@ -25,7 +25,10 @@ class Compiled(Stage):
     """A function compiled by one backend for fixed argument specs; call it like the function.
 
     Immutable, like the other stages. `lowered` is the `Lowered` stage it was compiled from
-    (None for a Compiled loaded from an artifact).
+    (None for a Compiled loaded from an artifact). `options` are the compile options it was
+    compiled with; `origin` says where its executable came from: "compiled" (the backend
+    compiled it), "persistent cache", "artifact" (deserialized by `aotkit.load`) or
+    "recompiled" (`aotkit.load` compiled the artifact's portable StableHLO).
     """
 
     __slots__ = (
@@ -44,9 +47,23 @@ class Compiled(Stage):
         "_unflatten_out",
         "_paths",
         "_call",
+        "options",
+        "origin",
+        "_portable",
     )
 
-    def __init__(self, executable: Executable, *, in_tree, out_tree, donated=(), lowered=None):
+    def __init__(
+        self,
+        executable: Executable,
+        *,
+        in_tree,
+        out_tree,
+        donated=(),
+        lowered=None,
+        options=None,
+        origin: str = "compiled",
+        portable: bytes | None = None,
+    ):
         n_in, n_out = len(executable.in_specs), len(executable.out_specs)
         if in_tree.num_leaves != n_in or out_tree.num_leaves != n_out:
             raise ValueError(
@@ -69,6 +86,11 @@ class Compiled(Stage):
             _single_out=out_tree == tree_util.tree_structure(0),
             _unflatten_out=out_tree.unflatten,
             _paths=None,
+            options=dict(options or {}),
+            origin=origin,
+            # The portable StableHLO of a Compiled loaded from an artifact (it has no
+            # `lowered` to write it from), so that it saves again.
+            _portable=portable,
         )
         # A backend may put a native dispatcher in front of the checked Python call; it
         # falls back to `_python_call` for every argument signature it has not cached.
@@ -158,6 +180,22 @@ class Compiled(Stage):
     def runtime_executable(self):
         """The backend's own executable (a PJRT LoadedExecutable for PJRT backends)."""
         return self._executable.runtime_executable()
+
+    # -- artifacts (aotkit/artifacts.py; the format is docs/artifact-format.md)
+
+    def serialize(self) -> bytes:
+        """This function as an AOT artifact: `aotkit.load(data)` rebuilds it in any process,
+        without the Python function, tracing or (on the same platform and versions)
+        compiling. Pytrees must be tuples, lists, dicts (str or int keys) and None."""
+        from aotkit import artifacts
+
+        return artifacts.serialize(self)
+
+    def save(self, path) -> None:
+        """Writes `serialize()` to `path` (conventionally `NAME.aotx`), atomically."""
+        from aotkit import artifacts
+
+        artifacts.save(self, path)
 
     def __repr__(self) -> str:
         return f"<Compiled {self._signature_text()} on {self.backend.name}>"

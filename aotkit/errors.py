@@ -27,3 +27,26 @@ class InvalidModuleError(RuntimeError):
         super().__init__(message)
         self.module = module
         self.stage = stage
+
+
+class ArtifactError(ValueError):
+    """An AOT artifact or persistent-cache entry that cannot be used as it is.
+
+    Raised for a file that is not an artifact, is truncated or corrupted (a checksum does not
+    match), has a header that does not parse, or was made for another backend or version
+    when recompiling is not allowed. The message names the file and what is wrong; `path` is
+    the file (or `<bytes>`).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class ArtifactWarning(UserWarning):
+    """An artifact is usable only by recompiling it (other platform, version or backend)."""
+
+
+class CacheWarning(UserWarning):
+    """The persistent compilation cache skipped an entry or turned itself off; the program
+    still runs (it compiles instead)."""

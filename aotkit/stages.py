@@ -20,7 +20,8 @@ from typing import NamedTuple
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit import _context, backends, dtypes, dumps, frontends, modules, passes
+from aotkit import _context, backends, dtypes, dumps, frontends, lowering, modules, passes
+from aotkit import cache as persistent_cache
 from aotkit._context import IR_LOCK
 from aotkit.backends.base import Backend
 from aotkit.backends.pjrt import native_dispatcher
@@ -30,6 +31,10 @@ from aotkit.frontends import signature
 from aotkit.lowering import core
 from aotkit.specs import ShapeDtype
 from aotkit.traced import ModuleStage, Traced
+
+# The tracer dispatches plain NumPy calls through the op families' registry: load them all
+# (`import aotkit` alone no longer does; see aotkit/__init__.py).
+lowering.load_families()
 
 # What marks an argument as donated: `tf.aliasing_output = k` pairs it with result k,
 # `jax.buffer_donor` leaves the pairing to XLA.
@@ -387,6 +392,9 @@ class CacheInfo(NamedTuple):
     compiles: int
     hits: int
     misses: int
+    # The compiles (counted in `compiles` too) that loaded their executable from the
+    # persistent cache (aotkit/cache.py) instead of running the backend's compiler.
+    persistent_hits: int = 0
 
 
 class _FunctionCache:
@@ -399,6 +407,7 @@ class _FunctionCache:
         "compiles",
         "hits",
         "misses",
+        "persistent_hits",
         "__weakref__",
     )
 
@@ -407,10 +416,18 @@ class _FunctionCache:
         self.lowered: dict[tuple, Lowered] = {}
         self.compiled: dict[tuple, Compiled] = {}
         self.traces = self.lowerings = self.compiles = self.hits = self.misses = 0
+        self.persistent_hits = 0
 
     def info(self) -> CacheInfo:
         with self.lock:
-            return CacheInfo(self.traces, self.lowerings, self.compiles, self.hits, self.misses)
+            return CacheInfo(
+                self.traces,
+                self.lowerings,
+                self.compiles,
+                self.hits,
+                self.misses,
+                self.persistent_hits,
+            )
 
 
 _function_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -491,18 +508,30 @@ def _options_key(where: str, options) -> tuple:
 
 def _compile_uncached(lowered: Lowered, backend: Backend, options) -> Compiled:
     dumper = lowered._dumper
-    try:
-        executable = backend.compile(lowered._module, options)
-    except CompileError as e:
-        raise CompileError(
-            f"{e}; {dumps.hint(dumper)}", backend=e.backend, module_name=e.module_name
-        ) from e.__cause__
+    # The persistent cache (aotkit/cache.py) first: an executable another process compiled.
+    cache_key = persistent_cache.key(lowered, backend, options)
+    executable = None
+    if cache_key is not None:
+        executable = persistent_cache.get(cache_key, lowered, backend, options)
+    origin = "persistent cache"
+    if executable is None:
+        origin = "compiled"
+        try:
+            executable = backend.compile(lowered._module, options)
+        except CompileError as e:
+            raise CompileError(
+                f"{e}; {dumps.hint(dumper)}", backend=e.backend, module_name=e.module_name
+            ) from e.__cause__
+        if cache_key is not None:
+            persistent_cache.put(cache_key, lowered, executable, options)
     compiled = Compiled(
         executable,
         in_tree=lowered.in_tree,
         out_tree=lowered.out_tree,
         donated=lowered.donated,
         lowered=lowered,
+        options=options,
+        origin=origin,
     )
     if dumper is not None:
         dumper.write("optimized", compiled.as_text(), ext="hlo")
@@ -536,6 +565,8 @@ def compile_lowered(lowered: Lowered, backend=None, options=None) -> Compiled:
         cache.misses += 1
         compiled = _compile_uncached(lowered, target, options)
         cache.compiles += 1
+        if compiled.origin == "persistent cache":
+            cache.persistent_hits += 1
         cache.compiled[key] = compiled
     return compiled
 

@@ -92,12 +92,22 @@ class Executable(abc.ABC):
     def runtime_executable(self):
         """The backend's own executable object."""
 
+    def serialize(self) -> bytes | None:
+        """The backend's own serialized form of this executable (what `Backend.deserialize`
+        reads back, in the format `Backend.executable_format` names), or None when it has
+        none: an artifact then holds only the portable StableHLO, which loading compiles."""
+        return None
+
 
 class Backend(abc.ABC):
     """A compiler plus runtime for StableHLO modules."""
 
     name: str
     platform: str
+    # The format `Executable.serialize` writes ("pjrt" for PJRT's serialized executables),
+    # or None when this backend's executables do not serialize: loading an artifact then
+    # compiles its portable StableHLO, and the persistent cache skips the backend.
+    executable_format: str | None = None
 
     @abc.abstractmethod
     def devices(self) -> list:
@@ -109,6 +119,30 @@ class Backend(abc.ABC):
 
     def info(self) -> BackendInfo:
         return BackendInfo(self.name, self.platform, self.version, len(self.devices()))
+
+    def target(self) -> dict[str, str]:
+        """What this backend's serialized executables are tied to, as strings (backend
+        name, platform, versions, the machine when code is compiled for it). An artifact
+        records it; a backend whose target is equal loads the executable as it is, any
+        other compiles the portable StableHLO instead."""
+        return {"backend": self.name, "platform": self.platform, "version": self.version}
+
+    def deserialize(
+        self,
+        data: bytes,
+        *,
+        name: str,
+        in_specs: tuple[ShapeDtype, ...],
+        out_specs: tuple[ShapeDtype, ...],
+        options: Mapping[str, object] | None = None,
+    ) -> Executable:
+        """Rebuilds an executable from `Executable.serialize()` output of a backend with an
+        equal `target()`. `data` must come from a checked artifact (aotkit/artifacts.py):
+        backends load it as machine code. Failures raise CompileError."""
+        raise NotImplementedError(
+            f"backend {self.name!r} does not load serialized executables "
+            "(executable_format is None); compile the artifact's portable StableHLO"
+        )
 
     @abc.abstractmethod
     def compile(self, module: ir.Module, options: Mapping[str, object] | None = None) -> Executable:

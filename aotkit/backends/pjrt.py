@@ -15,6 +15,9 @@ result handlers.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import platform
 from collections.abc import Mapping
 
 import numpy as np
@@ -65,6 +68,8 @@ def check_options(options: Mapping[str, object] | None, where: str) -> dict[str,
 class PjrtBackend(Backend):
     """A backend over one PJRT client; executables run on its first local device."""
 
+    executable_format = "pjrt"
+
     def __init__(self, name: str, client):
         self.name = name
         self.platform = client.platform
@@ -81,6 +86,56 @@ class PjrtBackend(Backend):
 
     def devices(self) -> list:
         return list(self._client.local_devices())
+
+    def target(self) -> dict[str, str]:
+        """Platform, its version, jaxlib's version and the device kind; on the CPU also the
+        host's instruction set, which XLA compiles for (another CPU may lack it)."""
+        import jaxlib
+
+        target = {
+            "backend": self.name,
+            "platform": self.platform,
+            "platform_version": str(self._client.platform_version),
+            "runtime": f"jaxlib {jaxlib.__version__}",
+            "device_kind": str(getattr(self._device, "device_kind", "")),
+        }
+        if self.platform == "cpu":
+            target["host"] = _host_cpu()
+        return target
+
+    def deserialize(self, data: bytes, *, name, in_specs, out_specs, options=None):
+        data = bytes(data)
+        where = f"backend {self.name!r}"
+        overrides = check_options(options, f"{where}: deserialize")
+        if self.platform == "cpu" and b"lapack_" in data:
+            # An executable with LAPACK custom calls (JAX's linalg, say) crashes the process
+            # when run unless jaxlib's LAPACK targets are registered; in a fresh process
+            # nothing has registered them. The name in the bytes over-approximates.
+            _compat.register_lapack_targets()
+        runtime_error = _compat.runtime_error_type()
+        try:
+            exe = self._client.deserialize_executable(
+                data,
+                _compat.device_list([self._device]),
+                _compat.compile_options(overrides),
+            )
+        except runtime_error as e:
+            raise CompileError(
+                f"{where} could not load the serialized executable of {name!r}: "
+                f"{modules.diagnostic(e)}",
+                backend=self.name,
+                module_name=name,
+            ) from e
+        n_in, n_out = len(exe.get_parameter_layouts()), len(exe.get_output_layouts())
+        if (n_in, n_out) != (len(in_specs), len(out_specs)):
+            raise CompileError(
+                f"{where}: the serialized executable of {name!r} takes {n_in} arguments and "
+                f"returns {n_out} results, but its signature has {len(in_specs)} and "
+                f"{len(out_specs)}",
+                backend=self.name,
+                module_name=name,
+            )
+        return PjrtExecutable(self, name, exe, in_specs, out_specs, serialized=data)
 
     def compile(self, module: ir.Module, options: Mapping[str, object] | None = None):
         where = f"backend {self.name!r}"
@@ -209,8 +264,12 @@ def _aval(spec: ShapeDtype):
 class PjrtExecutable(Executable):
     """A loaded PJRT executable with its per-slot argument transfer closures."""
 
-    def __init__(self, backend: PjrtBackend, name: str, exe, in_specs, out_specs):
+    def __init__(self, backend: PjrtBackend, name: str, exe, in_specs, out_specs, serialized=None):
         self.backend = backend
+        # The bytes a deserialized executable was loaded from: jaxlib 0.10.2's CPU client
+        # serializes such an executable without its object code (it loads, then fails with
+        # "NOT_FOUND: Function ..._kernel not found" when run), so these are saved instead.
+        self._serialized = serialized
         self.name = name
         self.in_specs = tuple(in_specs)
         self.out_specs = tuple(out_specs)
@@ -362,3 +421,28 @@ class PjrtExecutable(Executable):
 
     def runtime_executable(self):
         return self._exe
+
+    def serialize(self) -> bytes | None:
+        if self._serialized is not None:
+            return self._serialized
+        try:
+            return bytes(self._exe.serialize())
+        except Exception:  # a plugin without executable serialization: portable only
+            return None
+
+
+@functools.cache
+def _host_cpu() -> str:
+    """The host's architecture and a digest of its CPU feature flags (Linux), or its
+    processor string elsewhere: XLA's CPU code uses the host's instruction set."""
+    machine = platform.machine() or "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    features = " ".join(sorted(value.split()))
+                    return f"{machine} {hashlib.sha256(features.encode()).hexdigest()[:16]}"
+    except OSError:
+        pass
+    return f"{machine} {platform.processor()}".strip()

@@ -118,8 +118,15 @@ def parse(data: bytes) -> tuple[ir.Module, _context.LoweringContext]:
     return module, lc
 
 
-def adopt(module: ir.Module, *, name: str, where: str) -> Adopted:
-    """Normalizes `module` in place (see the module docstring); ValueError if it cannot run."""
+def adopt(
+    module: ir.Module, *, name: str, where: str, shardy: bool = True, verify: bool = True
+) -> Adopted:
+    """Normalizes `module` in place (see the module docstring); ValueError if it cannot run.
+
+    `shardy=False` says the module mentions no Shardy name (the file sandbox found none), so
+    the walk that strips its annotations is skipped; `verify=False` that the module was just
+    verified (the edits here keep it valid), so the final verification is skipped.
+    """
     with IR_LOCK, _context.of(module) as lc:
         main = modules.main_function(module)
         if main is None:
@@ -135,7 +142,8 @@ def adopt(module: ir.Module, *, name: str, where: str) -> Adopted:
                 f"{where}: the module is partitioned for several devices ({key} = {value}); "
                 "aotkit compiles single-device modules: lower or export for one device"
             )
-        _strip_shardy(module, where)
+        if shardy:
+            _strip_shardy(module, where)
         module.operation.attributes["sym_name"] = ir.StringAttr.get(modules.symbol_name(name))
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
         donated: list[bool] = []
@@ -146,7 +154,8 @@ def adopt(module: ir.Module, *, name: str, where: str) -> Adopted:
             cleaned, _ = _clean_attrs(ir.ArrayAttr(main.attributes["res_attrs"]))
             main.attributes["res_attrs"] = cleaned
         try:
-            module.operation.verify()
+            if verify:
+                module.operation.verify()
         except ir.MLIRError as e:
             raise ValueError(
                 f"{where}: the module does not verify: {modules.diagnostic(e)}; fix the module "

@@ -9,24 +9,33 @@ the file name.
 What it promises: the input signature is `@main`'s (for `jax.export` artifacts, the exported
 function's argument and result pytrees); bad input raises ValueError (or FileNotFoundError)
 naming the file and the formats accepted, and never aborts the process: every MLIR input is
-parsed first in a throwaway subprocess (see `_probe.py`), because jaxlib's bytecode reader
-can crash on corrupt input.
+parsed first in a sandbox worker process (see `_probe.py`, one reusable worker per process),
+because jaxlib's bytecode reader can crash on corrupt input. An aotkit artifact (`.aotx`)
+is the exception: its checksums prove it is the bytes aotkit wrote, so its portable
+StableHLO is parsed here once they match.
 """
 
 from __future__ import annotations
 
+import atexit
+import fcntl
 import os
 import re
+import select
 import signal
+import struct
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 from jax import tree_util
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from aotkit import _compat, dtypes, modules
+from aotkit import _compat, artifacts, dtypes, modules
 from aotkit._context import IR_LOCK
 from aotkit.frontends import _module, _probe
 from aotkit.traced import Traced
@@ -60,18 +69,31 @@ def read_module(source, *, name: str | None = None) -> Traced:
     stem). The `Traced` stage's signature is `@main`'s (a jax.export artifact's pytrees).
     """
     data, label = _read(source)
+    if data.startswith(artifacts.MAGIC):
+        return _from_artifact(data, label, name)
     kind = sniff(data, label)
     if kind == "jax.export":
         return _from_exported(data, label, name)
-    module, lc = parse_untrusted(data, kind, label)
+    module, lc, shardy = parse_untrusted(data, kind, label)
     where = f"load_module: {label}"
     default = modules.sym_name(module) or (Path(label).stem if label != "<bytes>" else "module")
-    adopted = _module.adopt(module, name=name or default, where=where)
+    # The sandbox verified the module, and adopting it keeps it valid.
+    adopted = _module.adopt(module, name=name or default, where=where, shardy=shardy, verify=False)
     n_in, n_out = len(adopted.flat_in_specs), len(adopted.flat_out_specs)
     in_tree = tree_util.tree_structure(((0,) * n_in, {}))
     # One result reads as one array, as it would from the function that produced it.
     out_tree = tree_util.tree_structure(0 if n_out == 1 else (0,) * n_out)
     return _traced(adopted, in_tree, out_tree)
+
+
+def _from_artifact(data: bytes, label: str, name: str | None) -> Traced:
+    """An aotkit artifact's module and pytrees, parsed in this process once its checksums
+    and header check out (it is then the bytes aotkit wrote)."""
+    artifact = artifacts.unpack(data, label, where="load_module")
+    where = f"load_module: {label}"
+    module, _ = artifacts.parse_portable(artifact, where)
+    adopted = _module.adopt(module, name=name or artifact.name, where=where, shardy=False)
+    return _traced(adopted, artifact.in_tree, artifact.out_tree)
 
 
 def _traced(adopted: _module.Adopted, in_tree, out_tree) -> Traced:
@@ -185,7 +207,7 @@ def _looks_like_flatbuffer(data: bytes) -> bool:
 
 def parse_untrusted(data: bytes, kind: str, label: str):
     """Parses MLIR `data` of `kind` into a lowering context, after a sandboxed parse succeeds;
-    returns (module, lowering context)."""
+    returns (module, lowering context, whether it mentions Shardy)."""
     where = f"load_module: {label}"
     valid, corrupt = {
         "text": ("valid MLIR text", "corrupt MLIR text"),
@@ -195,41 +217,214 @@ def parse_untrusted(data: bytes, kind: str, label: str):
             "a corrupt StableHLO portable artifact",
         ),
     }[kind]
-    command = [sys.executable, _probe.__file__, _compat.__file__, kind]
     try:
-        proc = subprocess.run(command, input=data, capture_output=True, timeout=PROBE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+        status, payload = _sandbox_request(kind, data)
+    except _Timeout:
         raise ValueError(
             f"{where}: parsing took longer than {PROBE_TIMEOUT_S:g} s; check the file"
         ) from None
-    message = proc.stderr.decode("utf-8", "backslashreplace")
+    except _WorkerDied as died:
+        if died.returncode > 0 and "Traceback (most recent call last)" in died.message:
+            raise RuntimeError(
+                f"{where}: aotkit's MLIR sandbox process failed ({_last_line(died.message)}); "
+                "please report this"
+            ) from None
+        raise ValueError(
+            f"{where} is {corrupt}: {_crash(died.returncode, died.message)} while reading it "
+            "(in a sandbox process); re-export the file"
+        ) from None
+    if status == 0:
+        module, lc = _module.parse(payload[1:])
+        return module, lc, bool(payload[0] & _probe.FLAG_SHARDY)
+    message = payload.decode("utf-8", "backslashreplace")
     # MLIR verifies while it parses: an op verifier's complaint is not a syntax error.
     first = modules.first_error_line(message)
-    if proc.returncode == _probe.EXIT_PARSE and not _OP_DIAGNOSTIC.search(first):
+    if status == _probe.EXIT_PARSE and not _OP_DIAGNOSTIC.search(first):
         raise ValueError(
             f"{where} is not {valid}: {modules.diagnostic(message)}; expected {FORMATS}"
         )
-    if proc.returncode in (_probe.EXIT_PARSE, _probe.EXIT_VERIFY):
+    if status in (_probe.EXIT_PARSE, _probe.EXIT_VERIFY):
         raise ValueError(
             f"{where}: the module does not verify: {modules.diagnostic(message)}; fix the "
             "module or re-export it"
         )
-    if proc.returncode == _probe.EXIT_STRINGS:
-        raise ValueError(
-            f"{where} is {corrupt}: it holds a name or string attribute that is not UTF-8; "
-            "re-export the file"
+    assert status == _probe.EXIT_STRINGS, status
+    raise ValueError(
+        f"{where} is {corrupt}: it holds a name or string attribute that is not UTF-8; "
+        "re-export the file"
+    )
+
+
+# --- the sandbox worker ------------------------------------------------------------------------
+#
+# One worker process (`_probe.py`) per aotkit process parses every untrusted file, instead of a
+# new process per file (a process start and the bindings' import cost most of a second). It
+# starts on first use, is replaced when it dies (a crash on a corrupt file ends only it) or
+# times out, and is shut down at exit; it also ends by itself when this process does (its
+# stdin closes). Requests are serialized by a lock.
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _WorkerDied(Exception):
+    def __init__(self, returncode: int, message: str):
+        super().__init__(returncode, message)
+        self.returncode = returncode
+        self.message = message
+
+
+class _Worker:
+    """One running `_probe.py` worker with its pipes and its stderr file."""
+
+    def __init__(self, key: tuple[str, str, str]):
+        self.key = key
+        self.owner = os.getpid()
+        # stderr goes to an anonymous file in append mode: the worker's writes land at its
+        # end whatever this process reads, and a crash's last words are kept.
+        self.stderr = tempfile.TemporaryFile()
+        fd = self.stderr.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        self.proc = subprocess.Popen(
+            list(key), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr
         )
-    if proc.returncode > 0 and "Traceback (most recent call last)" in message:
-        raise RuntimeError(
-            f"{where}: aotkit's MLIR sandbox process failed ({_last_line(message)}); please "
-            "report this"
+        self.to_worker = self.proc.stdin.fileno()
+        self.from_worker = self.proc.stdout.fileno()
+        os.set_blocking(self.to_worker, False)
+        os.set_blocking(self.from_worker, False)
+        # Where in the stderr file the current request's messages start.
+        self.mark = 0
+        self.served = 0
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def request(self, kind: str, data: bytes, timeout: float) -> tuple[int, bytes]:
+        deadline = time.monotonic() + timeout
+        frame = _probe.FRAME.pack(_probe.FORMAT_CODES[kind], len(data))
+        try:
+            self._send(frame + data, deadline)
+            head = self._receive(9, deadline)
+            status, size = struct.unpack("<BQ", head)
+            payload = self._receive(size, deadline) if size else b""
+        except (BrokenPipeError, EOFError):
+            raise self._died() from None
+        self.mark = os.fstat(self.stderr.fileno()).st_size
+        self.served += 1
+        return status, payload
+
+    def _wait(self, fd: int, write: bool, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Timeout
+        readable, writable, _ = select.select(
+            [] if write else [fd], [fd] if write else [], [], remaining
         )
-    if proc.returncode != 0:
-        raise ValueError(
-            f"{where} is {corrupt}: {_crash(proc.returncode, message)} while reading it "
-            "(in a sandbox process); re-export the file"
-        )
-    return _module.parse(proc.stdout)
+        if not (readable or writable):
+            raise _Timeout
+
+    def _send(self, data: bytes, deadline: float) -> None:
+        view = memoryview(data)
+        while view:
+            self._wait(self.to_worker, True, deadline)
+            try:
+                view = view[os.write(self.to_worker, view[: 1 << 20]) :]
+            except BlockingIOError:
+                continue
+
+    def _receive(self, n: int, deadline: float) -> bytes:
+        chunks = []
+        while n:
+            self._wait(self.from_worker, False, deadline)
+            try:
+                chunk = os.read(self.from_worker, min(n, 1 << 20))
+            except BlockingIOError:
+                continue
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def _died(self) -> _WorkerDied:
+        try:
+            returncode = self.proc.wait(timeout=PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            returncode = self.proc.returncode
+        fd = self.stderr.fileno()
+        size = os.fstat(fd).st_size
+        message = os.pread(fd, size - self.mark, self.mark).decode("utf-8", "backslashreplace")
+        self.close()
+        return _WorkerDied(returncode, message)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self, wait: float = 0.0) -> None:
+        """Ends the worker (end of input, then a kill after `wait` seconds) and its files."""
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        if wait:
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        self.stderr.close()
+
+
+_worker: _Worker | None = None
+_worker_lock = threading.Lock()
+_atexit_registered = False
+
+
+def _sandbox_request(kind: str, data: bytes) -> tuple[int, bytes]:
+    """Sends one file to the worker (starting one if needed); (status, payload).
+
+    A worker that had served other files and dies on this one may have died before it
+    (killed from outside, say): the file then goes to a fresh worker, and only a fresh
+    worker's death is the file's doing.
+    """
+    global _worker, _atexit_registered
+    key = (sys.executable, _probe.__file__, _compat.__file__)
+    with _worker_lock:
+        while True:
+            worker = _worker
+            if worker is not None and worker.owner != os.getpid():
+                worker = None  # a forked child: the parent's worker is not ours to talk to
+            if worker is not None and (worker.key != key or not worker.alive()):
+                worker.close()
+                worker = None
+            if worker is None:
+                worker = _worker = _Worker(key)
+                if not _atexit_registered:
+                    atexit.register(_shutdown)
+                    _atexit_registered = True
+            try:
+                return worker.request(kind, data, PROBE_TIMEOUT_S)
+            except _Timeout:
+                worker.close()
+                _worker = None
+                raise
+            except _WorkerDied:
+                _worker = None
+                if worker.served == 0:
+                    raise
+
+
+def _shutdown() -> None:
+    global _worker
+    with _worker_lock:
+        if _worker is not None and _worker.owner == os.getpid():
+            _worker.close(wait=2.0)
+        _worker = None
 
 
 def _crash(returncode: int, message: str) -> str:
@@ -254,7 +449,7 @@ def _from_exported(data: bytes, label: str, name: str | None) -> Traced:
     where = f"load_module: {label}"
     exported = _deserialize(data, where)
     _check_exported(exported, where)
-    module, lc = parse_untrusted(
+    module, lc, _ = parse_untrusted(
         bytes(exported.mlir_module_serialized), "portable", f"{label} (its embedded module)"
     )
     kept = tuple(exported.module_kept_var_idx)

@@ -12,6 +12,7 @@ import pickle
 import re
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -429,12 +430,13 @@ def test_sandbox_killed_by_a_signal_without_a_name(fake_compat):
         load_module(TEXT)
 
 
-def test_sandbox_timeout(monkeypatch):
+def test_sandbox_timeout(fake_compat, monkeypatch):
     from aotkit.frontends import files
 
-    monkeypatch.setattr(files, "PROBE_TIMEOUT_S", 0.001)
+    fake_compat("import time\ntime.sleep(600)\n")  # a worker that never answers
+    monkeypatch.setattr(files, "PROBE_TIMEOUT_S", 0.5)
     with pytest.raises(ValueError, match=(
-        where() + r": parsing took longer than 0.001 s; check the file$"
+        where() + r": parsing took longer than 0.5 s; check the file$"
     )):  # fmt: skip
         load_module(TEXT)
 
@@ -575,3 +577,48 @@ def test_example_and_its_jax_export_run_alike(tmp_path, capsys):
     assert cli.main(["run", str(artifact), "-q"]) == 0
     assert capsys.readouterr().out == from_python
     assert from_python.startswith("out: f32[8,3]\n")
+
+
+# --- the sandbox worker: one per process, replaced when it dies, ended at exit ---------------
+
+
+def worker_pid() -> int:
+    from aotkit.frontends import files
+
+    return files._worker.proc.pid
+
+
+def test_one_worker_serves_every_file(files):
+    load_module(TEXT)
+    pid = worker_pid()
+    load_module(files / "model.mlirbc")
+    load_module(files / "model.vhlo")
+    assert worker_pid() == pid
+
+
+def test_a_dead_worker_is_replaced(files):
+    import os
+    import signal
+
+    load_module(TEXT)
+    pid = worker_pid()
+    os.kill(pid, signal.SIGKILL)
+    lowered = load_module(files / "model.mlirbc")
+    assert lowered.in_specs
+    assert worker_pid() != pid
+
+
+def test_the_worker_ends_with_its_process(tmp_path):
+    code = (
+        "import aotkit\n"
+        "from aotkit.frontends import files\n"
+        f"aotkit.load_module({TEXT!r})\n"
+        "print(files._worker.proc.pid)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    pid = int(proc.stdout)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()

@@ -1,0 +1,766 @@
+"""AOT artifacts: a `Compiled` as one file that loads in a fresh process without tracing.
+
+After the compile stage: `Compiled.serialize()` / `Compiled.save(path)` write one container
+(the format is docs/artifact-format.md), `aotkit.load(path_or_bytes)` reads it back into a
+`Compiled` called exactly like the original, built through the same constructor. The
+persistent compilation cache (aotkit/cache.py) stores the same containers.
+
+What it promises:
+- Nothing is pickled or evaluated: the header is JSON checked field by field, pytrees are
+  written as data (tuples, lists, dicts with str or int keys, None, leaves).
+- A file is untrusted until checked: magic, format version, sizes, the header's and every
+  section's SHA-256 and the header's fields are validated before any byte reaches the MLIR
+  or PJRT bindings; anything wrong is an `ArtifactError` naming the file and the fault.
+- The backend executable is an opaque named section plus the backend's `target()` (name,
+  platform, versions): it is loaded as it is only on a backend whose target is equal;
+  otherwise (`recompile="auto"`, with an `ArtifactWarning`) the portable StableHLO section
+  is compiled here. A checksum proves the file is the one written, not that its writer is
+  trusted: an executable is machine code, so load artifacts from sources you trust.
+
+This module imports neither the tracer nor the pass pipeline: loading an artifact costs the
+imports of the backend it runs on, and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+import warnings
+from pathlib import Path
+
+from jax import tree_util
+
+from aotkit import backends
+from aotkit.compiled import Compiled
+from aotkit.errors import ArtifactError, ArtifactWarning, CompileError
+from aotkit.specs import spec
+
+MAGIC = b"\x89AOT\r\n\x1a\n"
+FORMAT_VERSION = 1
+# magic, format version (u32), header length (u32), SHA-256 of the header: little-endian.
+_PREFIX = struct.Struct("<8sII32s")
+PREFIX_SIZE = _PREFIX.size
+MAX_HEADER_BYTES = 16 << 20
+MAX_SECTIONS = 64
+MAX_TREE_DEPTH = 256
+SUFFIX = ".aotx"
+
+# Section names (docs/artifact-format.md). Unknown sections are kept and ignored.
+PORTABLE = "stablehlo"  # the final module as a StableHLO portable artifact (required)
+EXECUTABLE = "executable"  # the backend's serialized executable (opaque bytes)
+TEXT = "text"  # the backend's final program text, Compiled.as_text() (informational)
+
+RECOMPILE_CHOICES = ("auto", True, False)
+_REWRITE = "the file is not one aotkit wrote, or was changed: write it again"
+_LEGALIZE_CHLO = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
+
+
+# --- pytrees as data -----------------------------------------------------------------------
+
+_LEAF = "*"
+
+
+def encode_tree(tree, where: str, what: str) -> object:
+    """`tree` (a PyTreeDef) as JSON data; TypeError naming a node that is not a tuple, list,
+    dict with str/int keys or None. `what` is "argument" (`tree` is the `(args, kwargs)`
+    pair, whose parts are named `args` and `kwargs`) or "result"."""
+
+    def child_path(path: str, node_kind, key, i: int) -> str:
+        if path == "" and what == "argument":
+            return ("args", "kwargs")[i]
+        return f"{path}[{key!r}]" if node_kind is dict else f"{path}[{i}]"
+
+    def encode(node, path: str):
+        data = node.node_data()
+        if data is None:
+            return _LEAF
+        kind, aux = data
+        children = node.children()
+        keys = list(aux) if kind is dict else [None] * len(children)
+        label = f"argument {path}" if what == "argument" else f"result{path}"
+        if kind is type(None):
+            return None
+        if kind in (tuple, list, dict):
+            items = []
+            for i, (key, child) in enumerate(zip(keys, children, strict=True)):
+                if kind is dict and (isinstance(key, bool) or not isinstance(key, str | int)):
+                    raise TypeError(
+                        f"{where}: {label} is a dict with key {key!r} ({type(key).__name__}); "
+                        "artifacts keep dict keys that are str or int: use such keys"
+                    )
+                encoded = encode(child, child_path(path, kind, key, i))
+                items.append([key, encoded] if kind is dict else encoded)
+            return {kind.__name__: items}
+        raise TypeError(
+            f"{where}: {label} is a {kind.__module__}.{kind.__qualname__}, a custom pytree "
+            "node; artifacts keep tuples, lists, dicts (str or int keys) and None: pass those "
+            "instead (e.g. a dict of its fields)"
+        )
+
+    return encode(tree, "")
+
+
+def decode_tree(data, where: str, field: str, fix: str | None = None, path: str | None = None):
+    """The PyTreeDef written by `encode_tree`; ArtifactError naming `field` otherwise."""
+
+    fix = fix or _REWRITE
+
+    def bad(detail: str) -> ArtifactError:
+        return ArtifactError(f"{where}: header field {field!r} {detail}; {fix}", path=path)
+
+    def decode(node, depth: int):
+        if depth > MAX_TREE_DEPTH:
+            raise bad(f"nests deeper than {MAX_TREE_DEPTH} levels")
+        if node == _LEAF:
+            return 0
+        if node is None:
+            return None
+        if isinstance(node, dict) and len(node) == 1:
+            ((kind, items),) = node.items()
+            if kind in ("tuple", "list") and isinstance(items, list):
+                children = [decode(c, depth + 1) for c in items]
+                return tuple(children) if kind == "tuple" else children
+            if kind == "dict" and isinstance(items, list):
+                out = {}
+                for item in items:
+                    if not (isinstance(item, list) and len(item) == 2):
+                        raise bad(f"has a dict entry {_short(item)}, not a [key, subtree] pair")
+                    key, child = item
+                    if isinstance(key, bool) or not isinstance(key, str | int):
+                        raise bad(f"has a dict key {_short(key)} that is not a str or int")
+                    if key in out:
+                        raise bad(f"repeats the dict key {key!r}")
+                    out[key] = decode(child, depth + 1)
+                return out
+        raise bad(f'holds {_short(node)}, which is no pytree node ("*", null, tuple, list, dict)')
+
+    skeleton = decode(data, 0)
+    try:
+        return tree_util.tree_structure(skeleton)
+    except (TypeError, ValueError) as e:  # dict keys of mixed types do not sort
+        raise bad(f"cannot be rebuilt ({e})") from None
+
+
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --- the container -------------------------------------------------------------------------
+
+
+def _sha256(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def pack(header: dict, sections: dict[str, bytes]) -> bytes:
+    """The container bytes of `header` (JSON data, without "sections") and `sections`."""
+    table = [{"name": n, "size": len(d), "sha256": _sha256(d)} for n, d in sections.items()]
+    text = json.dumps({**header, "sections": table}, sort_keys=True, separators=(",", ":"))
+    raw = text.encode("utf-8")
+    prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(raw), hashlib.sha256(raw).digest())
+    return b"".join([prefix, raw, *sections.values()])
+
+
+class Artifact:
+    """A checked container: its header (validated JSON) and its sections (bytes)."""
+
+    __slots__ = (
+        "label",
+        "header",
+        "sections",
+        "section_status",
+        "name",
+        "in_specs",
+        "out_specs",
+        "in_tree",
+        "out_tree",
+        "donated",
+        "options",
+        "target",
+        "executable_format",
+    )
+
+    def __init__(self, label: str, header: dict, sections: dict, status: dict):
+        self.label = label
+        self.header = header
+        self.sections: dict[str, memoryview] = sections
+        # Section name -> "ok" or what is wrong with it (only `inspect` keeps bad ones).
+        self.section_status: dict[str, str] = status
+
+    def section(self, name: str) -> bytes | None:
+        data = self.sections.get(name)
+        return None if data is None else bytes(data)
+
+    def __repr__(self) -> str:
+        return f"<aotkit Artifact {self.name!r} from {self.label}>"
+
+
+def unpack(
+    data, label: str = "<bytes>", *, verify: bool = True, where: str = "aotkit.load", fix=None
+) -> Artifact:
+    """Checks and splits container bytes; ArtifactError naming `label` and the fault.
+
+    With `verify=False` (for `aotkit inspect`) a section whose checksum fails is reported
+    in `section_status` instead of raising; the prefix and header are always checked.
+    Messages read `{where}: {label} ...; {fix}` (`fix` says what to do; default: write the
+    file again).
+    """
+    fix = fix or _REWRITE
+    where = f"{where}: {label}"
+    view = memoryview(data)
+    n = len(view)
+    if bytes(view[: len(MAGIC)]) != MAGIC[:n] or n == 0:
+        raise ArtifactError(
+            f"{where} is not an aotkit artifact (it starts with {bytes(view[:8])!r}, not "
+            f"{MAGIC!r}); pass a file written by Compiled.save or `aotkit compile -o F.aotx`",
+            path=label,
+        )
+    if n < PREFIX_SIZE:
+        raise ArtifactError(
+            f"{where} is truncated: {n} bytes, shorter than the {PREFIX_SIZE}-byte prefix; {fix}",
+            path=label,
+        )
+    _, version, header_size, header_digest = _PREFIX.unpack_from(view, 0)
+    if version != FORMAT_VERSION:
+        newer = version > FORMAT_VERSION
+        raise ArtifactError(
+            f"{where} has artifact format version {version}, "
+            + (
+                f"newer than this aotkit reads ({FORMAT_VERSION}); upgrade aotkit, or write "
+                "the artifact with this version"
+                if newer
+                else f"which no aotkit wrote (this one reads {FORMAT_VERSION}); {fix}"
+            ),
+            path=label,
+        )
+    if header_size > MAX_HEADER_BYTES:
+        raise ArtifactError(
+            f"{where}: header size {header_size} exceeds {MAX_HEADER_BYTES} bytes; {fix}",
+            path=label,
+        )
+    body = PREFIX_SIZE + header_size
+    if n < body:
+        raise ArtifactError(
+            f"{where} is truncated: {n} bytes, but its header ends at byte {body}; {fix}",
+            path=label,
+        )
+    raw = view[PREFIX_SIZE:body]
+    if hashlib.sha256(raw).digest() != header_digest:
+        raise ArtifactError(
+            f"{where}: the header is corrupted (its SHA-256 does not match); {fix}",
+            path=label,
+        )
+    try:
+        header = json.loads(bytes(raw).decode("utf-8"), object_pairs_hook=_unique_keys)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ArtifactError(
+            f"{where}: the header is not valid JSON ({e}); {fix}", path=label
+        ) from None
+    artifact = _check_header(header, label, where, fix)
+    table = header["sections"]
+    total = body + sum(s["size"] for s in table)
+    if n < total:
+        raise ArtifactError(
+            f"{where} is truncated: {n} bytes, but its sections end at byte {total}; {fix}",
+            path=label,
+        )
+    if n > total:
+        raise ArtifactError(
+            f"{where} has {n - total} bytes after its last section (it should end at byte "
+            f"{total}); {fix}",
+            path=label,
+        )
+    offset = body
+    for entry in table:
+        name, size = entry["name"], entry["size"]
+        chunk = view[offset : offset + size]
+        offset += size
+        if _sha256(chunk) == entry["sha256"]:
+            artifact.sections[name] = chunk
+            artifact.section_status[name] = "ok"
+        elif verify:
+            raise ArtifactError(
+                f"{where}: section {name!r} is corrupted (its SHA-256 does not match the "
+                f"header's); {fix}",
+                path=label,
+            )
+        else:
+            artifact.section_status[name] = "CORRUPTED (SHA-256 mismatch)"
+    return artifact
+
+
+def _unique_keys(pairs):
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def _check_header(header, label: str, where: str, fix: str) -> Artifact:
+    """Validates every field aotkit reads; returns the Artifact with them decoded."""
+
+    def bad(field: str, detail: str) -> ArtifactError:
+        return ArtifactError(f"{where}: header field {field!r} {detail}; {fix}", path=label)
+
+    if not isinstance(header, dict):
+        raise ArtifactError(
+            f"{where}: the header is {type(header).__name__} JSON, not an object; {fix}",
+            path=label,
+        )
+
+    def field(name: str, kinds, what: str):
+        if name not in header:
+            raise bad(name, "is missing")
+        value = header[name]
+        if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
+            raise bad(name, f"is {_short(value)}, not {what}")
+        return value
+
+    def strings(name: str, value) -> None:
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise bad(name, "must map strings to strings")
+
+    for name in ("aotkit", "jaxlib", "stablehlo", "name"):
+        field(name, (str,), "a string")
+    target = field("target", (dict,), "an object")
+    strings("target", target)
+    if not isinstance(target.get("backend"), str):
+        raise bad("target", "has no backend name")
+    fmt = header.get("executable_format")
+    if fmt is not None and not isinstance(fmt, str):
+        raise bad("executable_format", f"is {_short(fmt)}, not a string or null")
+    options = field("options", (dict,), "an object")
+    for key, value in options.items():
+        if not isinstance(value, bool | int | float | str):
+            raise bad("options", f"has {key!r} = {_short(value)}, not a bool, number or string")
+    flat = {}
+    for name in ("in_specs", "out_specs"):
+        texts = field(name, (list,), "a list of specs")
+        try:
+            flat[name] = tuple(spec(t) for t in texts)
+        except (TypeError, ValueError) as e:
+            raise bad(name, f"holds a bad spec ({e})") from None
+    donated = field("donated", (list,), "a list of booleans")
+    if len(donated) != len(flat["in_specs"]) or not all(isinstance(d, bool) for d in donated):
+        raise bad("donated", f"must hold one boolean per input ({len(flat['in_specs'])})")
+    in_tree = decode_tree(field("in_tree", (dict,), "a pytree"), where, "in_tree", fix, label)
+    if "out_tree" not in header:
+        raise bad("out_tree", "is missing")
+    out_tree = decode_tree(header["out_tree"], where, "out_tree", fix, label)
+    args_kwargs = tree_util.tree_structure(((0,), {}))
+    node = in_tree.node_data()
+    children = in_tree.children()
+    if (
+        node is None
+        or node[0] is not tuple
+        or len(children) != 2
+        or (children[0].node_data() or (None,))[0] is not tuple
+        or (children[1].node_data() or (None,))[0] is not dict
+    ):
+        raise bad("in_tree", f"must be an (args tuple, kwargs dict) pair like {args_kwargs}")
+    for name, tree, specs in (
+        ("in_tree", in_tree, flat["in_specs"]),
+        ("out_tree", out_tree, flat["out_specs"]),
+    ):
+        if tree.num_leaves != len(specs):
+            raise bad(name, f"has {tree.num_leaves} leaves but there are {len(specs)} specs")
+    table = field("sections", (list,), "a list")
+    if len(table) > MAX_SECTIONS:
+        raise bad("sections", f"lists {len(table)} sections (at most {MAX_SECTIONS})")
+    seen = set()
+    for entry in table:
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("name"), str)
+            and isinstance(entry.get("size"), int)
+            and not isinstance(entry.get("size"), bool)
+            and entry["size"] >= 0
+            and isinstance(entry.get("sha256"), str)
+            and len(entry["sha256"]) == 64
+        ):
+            raise bad("sections", f"has an entry {_short(entry)} without name, size, sha256")
+        if entry["name"] in seen:
+            raise bad("sections", f"lists section {entry['name']!r} twice")
+        seen.add(entry["name"])
+    if PORTABLE not in seen:
+        raise bad("sections", f"has no {PORTABLE!r} section (the portable StableHLO)")
+    if fmt is not None and EXECUTABLE not in seen:
+        raise bad("sections", f"has no {EXECUTABLE!r} section for executable_format {fmt!r}")
+    artifact = Artifact(label, header, {}, {})
+    artifact.name = header["name"]
+    artifact.in_specs = flat["in_specs"]
+    artifact.out_specs = flat["out_specs"]
+    artifact.in_tree = in_tree
+    artifact.out_tree = out_tree
+    artifact.donated = tuple(donated)
+    artifact.options = dict(options)
+    artifact.target = dict(target)
+    artifact.executable_format = fmt
+    return artifact
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def portable_artifact(lowered) -> bytes:
+    """The final module of `lowered` as a StableHLO portable artifact. A module the pipeline
+    "none" left with CHLO ops in it is written after legalizing CHLO in a copy (the same
+    rewrite the backends do first)."""
+    try:
+        return lowered.as_portable_artifact()
+    except ValueError:
+        pass
+    from jaxlib.mlir import ir, passmanager
+
+    from aotkit import modules
+    from aotkit._context import IR_LOCK
+
+    with IR_LOCK, lowered._lc:
+        module = ir.Module.parse(modules.bytecode(lowered._module))
+        passmanager.PassManager.parse(_LEGALIZE_CHLO).run(module.operation)
+    return modules.portable_artifact(module)
+
+
+def _versions() -> dict[str, str]:
+    import jaxlib
+    from jaxlib.mlir.dialects import stablehlo
+
+    import aotkit
+
+    return {
+        "aotkit": aotkit.__version__,
+        "jaxlib": jaxlib.__version__,
+        "stablehlo": stablehlo.get_current_version(),
+    }
+
+
+def pack_compiled(
+    *,
+    name: str,
+    executable,
+    serialized: bytes | None,
+    portable: bytes,
+    in_tree: object,
+    out_tree: object,
+    donated: tuple[bool, ...],
+    options: dict | None,
+    text: bool,
+) -> bytes:
+    """The container of one executable: `serialized` is `executable.serialize()`,
+    `in_tree`/`out_tree` are `encode_tree` data."""
+    backend = executable.backend
+    sections = {PORTABLE: bytes(portable)}
+    data = serialized
+    if data is not None:
+        sections[EXECUTABLE] = data
+    if text:
+        sections[TEXT] = executable.as_text().encode("utf-8")
+    header = {
+        **_versions(),
+        "name": name,
+        "target": backend.target(),
+        "executable_format": backend.executable_format if data is not None else None,
+        "in_specs": [str(s) for s in executable.in_specs],
+        "out_specs": [str(s) for s in executable.out_specs],
+        "in_tree": in_tree,
+        "out_tree": out_tree,
+        "donated": [bool(d) for d in donated],
+        "options": dict(options or {}),
+    }
+    return pack(header, sections)
+
+
+def serialize(compiled: Compiled, *, text: bool = True) -> bytes:
+    """`Compiled.serialize()`: the artifact of `compiled` (with its program text if `text`)."""
+    where = f"Compiled {compiled.name!r}: serialize"
+    in_tree = encode_tree(compiled.in_tree, where, "argument")
+    out_tree = encode_tree(compiled.out_tree, where, "result")
+    if compiled.lowered is not None:
+        portable = portable_artifact(compiled.lowered)
+    elif compiled._portable is not None:
+        portable = compiled._portable
+    else:
+        raise ValueError(
+            f"{where}: it has neither its Lowered stage nor a portable StableHLO module to "
+            "save; compile it with Lowered.compile (or load it with aotkit.load)"
+        )
+    return pack_compiled(
+        name=compiled.name,
+        executable=compiled._executable,
+        serialized=compiled._executable.serialize(),
+        portable=portable,
+        in_tree=in_tree,
+        out_tree=out_tree,
+        donated=compiled.donated,
+        options=compiled.options,
+        text=text,
+    )
+
+
+def write_atomic(path, data: bytes) -> None:
+    """Writes `data` to `path` through a temporary file in the same folder and a rename, so
+    that a reader sees the old file or the whole new one, never a part."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def save(compiled: Compiled, path) -> None:
+    """`Compiled.save(path)`."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"Compiled {compiled.name!r}: save: expected a path, got {type(path).__name__}; "
+            "pass a file name such as 'model.aotx'"
+        )
+    write_atomic(path, serialize(compiled))
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def read(source, where: str = "aotkit.load") -> tuple[bytes, str]:
+    """(bytes, label) of a path or of bytes; FileNotFoundError/TypeError worded for `where`."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        return bytes(source), "<bytes>"
+    if not isinstance(source, str | os.PathLike):
+        raise TypeError(
+            f"{where}: expected a path or bytes, got {type(source).__name__}; pass the "
+            "artifact's path or its contents as bytes"
+        )
+    label = os.fspath(source)
+    try:
+        return Path(source).read_bytes(), label
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{where}: no such file {label!r}; pass the path of an artifact written by "
+            "Compiled.save or `aotkit compile ... -o FILE.aotx`"
+        ) from None
+    except IsADirectoryError:
+        raise ArtifactError(
+            f"{where}: {label} is a directory; pass the path of an artifact file", path=label
+        ) from None
+
+
+def is_artifact(data) -> bool:
+    """Whether `data` starts with the artifact magic (it may still be corrupt)."""
+    return bytes(data[: len(MAGIC)]) == MAGIC
+
+
+def load(source, *, backend: str | None = None, recompile="auto") -> Compiled:
+    """Loads an AOT artifact (a path or its bytes) as a `Compiled`.
+
+    The result is called exactly like the `Compiled` that was saved (same pytrees, specs,
+    donation and errors); `lowered` is None. `backend` defaults to the one it was compiled
+    for. When that backend's platform and versions match the artifact's, its executable is
+    loaded as it is (no compile). Otherwise `recompile="auto"` compiles the portable
+    StableHLO with an `ArtifactWarning`, `recompile=False` raises `ArtifactError` naming
+    both versions, and `recompile=True` always compiles (without a warning).
+    """
+    if not any(recompile is choice for choice in RECOMPILE_CHOICES):
+        raise ValueError(f"aotkit.load: recompile={recompile!r}; expected 'auto', True or False")
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(f"aotkit.load: backend must be a name such as 'cpu', got {backend!r}")
+    data, label = read(source)
+    return to_compiled(unpack(data, label), backend=backend, recompile=recompile)
+
+
+def _differences(saved: dict, here: dict) -> str:
+    parts = []
+    for key in sorted(set(saved) | set(here), key=lambda k: (k != "backend", k)):
+        if saved.get(key) != here.get(key):
+            parts.append(f"{key} {saved.get(key)!r} (here {here.get(key)!r})")
+    return ", ".join(parts)
+
+
+def to_compiled(
+    artifact: Artifact, *, backend: str | None = None, recompile="auto", where="aotkit.load"
+) -> Compiled:
+    """The `Compiled` of a checked artifact (see `load`)."""
+    place = f"{where}: {artifact.label}"
+    saved = dict(artifact.target)
+    if artifact.executable_format is not None:
+        saved["executable_format"] = artifact.executable_format
+    explicit = backend is not None
+    try:
+        target_backend = backends.get(backend if explicit else saved["backend"])
+    except ValueError as e:
+        if explicit or recompile is False:
+            raise ArtifactError(
+                f"{place} was compiled for backend {saved['backend']!r}, which does not start "
+                f"here ({e})",
+                path=artifact.label,
+            ) from None
+        target_backend = backends.get(None)
+    here = dict(target_backend.target())
+    if target_backend.executable_format is not None:
+        here["executable_format"] = target_backend.executable_format
+    same = saved == here
+    if same and recompile is not True:
+        if target_backend.executable_format is None:
+            # This backend's "executable" is the module itself: loading it is compiling it.
+            executable = _compile_portable(artifact, target_backend, place)
+            return _compiled(artifact, executable, "artifact")
+        try:
+            executable = target_backend.deserialize(
+                artifact.section(EXECUTABLE),
+                name=artifact.name,
+                in_specs=artifact.in_specs,
+                out_specs=artifact.out_specs,
+                options=artifact.options,
+            )
+        except (CompileError, ValueError) as e:
+            if recompile is False:
+                raise ArtifactError(
+                    f"{place}: its executable does not load ({e}); load it with "
+                    "recompile=True or 'auto' to compile its portable StableHLO",
+                    path=artifact.label,
+                ) from None
+            warnings.warn(
+                f"{place}: its executable does not load ({e}); compiling its portable "
+                "StableHLO instead",
+                ArtifactWarning,
+                stacklevel=3,
+            )
+        else:
+            return _compiled(artifact, executable, "artifact")
+    elif not same:
+        differences = _differences(saved, here)
+        if recompile is False:
+            raise ArtifactError(
+                f"{place} was compiled with {differences}; load it with recompile=True or "
+                "'auto' to compile its portable StableHLO here",
+                path=artifact.label,
+            )
+        if recompile == "auto" and not (explicit and saved["backend"] != target_backend.name):
+            warnings.warn(
+                f"{place} was compiled with {differences}; compiling its portable StableHLO "
+                f"for backend {target_backend.name!r} (recompile=True does so without this "
+                "warning)",
+                ArtifactWarning,
+                stacklevel=3,
+            )
+    executable = _compile_portable(artifact, target_backend, place)
+    return _compiled(artifact, executable, "recompiled")
+
+
+def _compiled(artifact: Artifact, executable, origin: str) -> Compiled:
+    return Compiled(
+        executable,
+        in_tree=artifact.in_tree,
+        out_tree=artifact.out_tree,
+        donated=artifact.donated,
+        options=artifact.options,
+        origin=origin,
+        portable=artifact.section(PORTABLE),
+    )
+
+
+def parse_portable(artifact: Artifact, place: str):
+    """The portable StableHLO section as an `ir.Module` in a lowering context: (module, lc).
+
+    The section's checksum has been checked, so it is the bytes aotkit wrote; it is parsed
+    in this process."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    from aotkit import _context, modules
+    from aotkit._context import IR_LOCK
+
+    data = artifact.section(PORTABLE)
+    with IR_LOCK:
+        lc = _context.for_lowering()
+        with lc:
+            try:
+                module = stablehlo.deserialize_portable_artifact(lc.mlir, data)
+            except (ValueError, ir.MLIRError) as e:
+                raise ArtifactError(
+                    f"{place}: its portable StableHLO (version {artifact.header['stablehlo']}) "
+                    f"does not load here (StableHLO {stablehlo.get_current_version()}): "
+                    f"{modules.diagnostic(e)}; write the artifact again with this version",
+                    path=artifact.label,
+                ) from None
+            if modules.main_function(module) is None:
+                raise ArtifactError(
+                    f"{place}: its portable StableHLO has no @main function; {_REWRITE}",
+                    path=artifact.label,
+                )
+        lc.add_constant_bytes(len(data))
+    return module, lc
+
+
+def _compile_portable(artifact: Artifact, backend, place: str):
+    module, _ = parse_portable(artifact, place)
+    options = artifact.options if backend.name == artifact.target["backend"] else None
+    executable = backend.compile(module, options)
+    if (executable.in_specs, executable.out_specs) != (artifact.in_specs, artifact.out_specs):
+        raise ArtifactError(
+            f"{place}: its portable StableHLO takes {_signature(executable)} but its header "
+            f"says {_signature(artifact)}; {_REWRITE}",
+            path=artifact.label,
+        )
+    return executable
+
+
+def _signature(obj) -> str:
+    ins = ", ".join(map(str, obj.in_specs))
+    outs = ", ".join(map(str, obj.out_specs))
+    return f"({ins}) -> ({outs})"
+
+
+# --- inspection ----------------------------------------------------------------------------
+
+
+def describe(data, label: str) -> str:
+    """What `aotkit inspect` prints for an artifact: the header, the sections with their
+    sizes and checksum status, and whether it loads here as it is."""
+    artifact = unpack(data, label, verify=False)
+    header = {k: v for k, v in artifact.header.items() if k != "sections"}
+    lines = [
+        f"{label}: aotkit artifact, format {FORMAT_VERSION}, {len(data)} bytes",
+        f"function: {artifact.name}{_signature(artifact)}",
+        "header:",
+        *(f"  {k}: {json.dumps(header[k], separators=(', ', ': '))}" for k in sorted(header)),
+        "sections:",
+    ]
+    width = max(len(s["name"]) for s in artifact.header["sections"])
+    for entry in artifact.header["sections"]:
+        name = entry["name"]
+        lines.append(
+            f"  {name:<{width}}  {entry['size']:>12,} bytes  sha256 {entry['sha256'][:16]}  "
+            f"{artifact.section_status[name]}"
+        )
+    lines.append(_here(artifact))
+    return "\n".join(lines)
+
+
+def _here(artifact: Artifact) -> str:
+    name = artifact.target["backend"]
+    try:
+        backend = backends.get(name)
+    except ValueError:
+        return f"here: backend {name!r} does not start; aotkit.load compiles it for another"
+    here = dict(backend.target())
+    saved = dict(artifact.target)
+    if backend.executable_format is not None:
+        here["executable_format"] = backend.executable_format
+    if artifact.executable_format is not None:
+        saved["executable_format"] = artifact.executable_format
+    if saved == here:
+        how = "its executable loads as it is" if backend.executable_format else "compiles"
+        return f"here: backend {name!r} matches; {how}"
+    return f"here: recompiles ({_differences(saved, here)})"

@@ -1,0 +1,362 @@
+"""The persistent compilation cache: executables kept on disk, shared across processes.
+
+Part of the compile stage: `Lowered.compile` (and so `jit`) asks here before it asks the
+backend, and stores what the backend compiled. An entry is an AOT artifact
+(aotkit/artifacts.py, docs/artifact-format.md) named by its key:
+
+    SHA-256 over the module's bytecode with locations stripped, the backend's `target()`
+    (name, platform, platform version, jaxlib, device kind, host CPU), the compile options,
+    the donated arguments, and aotkit's and jaxlib's versions.
+
+Where: `AOTKIT_CACHE_DIR` (a folder, or `off`), else `$XDG_CACHE_HOME/aotkit`, else
+`~/.cache/aotkit`; `configure(dir=..., max_bytes=...)` overrides it for the process. The
+folder is read when each compile asks, so setting the variable takes effect at once.
+
+What it promises:
+- Size capped (default 2 GiB): after each write, the least recently used entries (a hit
+  refreshes an entry's modification time) are deleted until the folder fits.
+- Writes go to a temporary file in the same folder and are renamed into place, so a
+  reader sees a whole entry or none, and processes compiling the same key at once each get
+  a correct result and leave one valid entry. A temporary file a killed process left is
+  deleted once it is an hour old.
+- An entry that fails its checks (truncated, corrupted, other signature) is deleted with a
+  `CacheWarning` and the module is compiled again. A folder that cannot be written gives
+  one `CacheWarning`, and the process then runs without the cache.
+- Backends whose executables do not serialize (`executable_format` None: the interpreter)
+  are not cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import NamedTuple
+
+from aotkit.errors import ArtifactError, CacheWarning, CompileError
+
+ENV = "AOTKIT_CACHE_DIR"
+DEFAULT_MAX_BYTES = 2 << 30
+SUFFIX = ".aotx"
+# Temporary files of writes in progress start with a dot and end so.
+_TMP_SUFFIX = ".tmp"
+STALE_TMP_S = 3600.0
+_KEY_VERSION = b"aotkit-cache-key-v1\0"
+_STRIP = "builtin.module(strip-debuginfo)"
+
+
+class CacheStats(NamedTuple):
+    """Hits and misses of this process's lookups; entries and bytes now in `directory`
+    (None when the cache is off)."""
+
+    hits: int
+    misses: int
+    entries: int
+    bytes: int
+    directory: str | None
+    max_bytes: int
+
+
+_ENV_DEFAULT = object()
+_lock = threading.Lock()
+_configured_dir: object = _ENV_DEFAULT
+_max_bytes = DEFAULT_MAX_BYTES
+_hits = 0
+_misses = 0
+# Folders found unwritable in this process (each warned about once), skipped from then on.
+_broken: set[str] = set()
+
+
+def _default_directory() -> Path | None:
+    text = os.environ.get(ENV, "").strip()
+    if text.lower() == "off":
+        return None
+    if text:
+        return Path(text).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "aotkit"
+
+
+def directory() -> Path | None:
+    """The cache folder compiles use now, or None when the cache is off."""
+    if _configured_dir is _ENV_DEFAULT:
+        return _default_directory()
+    return _configured_dir
+
+
+def configure(*, dir=_ENV_DEFAULT, max_bytes: int | None = None) -> None:  # noqa: A002
+    """Sets the cache folder and size cap for this process.
+
+    `dir`: a folder (created on first write), `"off"` to turn the cache off, or None to go
+    back to the default (`AOTKIT_CACHE_DIR`, `$XDG_CACHE_HOME/aotkit`, `~/.cache/aotkit`).
+    `max_bytes`: the size cap (default 2 GiB); the least recently used entries go first.
+    Arguments left out keep their value.
+    """
+    global _configured_dir, _max_bytes
+    if max_bytes is not None and (
+        isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
+    ):
+        raise ValueError(
+            f"aotkit.cache.configure: max_bytes={max_bytes!r}; give a byte count >= 0, "
+            "e.g. 2 << 30 for 2 GiB"
+        )
+    if dir is _ENV_DEFAULT:
+        new_dir = _configured_dir
+    elif dir is None:
+        new_dir = _ENV_DEFAULT
+    elif dir == "off":
+        new_dir = None
+    elif isinstance(dir, str | os.PathLike):
+        new_dir = Path(dir).expanduser()
+    else:
+        raise TypeError(
+            f"aotkit.cache.configure: dir={dir!r}; give a folder path, 'off', or None for "
+            f"the default (${ENV}, else $XDG_CACHE_HOME/aotkit, else ~/.cache/aotkit)"
+        )
+    with _lock:
+        _configured_dir = new_dir
+        if max_bytes is not None:
+            _max_bytes = max_bytes
+        _broken.clear()
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as it:
+            return [e for e in it if e.name.endswith(SUFFIX) and not e.name.startswith(".")]
+    except OSError:
+        return []
+
+
+def stats() -> CacheStats:
+    """Hits and misses so far in this process, and the entries and bytes in the folder."""
+    folder = directory()
+    entries = _entries(folder) if folder is not None else []
+    size = 0
+    for entry in entries:
+        try:
+            size += entry.stat().st_size
+        except OSError:
+            pass  # deleted meanwhile by another process
+    return CacheStats(
+        _hits, _misses, len(entries), size, str(folder) if folder else None, _max_bytes
+    )
+
+
+def clear() -> None:
+    """Deletes every entry (and temporary file) in the cache folder; counters are kept."""
+    folder = directory()
+    if folder is None:
+        return
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if name.endswith(SUFFIX) or (name.startswith(".") and name.endswith(_TMP_SUFFIX)):
+            try:
+                os.unlink(folder / name)
+            except OSError:
+                pass
+
+
+# --- the compile stage's hooks -------------------------------------------------------------
+
+
+def _usable_directory() -> Path | None:
+    folder = directory()
+    if folder is None or str(folder) in _broken:
+        return None
+    return folder
+
+
+def key(lowered, backend, options) -> str | None:
+    """The entry name for compiling `lowered` on `backend` with `options`, or None when the
+    cache is off or the backend's executables do not serialize."""
+    if backend.executable_format is None or _usable_directory() is None:
+        return None
+    import jaxlib
+    from jaxlib.mlir import passmanager
+
+    import aotkit
+    from aotkit import modules
+    from aotkit._context import IR_LOCK
+
+    with IR_LOCK, lowered._lc as lc:
+        copy = lowered._module.operation.clone()
+        strip = lc.pipelines.get(_STRIP)
+        if strip is None:
+            strip = lc.pipelines[_STRIP] = passmanager.PassManager.parse(_STRIP)
+        strip.run(copy)
+        data = modules.bytecode(copy)
+    config = {
+        "aotkit": aotkit.__version__,
+        "jaxlib": jaxlib.__version__,
+        "target": backend.target(),
+        "options": sorted((str(k), repr(v)) for k, v in (options or {}).items()),
+        "donated": list(lowered.donated),
+    }
+    digest = hashlib.sha256(_KEY_VERSION)
+    digest.update(json.dumps(config, sort_keys=True).encode())
+    digest.update(b"\0")
+    digest.update(data)
+    return digest.hexdigest()
+
+
+def get(cache_key: str, lowered, backend, options):
+    """The executable stored under `cache_key`, or None (a miss); an unusable entry is
+    deleted with a CacheWarning."""
+    global _hits, _misses
+    folder = _usable_directory()
+    if folder is None:
+        return None
+    path = folder / (cache_key + SUFFIX)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        with _lock:
+            _misses += 1
+        return None
+    from aotkit import artifacts
+
+    try:
+        artifact = artifacts.unpack(
+            data, str(path), where="aotkit cache: entry", fix="deleted it; compiling again"
+        )
+        if (
+            artifact.target != backend.target()
+            or artifact.executable_format != backend.executable_format
+            or (artifact.in_specs, artifact.out_specs)
+            != (lowered.flat_in_specs, lowered.flat_out_specs)
+        ):
+            raise ArtifactError(
+                f"aotkit cache: entry {path} was written for another signature or backend "
+                "than its key says; deleted it; compiling again"
+            )
+        executable = backend.deserialize(
+            artifact.section(artifacts.EXECUTABLE) or b"",
+            name=lowered.name,
+            in_specs=lowered.flat_in_specs,
+            out_specs=lowered.flat_out_specs,
+            options=options,
+        )
+    except (ArtifactError, CompileError, ValueError) as e:
+        message = str(e)
+        if not message.startswith("aotkit cache:"):
+            message = f"aotkit cache: entry {path} does not load ({e}); deleted it; compiling again"
+        warnings.warn(message, CacheWarning, stacklevel=4)
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        with _lock:
+            _misses += 1
+        return None
+    try:
+        os.utime(path)  # most recently used: evicted last
+    except OSError:
+        pass
+    with _lock:
+        _hits += 1
+    return executable
+
+
+def put(cache_key: str, lowered, executable, options) -> None:
+    """Stores `executable` (compiled from `lowered`) under `cache_key`, then evicts."""
+    folder = _usable_directory()
+    if folder is None:
+        return
+    from aotkit import artifacts
+
+    n_in, n_out = len(lowered.flat_in_specs), len(lowered.flat_out_specs)
+    try:
+        serialized = executable.serialize()
+        if serialized is None:
+            return  # this executable has no serialized form (a plugin without it)
+        data = artifacts.pack_compiled(
+            name=lowered.name,
+            executable=executable,
+            serialized=serialized,
+            portable=artifacts.portable_artifact(lowered),
+            # Entries hold flat signatures: the caller has the pytrees, and custom pytree
+            # nodes (which artifacts refuse) then cache like any other.
+            in_tree={"tuple": [{"tuple": ["*"] * n_in}, {"dict": []}]},
+            out_tree={"tuple": ["*"] * n_out},
+            donated=lowered.donated,
+            options=options,
+            text=False,
+        )
+    except Exception as e:  # the cache must never fail a compile that succeeded
+        warnings.warn(
+            f"aotkit cache: cannot store {lowered.name!r} ({type(e).__name__}: {e}); it "
+            "stays uncached",
+            CacheWarning,
+            stacklevel=4,
+        )
+        return
+    if len(data) > _max_bytes:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        artifacts.write_atomic(folder / (cache_key + SUFFIX), data)
+    except OSError as e:
+        _give_up(folder, e)
+        return
+    _evict(folder)
+
+
+def _give_up(folder: Path, error: OSError) -> None:
+    with _lock:
+        if str(folder) in _broken:
+            return
+        _broken.add(str(folder))
+    reason = error.strerror or str(error)
+    warnings.warn(
+        f"aotkit cache: cannot write to {folder} ({reason}); running without the persistent "
+        f"cache: set {ENV} to a writable folder, or {ENV}=off",
+        CacheWarning,
+        stacklevel=5,
+    )
+
+
+def _evict(folder: Path) -> None:
+    """Deletes least recently used entries until the folder fits `max_bytes`, and
+    temporary files older than STALE_TMP_S (writes a killed process left behind)."""
+    now = time.time()
+    entries = []
+    total = 0
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                try:
+                    st = e.stat()
+                except OSError:
+                    continue
+                if e.name.startswith(".") and e.name.endswith(_TMP_SUFFIX):
+                    if now - st.st_mtime > STALE_TMP_S:
+                        _unlink(e.path)
+                elif e.name.endswith(SUFFIX):
+                    entries.append((st.st_mtime, st.st_size, e.path))
+                    total += st.st_size
+    except OSError:
+        return
+    if total <= _max_bytes:
+        return
+    entries.sort()
+    for _, size, path in entries:
+        if total <= _max_bytes:
+            break
+        _unlink(path)
+        total -= size
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # another process got there first

@@ -180,6 +180,23 @@ def plugin_client(name: str):
     return xla_client().make_c_api_client(name)
 
 
+def jit_options(fn):
+    """`(function, static_argnums, static_argnames, donate_argnums)` that `jax.jit` was given
+    for the jitted function `fn`, or None when this jax does not say (the JAX front end then
+    lowers `fn` as it is, without knowing its static arguments)."""
+    info = getattr(fn, "_jit_info", None)
+    fun = getattr(fn, "_fun", None)
+    try:
+        return (
+            fun,
+            tuple(info.static_argnums),
+            tuple(info.static_argnames),
+            tuple(info.donate_argnums),
+        )
+    except (AttributeError, TypeError):
+        return None
+
+
 def exclude_from_jax_locations(path: str) -> None:
     """Makes the source locations JAX attaches to ops skip frames under `path`.
 

@@ -268,6 +268,13 @@ def trace_function(
         )
     from aotkit.lowering.trace import trace
 
+    if frontends.jax_jit_options(fn) is not None or frontends.is_jax_function(fn):
+        name = signature.function_name(fn)
+        raise TypeError(
+            f"trace({name}): {name} is a JAX-transformed function (jax.jit, jax.grad, ...), "
+            "which aotkit's tracer cannot run; use frontend='jax' (or 'auto') to let JAX "
+            "lower it"
+        )
     if autograph:  # Python loops and branches on traced values -> StableHLO control flow
         from aotkit.autograph import convert
 
@@ -601,6 +608,15 @@ class Jitted:
         self.static_argnums = signature.as_tuple(where, "static_argnums", static_argnums, int)
         self.static_argnames = signature.as_tuple(where, "static_argnames", static_argnames, str)
         self.donate_argnums = signature.as_tuple(where, "donate_argnums", donate_argnums, int)
+        wrapped = frontends.jax_jit_options(fn) if frontend != "aotkit" else None
+        if wrapped is not None and not (
+            self.static_argnums or self.static_argnames or self.donate_argnums
+        ):
+            # A function already wrapped in jax.jit keeps the static and donated arguments
+            # it was given there, without the user repeating them.
+            self.static_argnums = wrapped.static_argnums
+            self.static_argnames = wrapped.static_argnames
+            self.donate_argnums = wrapped.donate_argnums
         if backend is not None and not isinstance(backend, str):
             raise TypeError(f"{where}: backend must be a name such as 'cpu', got {backend!r}")
         passes.check_pipeline(pipeline)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import platform
+import threading
 from collections.abc import Mapping
 
 import numpy as np
@@ -197,19 +198,34 @@ def native_dispatcher(name: str, python_call, run):
     calls run in x64 mode, where NumPy dtypes key as themselves, except calls with a
     top-level Python scalar, which run with x64 off (a Python float then becomes the weakly
     typed float32 of a scalar argument) and never cache NumPy leaves of the dtypes that
-    narrowing merges; each mode has its own C++ cache.
+    narrowing merges; each mode has its own C++ cache. What runs in Python (a miss, which
+    may trace with JAX) runs under the caller's own x64 setting.
     """
+    swap, restore = _compat.x64_switch()
+    # The caller's own x64 setting, per thread (calls nest: a miss may trace code that calls
+    # another compiled function): what runs in Python (tracing with JAX above all) sees it.
+    callers = threading.local()
+
+    def as_caller(fn, *args, **kwargs):
+        forced = swap(False)
+        restore(callers.stack[-1])
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            restore(forced)
+
     native = {}
     for x64 in (True, False):
 
         def cache_miss(*args, _x64=x64, **kwargs):
-            out, fastpath = run(_x64, args, kwargs)
+            out, fastpath = as_caller(run, _x64, args, kwargs)
             return out, fastpath, False
 
-        native[x64] = _compat.cpp_dispatcher(name, python_call, cache_miss)
+        native[x64] = _compat.cpp_dispatcher(
+            name, functools.partial(as_caller, python_call), cache_miss
+        )
         if native[x64] is None:
             return None
-    swap, restore = _compat.x64_switch()
     wide, narrow = native[True], native[False]
     python_scalars = _PYTHON_SCALARS
     runtime_error = _compat.runtime_error_type()
@@ -222,6 +238,10 @@ def native_dispatcher(name: str, python_call, run):
                 mode, dispatch = False, narrow
                 break
         previous = swap(mode)
+        stack = getattr(callers, "stack", None)
+        if stack is None:
+            stack = callers.stack = []
+        stack.append(previous)
         try:
             return dispatch(*args, **kwargs)
         except (runtime_error, ValueError):
@@ -229,9 +249,10 @@ def native_dispatcher(name: str, python_call, run):
             # ValueError); the checked call words that error, refusing before it runs.
             leaves = tree_util.tree_leaves((args, kwargs))
             if any(type(x) is array_type and x.is_deleted() for x in leaves):
-                return python_call(*args, **kwargs)
+                return as_caller(python_call, *args, **kwargs)
             raise
         finally:
+            stack.pop()
             restore(previous)
 
     return call

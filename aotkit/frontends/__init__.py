@@ -28,6 +28,27 @@ class Choice:
     reason: str
 
 
+@dataclass(frozen=True)
+class JitOptions:
+    """What `jax.jit` was given for a function the user already wrapped in it."""
+
+    fun: object
+    static_argnums: tuple[int, ...]
+    static_argnames: tuple[str, ...]
+    donate_argnums: tuple[int, ...]
+
+
+def jax_jit_options(fn) -> JitOptions | None:
+    """The options of `fn` if it is a `jax.jit`-wrapped function (decorated, or made with
+    `functools.partial(jax.jit, ...)`), else None."""
+    if not (callable(getattr(fn, "lower", None)) and type(fn).__module__.startswith("jaxlib")):
+        return None
+    from aotkit import _compat
+
+    found = _compat.jit_options(fn)
+    return JitOptions(*found) if found is not None else None
+
+
 def check_frontend(where: str, frontend) -> str:
     if frontend not in FRONTENDS:
         raise ValueError(
@@ -129,6 +150,11 @@ def _packages(obj) -> set[str]:
         if isinstance(name, str):
             found.add(name.partition(".")[0])
     return found
+
+
+def is_jax_function(fn) -> bool:
+    """Whether `fn` is a JAX-transformed function (jax.jit, jax.grad, jax.vmap, ...)."""
+    return _is_jax(_unwrap(fn))
 
 
 def _is_jax(obj) -> bool:

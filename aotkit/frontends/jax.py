@@ -23,7 +23,7 @@ from jax import tree_util
 from jaxlib.mlir import ir
 
 import aotkit
-from aotkit import _compat, dtypes, modules
+from aotkit import _compat, dtypes, frontends, modules
 from aotkit._context import IR_LOCK
 from aotkit.frontends import _module, signature
 from aotkit.specs import ShapeDtype
@@ -97,6 +97,11 @@ def import_jax(
     where = f"lower: {name} (frontend='jax')"
     static_argnums = _as_tuple(static_argnums)
     static_argnames = _as_tuple(static_argnames)
+    options = frontends.jax_jit_options(fn)
+    if options is not None and not (static_argnums or static_argnames or donate_argnums):
+        # A jax.jit-wrapped function: its own static and donated arguments, as jax.jit has them.
+        static_argnums, static_argnames = options.static_argnums, options.static_argnames
+        donate_argnums = options.donate_argnums
     dyn_args, dyn_kwargs, static_pos, static_kw = signature.split_static(
         where, args, kwargs, static_argnums, static_argnames
     )
@@ -130,10 +135,15 @@ def import_jax(
 
 
 def _jitted(fn, static_argnums, static_argnames, donate_argnums):
-    """`fn` under jax.jit; a function the user already jitted keeps its own options."""
-    if _is_jax_jitted(fn):
+    """`fn` under jax.jit with every argument kept (`keep_unused`: aotkit's calling
+    convention has one @main argument per input leaf). A function the user already jitted
+    is jitted again from its own function and options, since jax.jit drops the arguments
+    the program does not use; if this jax hides its options, it is lowered as it is."""
+    options = frontends.jax_jit_options(fn)
+    if options is not None:
+        fn = options.fun
+    elif _is_jax_jitted(fn):
         return fn
-    # keep_unused: aotkit's calling convention has one @main argument per input leaf.
     return jax.jit(
         fn,
         static_argnums=static_argnums,

@@ -177,7 +177,9 @@ def _driver_error_line(e: BaseException) -> str:
     """IREE's status text without the C source location prefix."""
     line = first_line(e)
     match = re.search(r"[A-Z_]+; (.*)$", line)
-    return match.group(1).strip().rstrip(";") if match else line
+    line = match.group(1).strip().rstrip(";") if match else line
+    # The device target IREE could not match is printed whole; its name is enough.
+    return line.split(": #hal.", 1)[0]
 
 
 class IreeBackend(Backend):
@@ -537,7 +539,7 @@ def _first_diagnostic(stderr: str) -> str:
 LIMITATION = "IREE limitation: "
 _LIMITATIONS = (
     (
-        re.compile(r"undefined symbol: (\w+)"),
+        re.compile(r"undefined symbol: ((?:a?(?:sin|cos|tan)h?|atan2|fmod|cbrt|pow|exp|log)f?)\b"),
         "its llvm-cpu code calls the C math library's {0}() (float64 and complex128 "
         "sin/cos/tan/tanh/atan2/fmod and the functions built on them), and IREE links no "
         "math library",

@@ -14,6 +14,7 @@ from aotkit import (
     lax,
     numpy,  # noqa: F401  (registers every op family)
 )
+from aotkit.check import check
 from aotkit.compiled import Compiled
 from aotkit.errors import CompileError
 from aotkit.frontends.files import load_module
@@ -31,6 +32,7 @@ __all__ = [
     "ShapeDtype",
     "cond",
     "backends",
+    "check",
     "fori_loop",
     "jit",
     "lax",

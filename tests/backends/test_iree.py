@@ -99,6 +99,17 @@ def test_float64_and_int64_are_not_demoted():
     assert_matches(got[1], n * 3_000_000_000)
 
 
+def test_complex128_constants_compile_with_float64_kept(iree):
+    z = np.array([1 + 2j, 3 - 1j])
+    table = np.array([1.5 - 2j, 0.25 + 3j])
+    lowered = aotkit.lower(lambda a: a * table, z)
+    assert_matches(lowered.compile("iree")(z), z * table)
+    # IREE's defaults demote f64 to f32, and then the complex128 constant fails to verify.
+    defaults = [f for f in iree._flags(None, iree._target(None), {}) if "demote" not in f]
+    with pytest.raises(CompileError, match=r"'arith.constant' op failed to verify"):
+        iree._run_compiler(lowered.as_text().encode(), defaults, "raw")
+
+
 def test_jax_array_from_cpu_is_an_argument(iree):
     x = jax.device_put(np.arange(3, dtype=np.float32))
     (out,) = iree.compile(modules.identity((3,), "f32")).execute([x])
@@ -201,6 +212,24 @@ def test_raw_iree_gets_the_rewritten_cases_wrong(iree, case):
         not np.array_equal(w, g, equal_nan=w.dtype.kind not in "biu")
         for w, g in zip(want, got, strict=True)
     )
+
+
+def test_boolean_add_inside_a_reduce_body_is_rewritten(iree):
+    # A boolean sum-reduce is "any" in StableHLO; IREE's xor gives the parity.
+    module = modules.module(
+        "any_by_add",
+        ["tensor<4xi1>"],
+        ["tensor<i1>"],
+        """%c = stablehlo.constant dense<false> : tensor<i1>
+        %0 = stablehlo.reduce(%a0 init: %c) applies stablehlo.add across dimensions = [0]
+          : (tensor<4xi1>, tensor<i1>) -> tensor<i1>
+        return %0 : tensor<i1>""",
+    )
+    x = np.array([True, True, False, False])
+    exe = iree.compile(module)
+    assert exe.rewritten == ("stablehlo.add",)
+    assert bool(exe.execute([x])[0]) is True
+    assert bool(backends.get("cpu").compile(module).execute([x])[0]) is True
 
 
 def test_executable_names_the_ops_it_rewrote(iree):

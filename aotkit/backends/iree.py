@@ -10,8 +10,10 @@ Meaning is kept. IREE demotes float64 to float32 unless told otherwise; aotkit p
 `--iree-input-demote-f64-to-f32=false` and `--iree-input-demote-i64-to-i32=false` and
 refuses `options` that would convert types again (`iree-input-demote-*`,
 `iree-input-promote-*`), since the executable would no longer have the compiled
-signature. Element types and ops IREE cannot compile correctly are refused before the
-compiler runs (`_check_representable`).
+signature. Ops IREE 3.13 compiles to other values than the spec's are rewritten first
+(`_iree_rewrites`); nothing IREE computes correctly is refused. What IREE cannot compile
+fails in iree-compile, and a failure of a known kind (`_LIMITATIONS`: float64 functions it
+would take from a C math library it does not link) reads "IREE limitation: ...".
 
 Targets. `target="llvm-cpu"` (the default: this machine's CPU, `cpu="host"`), `"cuda"`,
 `"rocm"` or `"vulkan-spirv"` with `target_options` (see `TARGETS`) compile without the
@@ -29,6 +31,7 @@ arrays.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -187,7 +190,6 @@ class IreeBackend(Backend):
 
     name = "iree"
     platform = "cpu"
-    # Lowered.compile(target=..., target_options=...) is accepted by backends with this method.
 
     def __init__(self, compiler: str, linker: str | None, version: str):
         self._compiler = compiler
@@ -208,7 +210,10 @@ class IreeBackend(Backend):
     # -- targets and options
 
     def normalize_target(self, target=None, target_options=None) -> tuple:
-        """Validates `target` and `target_options`; returns a hashable key for compile caches."""
+        """Validates `target` and `target_options`; returns a hashable key for compile caches.
+
+        `Lowered.compile(target=..., target_options=...)` goes to backends with this method.
+        """
         spec = self._target(target)
         where = "backend 'iree'"
         if target_options is None:
@@ -560,8 +565,6 @@ def _limitation(stderr: str) -> str | None:
 
 
 def _read_statistics(path: str) -> dict | None:
-    import json
-
     try:
         with open(path) as f:
             return json.load(f)

@@ -100,8 +100,17 @@ def load_case(path: Path) -> tuple[str, list[np.ndarray] | None]:
     expected = path.with_suffix(".npz")
     if expected.exists():
         with np.load(expected) as data:
-            return text, [data[f"arr_{i}"] for i in range(len(data.files))]
+            return text, [_bfloat16(data[f"arr_{i}"]) for i in range(len(data.files))]
     return _return_checked_pairs(text), None
+
+
+def _bfloat16(x: np.ndarray) -> np.ndarray:
+    """NumPy saves ml_dtypes' bfloat16 as 2-byte void; no other 2-byte void is written."""
+    if x.dtype.kind == "V" and x.dtype.itemsize == 2:
+        import ml_dtypes
+
+        return x.view(ml_dtypes.bfloat16)
+    return x
 
 
 def _return_checked_pairs(text: str) -> str:

@@ -39,6 +39,7 @@ _LAZY = {
     "ShapeDtype": "aotkit.specs",
     "spec": "aotkit.specs",
     "load": "aotkit.artifacts",
+    "check": "aotkit.crosscheck",
     "cond": "aotkit.lax",
     "fori_loop": "aotkit.lax",
     "scan": "aotkit.lax",
@@ -47,8 +48,8 @@ _LAZY = {
 }
 _SUBMODULES = frozenset(
     """
-    artifacts autograph backends cache cli compiled config dtypes dumps errors frontends lax
-    lowering modules nn numpy passes random specs stages traced
+    artifacts autograph backends cache cli compiled config crosscheck dtypes dumps errors
+    frontends lax lowering modules nn numpy passes random specs stages traced
     """.split()
 )
 
@@ -81,6 +82,7 @@ __all__ = [
     "autograph",
     "backends",
     "cache",
+    "check",
     "cond",
     "config",
     "fori_loop",

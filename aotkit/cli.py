@@ -1,4 +1,4 @@
-"""The command line: `aotkit lower | compile | run | opt | inspect | backends`.
+"""The command line: `aotkit lower | compile | run | check | opt | inspect | backends`.
 
 Not a stage of its own: every command is a thin shell over the staged API (`lower`,
 `Lowered.compile`, the pass pipeline, the backends registry), so what the CLI prints for a
@@ -745,6 +745,39 @@ def cmd_run(args) -> int:
     return EXIT_OK
 
 
+def cmd_check(args) -> int:
+    from aotkit.crosscheck import check_lowered
+    from aotkit.specs import spec_of
+
+    _check_pipeline(args)
+    inputs = _load_inputs(args.inputs) if args.inputs else None
+    specs = args.shapes
+    if inputs is not None and specs is None and _is_python_target(args.target):
+        specs = [spec_of(x) for x in inputs]
+    lowered = _lower_target(args, specs)
+    if inputs is not None:
+        _check_inputs(inputs, lowered.flat_in_specs, args.inputs, f"{lowered.name} takes")
+    with _progress(args, f"checking {lowered.name} on every backend"):
+        report = check_lowered(
+            lowered,
+            inputs,
+            backends=args.backends,
+            reference=args.reference,
+            seed=args.seed,
+            rtol=args.rtol,
+            atol=args.atol,
+        )
+    sys.stdout.write(report.table())
+    sys.stdout.flush()
+    if not report.ok:
+        sys.stderr.write(
+            f"aotkit check: {', '.join(report.disagreeing)} disagree with {args.reference} "
+            "beyond tolerance\n"
+        )
+        return EXIT_USER
+    return EXIT_OK
+
+
 def _block(out) -> None:
     from jax import tree_util
 
@@ -938,6 +971,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common_args(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "check", help="run on every backend on the same inputs and compare outputs with cpu"
+    )
+    _add_target_args(p, files=True)
+    _add_pipeline_args(p)
+    p.add_argument(
+        "--backends", nargs="+", metavar="NAME", help="backends to compare (default: all)"
+    )
+    p.add_argument("--reference", default="cpu", metavar="NAME", help="the oracle (default cpu)")
+    p.add_argument("--inputs", nargs="+", metavar="NPY", help="one .npy file per argument")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--rtol", type=float, help="relative tolerance of floats (default per dtype)")
+    p.add_argument("--atol", type=float, help="absolute tolerance of floats (default per dtype)")
+    _add_common_args(p)
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("opt", help="run a pass pipeline over a StableHLO module file")
     p.add_argument(

@@ -96,13 +96,23 @@ class Lowered(ModuleStage):
             _cache_link=cache_link,
         )
 
-    def compile(self, backend: str | None = None, options: dict | None = None) -> Compiled:
+    def compile(
+        self,
+        backend: str | None = None,
+        options: dict | None = None,
+        *,
+        target: str | None = None,
+        target_options: dict | None = None,
+    ) -> Compiled:
         """Compiles on `backend` (default: the one given to jit, else `cpu`) into `Compiled`.
 
-        `options` are XLA flags (e.g. `{"xla_cpu_enable_fast_math": True}`); an unknown one
-        is a ValueError. A backend that rejects the module raises `aotkit.CompileError`.
+        `options` are the backend compiler's flags (XLA's, e.g.
+        `{"xla_cpu_enable_fast_math": True}`; iree-compile's for `iree`); an unknown one is a
+        ValueError. `target` and `target_options` choose what a cross-compiling backend
+        compiles for (`iree`: "llvm-cpu", "cuda", "rocm", "vulkan-spirv"); other backends
+        refuse them. A backend that rejects the module raises `aotkit.CompileError`.
         """
-        return compile_lowered(self, backend, options)
+        return compile_lowered(self, backend, options, target=target, target_options=target_options)
 
     @property
     def dump_paths(self) -> tuple:
@@ -513,10 +523,11 @@ def _options_key(where: str, options) -> tuple:
     return key
 
 
-def _compile_uncached(lowered: Lowered, backend: Backend, options) -> Compiled:
+def _compile_uncached(lowered: Lowered, backend: Backend, options, targeting=None) -> Compiled:
     dumper = lowered._dumper
     # The persistent cache (aotkit/cache.py) first: an executable another process compiled.
-    cache_key = persistent_cache.key(lowered, backend, options)
+    # A cross-compile (`target=`) is not cached: the key has no place for its target.
+    cache_key = None if targeting else persistent_cache.key(lowered, backend, options)
     executable = None
     if cache_key is not None:
         executable = persistent_cache.get(cache_key, lowered, backend, options)
@@ -524,7 +535,7 @@ def _compile_uncached(lowered: Lowered, backend: Backend, options) -> Compiled:
     if executable is None:
         origin = "compiled"
         try:
-            executable = backend.compile(lowered._module, options)
+            executable = backend.compile(lowered._module, options, **(targeting or {}))
         except CompileError as e:
             raise CompileError(
                 f"{e}; {dumps.hint(dumper)}", backend=e.backend, module_name=e.module_name
@@ -551,26 +562,48 @@ def _compile_uncached(lowered: Lowered, backend: Backend, options) -> Compiled:
     return compiled
 
 
-def compile_lowered(lowered: Lowered, backend=None, options=None) -> Compiled:
+def _targeting(where: str, backend: Backend, target, target_options) -> tuple[dict, tuple]:
+    """The target keywords for `backend.compile` and their cache key (none: the default).
+
+    Only a backend with `normalize_target` (one that cross-compiles) takes them.
+    """
+    if target is None and target_options is None:
+        return {}, ()
+    normalize = getattr(backend, "normalize_target", None)
+    if normalize is None:
+        given = f"target={target!r}" if target is not None else f"target_options={target_options!r}"
+        raise ValueError(
+            f"{where}: {given} applies to backend='iree', which cross-compiles; backend "
+            f"{backend.name!r} compiles for its own devices; drop it or compile with "
+            "backend='iree'"
+        )
+    key = normalize(target, target_options)
+    return {"target": target, "target_options": target_options}, key
+
+
+def compile_lowered(
+    lowered: Lowered, backend=None, options=None, *, target=None, target_options=None
+) -> Compiled:
     """`Lowered.compile`: compiles on `backend` (default: the lowering's, else `cpu`).
 
     A lowering made by `jit(...).lower` shares its function's compile cache.
     """
     where = f"Lowered.compile({lowered.name})"
-    target = backends.get(backend if backend is not None else lowered.backend)
+    chosen = backends.get(backend if backend is not None else lowered.backend)
     options_key = _options_key(where, options)
+    targeting, target_key = _targeting(where, chosen, target, target_options)
     link = lowered._cache_link
     if link is None:
-        return _compile_uncached(lowered, target, options)
+        return _compile_uncached(lowered, chosen, options, targeting)
     cache, lowering_key = link
-    key = (lowering_key, target.name, options_key)
+    key = (lowering_key, chosen.name, options_key) + ((target_key,) if target_key else ())
     with cache.lock:
         compiled = cache.compiled.get(key)
         if compiled is not None:
             cache.hits += 1
             return compiled
         cache.misses += 1
-        compiled = _compile_uncached(lowered, target, options)
+        compiled = _compile_uncached(lowered, chosen, options, targeting)
         cache.compiles += 1
         if compiled.origin == "persistent cache":
             cache.persistent_hits += 1

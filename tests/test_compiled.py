@@ -1,5 +1,5 @@
 """`Compiled`: calling conventions (arrays, NEP 50 scalars, pytrees), the exact errors of a
-wrong call, and the inspection views, on the cpu and interpreter backends."""
+wrong call, and the inspection views, on every backend of `tests.helpers.BACKENDS`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import aotkit.numpy as anp
 from aotkit import ShapeDtype, backends
 from aotkit.backends import MemoryAnalysis
 from aotkit.compiled import Compiled
-
-BACKENDS = ["cpu", "interpreter"]
+from tests.helpers import BACKENDS
 
 
 def compiled_identity(spec_text: str, backend: str = "cpu") -> Compiled:

@@ -14,6 +14,7 @@ import aotkit.numpy as anp
 from aotkit import ShapeDtype
 from aotkit.errors import CompileError
 from aotkit.stages import CacheInfo, Jitted, jit
+from tests.helpers import BACKENDS
 
 
 def fresh_function():
@@ -248,7 +249,7 @@ def test_donating_a_pytree_argument_marks_each_leaf():
     assert lowered.as_text().count("tf.aliasing_output") == 2
 
 
-@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_backend_parameter(backend):
     jitted = jit(lambda x: x + 1, backend=backend)
     out = jitted(np.ones(2, np.float32))

@@ -1,7 +1,8 @@
 """Backend registry: find a backend by name, start it once, list what can run here.
 
 Built in: `cpu` (jaxlib's PJRT CPU client, the default) and `interpreter` (StableHLO's
-reference interpreter). `cuda`, `rocm` and `tpu` start through JAX's PJRT plugins when
+reference interpreter). `iree` (IREE's compiler and runtime) is listed when the extra
+`aotkit[iree]` is installed. `cuda`, `rocm` and `tpu` start through JAX's PJRT plugins when
 their packages are installed; `load_plugin(name, path)` adds any PJRT plugin library.
 Third-party backends register through the entry-point group `aotkit.backends`: the entry
 point's name is the backend name and its object is a `Backend` instance, a `Backend`
@@ -32,6 +33,8 @@ __all__ = [
 DEFAULT = "cpu"
 ENTRY_POINT_GROUP = "aotkit.backends"
 _BUILTIN = ("cpu", "interpreter")
+# Names no plugin may take: the built-in backends and the optional `iree`.
+_RESERVED = (*_BUILTIN, "iree")
 
 _lock = threading.RLock()
 _started: dict[str, Backend] = {}
@@ -49,9 +52,10 @@ def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
 
 def _startable() -> list[str]:
     """Names `get` can start without error (plugins only when their package is installed)."""
-    from aotkit.backends import plugin
+    from aotkit.backends import iree, plugin
 
     names = list(_BUILTIN)
+    names += ["iree"] if iree.installed() else []
     names += [p for p in plugin.KNOWN if plugin.installed(p)]
     names += [n for n in _entry_points() if n not in names]
     names += [n for n in _started if n not in names]
@@ -82,6 +86,15 @@ def _create(name: str) -> Backend:
         from aotkit.backends import interpreter
 
         return interpreter.create()
+    if name == "iree":
+        from aotkit.backends import iree
+
+        if not iree.installed():
+            raise ValueError(
+                f"backends.get: backend 'iree' is not installed; get it with "
+                f"{iree.INSTALL_HINT}; available: {', '.join(_startable())}"
+            )
+        return iree.create()
     from aotkit.backends import plugin
 
     if name in plugin.KNOWN:
@@ -144,10 +157,10 @@ def load_plugin(name: str, path: str) -> Backend:
             f"load_plugin: backend name {name!r} must be an identifier such as 'mygpu'"
         )
     with _lock:
-        if name in _started or name in _BUILTIN or name in _plugin_platforms():
+        if name in _started or name in _RESERVED or name in _plugin_platforms():
             raise ValueError(
                 f"load_plugin: backend name {name!r} is taken; choose another name "
-                f"(taken: {', '.join(sorted({*_BUILTIN, *_plugin_platforms(), *_started}))})"
+                f"(taken: {', '.join(sorted({*_RESERVED, *_plugin_platforms(), *_started}))})"
             )
         from aotkit.backends import plugin
 

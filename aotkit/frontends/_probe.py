@@ -73,7 +73,13 @@ def _read_op_strings(ir, op, into: list[str]) -> None:
     for key in op.attributes:
         name = key if isinstance(key, str) else key.name
         into.append(name)
-        _read_strings(ir, op.attributes[name], into)
+        try:
+            attr = op.attributes[name]
+        except TypeError:
+            # jaxlib's bindings cannot give complex dense elements a Python class ("Can't
+            # cast unknown element type"); such an attribute holds numbers, no strings.
+            continue
+        _read_strings(ir, attr, into)
     for region in op.regions:
         for block in region.blocks:
             for child in block.operations:

@@ -1,8 +1,10 @@
-"""cpu and interpreter agree: the same aotkit programs give the same results on both backends.
+"""cpu agrees with its peers: the same aotkit programs give the same results on cpu and on
+the interpreter and iree backends (`tests.helpers.PEERS`).
 
-The interpreter evaluates StableHLO op by op with exact element-type semantics; XLA fuses
-and may use its own approximations of transcendental functions, so floats agree within a
-dtype-appropriate tolerance and everything else bit for bit. Result dtypes must be equal.
+The interpreter evaluates StableHLO op by op with exact element-type semantics; XLA and
+IREE fuse and use their own approximations of transcendental functions, so floats agree
+within a dtype-appropriate tolerance and everything else bit for bit. Result dtypes must
+be equal.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from hypothesis.extra import numpy as hnp
 
 import aotkit.numpy as anp
 from aotkit import dtypes
-from tests.helpers import run_on
+from tests.helpers import PEERS, run_on
 
 # (relative, absolute) tolerance of float results, by result dtype.
 TOLERANCE = {
@@ -29,11 +31,11 @@ TOLERANCE = {
 }
 
 
-def assert_agree(cpu_out, interp_out):
+def assert_agree(cpu_out, peer_out):
     cpu_leaves = cpu_out if isinstance(cpu_out, tuple) else (cpu_out,)
-    interp_leaves = interp_out if isinstance(interp_out, tuple) else (interp_out,)
-    assert len(cpu_leaves) == len(interp_leaves)
-    for a, b in zip(cpu_leaves, interp_leaves):
+    peer_leaves = peer_out if isinstance(peer_out, tuple) else (peer_out,)
+    assert len(cpu_leaves) == len(peer_leaves)
+    for a, b in zip(cpu_leaves, peer_leaves):
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype, (a.dtype, b.dtype)
         assert a.shape == b.shape
@@ -78,21 +80,23 @@ def _dtype(name):
     return dtypes.SHORT_NAMES[name]
 
 
+@pytest.mark.parametrize("peer", PEERS)
 @pytest.mark.parametrize("shapes", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", ARITH_DTYPES)
-def test_arithmetic(dtype, shapes):
+def test_arithmetic(peer, dtype, shapes):
     x = values(shapes[0], _dtype(dtype), 1)
     y = values(shapes[1], _dtype(dtype), 2)
 
     def f(x, y):
         return x * y + x - y, -x, x * x
 
-    assert_agree(run_on("cpu", f, x, y), run_on("interpreter", f, x, y))
+    assert_agree(run_on("cpu", f, x, y), run_on(peer, f, x, y))
 
 
+@pytest.mark.parametrize("peer", PEERS)
 @pytest.mark.parametrize("shapes", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
-def test_transcendental(dtype, shapes):
+def test_transcendental(peer, dtype, shapes):
     x = values(shapes[0], _dtype(dtype), 3)
     y = values(shapes[1], _dtype(dtype), 4, positive=True)
 
@@ -104,63 +108,68 @@ def test_transcendental(dtype, shapes):
             anp.where(x > 0, x, anp.cos(x)),
         )
 
-    assert_agree(run_on("cpu", f, x, y), run_on("interpreter", f, x, y))
+    assert_agree(run_on("cpu", f, x, y), run_on(peer, f, x, y))
 
 
+@pytest.mark.parametrize("peer", PEERS)
 @pytest.mark.parametrize("shapes", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", INT_DTYPES)
-def test_integer_division_and_bits(dtype, shapes):
+def test_integer_division_and_bits(peer, dtype, shapes):
     x = values(shapes[0], _dtype(dtype), 5)
     y = values(shapes[1], _dtype(dtype), 6, nonzero=True)
 
     def f(x, y):
         return x // y, x % y, x & y, x | y, x ^ y, anp.maximum(x, y)
 
-    assert_agree(run_on("cpu", f, x, y), run_on("interpreter", f, x, y))
+    assert_agree(run_on("cpu", f, x, y), run_on(peer, f, x, y))
 
 
+@pytest.mark.parametrize("peer", PEERS)
 @pytest.mark.parametrize("dtype", ["f32", "i32", "u8", "bool"])
-def test_comparisons_and_logic(dtype):
+def test_comparisons_and_logic(peer, dtype):
     x = values((2, 3), _dtype(dtype), 7)
     y = values((3,), _dtype(dtype), 8)
 
     def f(x, y):
         return (x < y) & (x != y), (x == y) | ~(x >= y), anp.logical_xor(x > y, x <= y)
 
-    assert_agree(run_on("cpu", f, x, y), run_on("interpreter", f, x, y))
+    assert_agree(run_on("cpu", f, x, y), run_on(peer, f, x, y))
 
 
+@pytest.mark.parametrize("peer", PEERS)
 @pytest.mark.parametrize("dtype", ["c64", "c128"])
-def test_complex_programs(dtype):
+def test_complex_programs(peer, dtype):
     z = values((2, 3), _dtype(dtype), 9)
 
     def f(z):
         return z * anp.conj(z) + anp.exp(z), anp.abs(z), anp.real(z) - anp.imag(z)
 
-    assert_agree(run_on("cpu", f, z), run_on("interpreter", f, z))
+    assert_agree(run_on("cpu", f, z), run_on(peer, f, z))
 
 
+@pytest.mark.parametrize("peer", PEERS)
 @pytest.mark.parametrize("dtype", ["f32", "i32", "bf16"])
-def test_casts_and_reductions(dtype):
+def test_casts_and_reductions(peer, dtype):
     x = values((3, 4), _dtype(dtype), 10)
 
     def f(x):
         return x.astype("float64") * 0.5, x.sum(axis=0), x.max(), x.astype(ml_dtypes.bfloat16)
 
-    assert_agree(run_on("cpu", f, x), run_on("interpreter", f, x))
+    assert_agree(run_on("cpu", f, x), run_on(peer, f, x))
 
 
+@pytest.mark.parametrize("peer", PEERS)
 @settings(max_examples=25, deadline=None)
 @given(
     shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4),
     dtype=st.sampled_from(["f32", "i32", "bf16"]),
     seed=st.integers(0, 2**16),
 )
-def test_broadcasting_expression_agrees(shapes, dtype, seed):
+def test_broadcasting_expression_agrees(peer, shapes, dtype, seed):
     x = values(shapes.input_shapes[0], _dtype(dtype), seed)
     y = values(shapes.input_shapes[1], _dtype(dtype), seed + 1)
 
     def f(x, y):
         return anp.minimum(x * 2 + y, x - y * 3)
 
-    assert_agree(run_on("cpu", f, x, y), run_on("interpreter", f, x, y))
+    assert_agree(run_on("cpu", f, x, y), run_on(peer, f, x, y))

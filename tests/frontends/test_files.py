@@ -166,6 +166,16 @@ def test_aotkit_module_round_trip():
     assert_leaves_equal([run_lowered("cpu", loaded, x)], [np.sqrt(x**2) + 1.0])
 
 
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_constants_load(dtype):
+    # The sandbox once read every attribute through the bindings, which cannot give complex
+    # dense elements a Python class: every module with a complex constant failed to load.
+    table = np.array([1 + 2j, -3.5j], dtype)
+    lowered = aotkit.lower(lambda z: z * table, table)
+    loaded = load_module(lowered.as_text().encode())
+    assert_leaves_equal([run_lowered("cpu", loaded, table)], [table * table])
+
+
 def test_donation_is_read_from_arg_attrs():
     x = np.ones(3, np.float32)
     text = jax.jit(lambda s, g: s - g, donate_argnums=0).lower(x, x).as_text()

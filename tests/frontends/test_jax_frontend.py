@@ -19,7 +19,7 @@ import aotkit
 import aotkit.numpy as anp
 from aotkit import frontends
 from aotkit.stages import lower_function
-from tests.helpers import run_lowered
+from tests.helpers import PEERS, run_lowered
 
 RNG = np.random.default_rng(0)
 
@@ -137,12 +137,13 @@ def test_jit_frontend_jax_matches_jax_jit(program):
     assert jitted.cache_info()[:3] == (1, 1, 1)  # traces, lowerings, compiles
 
 
+@pytest.mark.parametrize("backend", PEERS)
 @pytest.mark.parametrize("program", sorted(PROGRAMS))
-def test_interpreter_backend_agrees(program):
+def test_peer_backends_agree(program, backend):
     fn, make_args = PROGRAMS[program]
     args = make_args()
     lowered = aotkit.lower(fn, *args, frontend="jax")
-    assert_same(run_lowered("interpreter", lowered, *args), jax.jit(fn)(*args), rtol=1e-4,
+    assert_same(run_lowered(backend, lowered, *args), jax.jit(fn)(*args), rtol=1e-4,
                 atol=1e-5)  # fmt: skip
 
 

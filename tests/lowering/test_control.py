@@ -15,10 +15,7 @@ from jax import tree_util
 import aotkit
 import aotkit.numpy as anp
 from aotkit import lax
-from tests.helpers import run_lowered, run_on
-
-BACKENDS = ["cpu", "interpreter"]
-
+from tests.helpers import BACKENDS, run_lowered, run_on
 
 run = run_on
 

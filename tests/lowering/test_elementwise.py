@@ -20,8 +20,8 @@ from hypothesis.extra import numpy as hnp
 
 import aotkit
 import aotkit.numpy as anp
+from tests.helpers import BACKENDS, run_on
 from tests.helpers import assert_matches as _check
-from tests.helpers import run_on
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = [np.dtype(d) for d in ("float32", "float64", "int32", "uint8", "bool")] + [BF16]
@@ -76,9 +76,6 @@ def _numpy_refuses(fn_name: str, *args) -> bool:
     except TypeError:
         return True
     return False
-
-
-BACKENDS = ["cpu", "interpreter"]
 
 
 def _case_rng(*parts) -> np.random.Generator:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import aotkit
 import aotkit.numpy as anp
-from tests.helpers import assert_matches, run_on
+from tests.helpers import PEERS, assert_matches, run_on
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
@@ -138,7 +138,8 @@ def test_int_matmul_wraps_like_numpy():
     _check(got, a @ a.T)
 
 
-def test_reference_interpreter_agrees():
+@pytest.mark.parametrize("backend", PEERS)
+def test_peer_backends_agree(backend):
     # dot_general with batch dims and precision config, and einsum's diagonal, by the spec.
     a, b = _values(np.dtype(np.float32), (2, 3, 4)), _values(np.dtype(np.float32), (2, 4, 3))
     fns = {
@@ -148,7 +149,7 @@ def test_reference_interpreter_agrees():
         "norm": lambda m, x, y: m.linalg.norm(x[0], ord=1),
         "bool matmul": lambda m, x, y: m.matmul(x > 0, y > 0),
     }
-    got = run_on("interpreter", lambda x, y: {k: f(anp, x, y) for k, f in fns.items()}, a, b)
+    got = run_on(backend, lambda x, y: {k: f(anp, x, y) for k, f in fns.items()}, a, b)
     for k, f in fns.items():
         _check(got[k], f(np, a, b), k)
 

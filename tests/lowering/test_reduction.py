@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import aotkit
 import aotkit.numpy as anp
+from tests.helpers import PEERS, run_on
 from tests.helpers import assert_matches as _check
-from tests.helpers import run_on
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
@@ -306,9 +306,11 @@ def test_diff_prepend_append():
     _check(got[2], np.diff(x > 0, prepend=True))
 
 
-def test_reference_interpreter_agrees():
+@pytest.mark.parametrize("backend", PEERS)
+def test_peer_backends_agree(backend):
     # The StableHLO interpreter follows the spec to the letter: the reduce bodies, variadic
-    # reduces and reduce_window are valid StableHLO, not just something XLA accepts.
+    # reduces and reduce_window are valid StableHLO, not just something XLA accepts; IREE
+    # is a second compiler that must read them the same way.
     x = RNG.uniform(-3, 3, (3, 4)).astype(np.float32)
     x[1, 1] = np.nan
     fns = {
@@ -320,7 +322,7 @@ def test_reference_interpreter_agrees():
         "max complex": lambda m, a: m.max(a.astype(np.complex64), axis=0),
         "any": lambda m, a: m.any(a > 2, axis=1),
     }
-    got = run_on("interpreter", lambda a: {k: f(anp, a) for k, f in fns.items()}, x)
+    got = run_on(backend, lambda a: {k: f(anp, a) for k, f in fns.items()}, x)
     for k, f in fns.items():
         _check(got[k], _oracle(lambda a, f=f: f(np, a), x), k)
 

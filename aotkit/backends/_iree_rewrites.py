@@ -1,0 +1,239 @@
+"""StableHLO rewrites that make IREE 3.13 compute what the module says (iree backend only).
+
+IREE compiles these ops to code whose results differ from the StableHLO spec (and from
+XLA and the reference interpreter) on ordinary inputs, without any diagnostic:
+
+- `add` of booleans: IREE adds modulo 2 (`true + true = false`, so a boolean sum-reduce
+  gives the parity); the spec says logical or. Rewritten to `or`.
+- `power` of floats: IREE computes `exp(y * log(x))`, which is NaN for every negative
+  base (`(-2.0) ** 2.0`), for `x ** 0` at zero or infinite `x`, and for `1 ** inf`.
+  Rewritten to IREE's power of `|x|` with the sign, the NaN of a negative base with a
+  non-integer exponent, and C's exact cases (`pow(x, 0) = 1`, `pow(1, y) = 1`,
+  `pow(-1, ±inf) = 1`) put back.
+- `atan2`: NaN at `(±0, ±0)` and `(±inf, ±inf)`, and `+pi` for `(-0, x < 0)` and for
+  `(y < 0, -inf)`. Zero and infinite cases are selected from their exact values.
+- `cbrt` of `±inf` is NaN. Selected back to `±inf`.
+- `convert` of floats to integers: out-of-range values and NaN give whatever the CPU's
+  conversion instruction gives. aotkit's semantics (the README's, XLA's) saturate and map
+  NaN to 0; the conversion is guarded so.
+
+Each rewrite keeps IREE's own op for the ordinary inputs, so its accuracy is IREE's. The
+module is parsed from text into a context of its own and printed back: nothing here
+touches aotkit's lowering context.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+from jaxlib.mlir import ir
+
+from aotkit import _compat
+
+_FLOATS = {
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+}
+_BITS = {"f16": "i16", "bf16": "i16", "f32": "i32", "f64": "i64"}
+# (bits, signed) of the integer element types a float may be converted to.
+_INTEGERS = {
+    f"{prefix}{bits}": (bits, prefix == "i") for prefix in ("i", "ui") for bits in (8, 16, 32, 64)
+}
+
+
+def rewrite(text: str) -> tuple[str, list[str]]:
+    """`text` with the rewrites applied, and the names of the ops rewritten (sorted)."""
+    with _compat.make_context() as ctx, ir.Location.unknown(ctx):
+        module = ir.Module.parse(text, ctx)
+        targets = []
+        _collect(module.operation, targets)
+        if not targets:
+            return text, []
+        done = set()
+        for op in targets:
+            done.add(op.name)
+            _RULES[op.name](op)
+        module.operation.verify()
+        return module.operation.get_asm(enable_debug_info=True), sorted(done)
+
+
+def _element(t: ir.Type) -> str:
+    return str(ir.RankedTensorType(t).element_type)
+
+
+def _collect(op: ir.Operation, out: list) -> None:
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                if inner.name in _RULES and _applies(inner):
+                    out.append(inner)
+                _collect(inner, out)
+
+
+def _applies(op: ir.Operation) -> bool:
+    element = _element(op.results[0].type)
+    if op.name == "stablehlo.add":
+        return element == "i1"
+    if op.name == "stablehlo.convert":
+        return _element(op.operands[0].type) in _FLOATS and element in _INTEGERS
+    return element in _FLOATS
+
+
+class _Builder:
+    """Creates ops of the same shape as `op`, just before it, at its location."""
+
+    def __init__(self, op: ir.Operation):
+        self.op = op
+        self.type = ir.RankedTensorType(op.results[0].type)
+        self.shape = list(self.type.shape)
+        self.ip = ir.InsertionPoint(op)
+        self.loc = op.location
+
+    def tensor(self, element: str) -> ir.Type:
+        return ir.RankedTensorType.get(self.shape, ir.Type.parse(element))
+
+    def emit(self, name: str, *operands: ir.Value, type=None, **attributes) -> ir.Value:
+        created = ir.Operation.create(
+            name,
+            results=[type or operands[0].type],
+            operands=list(operands),
+            attributes=attributes,
+            loc=self.loc,
+            ip=self.ip,
+        )
+        return created.results[0]
+
+    def constant(self, literal: str, element: str) -> ir.Value:
+        t = self.tensor(element)
+        value = ir.Attribute.parse(f"dense<{literal}> : {t}")
+        return self.emit("stablehlo.constant", type=t, value=value)
+
+    def float_constant(self, x: float, element: str) -> ir.Value:
+        bits = np.array(x, _FLOATS[element]).view(f"u{_FLOATS[element].itemsize}")
+        return self.constant(f"0x{int(bits):X}", element)
+
+    def compare(self, direction: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        attr = ir.Attribute.parse(f"#stablehlo<comparison_direction {direction}>")
+        return self.emit(
+            "stablehlo.compare", a, b, type=self.tensor("i1"), comparison_direction=attr
+        )
+
+    def select(self, pred: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.emit("stablehlo.select", pred, a, b, type=a.type)
+
+    def both(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.emit("stablehlo.and", a, b)
+
+    def either(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.emit("stablehlo.or", a, b)
+
+    def negative_sign(self, x: ir.Value, element: str) -> ir.Value:
+        """x's sign bit is set (true for -0.0 and -inf too)."""
+        bits = self.emit("stablehlo.bitcast_convert", x, type=self.tensor(_BITS[element]))
+        return self.compare("LT", bits, self.constant("0", _BITS[element]))
+
+    def is_finite(self, x: ir.Value) -> ir.Value:
+        return self.emit("stablehlo.is_finite", x, type=self.tensor("i1"))
+
+    def is_inf(self, x: ir.Value) -> ir.Value:
+        absolute = self.emit("stablehlo.abs", x)
+        return self.compare("EQ", absolute, self.float_constant(math.inf, _element(x.type)))
+
+    def replace(self, value: ir.Value) -> None:
+        self.op.results[0].replace_all_uses_with(value)
+        self.op.erase()
+
+
+def _boolean_add(op: ir.Operation) -> None:
+    b = _Builder(op)
+    b.replace(b.emit("stablehlo.or", *op.operands))
+
+
+def _power(op: ir.Operation) -> None:
+    b = _Builder(op)
+    x, y = op.operands
+    e = _element(x.type)
+    one = b.float_constant(1.0, e)
+    p = b.emit("stablehlo.power", b.emit("stablehlo.abs", x), y)
+    y_half = b.emit("stablehlo.multiply", y, b.float_constant(0.5, e))
+    y_integer = b.both(b.is_finite(y), b.compare("EQ", b.emit("stablehlo.floor", y), y))
+    y_odd = b.both(y_integer, b.compare("NE", b.emit("stablehlo.floor", y_half), y_half))
+    # A negative finite base with a finite non-integer exponent has no real power.
+    no_real = b.both(
+        b.both(b.compare("LT", x, b.float_constant(0.0, e)), b.is_finite(x)),
+        b.both(b.is_finite(y), b.emit("stablehlo.not", y_integer)),
+    )
+    signed = b.select(b.both(b.negative_sign(x, e), y_odd), b.emit("stablehlo.negate", p), p)
+    result = b.select(no_real, b.float_constant(math.nan, e), signed)
+    exactly_one = b.either(
+        b.compare("EQ", y, b.float_constant(0.0, e)),
+        b.either(
+            b.compare("EQ", x, one),
+            b.both(b.compare("EQ", b.emit("stablehlo.abs", x), one), b.is_inf(y)),
+        ),
+    )
+    b.replace(b.select(exactly_one, one, result))
+
+
+def _atan2(op: ir.Operation) -> None:
+    b = _Builder(op)
+    y, x = op.operands
+    e = _element(y.type)
+    y_negative = b.negative_sign(y, e)
+
+    def with_sign_of_y(magnitude: float) -> ir.Value:
+        plus = b.float_constant(magnitude, e)
+        return b.select(y_negative, b.float_constant(-magnitude, e), plus)
+
+    on_zero = b.select(b.negative_sign(x, e), with_sign_of_y(math.pi), with_sign_of_y(0.0))
+    y_zero_x_number = b.both(b.compare("EQ", y, b.float_constant(0.0, e)), b.compare("EQ", x, x))
+    x_positive = b.compare("GT", x, b.float_constant(0.0, e))
+    on_inf = b.select(x_positive, with_sign_of_y(math.pi / 4), with_sign_of_y(3 * math.pi / 4))
+    both_inf = b.both(b.is_inf(y), b.is_inf(x))
+    # A finite y against an infinite x: the angle of the x axis, on y's side.
+    x_inf_y_finite = b.both(b.is_inf(x), b.is_finite(y))
+    on_x_axis = b.select(x_positive, with_sign_of_y(0.0), with_sign_of_y(math.pi))
+    atan2 = b.emit("stablehlo.atan2", y, x)
+    exact = b.select(x_inf_y_finite, on_x_axis, atan2)
+    b.replace(b.select(y_zero_x_number, on_zero, b.select(both_inf, on_inf, exact)))
+
+
+def _cbrt(op: ir.Operation) -> None:
+    b = _Builder(op)
+    (x,) = op.operands
+    b.replace(b.select(b.is_inf(x), x, b.emit("stablehlo.cbrt", x)))
+
+
+def _float_to_int(op: ir.Operation) -> None:
+    b = _Builder(op)
+    (x,) = op.operands
+    e, target = _element(x.type), _element(op.results[0].type)
+    bits, signed = _INTEGERS[target]
+    low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+    # Powers of two are exact in every float type (or inf, which compares as wanted).
+    too_big = b.compare("GE", x, b.float_constant(float(high + 1), e))
+    too_small = b.compare("LT", x, b.float_constant(float(low), e))
+    nan = b.compare("NE", x, x)
+    outside = b.either(b.either(too_big, too_small), nan)
+    safe = b.select(outside, b.float_constant(0.0, e), x)
+    converted = b.emit("stablehlo.convert", safe, type=op.results[0].type)
+    result = b.select(
+        too_big,
+        b.constant(str(high), target),
+        b.select(too_small, b.constant(str(low), target), converted),
+    )
+    b.replace(result)
+
+
+_RULES = {
+    "stablehlo.add": _boolean_add,
+    "stablehlo.power": _power,
+    "stablehlo.atan2": _atan2,
+    "stablehlo.cbrt": _cbrt,
+    "stablehlo.convert": _float_to_int,
+}

@@ -12,10 +12,12 @@ from __future__ import annotations
 import collections
 import operator
 import os
+import pathlib
 import re
 import subprocess
 import sys
 import textwrap
+import types
 
 import jax
 import numpy as np
@@ -67,7 +69,7 @@ def close(monkeypatch, *names, replace=None):
 
 
 def test_every_private_lookup_is_covered_here():
-    source = open(_compat.__file__).read()
+    source = pathlib.Path(_compat.__file__).read_text()
     looked_up = set(re.findall(r'_private\(\s*"([^"]+)"(?:,\s*"([^"]*)")?\s*\)', source))
     assert looked_up == set(PRIVATE)
 
@@ -357,6 +359,33 @@ def test_dialect_registration_with_other_parameters_falls_back_to_jax_context(mo
 def test_missing_dialect_registration_falls_back_to_jax_context(monkeypatch):
     close(monkeypatch, ("jaxlib.mlir._mlir_libs._jax_mlir_ext", "register_dialects"))
     _check_context(_compat.make_context())
+
+
+SANDBOX_COMPAT = """
+import importlib.util
+
+spec = importlib.util.spec_from_file_location("_aotkit_real_compat", {real!r})
+real = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(real)
+_lookup = real._private
+_closed = ("jaxlib.mlir._mlir_libs._jax_mlir_ext", "register_dialects")
+real._private = lambda module, name="": None if (module, name) == _closed else _lookup(module, name)
+make_context = real.make_context
+"""
+
+
+def test_sandbox_parses_files_with_the_fallback_context(monkeypatch, tmp_path):
+    # The sandbox process loads _compat by path, without aotkit: a stand-in that takes the
+    # dialect registration away there shows the fallback works in that process too.
+    from aotkit.frontends import files
+
+    stand_in = tmp_path / "compat_stand_in.py"
+    stand_in.write_text(SANDBOX_COMPAT.format(real=_compat.__file__))
+    monkeypatch.setattr(files, "_compat", types.SimpleNamespace(__file__=str(stand_in)))
+    text = b"func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+    text += b"  %0 = stablehlo.add %a, %a : tensor<2xf32>\n  return %0 : tensor<2xf32>\n}\n"
+    out = aotkit.load_module(text).compile()(np.array([1.0, 2.0], np.float32))
+    np.testing.assert_array_equal(out, [2.0, 4.0])
 
 
 def _check_context(ctx):

@@ -13,7 +13,6 @@ per-pass breakdown for each program follows the table.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 import jax
@@ -103,7 +102,6 @@ def main() -> None:
         + f" {'pipeline ms':>12} {'jax ms':>10} {'aotkit us/op':>13} {'jax us/op':>10}"
     )
     header += f" {'jax/aotkit':>11}"
-    print(f"jax {jax.__version__}, Python {sys.version.split()[0]}, best of {args.repeat} runs")
     print(header)
     print("-" * len(header))
     breakdowns = []

@@ -9,6 +9,7 @@ same calls with every name present.
 
 from __future__ import annotations
 
+import ast
 import collections
 import operator
 import os
@@ -72,6 +73,24 @@ def test_every_private_lookup_is_covered_here():
     source = pathlib.Path(_compat.__file__).read_text()
     looked_up = set(re.findall(r'_private\(\s*"([^"]+)"(?:,\s*"([^"]*)")?\s*\)', source))
     assert looked_up == set(PRIVATE)
+
+
+def test_no_private_module_is_imported_around_private():
+    # A private name imported directly would have no fallback: every one goes through
+    # `_private`, which the test above ties to this file's table.
+    tree = ast.parse(pathlib.Path(_compat.__file__).read_text())
+    imported = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            imported += [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            imported += [a.name for a in node.names]
+    private = [
+        m
+        for m in imported
+        if not m.startswith("__future__.") and any(p.startswith("_") for p in m.split("."))
+    ]
+    assert private == [], f"import {private[0]!r} directly: look it up through _private instead"
 
 
 def test_supported_jaxlib_runs_every_fast_path():

@@ -1,7 +1,19 @@
 """The one module that imports private jax/jaxlib names.
 
-A jaxlib upgrade that moves any of these touches this file only. Everything else in
-aotkit uses the public `jaxlib.mlir` bindings, `jax.tree_util` and `jax.extend`.
+Written against jax/jaxlib 0.10, 0.11 and 0.12. Everything else in aotkit uses public API
+(`jaxlib.mlir`, `jax.tree_util`, `jax.extend`, `jax.export`, `jax.sharding`); a jaxlib
+upgrade that moves a private name touches this file only.
+
+Each private name is looked up through `_private`, and checked (parameter names, fields)
+before use where a changed signature would otherwise fail late or silently. When a name is
+missing or its signature is not the one written against, the entry point that needs it
+takes a public fallback with the same results and errors, only slower: a future jaxlib
+costs speed, never correctness. `fast_paths()` says which entry points run on private
+names in this process; docs/compat.md lists each name, why it is used and its fallback.
+
+The one exception is the PJRT runtime API that the `cpu` and plugin backends are built on
+(a client's `compile_and_load`, an executable's `execute_sharded`): there is no public
+equivalent, so it is used as `jax.extend.backend.get_backend` hands it out.
 
 It imports nothing from aotkit at module level: `aotkit/frontends/_probe.py` loads this file
 by path in a sandbox process that must start without importing aotkit.
@@ -9,15 +21,85 @@ by path in a sandbox process that must start without importing aotkit.
 
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
+import operator
 import threading
 
 from jaxlib.mlir import ir
-from jaxlib.mlir._mlir_libs import _jax_mlir_ext
 
 
-def register_upstream_dialects(registry: ir.DialectRegistry) -> None:
-    """Registers func, arith, ... (the upstream dialects jaxlib links in) into `registry`."""
-    _jax_mlir_ext.register_dialects(registry)
+def _private(module: str, name: str = ""):
+    """`module.name` (`name` may be dotted; empty for the module itself), or None where this
+    jax/jaxlib has no such thing.
+
+    Every private lookup goes through here, so tests can take any one away
+    (tests/test_compat.py) and check that its fallback gives the same results.
+    """
+    try:
+        found = importlib.import_module(module)
+    except ImportError:
+        return None
+    for part in name.split(".") if name else ():
+        found = getattr(found, part, None)
+        if found is None:
+            return None
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _parameters(fn) -> tuple[str, ...] | None:
+    """The parameter names of a jaxlib (nanobind) or Python function; None if it does not say."""
+    signatures = getattr(fn, "__nb_signature__", None)
+    if signatures:
+        return _parse_parameters(signatures[0][0])
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+def _parse_parameters(text: str) -> tuple[str, ...] | None:
+    """Names from nanobind's `def name(a: T[x, y], b: U = \\0, *, c: V) -> R`."""
+    start = text.find("(")
+    if start < 0:
+        return None
+    names, depth, current = [], 0, ""
+    for char in text[start + 1 :]:
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                break
+            depth -= 1
+        if char == "," and depth == 0:
+            names.append(current)
+            current = ""
+        else:
+            current += char
+    names.append(current)
+    parsed = []
+    for part in names:
+        name = part.split(":")[0].split("=")[0].strip().lstrip("*")
+        if name and name != "/":
+            parsed.append(name)
+    return tuple(parsed)
+
+
+def _takes(fn, expected: tuple[str, ...]) -> bool:
+    """Whether `fn`'s parameters start with `expected`, in that order."""
+    params = _parameters(fn)
+    return params is not None and params[: len(expected)] == expected
+
+
+def _jaxlib_version() -> str:
+    import jaxlib
+
+    return getattr(jaxlib, "__version__", "?")
+
+
+# --- MLIR contexts -------------------------------------------------------------------------
 
 
 def make_context() -> ir.Context:
@@ -26,13 +108,29 @@ def make_context() -> ir.Context:
     aotkit's own context (`aotkit._context`) and the file-parsing sandbox process
     (`aotkit/frontends/_probe.py`) both come from here, so what parses in one parses in the
     other.
+
+    Private: `jaxlib.mlir._mlir_libs._jax_mlir_ext.register_dialects`, which registers the
+    upstream dialects (func, arith, ...) jaxlib links in. Fallback: JAX's own context
+    (`jax.interpreters.mlir.make_ir_context`, which registers the same ones), at the cost of
+    importing JAX in the sandbox process.
     """
     from jaxlib.mlir.dialects import chlo, sdy, stablehlo
 
-    registry = ir.DialectRegistry()
-    register_upstream_dialects(registry)
-    ctx = ir.Context()
-    ctx.append_dialect_registry(registry)
+    register = _private("jaxlib.mlir._mlir_libs._jax_mlir_ext", "register_dialects")
+    ctx = None
+    if register is not None:
+        registry = ir.DialectRegistry()
+        try:
+            register(registry)
+        except TypeError:
+            pass
+        else:
+            ctx = ir.Context()
+            ctx.append_dialect_registry(registry)
+    if ctx is None:
+        from jax.interpreters import mlir as jax_mlir
+
+        ctx = jax_mlir.make_ir_context()
     ctx.load_all_available_dialects()
     stablehlo.register_dialect(ctx)
     chlo.register_dialect(ctx)
@@ -43,6 +141,8 @@ def make_context() -> ir.Context:
     return ctx
 
 
+# --- LAPACK custom calls -------------------------------------------------------------------
+
 _lapack_lock = threading.Lock()
 _lapack_registered = False
 
@@ -51,10 +151,15 @@ def register_lapack_targets() -> None:
     """Makes jaxlib's LAPACK custom-call targets (`lapack_spotrf_ffi`, ...) runnable on CPU.
 
     Loads the LAPACK kernels (jaxlib takes them from SciPy, ~0.1 s once) and registers every
-    target jaxlib provides with XLA's CPU custom-call registry, as `jax._src.lax.linalg`
-    does when JAX lowers a linalg op. Without the first step, running such a call crashes
-    the process. Idempotent and thread-safe; call it before compiling a module that uses
-    them (the `cpu` backend does).
+    target jaxlib provides with XLA's CPU custom-call registry through `jax.ffi`, as JAX
+    does for its own linalg ops. Without the first step, running such a call crashes the
+    process. Idempotent and thread-safe; call it before compiling a module that uses them
+    (the `cpu` backend does).
+
+    Private: `jaxlib.lapack.registrations` and `jaxlib.cpu._lapack.initialize`. Fallback:
+    JAX registers the same targets when `jax.lax.linalg` is imported and loads the kernels
+    when it lowers a LAPACK op for CPU, so a 1x1 Cholesky exported for CPU (`jax.export`)
+    does both, ~0.1 s more, once.
     """
     global _lapack_registered
     if _lapack_registered:
@@ -62,26 +167,56 @@ def register_lapack_targets() -> None:
     with _lapack_lock:
         if _lapack_registered:
             return
-        from jaxlib import lapack
-        from jaxlib import xla_client as xc
-
-        lapack._lapack.initialize()
-        for platform, targets in lapack.registrations().items():
-            for name, fn, api_version in targets:
-                xc.register_custom_call_target(name, fn, platform, api_version)
+        if not _register_lapack_privately():
+            _register_lapack_publicly()
         _lapack_registered = True
 
 
+def _lapack_names():
+    """(jaxlib.lapack.registrations, the kernels' initialize), or None."""
+    registrations = _private("jaxlib.lapack", "registrations")
+    initialize = _private("jaxlib.cpu._lapack", "initialize")
+    if registrations is None or initialize is None:
+        return None
+    return registrations, initialize
+
+
+def _register_lapack_privately() -> bool:
+    import jax.ffi
+
+    names = _lapack_names()
+    if names is None:
+        return False
+    registrations, initialize = names
+    try:
+        targets = [
+            (name, fn, platform, int(api_version))
+            for platform, entries in registrations().items()
+            for name, fn, api_version in entries
+        ]
+        initialize()
+    except (TypeError, ValueError):  # a different shape of registration table
+        return False
+    for name, fn, platform, api_version in targets:
+        jax.ffi.register_ffi_target(name, fn, platform=platform, api_version=api_version)
+    return True
+
+
+def _register_lapack_publicly() -> None:
+    import jax
+    import jax.lax.linalg
+    import numpy as np
+
+    spec = jax.ShapeDtypeStruct((1, 1), np.float32)
+    jax.export.export(jax.jit(jax.lax.linalg.cholesky), platforms=("cpu",))(spec)
+
+
+# --- PJRT clients and compilation ------------------------------------------------------------
+
+
 def xla_client():
-    """jaxlib's XLA client module: CompileOptions, DeviceList, plugin loading."""
-    from jax._src.lib import xla_client
-
-    return xla_client
-
-
-# --- PJRT runtime accessors (aotkit/backends). jaxlib's C++ transfer and result-handling
-# entry points are what JAX's own dispatch uses; going through `jax.device_put` instead
-# costs ~100 µs per NumPy scalar.
+    """jaxlib's XLA client module (CompileOptions, DeviceList, plugin loading), or None."""
+    return _private("jaxlib.xla_client")
 
 
 def pjrt_backend(platform: str):
@@ -90,19 +225,11 @@ def pjrt_backend(platform: str):
     From `jax._src.xla_bridge` when it is there: the public `jax.extend.backend` imports
     `jax.extend` whole (Pallas included), ~20 ms of a process that only loads an artifact.
     """
-    try:
-        from jax._src.xla_bridge import get_backend
-    except ImportError:
+    get_backend = _private("jax._src.xla_bridge", "get_backend")
+    if get_backend is None:
         from jax.extend.backend import get_backend
 
     return get_backend(platform)
-
-
-def array_type() -> type:
-    """The concrete class of the device arrays PJRT backends return (jax.Array's ArrayImpl)."""
-    from jaxlib import _jax
-
-    return _jax.ArrayImpl
 
 
 def runtime_error_type() -> type:
@@ -118,57 +245,57 @@ def single_device_sharding(device):
     return SingleDeviceSharding(device)
 
 
-def shaped_array(shape: tuple[int, ...], dtype):
-    """The abstract value jaxlib's transfer and result handlers attach to an array."""
-    from jax._src.core import ShapedArray
-
-    return ShapedArray(shape, dtype)
-
-
-def host_to_device(aval, sharding, device):
-    """A function `put(ndarray) -> device array` for one argument slot.
-
-    The data is copied during the call (IMMUTABLE_ONLY_DURING_CALL with a forced copy): the
-    device array is ready at once, so execution does not wait on an asynchronous copy of an
-    unaligned NumPy buffer (measured ~5-10 µs per call for a 0-d array), and it never aliases
-    memory the caller may mutate or donate. x64 is forced on: the slot's dtype was fixed at
-    compile time, and JAX's global `jax_enable_x64=False` must not narrow float64 to float32.
-    """
-    from jaxlib import _jax
-
-    put = _jax.batched_device_put
-    devices = [device]
-    during_call = _jax.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
-
-    def device_put(x):
-        return put(aval, sharding, [x], devices, True, True, during_call, enable_x64=True)
-
-    return device_put
-
-
-def result_handler(aval, sharding):
-    """jaxlib's C++ handler that wraps one output buffer as a device array."""
-    from jaxlib import _jax
-
-    return _jax.array_result_handler(aval, sharding, committed=True, _skip_checks=True)
-
-
 def compile_options(overrides: dict[str, object]):
-    """XLA CompileOptions with `overrides` as XLA debug-option flags (env_option_overrides)."""
-    xc = xla_client()
-    options = xc.CompileOptions()
+    """XLA CompileOptions with `overrides` as XLA debug-option flags (env_option_overrides).
+
+    Private: `jaxlib.xla_client.CompileOptions`, plain options for one device. Fallback:
+    `jax.extend.backend.get_compile_options(1, 1)`, JAX's own options for one device.
+    """
+    options_type = getattr(xla_client(), "CompileOptions", None)
+    if options_type is not None:
+        options = options_type()
+    else:
+        from jax.extend.backend import get_compile_options
+
+        options = get_compile_options(1, 1)
     if overrides:
         options.env_option_overrides = list(overrides.items())
     return options
 
 
 def device_list(devices):
-    return xla_client().DeviceList(tuple(devices))
+    """The devices argument of a client's `compile_and_load`.
+
+    Private: `jaxlib.xla_client.DeviceList`. Fallback: a tuple, which `compile_and_load`
+    also takes.
+    """
+    list_type = getattr(xla_client(), "DeviceList", None)
+    if list_type is None:
+        return tuple(devices)
+    return list_type(tuple(devices))
 
 
 def load_pjrt_plugin(name: str, path: str) -> None:
-    """dlopens a PJRT plugin library and initializes it under `name`."""
+    """dlopens a PJRT plugin library and initializes it under `name`.
+
+    Private: `jaxlib.xla_client`'s plugin functions. No fallback: JAX loads plugins only
+    from packages it discovers at start-up, so without them this is an error that says so.
+    """
     xc = xla_client()
+    needed = (
+        "pjrt_plugin_loaded",
+        "load_pjrt_plugin_dynamically",
+        "pjrt_plugin_initialized",
+        "initialize_pjrt_plugin",
+        "make_c_api_client",
+    )
+    missing = [n for n in needed if getattr(xc, n, None) is None]
+    if missing:
+        raise RuntimeError(
+            f"load_plugin({name!r}, {path!r}): jaxlib {_jaxlib_version()} cannot load a PJRT "
+            f"plugin from a path (no xla_client.{missing[0]}); install the plugin as a JAX "
+            "plugin package and use its backend by name, or use jaxlib 0.10 to 0.12"
+        )
     if not xc.pjrt_plugin_loaded(name):
         xc.load_pjrt_plugin_dynamically(name, path)
     if not xc.pjrt_plugin_initialized(name):
@@ -202,67 +329,277 @@ def exclude_from_jax_locations(path: str) -> None:
 
     The JAX front end calls `jax.jit(fn).lower` from inside aotkit; without this, every op's
     location is a call stack through aotkit's own files before it reaches the user's line.
+    Public (`jax.extend.source_info_util`); where it is missing, locations keep those frames.
     """
-    from jax._src import source_info_util
+    register = _private("jax.extend.source_info_util", "register_exclusion")
+    if register is not None:
+        register(path)
 
-    source_info_util.register_exclusion(path)
+
+# --- Host transfer and result handling (aotkit/backends/pjrt.py). jaxlib's C++ transfer and
+# result handlers are what JAX's own dispatch uses; `jax.device_put` instead costs ~100 µs
+# per NumPy scalar.
+
+
+def array_type() -> type:
+    """The concrete class of the device arrays PJRT backends return (jax.Array's ArrayImpl).
+
+    Private: `jaxlib._jax.ArrayImpl`. Fallback: the type of an array `jax.device_put` makes.
+    """
+    found = _private("jaxlib._jax", "ArrayImpl")
+    if found is None:
+        found = _public_array_type()
+    return found
+
+
+@functools.cache
+def _public_array_type() -> type:
+    import jax
+    import numpy as np
+
+    return type(jax.device_put(np.zeros((), np.float32), jax.devices("cpu")[0]))
+
+
+def shaped_array(shape: tuple[int, ...], dtype):
+    """The abstract value jaxlib's transfer and result handlers attach to an array.
+
+    Public (`jax.core.ShapedArray`); where it is missing, None, and `host_to_device` and
+    `result_handler` take their public fallbacks, which need none.
+    """
+    shaped = _private("jax.core", "ShapedArray")
+    return None if shaped is None else shaped(shape, dtype)
+
+
+_DEVICE_PUT_PARAMETERS = (
+    "aval",
+    "sharding",
+    "xs",
+    "devices",
+    "committed",
+    "force_copy",
+    "host_buffer_semantics",
+    "enable_x64",
+)
+
+
+def _device_put_names():
+    """(jaxlib's batched_device_put, IMMUTABLE_ONLY_DURING_CALL), or None."""
+    put = _private("jaxlib._jax", "batched_device_put")
+    during_call = _private("jaxlib._jax", "HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL")
+    if put is None or during_call is None or not _takes(put, _DEVICE_PUT_PARAMETERS):
+        return None
+    return put, during_call
+
+
+def host_to_device(aval, sharding, device):
+    """A function `put(ndarray) -> device array` for one argument slot.
+
+    The data is copied during the call, so the device array never aliases memory the caller
+    may mutate or donate, and x64 is on for the transfer: the slot's dtype was fixed at
+    compile time, and JAX's global `jax_enable_x64=False` must not narrow float64 to float32.
+
+    Private: `jaxlib._jax.batched_device_put` with IMMUTABLE_ONLY_DURING_CALL and a forced
+    copy (the device array is ready at once, so execution does not wait on an asynchronous
+    copy of an unaligned NumPy buffer: ~5-10 µs per call for a 0-d array). Fallback:
+    `jax.device_put` of a copy of `x` under `jax.enable_x64(True)`.
+    """
+    names = _device_put_names()
+    if aval is None or names is None:
+        return _public_device_put(sharding)
+    put, during_call = names
+    devices = [device]
+
+    def device_put(x):
+        return put(aval, sharding, [x], devices, True, True, during_call, enable_x64=True)
+
+    return device_put
+
+
+def _public_device_put(sharding):
+    import jax
+    import numpy as np
+
+    x64 = jax.enable_x64
+    put = jax.device_put
+    copy = np.array
+
+    def device_put(x):
+        with x64(True):
+            # On CPU, device_put may alias a NumPy buffer even with may_alias=False (jax
+            # 0.10-0.12), and the caller may mutate its buffer once this call returns: the
+            # device array gets a private copy.
+            return put(copy(x), sharding)
+
+    return device_put
+
+
+def result_handler(aval, sharding):
+    """The handler `consume_with_handlers` wraps one output buffer with.
+
+    Private: `jaxlib._jax.array_result_handler` (jaxlib's C++ handler; `_skip_checks=True`
+    where it takes it, as in jaxlib 0.10). Fallback: a Python handler, which
+    `consume_with_handlers` gives the output's (already wrapped) single-device arrays.
+    """
+    names = _result_handler_names()
+    if aval is None or names is None:
+        return operator.itemgetter(0)
+    handler, skip_checks = names
+    if skip_checks:
+        return handler(aval, sharding, True, True)
+    return handler(aval, sharding, True)
+
+
+def _result_handler_names():
+    """(jaxlib's array_result_handler, whether it takes `_skip_checks`), or None."""
+    handler = _private("jaxlib._jax", "array_result_handler")
+    if handler is None:
+        return None
+    params = _parameters(handler)
+    if params == ("aval", "sharding", "committed", "_skip_checks"):
+        return handler, True
+    if params == ("aval", "sharding", "committed"):
+        return handler, False
+    return None
 
 
 # --- jaxlib's C++ dispatch loop, the one JAX's own `Compiled.__call__` runs on. aotkit hands
 # it a cache-miss function (aotkit's checked Python call) and, for argument signatures the C++
 # transfer converts exactly as compiled, the executable and result handling it then runs
-# without entering Python.
+# without entering Python. Without it, every call takes that checked Python call.
 
 
 def x64_switch():
     """(swap, restore) for JAX's x64 mode on this thread: `previous = swap(True)` turns it on,
-    `restore(previous)` puts back what was there (including "not set here")."""
-    from jax._src import config
+    `restore(previous)` puts back what was there (including "not set here").
 
-    return config.enable_x64.swap_local, config.enable_x64.set_local
+    Private: `swap_local`/`set_local` of the `jax.enable_x64` config state. Fallback: enter
+    and exit the public `jax.enable_x64(mode)` context manager (~1 µs more per call).
+    """
+    import jax
+
+    names = _x64_names()
+    if names is not None:
+        return names
+    state = jax.enable_x64
+
+    def enter(mode: bool):
+        scope = state(mode)
+        scope.__enter__()
+        return scope
+
+    def leave(scope) -> None:
+        scope.__exit__(None, None, None)
+
+    return enter, leave
+
+
+def _x64_names():
+    """(swap_local, set_local) of `jax.enable_x64`, or None."""
+    swap = _private("jax", "enable_x64.swap_local")
+    restore = _private("jax", "enable_x64.set_local")
+    if swap is None or restore is None:
+        return None
+    return swap, restore
+
+
+_PJIT_PARAMETERS = (
+    "function_name",
+    "fun",
+    "cache_miss",
+    "static_argnums",
+    "static_argnames",
+    "global_cache_key",
+    "pytree_registry",
+    "shard_arg_fallback",
+)
+_FASTPATH_FIELDS = (
+    "xla_executable",
+    "out_pytree_def",
+    "in_shardings",
+    "out_shardings",
+    "out_avals",
+    "out_committed",
+    "kept_var_bitvec",
+    "in_device_local_layouts",
+    "const_args",
+)
+
+
+def _dispatch_names():
+    """(pjit, JitGlobalCppCacheKeys, dispatch_registry, cc_shard_arg, fastpath type), or None
+    when any is missing or not the one this module was written against."""
+    pjit = _private("jaxlib._jax", "pjit")
+    keys = _private("jax._src.interpreters.pxla", "JitGlobalCppCacheKeys")
+    registry = _private("jax._src.tree_util", "dispatch_registry")
+    shard_arg = _private("jax._src.interpreters.pxla", "cc_shard_arg")
+    fastpath = _private("jax._src.interpreters.pxla", "MeshExecutableFastpathData")
+    if None in (pjit, keys, registry, shard_arg, fastpath):
+        return None
+    if not _takes(pjit, _PJIT_PARAMETERS) or getattr(fastpath, "_fields", None) != _FASTPATH_FIELDS:
+        return None
+    return pjit, keys, registry, shard_arg, fastpath
 
 
 def cpp_dispatcher(name: str, fun, cache_miss):
     """A C++ callable that runs `cache_miss(*args, **kwargs) -> (out, fastpath, False)` on
     new argument signatures and the cached fast path on known ones; `fun` runs when JAX's
-    `disable_jit` is on. None when this jaxlib lacks the entry point."""
-    try:
-        from jax._src import tree_util
-        from jax._src.interpreters import pxla
-        from jaxlib import _jax
+    `disable_jit` is on.
 
-        return _jax.pjit(
-            name,
-            fun,
-            cache_miss,
-            [],
-            [],
-            pxla.JitGlobalCppCacheKeys(),
-            tree_util.dispatch_registry,
-            pxla.cc_shard_arg,
-        )
-    except (ImportError, AttributeError, TypeError):
+    Private: `jaxlib._jax.pjit`, `pxla.JitGlobalCppCacheKeys`, `pxla.cc_shard_arg`,
+    `tree_util.dispatch_registry` and `pxla.MeshExecutableFastpathData`. Fallback: None, and
+    callers take their checked Python call on every call.
+    """
+    names = _dispatch_names()
+    if names is None:
+        return None
+    pjit, keys, registry, shard_arg, _ = names
+    try:
+        return pjit(name, fun, cache_miss, [], [], keys(), registry, shard_arg)
+    except TypeError:
         return None
 
 
 def fastpath_data(executable, out, n_args: int, in_sharding, out_sharding):
-    """What jaxlib's C++ dispatch caches to run `executable` again for one signature.
+    """What jaxlib's C++ dispatch caches to run `executable` again for one signature, or None
+    (the signature is then not cached, and its calls keep taking the checked call).
 
     `out` is the result pytree of the call that is being cached (its leaves are device
     arrays); every argument is kept and lives on `in_sharding`'s single device.
     """
-    from jax._src import tree_util
-    from jax._src.interpreters import pxla
-
-    out_flat, out_tree = tree_util.dispatch_registry.flatten(out, None)
-    return pxla.MeshExecutableFastpathData(
+    names = _dispatch_names()
+    if names is None:
+        return None
+    _, _, registry, _, fastpath = names
+    out_flat, out_tree = registry.flatten(out, None)
+    return fastpath(
         executable,
         out_tree,
         [in_sharding] * n_args,
         [out_sharding] * len(out_flat),
         [o.aval for o in out_flat],
-        [o._committed for o in out_flat],
+        [o.committed for o in out_flat],
         [True] * n_args,
         [None] * n_args,
         [],
     )
+
+
+def fast_paths() -> dict[str, bool]:
+    """Which entry points run on jaxlib's private names in this process (True) and which on
+    their public fallbacks (False). On jaxlib 0.10 to 0.12 all are True."""
+    import numpy as np
+
+    xc = xla_client()
+    has_aval = shaped_array((), np.dtype(np.float32)) is not None
+    return {
+        "mlir dialects": _private("jaxlib.mlir._mlir_libs._jax_mlir_ext", "register_dialects")
+        is not None,
+        "lapack": _lapack_names() is not None,
+        "compile options": getattr(xc, "CompileOptions", None) is not None,
+        "device list": getattr(xc, "DeviceList", None) is not None,
+        "array type": _private("jaxlib._jax", "ArrayImpl") is not None,
+        "host transfer": has_aval and _device_put_names() is not None,
+        "result handler": has_aval and _result_handler_names() is not None,
+        "x64 switch": _x64_names() is not None,
+        "C++ dispatch": _dispatch_names() is not None,
+    }

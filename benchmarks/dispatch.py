@@ -8,8 +8,10 @@
 with device-array inputs and with NumPy inputs, plus Python-float inputs and the
 `jit(f)(x)` path. Rounds are interleaved so all variants see the same machine load; the
 table shows the best and the median round (microseconds per call) and aotkit's ratios.
+`--public-only` first takes away every private jaxlib name `aotkit._compat` uses, so aotkit
+(and the raw column's host transfer) run on the public fallbacks a newer jaxlib would get.
 
-    .venv/bin/python benchmarks/dispatch.py [--calls 5000] [--rounds 15]
+    .venv/bin/python benchmarks/dispatch.py [--calls 5000] [--rounds 15] [--public-only]
 """
 
 from __future__ import annotations
@@ -46,7 +48,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5000, help="calls per round")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
+    parser.add_argument(
+        "--public-only", action="store_true", help="aotkit without any private jaxlib name"
+    )
     args = parser.parse_args(argv)
+    if args.public_only:
+        _compat._private = lambda module, name="": None
 
     def f_aot(x):
         return anp.sqrt(x**2) + 1.0
@@ -134,7 +141,8 @@ def main(argv=None) -> int:
 
     print(
         f"dispatch of f(x) = sqrt(x**2) + 1 on f32[], cpu backend; {args.rounds} rounds x "
-        f"{args.calls} calls, microseconds per call (best / median round)"
+        f"{args.calls} calls, microseconds per call (best / median round); jax "
+        f"{jax.__version__}{', aotkit on public API only' if args.public_only else ''}"
     )
     columns = ("aotkit", "jax", "raw PJRT", "aotkit/jax", "aotkit/raw")
     widths = (15, 15, 15, 11, 11)

@@ -188,4 +188,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # Python puts this file's folder first on sys.path, and it holds aotkit's `jax.py`: JAX
+    # itself (which _compat may import for a fallback) must not be shadowed by it.
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]
     sys.exit(main(sys.argv))

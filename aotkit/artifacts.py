@@ -464,7 +464,7 @@ def pack_compiled(
     header = {
         **_versions(),
         "name": name,
-        "target": backend.target(),
+        "target": executable.compiled_for(),
         "executable_format": backend.executable_format if data is not None else None,
         "in_specs": [str(s) for s in executable.in_specs],
         "out_specs": [str(s) for s in executable.out_specs],
@@ -606,7 +606,7 @@ def to_compiled(
                 path=artifact.label,
             ) from None
         target_backend = backends.get(None)
-    here = dict(target_backend.target())
+    here = dict(target_backend.target_for(artifact.target))
     if target_backend.executable_format is not None:
         here["executable_format"] = target_backend.executable_format
     same = saved == here
@@ -622,6 +622,7 @@ def to_compiled(
                 in_specs=artifact.in_specs,
                 out_specs=artifact.out_specs,
                 options=artifact.options,
+                target=artifact.target,
             )
         except (CompileError, ValueError) as e:
             if recompile is False:
@@ -754,7 +755,7 @@ def _here(artifact: Artifact) -> str:
         backend = backends.get(name)
     except ValueError:
         return f"here: backend {name!r} does not start; aotkit.load compiles it for another"
-    here = dict(backend.target())
+    here = dict(backend.target_for(artifact.target))
     saved = dict(artifact.target)
     if backend.executable_format is not None:
         here["executable_format"] = backend.executable_format

@@ -98,6 +98,11 @@ class Executable(abc.ABC):
         none: an artifact then holds only the portable StableHLO, which loading compiles."""
         return None
 
+    def compiled_for(self) -> dict[str, str]:
+        """The `Backend.target()` this executable was compiled for (a cross-compiling
+        backend's executable may be for another target than its backend's default)."""
+        return self.backend.target()
+
 
 class Backend(abc.ABC):
     """A compiler plus runtime for StableHLO modules."""
@@ -127,6 +132,11 @@ class Backend(abc.ABC):
         other compiles the portable StableHLO instead."""
         return {"backend": self.name, "platform": self.platform, "version": self.version}
 
+    def target_for(self, saved: dict[str, str]) -> dict[str, str]:
+        """The target this backend would load an executable compiled for `saved` as (equal
+        to `saved` when it loads it as it is). Backends with one target: `target()`."""
+        return self.target()
+
     def deserialize(
         self,
         data: bytes,
@@ -135,10 +145,12 @@ class Backend(abc.ABC):
         in_specs: tuple[ShapeDtype, ...],
         out_specs: tuple[ShapeDtype, ...],
         options: Mapping[str, object] | None = None,
+        target: dict[str, str] | None = None,
     ) -> Executable:
         """Rebuilds an executable from `Executable.serialize()` output of a backend with an
-        equal `target()`. `data` must come from a checked artifact (aotkit/artifacts.py):
-        backends load it as machine code. Failures raise CompileError."""
+        equal `target_for(target)` (`target` is what it was compiled for). `data` must come
+        from a checked artifact (aotkit/artifacts.py): backends load it as machine code.
+        Failures raise CompileError."""
         raise NotImplementedError(
             f"backend {self.name!r} does not load serialized executables "
             "(executable_format is None); compile the artifact's portable StableHLO"

@@ -187,6 +187,7 @@ class IreeBackend(Backend):
 
     name = "iree"
     platform = "cpu"
+    executable_format = "iree-vmfb"
 
     def __init__(self, compiler: str, linker: str | None, version: str):
         self._compiler = compiler
@@ -205,6 +206,62 @@ class IreeBackend(Backend):
         return [self._device("local-task")]
 
     # -- targets and options
+
+    def target(self) -> dict[str, str]:
+        """What this backend compiles for by default: llvm-cpu for this machine's CPU."""
+        return self.target_dict(DEFAULT_TARGET, {})
+
+    def target_dict(self, target: str, target_options: Mapping[str, str]) -> dict[str, str]:
+        """The artifact target of a vmfb compiled for `target` with `target_options`."""
+        found = {
+            "backend": self.name,
+            "version": self.version,
+            "target": target,
+            "target_options": ",".join(f"{k}={v}" for k, v in sorted(target_options.items())),
+        }
+        if target == "llvm-cpu" and target_options.get("cpu", "host") == "host" and (
+            "triple" not in target_options
+        ):
+            from aotkit.backends.pjrt import host_cpu
+
+            found["host"] = host_cpu()  # compiled for this host's instruction set
+        return found
+
+    def target_for(self, saved: dict[str, str]) -> dict[str, str]:
+        """A vmfb cross-compiled for another target loads as it is (running it needs that
+        target's device); llvm-cpu for the host must be for this host."""
+        name = saved.get("target")
+        options = dict(
+            item.split("=", 1) for item in saved.get("target_options", "").split(",") if item
+        )
+        try:
+            self.normalize_target(name, options)
+        except (TypeError, ValueError):
+            return self.target()
+        return self.target_dict(name, options)
+
+    def deserialize(
+        self, data: bytes, *, name, in_specs, out_specs, options=None, target=None
+    ) -> IreeExecutable:
+        saved = target or self.target()
+        options_of = dict(
+            item.split("=", 1) for item in saved.get("target_options", "").split(",") if item
+        )
+        try:
+            return self.load_executable(
+                data,
+                in_specs,
+                out_specs,
+                name=name,
+                target=saved.get("target"),
+                target_options=options_of,
+            )
+        except (TypeError, ValueError) as e:
+            raise CompileError(
+                f"backend 'iree' could not load the vmfb of {name!r}: {e}",
+                backend=self.name,
+                module_name=name,
+            ) from e
 
     def normalize_target(self, target=None, target_options=None) -> tuple:
         """Validates `target` and `target_options`; returns a hashable key for compile caches.
@@ -653,6 +710,13 @@ class IreeExecutable(Executable):
     def vmfb(self) -> bytes:
         """The compiled IREE module (a VM flatbuffer), as `iree-run-module` takes it."""
         return self._vmfb
+
+    def serialize(self) -> bytes:
+        """The vmfb: what an artifact (`Compiled.serialize()`) carries for IREE."""
+        return self._vmfb
+
+    def compiled_for(self) -> dict[str, str]:
+        return self.backend.target_dict(self.target, self.target_options)
 
     def _host(self, index: int, leaf, spec: ShapeDtype) -> np.ndarray:
         if type(leaf) is np.ndarray and leaf.dtype == spec.dtype and leaf.shape == spec.shape:

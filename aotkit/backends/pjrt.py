@@ -101,10 +101,10 @@ class PjrtBackend(Backend):
             "device_kind": str(getattr(self._device, "device_kind", "")),
         }
         if self.platform == "cpu":
-            target["host"] = _host_cpu()
+            target["host"] = host_cpu()
         return target
 
-    def deserialize(self, data: bytes, *, name, in_specs, out_specs, options=None):
+    def deserialize(self, data: bytes, *, name, in_specs, out_specs, options=None, target=None):
         data = bytes(data)
         where = f"backend {self.name!r}"
         overrides = check_options(options, f"{where}: deserialize")
@@ -453,7 +453,7 @@ class PjrtExecutable(Executable):
 
 
 @functools.cache
-def _host_cpu() -> str:
+def host_cpu() -> str:
     """The host's architecture and a digest of its CPU feature flags (Linux), or its
     processor string elsewhere: XLA's CPU code uses the host's instruction set."""
     machine = platform.machine() or "unknown"

@@ -604,3 +604,54 @@ def test_missing_compiler_tool_names_the_extra(monkeypatch):
         r"'iree-compile' is not installed; reinstall it with pip install 'aotkit\[iree\]'",
     ):
         iree_backend.create()
+
+
+# --- artifacts: the vmfb in aotkit's container ------------------------------------------------
+
+
+def test_artifact_holds_the_vmfb_and_loads_in_a_fresh_process(tmp_path):
+    import subprocess
+    import sys
+
+    from aotkit import artifacts
+
+    lowered = aotkit.lower(
+        lambda x, y: (anp.tanh(x) @ y, x.sum()), sample((3, 4), "f32"), sample((4, 2), "f32")
+    )
+    compiled = lowered.compile("iree")
+    path = tmp_path / "f.aotx"
+    compiled.save(path)
+    artifact = artifacts.unpack(path.read_bytes(), str(path))
+    assert artifact.executable_format == "iree-vmfb"
+    assert artifact.section(artifacts.EXECUTABLE) == compiled._executable.vmfb
+    assert artifact.target["target"] == "llvm-cpu" and "host" in artifact.target
+    x, y = sample((3, 4), "f32"), sample((4, 2), "f32")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    code = (
+        "import sys, numpy as np, aotkit\n"
+        "c = aotkit.load(sys.argv[1])\n"
+        "a, b = c(np.load(sys.argv[2]), np.load(sys.argv[3]))\n"
+        "print(c.origin, c.backend.name)\n"
+        "np.save(sys.argv[4], np.asarray(a))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(tmp_path / "x.npy"), str(tmp_path / "y.npy"),
+         str(tmp_path / "out.npy")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.split() == ["artifact", "iree"]
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.asarray(compiled(x, y)[0]))
+
+
+def test_cross_compiled_artifact_loads_as_it_is_and_needs_its_device_to_run(tmp_path):
+    if _driver_present("cuda"):
+        pytest.skip("this machine has a cuda device; the missing-device error cannot show")
+    lowered = aotkit.lower(lambda x: x * 2, aotkit.spec("f32[3]"))
+    compiled = lowered.compile("iree", target="cuda", target_options={"arch": "sm_80"})
+    loaded = aotkit.load(compiled.serialize(), recompile=False)
+    assert loaded.origin == "artifact"
+    assert loaded._executable.target == "cuda"
+    assert loaded._executable.vmfb == compiled._executable.vmfb
+    with pytest.raises(RuntimeError, match=r"was compiled for target 'cuda'"):
+        loaded(np.ones(3, np.float32))

@@ -39,6 +39,7 @@ _LAZY = {
     "ShapeDtype": "aotkit.specs",
     "spec": "aotkit.specs",
     "load": "aotkit.artifacts",
+    "InPlaceWriteWarning": "aotkit.errors",
     "check": "aotkit.crosscheck",
     "cond": "aotkit.lax",
     "fori_loop": "aotkit.lax",
@@ -72,6 +73,7 @@ def __dir__():
 
 __all__ = [
     "ArtifactError",
+    "InPlaceWriteWarning",
     "CacheInfo",
     "Compiled",
     "CompileError",

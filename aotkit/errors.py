@@ -50,3 +50,8 @@ class ArtifactWarning(UserWarning):
 class CacheWarning(UserWarning):
     """The persistent compilation cache skipped an entry or turned itself off; the program
     still runs (it compiles instead)."""
+
+
+class InPlaceWriteWarning(UserWarning):
+    """A traced function wrote into one of its array arguments in place and did not return
+    it: aotkit's arrays are values, so the caller's array does not change (NumPy's would)."""

@@ -818,3 +818,22 @@ def call(f):
     from aotkit.autograph import _convert
 
     return _convert.converted(f)
+
+
+# --- item assignments (see _transform._ItemAssignments) -------------------------------------------
+
+
+def writable(target, value):
+    """`target` as a traced array when it is a NumPy array about to receive a traced value
+    (NumPy cannot hold one); else `target` itself."""
+    if isinstance(target, np.ndarray) and _holds_tracer(value):
+        return anp.array(target)
+    return target
+
+
+def _holds_tracer(value) -> bool:
+    if isinstance(value, Tracer):
+        return True
+    if isinstance(value, list | tuple):
+        return any(_holds_tracer(v) for v in value)
+    return False

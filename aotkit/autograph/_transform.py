@@ -230,6 +230,94 @@ def expression(node: ast.AST) -> ast.AST:
     return _Expressions().visit(node)
 
 
+# --- item assignments: arrays NumPy made that receive traced values -------------------------------
+
+
+class _ItemAssignments(ast.NodeTransformer):
+    """`x[i] = v` (and `x[i] += v`, `np.add.at(x, i, v)`, ...) for a local `x` becomes
+
+        ag__item_N = v
+        x = ag__.writable(x, ag__item_N)
+        x[i] = ag__item_N
+
+    so that an array NumPy made in the function (`np.empty(...)`, `np.zeros(n)`) becomes a
+    traced array when it receives a traced value, where NumPy's own `__setitem__` could
+    only refuse. Anything else (a traced array, a list, an untraced value) is the same
+    object afterwards, written as before. Python evaluates the value first, then `x` and
+    `i`; so does this (an augmented assignment reads `x[i]` after the value)."""
+
+    def __init__(self, conv: Converter, local_names: frozenset):
+        self.conv = conv
+        self.local_names = local_names
+
+    def _scope(self, node):
+        return node  # nested functions are rewritten on their own
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _scope
+
+    def _rewrite(self, node, target):
+        if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
+            return node
+        base = target.value.id
+        if base not in self.local_names:
+            return node
+        temp = f"{PREFIX}item_{self.conv.next_id()}"
+        keep = ast.Assign(targets=[_name(temp, True)], value=node.value)
+        writable = ast.Assign(
+            targets=[_name(base, True)], value=_call(_ag("writable"), _name(base), _name(temp))
+        )
+        node.value = _name(temp)
+        return [_located(ast.copy_location(keep, node), node),
+                _located(ast.copy_location(writable, node), node), node]  # fmt: skip
+
+    def visit_Assign(self, node: ast.Assign):
+        return self._rewrite(node, node.targets[0]) if len(node.targets) == 1 else node
+
+    # NumPy functions that write into their first argument: `np.add.at(x, i, v)`,
+    # `np.put(x, i, v)`, `np.copyto(x, v)`, `np.fill_diagonal(x, v)`.
+    _WRITERS = frozenset({"at", "put", "copyto", "fill_diagonal"})
+
+    def visit_Expr(self, node: ast.Expr):
+        call = node.value
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr in self._WRITERS
+            and call.args
+            and isinstance(call.args[0], ast.Name)
+            and call.args[0].id in self.local_names
+            and not call.keywords
+            and not any(isinstance(a, ast.Starred) for a in call.args)
+        ):
+            return node
+        base = call.args[0].id
+        temp = f"{PREFIX}item_{self.conv.next_id()}"
+        keep = ast.Assign(
+            targets=[_name(temp, True)], value=ast.Tuple(elts=call.args[1:], ctx=ast.Load())
+        )
+        writable = ast.Assign(
+            targets=[_name(base, True)], value=_call(_ag("writable"), _name(base), _name(temp))
+        )
+        call.args = [call.args[0], ast.Starred(value=_name(temp), ctx=ast.Load())]
+        return [_located(ast.copy_location(keep, node), node),
+                _located(ast.copy_location(writable, node), node), node]  # fmt: skip
+
+    def visit_AugAssign(self, node: ast.AugAssign):
+        return self._rewrite(node, node.target)
+
+
+def _item_assignments(conv: Converter, node) -> None:
+    facts = Facts.of(node.body)
+    a = node.args
+    params = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    params += [x.arg for x in (a.vararg, a.kwarg) if x is not None]
+    # Only names of this function: assigning a global or a closure's name would make it
+    # local here.
+    local_names = (frozenset(params) | frozenset(facts.stores)) - frozenset(facts.declared)
+    # The function's own statements (visiting `node` itself would stop at the def).
+    _ItemAssignments(conv, local_names).generic_visit(node)
+
+
 # --- preparing a function: returns and jumps ------------------------------------------------------
 
 
@@ -784,4 +872,5 @@ class Converter:
             if a is not None:
                 a.annotation = None
         node.returns = None
+        _item_assignments(self, node)
         _Function(self, node, visible_outside).run()

@@ -219,8 +219,10 @@ class IreeBackend(Backend):
             "target": target,
             "target_options": ",".join(f"{k}={v}" for k, v in sorted(target_options.items())),
         }
-        if target == "llvm-cpu" and target_options.get("cpu", "host") == "host" and (
-            "triple" not in target_options
+        if (
+            target == "llvm-cpu"
+            and target_options.get("cpu", "host") == "host"
+            and ("triple" not in target_options)
         ):
             from aotkit.backends.pjrt import host_cpu
 

@@ -80,11 +80,14 @@ def where(op: str) -> str:
 class Scope:
     """A region being traced into. Tracers made in a closed scope may not be used again."""
 
-    __slots__ = ("open", "name", "constants")
+    __slots__ = ("open", "name", "constants", "written")
 
     def __init__(self, name: str):
         self.open = True
         self.name = name
+        # Tracers written in place here (`x[i] = v`, `x += v`), by id: where the first
+        # write was, for the warning about arguments written but not returned.
+        self.written: dict[int, str] = {}
         # Scalar splats already emitted in this scope, by (block, dtype, shape, value): a
         # program multiplies by 2.0 many times, and one constant op serves every use in
         # its block. The cache dies with the scope, so it never outlives its blocks.

@@ -15,7 +15,7 @@ import functools
 import numpy as np
 
 from aotkit import dtypes
-from aotkit.lowering.core import Tracer, bind1, constant, current_scope, full, where
+from aotkit.lowering.core import Tracer, bind1, constant, current_scope, full, user_site, where
 
 
 def _is_int(v) -> bool:
@@ -222,4 +222,6 @@ def rebind(op: str, x: Tracer, new: Tracer) -> None:
             f"traced now ({x._scope.name!r}); carry it through the body and return the new "
             "value instead"
         )
+    if id(x) not in x._scope.written:
+        x._scope.written[id(x)] = user_site()
     x.value = new.value

@@ -8,6 +8,7 @@ pipeline, donation and dumps are the stages' business (`aotkit.stages.lower_trac
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -17,7 +18,7 @@ from jaxlib.mlir.dialects import func
 
 from aotkit import _context, dtypes, modules
 from aotkit._context import IR_LOCK
-from aotkit.errors import InvalidModuleError
+from aotkit.errors import InPlaceWriteWarning, InvalidModuleError
 from aotkit.frontends import signature
 from aotkit.lowering.core import Tracer, _check_live, constant, pop_scope, push_scope
 from aotkit.specs import ShapeDtype
@@ -38,6 +39,25 @@ def _output_value(path, leaf) -> Tracer:
         "array; functions must return arrays, Python scalars, or pytrees (tuples, lists, "
         "dicts, None) of them"
     )
+
+
+def _warn_unreturned_writes(name, scope, args, outs, arg_names) -> None:
+    """Warns about each argument written in place but not returned (its write is lost)."""
+    returned = {id(t) for t in outs}
+    for i, arg in enumerate(args):
+        site = scope.written.get(id(arg))
+        if site is None or id(arg) in returned:
+            continue
+        what = arg_names[i] if arg_names else f"argument {i}"
+        filename, _, line = site.rpartition(":")
+        warnings.warn_explicit(
+            f"{name}: argument {what} is written in place at {site} but not returned; "
+            "aotkit's arrays are values, so the caller's array does not change (NumPy's "
+            "would): return it to keep the write",
+            InPlaceWriteWarning,
+            filename or "<unknown>",
+            int(line) if line.isdigit() else 0,
+        )
 
 
 def trace(
@@ -72,9 +92,13 @@ def trace(
         full_args, full_kwargs = signature.merge_static(t_args, t_kwargs, static_pos, static_kw)
         return fn(*full_args, **full_kwargs)
 
+    paths = [signature.arg_path(p) for p, _ in tree_util.tree_flatten_with_path(
+        (dyn_args, dyn_kwargs))[0]]  # fmt: skip
     with IR_LOCK:
         lc = _context.for_lowering()
-        module, out_tree, out_specs = trace_to_module(lc, body, name, specs, weak=weak)
+        module, out_tree, out_specs = trace_to_module(
+            lc, body, name, specs, weak=weak, arg_names=paths
+        )
     return Traced(
         module,
         lc,
@@ -96,6 +120,7 @@ def trace_to_module(
     flat_in_specs: Sequence[ShapeDtype],
     *,
     weak: Sequence[bool] | None = None,
+    arg_names: Sequence[str] | None = None,
 ) -> tuple[ir.Module, object, tuple[ShapeDtype, ...]]:
     """Traces `body(flat_tracers)` into a new verified module named `name` in `lc`.
 
@@ -122,6 +147,8 @@ def trace_to_module(
                 leaves_with_paths, out_tree = tree_util.tree_flatten_with_path(out)
                 outs = [_output_value(p, leaf) for p, leaf in leaves_with_paths]
                 func.ReturnOp([t.value for t in outs])
+            if scope.written:
+                _warn_unreturned_writes(name, scope, args, outs, arg_names)
         finally:
             pop_scope(scope)
         main.attributes["function_type"] = ir.TypeAttr.get(

@@ -36,7 +36,7 @@ from jax import tree_util
 
 from aotkit import dtypes, lax
 from aotkit import numpy as anp
-from aotkit.lowering.core import Tracer, user_site
+from aotkit.lowering.core import Tracer, as_weak, user_site
 
 # Loops of at most this many iterations (with static bounds) stay unrolled: a handful of
 # copies of the body costs less than a loop and keeps every index static.
@@ -443,9 +443,12 @@ def _trip_count(r: _Range):
 
 
 def _index(k, r: _Range):
+    """The loop variable of iteration `k`, weakly typed like the Python int of `range`."""
     if isinstance(r.step, int) and r.step == 1:
-        return k if isinstance(r.start, int) and r.start == 0 else k + r.start
-    return r.start + k * r.step
+        i = k if isinstance(r.start, int) and r.start == 0 else k + r.start
+    else:
+        i = r.start + k * r.step
+    return as_weak(i) if isinstance(i, Tracer) else i
 
 
 def _carried(info, vals: dict, extra, bounds, slots: dict) -> tuple[list[str], dict]:

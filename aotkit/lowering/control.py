@@ -276,7 +276,13 @@ def _branches(op: str, labels: Sequence[str], fns: Sequence[Callable], operands:
                     for leaf, (_, d) in zip(leaves, avals, strict=True)
                 ]
                 stablehlo.ReturnOp([v.value for v in values])
-        return scratch, [t[0] for t in traced], traced[0][1], avals
+        # An output every branch gives as a Python scalar (or a weakly typed value) stays
+        # weakly typed, as the Python scalar a Python `if` would leave behind.
+        weak = [
+            all(not isinstance(t[2][j], Tracer) or t[2][j].weak for t in traced)
+            for j in range(len(avals))
+        ]
+        return scratch, [t[0] for t in traced], traced[0][1], (avals, weak)
     except BaseException:
         scratch.erase()
         raise
@@ -293,11 +299,13 @@ def _region_tail(block: ir.Block, name: str):
         pop_scope(scope)
 
 
-def _finish_branches(scratch, blocks, real: ir.OpView, tree, avals):
+def _finish_branches(scratch, blocks, real: ir.OpView, tree, avals, weak):
     for block, region in zip(blocks, real.regions, strict=True):
         block.append_to(region)
     scratch.erase()
-    return tree_util.tree_unflatten(tree, _results(real.operation, avals))
+    results = _results(real.operation, avals)
+    results = [as_weak(r) if w else r for r, w in zip(results, weak, strict=True)]
+    return tree_util.tree_unflatten(tree, results)
 
 
 def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
@@ -312,12 +320,14 @@ def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
     pred = cast(pred, np.dtype(np.bool_)) if isinstance(pred, Tracer) else bool(pred)
     operands = _branch_operands("cond", operands)
     labels = ("true_fn", "false_fn")
-    scratch, blocks, tree, avals = _branches("cond", labels, (true_fn, false_fn), operands)
+    scratch, blocks, tree, (avals, weak) = _branches(
+        "cond", labels, (true_fn, false_fn), operands
+    )
     with user_location():
         if not isinstance(pred, Tracer):
             pred = full((), pred, np.dtype(np.bool_))
         real = stablehlo.IfOp([dtypes.tensor_type(s, d) for s, d in avals], pred.value)
-    return _finish_branches(scratch, blocks, real, tree, avals)
+    return _finish_branches(scratch, blocks, real, tree, avals, weak)
 
 
 def switch(index, branches: Sequence[Callable], *operands):
@@ -340,7 +350,7 @@ def switch(index, branches: Sequence[Callable], *operands):
         index = min(max(int(index), 0), last)
     operands = _branch_operands("switch", operands)
     labels = tuple(f"branches[{i}]" for i in range(len(branches)))
-    scratch, blocks, tree, avals = _branches("switch", labels, branches, operands)
+    scratch, blocks, tree, (avals, weak) = _branches("switch", labels, branches, operands)
     i32 = np.dtype(np.int32)
     with user_location():
         if isinstance(index, Tracer):
@@ -354,7 +364,7 @@ def switch(index, branches: Sequence[Callable], *operands):
         real = stablehlo.CaseOp(
             [dtypes.tensor_type(s, d) for s, d in avals], index.value, len(branches)
         )
-    return _finish_branches(scratch, blocks, real, tree, avals)
+    return _finish_branches(scratch, blocks, real, tree, avals, weak)
 
 
 # --- loops --------------------------------------------------------------------------------------
@@ -572,6 +582,15 @@ def _while(
     )
 
 
+def _weak_results(outs: list[Tracer], carry: list[_Carry]) -> list[Tracer]:
+    """A carry that started as a Python scalar and kept that kind's default dtype is weakly
+    typed after the loop, as the Python scalar a Python loop would leave behind."""
+    return [
+        as_weak(t) if c.weak is not None and c.dtype == dtypes.result_type(c.weak) else t
+        for t, c in zip(outs, carry, strict=True)
+    ]
+
+
 def _check_pred(op: str, fn_name: str, pred) -> Tracer:
     if isinstance(pred, Tracer):
         _live(pred, op)
@@ -609,8 +628,8 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init):
     def cond(args):
         return _check_pred("while_loop", "cond_fn", cond_fn(tree_util.tree_unflatten(tree, args)))
 
-    outs, _ = _while("while_loop", carry, cond, body)
-    return tree_util.tree_unflatten(tree, outs)
+    outs, final = _while("while_loop", carry, cond, body)
+    return tree_util.tree_unflatten(tree, _weak_results(outs, final))
 
 
 def _bound(op: str, name: str, x):
@@ -669,8 +688,8 @@ def fori_loop(lower, upper, body_fn: Callable, init):
         stop = upper_t if upper_t is not None else full((), upper, index_dtype)
         return bind1("compare", args[0], stop, direction="LT")
 
-    outs, _ = _while("fori_loop", [counter] + carry, cond, body)
-    return tree_util.tree_unflatten(tree, outs[1:])
+    outs, final = _while("fori_loop", [counter] + carry, cond, body)
+    return tree_util.tree_unflatten(tree, _weak_results(outs[1:], final[1:]))
 
 
 def _scan_xs(op: str, xs, length):

@@ -109,6 +109,20 @@ def _report(command: str, exc: BaseException, show_traceback: bool) -> int:
     if isinstance(exc, (UserError, *_known_errors())):
         err.write(prefix + str(exc).strip() + "\n")
         return EXIT_USER
+    if isinstance(exc, MemoryError):
+        detail = f" ({str(exc).strip()})" if str(exc).strip() else ""
+        err.write(
+            f"{prefix}out of memory{detail}: the program or its inputs need more memory than "
+            "this machine has; use smaller shapes or inputs\n"
+        )
+        return EXIT_USER
+    if isinstance(exc, EOFError):
+        detail = f" ({str(exc).strip()})" if str(exc).strip() else ""
+        err.write(
+            f"{prefix}an input ended too soon{detail}: a file is truncated; check the input "
+            "files (--inputs, the target)\n"
+        )
+        return EXIT_USER
     err.write(
         f"{prefix}internal error: {_describe(exc)}; "
         "rerun with --traceback and report it with the command line\n"

@@ -6,6 +6,9 @@
   like a Python float (NEP 50). On, they are weakly typed 64-bit values (int64, float64,
   complex128), as NumPy would hold them. Python scalars inside the traced function always
   follow NumPy's rules.
+- `jit_cache_size` (default 128, or `AOTKIT_JIT_CACHE_SIZE`): how many `Lowered` and how many
+  `Compiled` the jit caches keep per function (least recently used evicted), so a program
+  that calls one function with ever new shapes does not grow without bound.
 """
 
 from __future__ import annotations
@@ -25,8 +28,24 @@ def _env_flag(name: str) -> bool:
     raise ValueError(f"{name}={text!r}: expected 1/0, true/false, yes/no or on/off")
 
 
-_DOC = {"x64_scalars": "Python scalar arguments are 64-bit (int64, float64, complex128)"}
-_values: dict[str, object] = {"x64_scalars": _env_flag("AOTKIT_X64_SCALARS")}
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{name}={text!r}: expected a positive integer")
+    return int(text)
+
+
+_DOC = {
+    "x64_scalars": "Python scalar arguments are 64-bit (int64, float64, complex128)",
+    "jit_cache_size": "entries kept per function by the jit caches",
+}
+_values: dict[str, object] = {
+    "x64_scalars": _env_flag("AOTKIT_X64_SCALARS"),
+    "jit_cache_size": _env_int("AOTKIT_JIT_CACHE_SIZE", 128),
+}
+_TYPES = {"x64_scalars": bool, "jit_cache_size": int}
 # Bumped by every update: caches keyed on settings compare it instead of the values.
 version = 0
 
@@ -40,8 +59,10 @@ def get(name: str):
 def update(name: str, value) -> None:
     """Sets `name` (see the module docstring) for the whole process."""
     _check_name(name)
-    if not isinstance(value, bool):
+    if _TYPES[name] is bool and not isinstance(value, bool):
         raise TypeError(f"aotkit.config.update: {name} takes True or False, got {value!r}")
+    if _TYPES[name] is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise TypeError(f"aotkit.config.update: {name} takes a positive int, got {value!r}")
     global version
     _values[name] = value
     version += 1

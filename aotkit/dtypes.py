@@ -95,6 +95,8 @@ def canonicalize(dtype, *, where: str = "dtype") -> np.dtype:
             d = np.dtype(dtype)
         except TypeError:
             d = None
+        if d is not None and not d.isnative:
+            d = d.newbyteorder("=")  # big-endian data holds the same numbers
         if d is not None and d in SUPPORTED:
             return d
     raise TypeError(

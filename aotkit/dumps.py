@@ -51,14 +51,22 @@ def _file_part(name: str) -> str:
     return cleaned or "module"
 
 
-def _claim_index(directory: Path) -> int:
+def _claim_index(directory: Path, *, rescan: bool = False) -> int:
+    """The next module number in `directory` (after the largest one there when first seen,
+    or when `rescan`: another process may have taken numbers since)."""
     with _index_lock:
-        if directory not in _next_index:
+        if rescan or directory not in _next_index:
             taken = (_PREFIX.match(p.name) for p in directory.iterdir())
-            _next_index[directory] = 1 + max((int(m.group(1)) for m in taken if m), default=-1)
+            largest = max((int(m.group(1)) for m in taken if m), default=-1)
+            _next_index[directory] = max(largest + 1, _next_index.get(directory, 0))
         index = _next_index[directory]
         _next_index[directory] = index + 1
         return index
+
+
+# Dump files are created, never opened if they exist: no other process's file is
+# overwritten, and a symbolic link planted in a shared folder is not followed.
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 
 
 class Dumper:
@@ -131,13 +139,32 @@ class Dumper:
         )
 
     def write(self, stage: str, text: str, *, ext: str = "mlir") -> Path:
-        """Writes `text` as the next numbered stage file, e.g. `0003.f.10-optimized.hlo`."""
+        """Writes `text` as the next numbered stage file, e.g. `0003.f.10-optimized.hlo`.
+
+        The first file of a module claims its number: if another process took it (the
+        file exists), the module takes the next free number instead. A later file that
+        exists already is an error, never overwritten.
+        """
+        data = text.encode("utf-8")
         with self._lock:
-            path = self.directory / (
-                f"{self.index:04d}.{self.name}.{len(self.paths) + 1:02d}-{stage}.{ext}"
-            )
+            for _ in range(1000):
+                path = self.directory / (
+                    f"{self.index:04d}.{self.name}.{len(self.paths) + 1:02d}-{stage}.{ext}"
+                )
+                try:
+                    fd = os.open(path, _CREATE, 0o644)
+                    break
+                except FileExistsError:
+                    if self.paths:
+                        raise ValueError(
+                            f"dump: {path} exists already (another process's dump, or a "
+                            "link planted in the folder); aotkit does not overwrite it: "
+                            "dump to a folder of your own"
+                        ) from None
+                    self.index = _claim_index(self.directory, rescan=True)
             self.paths.append(path)
-        path.write_text(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         return path
 
     def write_json(self, stage: str, data) -> Path:

@@ -183,6 +183,14 @@ def first_error_line(text: str) -> str:
     return lines[0] if lines else text.strip()
 
 
+# How much of a diagnostic an error message quotes: MLIR quotes the input it could not read,
+# and one line of a bad file can be megabytes long.
+MAX_DIAGNOSTIC = 400
+
+
 def _clean(line: str) -> str:
     line = line.split(" If this is intended, please call allowUnregisteredDialects()")[0]
-    return line.strip().rstrip(".")
+    line = line.strip().rstrip(".")
+    if len(line) > MAX_DIAGNOSTIC:
+        line = f"{line[:MAX_DIAGNOSTIC]}... ({len(line) - MAX_DIAGNOSTIC} more characters)"
+    return line

@@ -9,6 +9,7 @@ shared by every `jit` of the same function.
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import sys
@@ -17,10 +18,11 @@ import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit import _context, backends, dtypes, dumps, frontends, lowering, modules, passes
+from aotkit import _context, backends, config, dtypes, dumps, frontends, lowering, modules, passes
 from aotkit import cache as persistent_cache
 from aotkit._context import IR_LOCK
 from aotkit.backends.base import Backend
@@ -157,7 +159,7 @@ def _cached_lowering(cache: _FunctionCache, key: tuple, build) -> Lowered:
         cache.misses += 1
         lowered = build()
         cache.lowerings += 1
-        cache.lowered[key] = lowered
+        cache.put(cache.lowered, key, lowered)
     return lowered
 
 
@@ -401,7 +403,9 @@ class CacheInfo(NamedTuple):
     into a cached `Lowered`, `compiles` the backend compiles; `hits` and `misses` count the
     lookups of the lowering and compile caches made in Python. A call whose argument
     signature jaxlib's C++ dispatch has already cached runs without entering Python and is
-    not counted.
+    not counted. Each cache keeps at most `aotkit.config` `jit_cache_size` entries (least
+    recently used evicted); `entries` is how many `Lowered` and `Compiled` it holds now,
+    `evictions` how many it dropped.
     """
 
     traces: int
@@ -412,6 +416,36 @@ class CacheInfo(NamedTuple):
     # The compiles (counted in `compiles` too) that loaded their executable from the
     # persistent cache (aotkit/cache.py) instead of running the backend's compiler.
     persistent_hits: int = 0
+    entries: int = 0
+    evictions: int = 0
+
+
+class _LRU:
+    """A mapping that keeps its `capacity` most recently used entries."""
+
+    __slots__ = ("items",)
+
+    def __init__(self):
+        self.items: collections.OrderedDict = collections.OrderedDict()
+
+    def get(self, key):
+        value = self.items.get(key)
+        if value is not None:
+            self.items.move_to_end(key)
+        return value
+
+    def put(self, key, value) -> int:
+        """Stores `value`; returns how many entries were evicted to stay within capacity."""
+        self.items[key] = value
+        self.items.move_to_end(key)
+        evicted = 0
+        while len(self.items) > config.get("jit_cache_size"):
+            self.items.popitem(last=False)
+            evicted += 1
+        return evicted
+
+    def __len__(self) -> int:
+        return len(self.items)
 
 
 class _FunctionCache:
@@ -425,15 +459,28 @@ class _FunctionCache:
         "hits",
         "misses",
         "persistent_hits",
+        "evictions",
+        "jitted",
         "__weakref__",
     )
 
     def __init__(self):
         self.lock = threading.RLock()
-        self.lowered: dict[tuple, Lowered] = {}
-        self.compiled: dict[tuple, Compiled] = {}
+        self.lowered = _LRU()
+        self.compiled = _LRU()
         self.traces = self.lowerings = self.compiles = self.hits = self.misses = 0
-        self.persistent_hits = 0
+        self.persistent_hits = self.evictions = 0
+        # The jit objects of this function: an eviction clears their C++ dispatch caches,
+        # which would otherwise keep the evicted executables alive.
+        self.jitted: weakref.WeakSet = weakref.WeakSet()
+
+    def put(self, table: _LRU, key, value) -> None:
+        """Stores an entry (caller holds `lock`), evicting the least recently used."""
+        evicted = table.put(key, value)
+        if evicted:
+            self.evictions += evicted
+            for jitted in list(self.jitted):
+                jitted._clear_native_cache()
 
     def info(self) -> CacheInfo:
         with self.lock:
@@ -444,26 +491,26 @@ class _FunctionCache:
                 self.hits,
                 self.misses,
                 self.persistent_hits,
+                len(self.lowered) + len(self.compiled),
+                self.evictions,
             )
 
 
 _function_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# Callables that cannot be weakly referenced are kept alive with their cache.
-_pinned_caches: dict[int, tuple[Callable, _FunctionCache]] = {}
 _caches_lock = threading.Lock()
 
 
 def _cache_for(fn: Callable) -> _FunctionCache:
+    """The caches shared by every jit of `fn`. A callable that cannot be weakly referenced
+    (an object with `__slots__` and no `__weakref__`) gets caches of its own jit object:
+    a shared table would keep it alive after the user drops it."""
     with _caches_lock:
         try:
             cache = _function_caches.get(fn)
             if cache is None:
                 cache = _function_caches[fn] = _FunctionCache()
-        except TypeError:  # not weakly referenceable (or unhashable): pin by identity
-            pinned = _pinned_caches.get(id(fn))
-            if pinned is None:
-                pinned = _pinned_caches[id(fn)] = (fn, _FunctionCache())
-            cache = pinned[1]
+        except TypeError:  # not weakly referenceable (or unhashable)
+            cache = _FunctionCache()
     return cache
 
 
@@ -501,8 +548,24 @@ def _static_key(where: str, static_pos: dict, static_kw: dict) -> tuple:
                 f"({type(value).__name__}); pass a hashable value (a tuple instead of a list) "
                 "or make it a dynamic argument"
             ) from None
-    # The type is part of the key: 1, 1.0 and True hash alike but trace differently.
-    return tuple((path, type(value), value) for path, value in items)
+    return tuple((path, _static_token(value)) for path, value in items)
+
+
+def _static_token(value):
+    """A key equal only for static values that trace alike. Python's equality is not enough:
+    1, 1.0 and True are equal but trace differently (so are (2,) and (2.0,)), and 0.0 ==
+    -0.0; floats key by their bits (which also makes a NaN equal to itself)."""
+    t = type(value)
+    if t is float:
+        return (t, value.hex())
+    if t is complex:
+        return (t, value.real.hex(), value.imag.hex())
+    if t is tuple or t is list or t is frozenset:
+        items = sorted(value, key=repr) if t is frozenset else value
+        return (t, tuple(_static_token(v) for v in items))
+    if isinstance(value, np.generic):
+        return (t, value.tobytes())
+    return (t, value)
 
 
 def _options_key(where: str, options) -> tuple:
@@ -607,7 +670,7 @@ def compile_lowered(
         cache.compiles += 1
         if compiled.origin == "persistent cache":
             cache.persistent_hits += 1
-        cache.compiled[key] = compiled
+        cache.put(cache.compiled, key, compiled)
     return compiled
 
 
@@ -678,6 +741,12 @@ class Jitted:
         if not self._has_statics:
             native = native_dispatcher(self.__name__, self._python_call, self._native_run)
         self._dispatch = native if native is not None else self._python_call
+        self._cache.jitted.add(self)
+
+    def _clear_native_cache(self) -> None:
+        clear = getattr(self._dispatch, "clear_cache", None)
+        if clear is not None:
+            clear()
 
     def _keys(self, args: tuple, kwargs: dict):
         """(flat dynamic leaves, lowering key) for a call."""
@@ -761,12 +830,12 @@ class Jitted:
         if backend_name is None:
             backend_name = self._backend_name = backends.get(self.backend).name
         cache = self._cache
-        compiled = cache.compiled.get((key, backend_name, ()))
+        with cache.lock:
+            compiled = cache.compiled.get((key, backend_name, ()))
+            if compiled is not None:
+                cache.hits += 1
         if compiled is None:
             compiled = compile_lowered(self._lower(args, kwargs, key), backend_name)
-        else:
-            with cache.lock:
-                cache.hits += 1
         return compiled, leaves
 
     def _native_run(self, x64: bool, args: tuple, kwargs: dict):

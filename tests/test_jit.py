@@ -44,7 +44,9 @@ def test_call_then_lower_compile_is_one_trace_and_one_compile():
     first = jit(f)(x)
     compiled = jit(f).lower(x).compile()
     np.testing.assert_array_equal(np.asarray(compiled(x)), np.asarray(first))
-    assert jit(f).cache_info() == CacheInfo(traces=1, lowerings=1, compiles=1, hits=2, misses=2)
+    assert jit(f).cache_info() == CacheInfo(
+        traces=1, lowerings=1, compiles=1, hits=2, misses=2, entries=2
+    )
 
 
 def test_lowering_a_spec_then_calling_with_an_array_of_that_spec_hits():
@@ -363,3 +365,69 @@ def test_kwargs_and_pytrees_through_jit():
     np.testing.assert_array_equal(np.asarray(out["y"]), [1.0, 3.0, 5.0])
     jitted(params, x=np.arange(3, dtype=np.float32))
     assert jitted.cache_info().traces == 1
+
+
+def test_the_jit_cache_keeps_its_bounded_number_of_entries():
+    f = fresh_function()
+    aotkit.config.update("jit_cache_size", 3)
+    try:
+        jitted = jit(f)
+        for n in range(1, 8):
+            jitted(np.ones(n, np.float32))
+        info = jitted.cache_info()
+        # 7 lowerings and 7 compiles, of which 3 of each are kept.
+        assert (info.lowerings, info.compiles, info.entries, info.evictions) == (7, 7, 6, 8)
+        # An evicted signature is traced again (the C++ dispatch forgot it too), and
+        # still gives the right answer.
+        np.testing.assert_array_equal(np.asarray(jitted(np.full(1, -3.0, np.float32))), [4.0])
+        assert jitted.cache_info().lowerings == 8
+    finally:
+        aotkit.config.update("jit_cache_size", 128)
+
+
+def test_jit_cache_size_must_be_a_positive_int():
+    with pytest.raises(
+        TypeError, match=r"^aotkit.config.update: jit_cache_size takes a positive int, got 0$"
+    ):
+        aotkit.config.update("jit_cache_size", 0)
+
+
+def test_a_callable_without_weak_references_is_not_kept_alive_by_the_caches():
+    import gc
+    import weakref
+
+    class Scale:
+        __slots__ = ("k", "__weakref__")
+
+        def __init__(self, k):
+            self.k = k
+
+        def __call__(self, x):
+            return x * self.k
+
+    class NoWeakref:
+        __slots__ = ("inner",)
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __call__(self, x):
+            return self.inner(x)
+
+    inner = Scale(2.0)
+    ref = weakref.ref(inner)
+    jitted = jit(NoWeakref(inner))
+    assert float(jitted(np.float32(3.0))) == 6.0
+    del jitted, inner
+    gc.collect()
+    assert ref() is None
+
+
+def test_static_arguments_key_by_type_and_sign():
+    divide = jit(lambda x, s: x / s, static_argnums=1)
+    x = np.ones(2, np.float32)
+    np.testing.assert_array_equal(np.asarray(divide(x, 0.0)), [np.inf, np.inf])
+    np.testing.assert_array_equal(np.asarray(divide(x, -0.0)), [-np.inf, -np.inf])
+    scale = jit(lambda x, t: x * t[0], static_argnums=1)
+    assert scale(np.ones(2, np.int32), (2,)).dtype == np.int32
+    assert scale(np.ones(2, np.int32), (2.0,)).dtype == np.float64

@@ -194,6 +194,10 @@ def host_value(index: int, leaf, spec: ShapeDtype) -> np.ndarray:
     """
     t = type(leaf)
     if t is np.ndarray or isinstance(leaf, np.ndarray | np.generic):
+        if not leaf.dtype.isnative:
+            # Big-endian data: the same numbers, in the byte order the backend reads.
+            leaf = np.asarray(leaf).astype(leaf.dtype.newbyteorder("="))
+            t = np.ndarray
         if leaf.dtype == spec.dtype and leaf.shape == spec.shape:
             return leaf if t is np.ndarray else np.asarray(leaf)
         raise ArgumentMismatch(index, _expected(spec, leaf))

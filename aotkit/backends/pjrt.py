@@ -199,7 +199,8 @@ def native_dispatcher(name: str, python_call, run):
     top-level Python scalar, which run with x64 off (a Python float then becomes the weakly
     typed float32 of a scalar argument) and never cache NumPy leaves of the dtypes that
     narrowing merges; each mode has its own C++ cache. What runs in Python (a miss, which
-    may trace with JAX) runs under the caller's own x64 setting.
+    may trace with JAX) runs under the caller's own x64 setting. Arrays in big-endian byte
+    order never reach the C++ side (it would read their bytes as native ones).
     """
     swap, restore = _compat.x64_switch()
     # The caller's own x64 setting, per thread (calls nest: a miss may trace code that calls
@@ -234,9 +235,16 @@ def native_dispatcher(name: str, python_call, run):
     def call(*args, **kwargs):
         mode, dispatch = True, wide
         for arg in args:
-            if type(arg) in python_scalars:
+            t = type(arg)
+            if t in python_scalars:
                 mode, dispatch = False, narrow
-                break
+            elif t is np.ndarray:
+                if not arg.dtype.isnative:
+                    return python_call(*args, **kwargs)
+            elif t in _CONTAINERS and _holds_non_native(arg):
+                return python_call(*args, **kwargs)
+        if kwargs and _holds_non_native(kwargs):
+            return python_call(*args, **kwargs)
         previous = swap(mode)
         stack = getattr(callers, "stack", None)
         if stack is None:
@@ -255,7 +263,30 @@ def native_dispatcher(name: str, python_call, run):
             stack.pop()
             restore(previous)
 
+    def clear_cache() -> None:
+        """Forgets every cached signature (the executables they hold can then be freed)."""
+        for dispatch in (wide, narrow):
+            dispatch._clear_cache()
+
+    call.clear_cache = clear_cache
     return call
+
+
+_CONTAINERS = frozenset((list, tuple, dict))
+
+
+def _holds_non_native(tree) -> bool:
+    """Whether a container holds a NumPy array in non-native (big-endian) byte order: jaxlib's
+    C++ transfer would read its bytes as native ones, so such calls take the checked path,
+    which converts them."""
+    for x in tree.values() if type(tree) is dict else tree:
+        t = type(x)
+        if t is np.ndarray:
+            if not x.dtype.isnative:
+                return True
+        elif t in _CONTAINERS and _holds_non_native(x):
+            return True
+    return False
 
 
 _avals: dict[ShapeDtype, object] = {}

@@ -320,9 +320,7 @@ def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
     pred = cast(pred, np.dtype(np.bool_)) if isinstance(pred, Tracer) else bool(pred)
     operands = _branch_operands("cond", operands)
     labels = ("true_fn", "false_fn")
-    scratch, blocks, tree, (avals, weak) = _branches(
-        "cond", labels, (true_fn, false_fn), operands
-    )
+    scratch, blocks, tree, (avals, weak) = _branches("cond", labels, (true_fn, false_fn), operands)
     with user_location():
         if not isinstance(pred, Tracer):
             pred = full((), pred, np.dtype(np.bool_))

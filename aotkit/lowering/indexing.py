@@ -802,7 +802,12 @@ def fill_diagonal(a, val, wrap=False):
 
 @export("take")
 def take(a, indices, axis=None, out=None, mode=None):
+    """NumPy's `take`. Static indices out of range raise IndexError as in NumPy (the default
+    mode). Traced indices cannot raise when the program runs: by default they follow the
+    rule of `x[i]` (a negative index wraps once, then reads clamp into range); an explicit
+    `mode='raise'` is refused, since it cannot be honoured."""
     no_out("take", out)
+    explicit_raise = mode == "raise"
     mode = "raise" if mode is None else mode
     if mode not in ("raise", "wrap", "clip"):
         raise ValueError(
@@ -828,6 +833,12 @@ def take(a, indices, axis=None, out=None, mode=None):
         ind = remainder(ind, n)
     elif mode == "clip":
         ind = clip(ind, 0, n - 1)
+    elif explicit_raise:
+        raise ValueError(
+            f"{where('take')}: mode='raise' cannot check traced indices (a program cannot "
+            "raise when it runs); pass mode='clip' or mode='wrap', or leave mode out to get "
+            "the rule of x[i] (a negative index wraps once, then indices clamp into range)"
+        )
     return getitem(x, (_FULL,) * axis + (ind,), "take")
 
 

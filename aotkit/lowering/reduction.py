@@ -20,6 +20,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes
+from aotkit.lowering.control import fori_loop
 from aotkit.lowering.core import (
     RuleContext,
     Tracer,
@@ -304,11 +305,60 @@ def _arith_reduce(op, monoid, a, axis, dtype, out, keepdims, initial, wh) -> Tra
     axes = reduction_axes(op, axis, x.ndim)
     out_dtype = _widened_dtype(op, dtype, x)
     acc = _accumulator(out_dtype)
-    xc = _masked(cast(x, acc), _mask(op, wh, x.shape), _identity(monoid, acc))
-    r = reduce_raw(xc, axes, monoid)
+    r = _widening_reduce(x, _mask(op, wh, x.shape), acc, axes, monoid)
     if initial is not None:
         r = _combine(monoid, r, to_operand(op, initial, acc, r.shape))
     return _keep(cast(r, out_dtype), axes, x.shape, keepdims)
+
+
+# The most a reduction's widened copy of its input may take at once: a wider input is
+# reduced block by block in a loop (an int8 sum accumulates in int64, and converting a 2 GiB
+# array first would take 16 GiB).
+WIDEN_BLOCK_BYTES = 16 << 20
+
+
+def _widening_reduce(x: Tracer, mask, acc: np.dtype, axes, monoid: str) -> Tracer:
+    """`x` (masked) reduced over `axes` with `monoid` in the wider dtype `acc`."""
+    identity = _identity(monoid, acc)
+    reduced = _reduced_size(x.shape, axes)
+    kept = x.size // reduced if reduced else 0
+    block = WIDEN_BLOCK_BYTES // max(1, kept * acc.itemsize)
+    if (
+        acc.itemsize <= x.dtype.itemsize
+        or x.size * acc.itemsize <= WIDEN_BLOCK_BYTES
+        or (block < 1 or block >= reduced)
+    ):
+        return reduce_raw(_masked(cast(x, acc), mask, identity), axes, monoid)
+    # Reduced axes last, flattened: (kept, reduced); then `block` columns at a time.
+    rest = tuple(i for i in range(x.ndim) if i not in axes)
+    out_shape = tuple(x.shape[i] for i in rest)
+
+    def columns(t: Tracer) -> Tracer:
+        t = broadcast_to_shape(t, x.shape)
+        if rest + tuple(axes) != tuple(range(x.ndim)):
+            t = bind1("transpose", t, perm=rest + tuple(axes))
+        return reshape_to(t, (kept, reduced))
+
+    x2, m2 = columns(x), columns(mask) if mask is not None else None
+    i32 = np.dtype(np.int32 if reduced < 2**31 else np.int64)
+
+    def part(start, size: int) -> Tracer:
+        starts = [full((), 0, i32), start]
+        piece = bind1("dynamic_slice", x2, *starts, sizes=(kept, size))
+        piece_mask = None
+        if m2 is not None:
+            piece_mask = bind1("dynamic_slice", m2, *starts, sizes=(kept, size))
+        return reduce_raw(_masked(cast(piece, acc), piece_mask, identity), (1,), monoid)
+
+    def body(k, total):
+        start = bind1("multiply", cast(k, i32), full((), block, i32))
+        return _combine(monoid, total, part(start, block))
+
+    n = reduced // block
+    total = fori_loop(0, n, body, full((kept,), identity, acc))
+    if reduced % block:
+        total = _combine(monoid, total, part(full((), n * block, i32), reduced % block))
+    return reshape_to(total, out_shape)
 
 
 def _extreme(op, monoid, a, axis, out, keepdims, initial, wh) -> Tracer:

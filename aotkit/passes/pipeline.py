@@ -10,9 +10,13 @@ context (`manager`), because a PassManager belongs to the context it was parsed 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
+import os
 import re
+import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -213,14 +217,15 @@ def _checked_text(name: str, element: str, anchors: tuple[str, ...], pipeline: s
     text = _nested(anchors, element)
     try:
         passmanager.PassManager.parse(text)
-        return text
     except ValueError as e:
         message = str(e)
+    else:
+        return _dry_run(text, element, pipeline)
     if not anchors and "restricted to 'func.func'" in message:
         # Passes such as chlo-legalize-to-stablehlo run on functions: nest them for the user.
         text = _nested(("func.func",), element)
         passmanager.PassManager.parse(text)
-        return text
+        return _dry_run(text, element, pipeline)
     if "does not refer to a registered pass" in message:
         if name in _NOT_IN_JAXLIB:
             raise ValueError(
@@ -239,6 +244,46 @@ def _checked_text(name: str, element: str, anchors: tuple[str, ...], pipeline: s
         f"pipeline {pipeline!r}: MLIR rejected {element!r}: {first}; check the pass options "
         "and the op it is nested under"
     ) from None
+
+
+_EMPTY = "module { func.func private @f() { return } }"
+
+
+def _dry_run(text: str, element: str, pipeline: str) -> str:
+    """Runs the pass on a trivial module, so that options it parses only when it runs
+    (`inline{default-pipeline=...}`) are checked now. MLIR prints such errors to the
+    process's stderr and carries on, so stderr is captured for the run."""
+    pm = passmanager.PassManager.parse(text)
+    with _stderr_captured() as captured:
+        try:
+            pm.run(ir.Module.parse(_EMPTY).operation)
+        except ir.MLIRError:
+            pass  # a pass that needs real input; the pipeline run reports it
+    errors = [ln.strip() for ln in captured() if "error:" in ln]
+    if errors:
+        raise ValueError(
+            f"pipeline {pipeline!r}: MLIR rejected {element!r}: "
+            f"{errors[0].split('error:', 1)[1].strip()}; check the pass options"
+        )
+    return text
+
+
+@contextlib.contextmanager
+def _stderr_captured():
+    """Redirects file descriptor 2 (where MLIR's C++ prints) to a temporary file; yields a
+    function returning the lines written."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    lines: list[str] = []
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lambda: lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines += sink.read().decode("utf-8", "replace").splitlines()
 
 
 def manager(lc: _context.LoweringContext, text: str) -> passmanager.PassManager:

@@ -47,8 +47,8 @@ _LAZY = {
 }
 _SUBMODULES = frozenset(
     """
-    artifacts autograph backends cache cli compiled config dtypes dumps errors frontends lax
-    lowering modules nn numpy passes random specs stages traced
+    artifacts autograph backends cache cli compiled config distributed dtypes dumps errors
+    frontends lax lowering modules nn numpy passes random sharding specs spmd stages traced
     """.split()
 )
 
@@ -83,6 +83,7 @@ __all__ = [
     "cache",
     "cond",
     "config",
+    "distributed",
     "fori_loop",
     "jit",
     "lax",
@@ -93,6 +94,7 @@ __all__ = [
     "numpy",
     "random",
     "scan",
+    "sharding",
     "spec",
     "switch",
     "while_loop",

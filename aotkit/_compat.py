@@ -249,3 +249,112 @@ def fastpath_data(executable, out, n_args: int, in_sharding, out_sharding):
         [None] * n_args,
         [],
     )
+
+
+# --- SPMD: sharded programs over several devices and processes (issue 17) ---------------------
+# Used by aotkit/backends/pjrt_spmd.py and aotkit/distributed.py only; the single-device entry
+# points above do not depend on anything here. Each function names the private jax/jaxlib
+# thing it stands for.
+
+
+def spmd_compile_options(overrides: dict[str, object], device_ids: list[int], shardy: bool):
+    """CompileOptions for XLA's SPMD partitioner: one replica, `len(device_ids)` partitions
+    placed on those devices in order, Shardy's partitioner when the module is annotated with
+    Shardy (`sdy.mesh`), GSPMD's otherwise. (`xla_client.CompileOptions`, `DeviceAssignment`.)"""
+    import numpy as np
+
+    xc = xla_client()
+    options = xc.CompileOptions()
+    if overrides:
+        options.env_option_overrides = list(overrides.items())
+    options.num_replicas = 1
+    options.num_partitions = len(device_ids)
+    build = options.executable_build_options
+    build.use_spmd_partitioning = True
+    build.use_shardy_partitioner = shardy
+    assignment = np.asarray(device_ids, dtype=np.int64).reshape(1, len(device_ids))
+    options.device_assignment = xc.DeviceAssignment.create(assignment)
+    return options
+
+
+def compiled_shardings(executable) -> tuple[list, list]:
+    """The HloShardings XLA chose for an SPMD executable's parameters and results (None for
+    each when it reports none: one partition). (`xla_client.HloSharding.from_proto`.)"""
+    xc = xla_client()
+
+    def convert(protos, n):
+        if protos is None:
+            return [xc.HloSharding.replicate()] * n
+        replicated = xc.HloSharding.replicate()
+        return [replicated if p is None else xc.HloSharding.from_proto(p) for p in protos]
+
+    n_in = len(executable.get_parameter_layouts())
+    n_out = len(executable.get_output_layouts())
+    return (
+        convert(executable.get_parameter_shardings(), n_in),
+        convert(executable.get_output_shardings(), n_out),
+    )
+
+
+def hlo_sharding(sharding, ndim: int):
+    """The HloSharding of a jax.sharding.Sharding for an array of rank `ndim`
+    (`Sharding._to_xla_hlo_sharding`)."""
+    return sharding._to_xla_hlo_sharding(ndim)
+
+
+def gspmd_sharding(devices, hlo):
+    """A jax Sharding for an HloSharding over `devices` (jaxlib's `GSPMDSharding`), for results
+    of a module whose shardings name no mesh."""
+    from jaxlib import _jax
+
+    return _jax.GSPMDSharding(tuple(devices), hlo)
+
+
+def named_sharding_from_hlo(hlo, mesh):
+    """The PartitionSpec over `mesh` that an HloSharding stands for, or None when it has none
+    (`sharding_impls.parse_flatten_op_sharding`)."""
+    from jax._src.sharding_impls import parse_flatten_op_sharding
+
+    try:
+        return parse_flatten_op_sharding(hlo, mesh)[0]
+    except Exception:  # a sharding the mesh cannot express (JAX raises several kinds)
+        return None
+
+
+def spmd_fastpath_data(executable, out, in_shardings, out_shardings):
+    """What jaxlib's C++ dispatch caches to run a sharded `executable` again: like
+    `fastpath_data`, with one sharding per argument and per result."""
+    from jax._src import tree_util
+    from jax._src.interpreters import pxla
+
+    out_flat, out_tree = tree_util.dispatch_registry.flatten(out, None)
+    n = len(in_shardings)
+    return pxla.MeshExecutableFastpathData(
+        executable,
+        out_tree,
+        list(in_shardings),
+        list(out_shardings),
+        [o.aval for o in out_flat],
+        [o._committed for o in out_flat],
+        [True] * n,
+        [None] * n,
+        [],
+    )
+
+
+def sharded_device_put(aval, sharding, shards, devices):
+    """A global array from one host array per addressable device (`batched_device_put`).
+
+    jaxlib 0.10.2 raises `RuntimeError: bad_function_call` for several shards with any host
+    buffer semantics but the default zero-copy one, so the caller passes copies it owns.
+    """
+    from jaxlib import _jax
+
+    return _jax.batched_device_put(aval, sharding, shards, devices, True, enable_x64=True)
+
+
+def backends_started() -> bool:
+    """Whether JAX's PJRT clients have started (`xla_bridge.backends_are_initialized`)."""
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit import _context, backends, dtypes, dumps, frontends, lowering, modules, passes
+from aotkit import _context, backends, dtypes, dumps, frontends, lowering, modules, passes, spmd
 from aotkit import cache as persistent_cache
 from aotkit._context import IR_LOCK
 from aotkit.backends.base import Backend
@@ -58,6 +58,7 @@ class Lowered(ModuleStage):
         "frontend",
         "_dumper",
         "_cache_link",
+        "partitioning",
     )
 
     def __init__(
@@ -76,6 +77,7 @@ class Lowered(ModuleStage):
         frontend: str = "aotkit",
         dumper: dumps.Dumper | None = None,
         cache_link: tuple | None = None,
+        partitioning=None,
     ):
         self._init(
             _module=module,
@@ -94,6 +96,8 @@ class Lowered(ModuleStage):
             _dumper=dumper,
             # (function cache, key) of a lowering made through jit: compiles share its cache.
             _cache_link=cache_link,
+            # How the program is sharded (aotkit/spmd.py), or None for one device.
+            partitioning=partitioning,
         )
 
     def compile(self, backend: str | None = None, options: dict | None = None) -> Compiled:
@@ -101,6 +105,8 @@ class Lowered(ModuleStage):
 
         `options` are XLA flags (e.g. `{"xla_cpu_enable_fast_math": True}`); an unknown one
         is a ValueError. A backend that rejects the module raises `aotkit.CompileError`.
+        A sharded program is partitioned by XLA for its mesh's devices (a module file's mesh
+        goes on the backend's first devices).
         """
         return compile_lowered(self, backend, options)
 
@@ -193,6 +199,7 @@ def _lower(traced: Traced, pipeline, dump_dir, print_ir_after_all, consume: bool
         frontend=traced.frontend,
         dumper=dumper,
         cache_link=defaults.get("cache_link"),
+        partitioning=traced.partitioning,
     )
 
 
@@ -251,9 +258,12 @@ def trace_function(
     frontend: str = "aotkit",
     defaults: dict | None = None,
     autograph: bool = True,
+    in_shardings=None,
+    out_shardings=None,
 ) -> Traced:
     """Traces `fn` with the front end `frontend` ("aotkit", "jax" or "auto") into `Traced`;
-    `autograph` converts Python control flow on traced values first (aotkit front end)."""
+    `autograph` converts Python control flow on traced values first (aotkit front end).
+    `in_shardings`/`out_shardings` shard the program (see `jit`)."""
     if frontends.resolve(fn, frontend).name == "jax":
         from aotkit.frontends.jax import trace_jax
 
@@ -265,6 +275,8 @@ def trace_function(
             static_argnames=static_argnames,
             donate_argnums=donate_argnums,
             defaults=defaults,
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
         )
     from aotkit.lowering.trace import trace
 
@@ -281,6 +293,8 @@ def trace_function(
             static_argnames=static_argnames,
             donate_argnums=donate_argnums,
             defaults=defaults,
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
         )
     except InvalidModuleError as e:
         defaults = defaults or {}
@@ -304,12 +318,15 @@ def lower_function(
     frontend: str = "aotkit",
     print_ir_after_all: bool | None = None,
     autograph: bool = True,
+    in_shardings=None,
+    out_shardings=None,
 ) -> Lowered:
     """Traces `fn` on `args`/`kwargs` (values or specs) and lowers it with `pipeline`;
     dumps each stage under `dump_dir` or `AOTKIT_DUMP_DIR` (one file per pass with
     `print_ir_after_all`, default `AOTKIT_PRINT_IR_AFTER_ALL`). `frontend` is "aotkit"
     (the tracer), "jax" (JAX lowers; see aotkit.frontends.jax) or "auto". `autograph`
-    converts Python control flow on traced values (see aotkit.autograph)."""
+    converts Python control flow on traced values (see aotkit.autograph).
+    `in_shardings`/`out_shardings` shard the program (see `jit`)."""
     passes.check_pipeline(pipeline)
     defaults = dict(
         pipeline=pipeline,
@@ -327,6 +344,8 @@ def lower_function(
         frontend=frontend,
         defaults=defaults,
         autograph=autograph,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
     )
     return lower_traced(traced, consume=True)
 
@@ -337,19 +356,29 @@ def lower(
     pipeline: str = "default",
     frontend: str = "aotkit",
     autograph: bool = True,
+    in_shardings=None,
+    out_shardings=None,
     **kwargs,
 ) -> Lowered:
     """Lowers `fn` for the given arguments (concrete values or `aotkit.ShapeDtype` specs),
     then runs `pipeline` ("default", "none" or MLIR pipeline text) on the module.
     `frontend="jax"` lowers a JAX function with JAX; `"auto"` picks by what `fn` uses.
     `autograph=False` keeps Python loops unrolled and Python branches Python.
+    `in_shardings`/`out_shardings` shard the program over a mesh, as in `jit`.
 
     `aotkit.lower(lambda x: anp.sqrt(x ** 2) + 1., aotkit.spec("f32[]")).as_text()`
     """
     if not callable(fn):
         raise TypeError(f"lower: expected a function, got {type(fn).__name__}")
     return lower_function(
-        fn, args, kwargs, pipeline=pipeline, frontend=frontend, autograph=autograph
+        fn,
+        args,
+        kwargs,
+        pipeline=pipeline,
+        frontend=frontend,
+        autograph=autograph,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
     )
 
 
@@ -488,6 +517,21 @@ def _static_key(where: str, static_pos: dict, static_kw: dict) -> tuple:
     return tuple((path, type(value), value) for path, value in items)
 
 
+def _shardings_key(where: str, name: str, shardings) -> tuple:
+    """A hashable key of an `in_shardings`/`out_shardings` pytree for the jit caches."""
+    if shardings is None:
+        return ()
+    leaves, tree = tree_util.tree_flatten(shardings, is_leaf=spmd.is_sharding_leaf)
+    try:
+        hash(tuple(leaves))
+    except TypeError:
+        raise TypeError(
+            f"{where}: {name} holds an unhashable leaf ({shardings!r}); its leaves are "
+            "NamedSharding, PartitionSpec or None"
+        ) from None
+    return (tree, tuple(leaves))
+
+
 def _options_key(where: str, options) -> tuple:
     if options is None:
         return ()
@@ -509,7 +553,9 @@ def _options_key(where: str, options) -> tuple:
 def _compile_uncached(lowered: Lowered, backend: Backend, options) -> Compiled:
     dumper = lowered._dumper
     # The persistent cache (aotkit/cache.py) first: an executable another process compiled.
-    cache_key = persistent_cache.key(lowered, backend, options)
+    # Sharded executables do not serialize: they skip it.
+    sharded = lowered.partitioning is not None
+    cache_key = None if sharded else persistent_cache.key(lowered, backend, options)
     executable = None
     if cache_key is not None:
         executable = persistent_cache.get(cache_key, lowered, backend, options)
@@ -517,7 +563,10 @@ def _compile_uncached(lowered: Lowered, backend: Backend, options) -> Compiled:
     if executable is None:
         origin = "compiled"
         try:
-            executable = backend.compile(lowered._module, options)
+            if sharded:
+                executable = backend.compile_spmd(lowered._module, options, lowered.partitioning)
+            else:
+                executable = backend.compile(lowered._module, options)
         except CompileError as e:
             raise CompileError(
                 f"{e}; {dumps.hint(dumper)}", backend=e.backend, module_name=e.module_name
@@ -590,6 +639,8 @@ class Jitted:
         dump_dir: str | os.PathLike | None = None,
         frontend: str = "aotkit",
         autograph: bool = True,
+        in_shardings=None,
+        out_shardings=None,
     ):
         if not callable(fn):
             raise TypeError(f"jit: expected a function, got {type(fn).__name__}")
@@ -612,6 +663,8 @@ class Jitted:
         if not isinstance(autograph, bool):
             raise TypeError(f"{where}: autograph must be True or False, got {autograph!r}")
         self.autograph = autograph
+        self.in_shardings = in_shardings
+        self.out_shardings = out_shardings
         self._where = where
         self._has_statics = bool(self.static_argnums or self.static_argnames)
         self._config = (
@@ -622,6 +675,8 @@ class Jitted:
             pipeline,
             frontend,
             autograph,
+            _shardings_key(where, "in_shardings", in_shardings),
+            _shardings_key(where, "out_shardings", out_shardings),
         )
         self._cache = _cache_for(fn)
         self._backend_name: str | None = None
@@ -662,6 +717,8 @@ class Jitted:
             frontend=self.frontend,
             defaults=self._defaults(key),
             autograph=self.autograph,
+            in_shardings=self.in_shardings,
+            out_shardings=self.out_shardings,
         )
         with self._cache.lock:
             self._cache.traces += 1
@@ -759,6 +816,8 @@ def jit(
     dump_dir: str | os.PathLike | None = None,
     frontend: str = "aotkit",
     autograph: bool = True,
+    in_shardings=None,
+    out_shardings=None,
 ):
     """Stages `fn`: `jit(f)(x)` runs it compiled; `jit(f).lower(x).compile()` shows each stage.
 
@@ -770,6 +829,12 @@ def jit(
     "aotkit" (the tracer), "jax" (JAX lowers `fn`), or "auto". `autograph` (on by default)
     turns Python loops and branches on traced values into StableHLO control flow (see
     aotkit.autograph); `autograph=False` unrolls loops and keeps branches Python.
+
+    `in_shardings` (a pytree prefix of the positional arguments) and `out_shardings` (of the
+    result) shard the program over a mesh, with JAX's public types (`aotkit.sharding`):
+    leaves are `NamedSharding`, `PartitionSpec` (over the mesh of the other shardings) or
+    None (arguments: replicated; results: the compiler decides). XLA's SPMD partitioner
+    partitions the program for the mesh's devices; see aotkit.sharding.
     """
     options = dict(
         static_argnums=static_argnums,
@@ -780,6 +845,8 @@ def jit(
         dump_dir=dump_dir,
         frontend=frontend,
         autograph=autograph,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
     )
     if fn is None:
         return functools.partial(jit, **options)

@@ -87,6 +87,9 @@ class PjrtBackend(Backend):
     def devices(self) -> list:
         return list(self._client.local_devices())
 
+    def global_devices(self) -> list:
+        return list(self._client.devices())
+
     def target(self) -> dict[str, str]:
         """Platform, its version, jaxlib's version and the device kind; on the CPU also the
         host's instruction set, which XLA compiles for (another CPU may lack it)."""
@@ -139,6 +142,14 @@ class PjrtBackend(Backend):
 
     def compile(self, module: ir.Module, options: Mapping[str, object] | None = None):
         where = f"backend {self.name!r}"
+        overrides, name, in_specs, out_specs, data = self._prepare(module, options, where)
+        exe = self._compile_and_load(
+            data, [self._device], _compat.compile_options(overrides), overrides, name, where
+        )
+        return PjrtExecutable(self, name, exe, in_specs, out_specs)
+
+    def _prepare(self, module: ir.Module, options, where: str):
+        """(checked options, name, in specs, out specs, bytecode) of a module to compile."""
         overrides = check_options(options, f"{where}: compile")
         name = modules.module_name(module)
         in_specs, out_specs = modules.signature(module, f"{where}: module {name!r}")
@@ -159,12 +170,13 @@ class PjrtBackend(Backend):
             # crash XLA's CPU runtime unless jaxlib's LAPACK is loaded first. A substring of
             # the bytecode is a cheap over-approximation; registering is idempotent.
             _compat.register_lapack_targets()
+        return overrides, name, in_specs, out_specs, data
+
+    def _compile_and_load(self, data: bytes, devices, compile_options, overrides, name, where):
         runtime_error = _compat.runtime_error_type()
         try:
-            exe = self._client.compile_and_load(
-                data,
-                _compat.device_list([self._device]),
-                _compat.compile_options(overrides),
+            return self._client.compile_and_load(
+                data, _compat.device_list(devices), compile_options
             )
         except runtime_error as e:
             message = modules.diagnostic(e)
@@ -178,7 +190,13 @@ class PjrtBackend(Backend):
                 backend=self.name,
                 module_name=name,
             ) from e
-        return PjrtExecutable(self, name, exe, in_specs, out_specs)
+
+    def compile_spmd(self, module: ir.Module, options=None, partitioning=None):
+        """Compiles for XLA's SPMD partitioner over `partitioning`'s devices (see
+        aotkit/backends/pjrt_spmd.py)."""
+        from aotkit.backends import pjrt_spmd
+
+        return pjrt_spmd.compile_spmd(self, module, options, partitioning)
 
 
 def native_dispatcher(name: str, python_call, run):

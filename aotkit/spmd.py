@@ -104,8 +104,9 @@ def is_sharding_leaf(x) -> bool:
 
 
 def find_mesh(where: str, *shardings):
-    """The mesh of the `NamedSharding`s among `shardings` (pytrees), else the mesh set with
-    `jax.sharding.set_mesh`, else None; ValueError if they name different meshes."""
+    """The mesh of the `NamedSharding`s among `shardings` (pytrees), or None; ValueError if
+    they name different meshes. (JAX's ambient mesh, `jax.set_mesh`, is not read: a jit's
+    caches would then depend on it.)"""
     found = None
     for tree in shardings:
         for leaf in tree_util.tree_leaves(tree, is_leaf=is_sharding_leaf):
@@ -118,12 +119,6 @@ def find_mesh(where: str, *shardings):
                         f"{mesh_text(leaf.mesh)} (or the same axes on other devices); a program "
                         "runs on one mesh: build every NamedSharding from the same Mesh"
                     )
-    if found is None:
-        from jax.sharding import get_mesh
-
-        ambient = get_mesh()
-        if not ambient.empty:
-            found = ambient
     return found
 
 
@@ -168,10 +163,16 @@ def resolve(where: str, label: str, leaf, spec, mesh, default_replicated: bool):
         if mesh is None:
             raise ValueError(
                 f"{where}: {label} is {leaf}, a PartitionSpec without a mesh; pass "
-                "NamedSharding(mesh, spec), or give a NamedSharding elsewhere (or "
-                "jax.sharding.set_mesh(mesh)) so the program has a mesh"
+                "NamedSharding(mesh, spec), or a NamedSharding for another argument or result, "
+                "whose mesh the PartitionSpecs then use"
             )
-        leaf = NamedSharding(mesh, leaf)
+        try:
+            leaf = NamedSharding(mesh, leaf)
+        except Exception as e:  # JAX's own checks (unknown axes, an axis used twice, ...)
+            raise ValueError(
+                f"{where}: {label} is {leaf}, which does not fit mesh {mesh_text(mesh)}: "
+                f"{str(e).rstrip('.')}; fix the PartitionSpec"
+            ) from None
     elif not isinstance(leaf, NamedSharding):
         raise TypeError(
             f"{where}: {label} is {leaf!r}, not a NamedSharding; aotkit shards over named "
@@ -196,36 +197,24 @@ def _entry_axes(entry) -> tuple:
 
 
 def check_fits(where: str, label: str, sharding: NamedSharding, spec) -> None:
-    """ValueError unless `sharding` splits an array of `spec` (a ShapeDtype) evenly."""
+    """ValueError unless `sharding` splits an array of `spec` (a ShapeDtype) evenly.
+
+    A NamedSharding has checked its PartitionSpec against its mesh when it was made (known
+    axes, each used once); what is left is the array's shape."""
     pspec, mesh = sharding.spec, sharding.mesh
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
-    for extra in ("unreduced", "reduced"):
-        if getattr(pspec, extra, None):
-            raise ValueError(
-                f"{where}: {label} is {pspec}, with {extra} axes; aotkit shards arrays, it "
-                f"does not keep {extra} values: drop {extra}="
-            )
+    if getattr(pspec, "unreduced", None) or getattr(pspec, "reduced", None):
+        raise ValueError(
+            f"{where}: {label} is {pspec}, with unreduced or reduced axes; aotkit shards "
+            "arrays, it does not keep partial values: drop unreduced= and reduced="
+        )
     if len(pspec) > len(spec.shape):
         raise ValueError(
             f"{where}: {label} is {pspec}, with {len(pspec)} entries for {spec} "
             f"({len(spec.shape)} dimensions); give at most one entry per dimension"
         )
-    seen: set = set()
     for dim, entry in enumerate(pspec):
         axes = _entry_axes(entry)
-        for axis in axes:
-            if axis not in sizes:
-                names = ", ".join(repr(n) for n in mesh.axis_names)
-                raise ValueError(
-                    f"{where}: {label} is {pspec}, which names mesh axis {axis!r}; mesh "
-                    f"{mesh_text(mesh)} has no such axis: use one of {names}"
-                )
-            if axis in seen:
-                raise ValueError(
-                    f"{where}: {label} is {pspec}, which uses mesh axis {axis!r} twice; an "
-                    "axis splits one dimension at most"
-                )
-            seen.add(axis)
         parts = math.prod(sizes[a] for a in axes)
         size = spec.shape[dim]
         if parts > 1 and size % parts:
@@ -286,8 +275,7 @@ def constrain(x, sharding):
             "constrain the arrays the function computes (or its arguments)"
         )
     layout = current_layout()
-    if layout is None:  # a trace without a layout: only aotkit's own tracer pushes one
-        raise RuntimeError(f"{where} was called outside a function traced by aotkit")
+    assert layout is not None, "every trace of a function runs under spmd.tracing"
     where = core.where(where)
     if isinstance(sharding, NamedSharding) and layout.mesh is None:
         layout.mesh = sharding.mesh

@@ -893,6 +893,8 @@ def cmd_inspect(args) -> int:
         f"out_tree: {traced.out_tree}",
         f"donated arguments: {', '.join(map(str, donated)) or 'none'}",
     ]
+    if traced.partitioning is not None:
+        lines.append(f"partitioned over: {traced.partitioning.describe()}")
     _write_text(None, "\n".join(lines))
     return EXIT_OK
 

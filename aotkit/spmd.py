@@ -65,9 +65,6 @@ class Partitioning:
             return f"{self.num_devices} devices"
         return f"mesh {mesh_text(self.mesh)}"
 
-    def with_outputs(self, out_shardings) -> Partitioning:
-        return Partitioning(self.mesh, self.num_devices, self.in_shardings, out_shardings)
-
     def __repr__(self) -> str:
         return f"<Partitioning {self.describe()}>"
 

@@ -106,6 +106,9 @@ def check_data_parallel_mlp_step_equals_one_device_and_jax():
     p_sharded, p_one = params, params
     for _ in range(3):
         p_sharded, loss = sharded(p_sharded, x, y)
+        # Waits for each step: jaxlib 0.10.2's CPU client can deadlock on pipelined SPMD
+        # steps with collectives (README, Sharding), in JAX as in aotkit.
+        loss.block_until_ready()
         p_one, loss_one = aotkit.jit(step)(p_one, x, y)
     _close((p_sharded, loss), (p_one, loss_one), rtol=1e-4)
 
@@ -311,16 +314,17 @@ def check_fast_path_runs_sharded_calls_without_python():
     ins, outs = _dp_shardings(mesh)
     step = aotkit.jit(functools.partial(mlp_step, anp), in_shardings=ins, out_shardings=outs)
     placed = jax.device_put((params, x, y), ins)
-    first = step(*placed)
+    # Every call waits for the last: see check_data_parallel_mlp_step_equals_one_device_and_jax.
+    first = jax.block_until_ready(step(*placed))
     before = step.cache_info()
     for _ in range(5):
-        again = step(*placed)
+        again = jax.block_until_ready(step(*placed))
     after = step.cache_info()
     assert after == before, (before, after)  # no lookup in Python: jaxlib's C++ dispatch ran
     _close(again, first)
     compiled = step.lower(params, x, y).compile()
-    fast = compiled(*placed)
-    _close(compiled(*placed), fast)
+    fast = jax.block_until_ready(compiled(*placed))
+    _close(jax.block_until_ready(compiled(*placed)), fast)
     # NumPy arguments keep taking the checked call, and still agree.
     _close(compiled(params, x, y), fast)
 

@@ -566,3 +566,11 @@ def test_cli_runs_on_a_mesh_in_its_own_process(program):
     )
     assert plain.returncode == 0, plain.stderr
     assert sharded.stdout == plain.stdout
+
+
+def test_cli_inspect_says_how_a_module_is_partitioned(capsys, tmp_path):
+    path = tmp_path / "m.mlir"
+    path.write_bytes(module_text('  sdy.mesh @mesh = <["data"=4, "model"=2]>'))
+    code, out, err = run_cli(capsys, "inspect", path)
+    assert code == 0, err
+    assert out.splitlines()[-1] == "partitioned over: mesh ('data': 4, 'model': 2)"

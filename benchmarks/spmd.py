@@ -21,7 +21,7 @@ interleaved; best and median round shown. On a machine with few cores more devic
 less speed, not more: the point here is aotkit's overhead relative to JAX on the same
 devices.
 
-    .venv/bin/python benchmarks/spmd.py [--rounds 7] [--steps 200] [--batch 256]
+    .venv/bin/python benchmarks/spmd.py [--rounds 7] [--steps 200] [--batch 256] [--hidden 256]
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds")
     parser.add_argument("--steps", type=int, default=200, help="steps per timed round")
     parser.add_argument("--batch", type=int, default=256, help="batch size (rows)")
+    parser.add_argument("--hidden", type=int, default=256, help="hidden layer width")
     args = parser.parse_args(argv)
-    data = mlp_data(batch=args.batch, d_in=64, hidden=256, d_out=16)
+    data = mlp_data(batch=args.batch, d_in=64, hidden=args.hidden, d_out=16)
     devices = [1, 2, 4, 8]
     rows = []
     for n in devices:
@@ -115,6 +116,11 @@ def main(argv=None) -> int:
                 times[v, "numpy"].append(step_seconds(steps[v], placed, data[1], args.steps, True))
         rows.append((n, times))
 
+    def ratios(ours, theirs) -> str:
+        best = min(ours) / min(theirs)
+        median = statistics.median(ours) / statistics.median(theirs)
+        return f"{best:.2f} / {median:.2f}"
+
     def cell(samples, scale):
         return f"{min(samples) * scale:8.2f} / {statistics.median(samples) * scale:8.2f}"
 
@@ -123,16 +129,18 @@ def main(argv=None) -> int:
         ("step", "step, sharded jax.Array arguments", 1e6, "us"),
         ("numpy", "step, NumPy batch", 1e6, "us"),
     ):
-        print(f"\n{title}: {unit}, best / median of {args.rounds} rounds")
+        print(
+            f"\n{title}: {unit}, best / median of {args.rounds} rounds (ratios: of the bests "
+            "/ of the medians)"
+        )
         header = f"{'devices':>7}  " + "  ".join(f"{v:>19}" for v in VARIANTS)
-        header += f"  {'aotkit/jax':>10}  {'aotkit[jax]/jax':>16}"
+        header += f"  {'aotkit/jax':>13}  {'aotkit[jax]/jax':>15}"
         print(header)
         print("-" * len(header))
         for n, times in rows:
-            best = {v: min(times[v, kind]) for v in VARIANTS}
             line = f"{n:>7}  " + "  ".join(f"{cell(times[v, kind], scale):>19}" for v in VARIANTS)
-            line += f"  {best['aotkit'] / best['jax']:>9.2f}x"
-            line += f"  {best['aotkit[jax]'] / best['jax']:>15.2f}x"
+            for variant, width in (("aotkit", 13), ("aotkit[jax]", 15)):
+                line += f"  {ratios(times[variant, kind], times['jax', kind]):>{width}}"
             print(line)
     return 0
 

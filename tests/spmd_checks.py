@@ -325,8 +325,21 @@ def check_fast_path_runs_sharded_calls_without_python():
     compiled = step.lower(params, x, y).compile()
     fast = jax.block_until_ready(compiled(*placed))
     _close(jax.block_until_ready(compiled(*placed)), fast)
-    # NumPy arguments keep taking the checked call, and still agree.
-    _close(compiled(params, x, y), fast)
+    # NumPy arguments: checked once, then placed by jaxlib's C++ transfer, as jax.jit does.
+    _close(jax.block_until_ready(step(params, x, y)), fast)
+    before = step.cache_info()
+    for _ in range(3):
+        again = jax.block_until_ready(step(params, x, y))
+    assert step.cache_info() == before
+    _close(again, fast)
+    for leaf, sharding in zip(jax.tree.leaves(again), jax.tree.leaves(outs), strict=True):
+        assert leaf.sharding == sharding
+    # With NumPy calls cached, a float64 batch is still not the compiled f32: the C++
+    # transfer must not narrow it.
+    for _ in range(2):
+        jax.block_until_ready(compiled(params, x, y))
+    with pytest.raises(TypeError, match=r"argument args\[1\] expected f32\[32,16\], got f64"):
+        compiled(params, x.astype(np.float64), y)
 
 
 def check_analyses_are_per_device():

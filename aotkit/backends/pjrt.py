@@ -271,6 +271,16 @@ _NARROWED = frozenset(
 )
 
 
+def host_transfer_exact(leaf, spec: ShapeDtype, x64: bool) -> bool:
+    """Whether jaxlib's C++ transfer (in JAX's x64 mode `x64`) turns a host leaf (NumPy
+    value or Python scalar) into exactly the buffer of `spec` that the checked call makes."""
+    t = type(leaf)
+    if t is np.ndarray or isinstance(leaf, np.generic):
+        return leaf.dtype == spec.dtype and (x64 or spec.dtype not in _NARROWED)
+    # Python ints stay in Python: their range check and its error are aotkit's.
+    return t in _CPP_SCALAR_DTYPES and _CPP_SCALAR_DTYPES[t][x64] == spec.dtype
+
+
 def _aval(spec: ShapeDtype):
     """One shared abstract value per spec, so that an output fed back in is known by identity."""
     aval = _avals.get(spec)
@@ -386,16 +396,10 @@ class PjrtExecutable(Executable):
         would not turn such arguments into exactly the compiled buffers."""
         array_type = _compat.array_type()
         specs = self.in_specs
-        merged = frozenset() if x64 else _NARROWED
 
         def exact(leaf, spec: ShapeDtype) -> bool:
-            t = type(leaf)
-            if t is array_type:
-                return True  # the checked call has seen its spec, device and liveness
-            if t is np.ndarray or isinstance(leaf, np.generic):
-                return leaf.dtype == spec.dtype and spec.dtype not in merged
-            # Python ints stay in Python: their range check and its error are aotkit's.
-            return t in _CPP_SCALAR_DTYPES and _CPP_SCALAR_DTYPES[t][x64] == spec.dtype
+            # An array: the checked call has seen its spec, device and liveness.
+            return type(leaf) is array_type or host_transfer_exact(leaf, spec, x64)
 
         leaves = tree_util.tree_leaves((args, kwargs))
         if len(leaves) != len(specs) or not all(map(exact, leaves, specs)):

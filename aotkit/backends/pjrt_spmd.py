@@ -12,10 +12,11 @@ equivalent one: the same shards on the same devices), used in place; or a NumPy 
 Python scalar), copied shard by shard onto this process's devices. In a run of several
 processes (aotkit.distributed) every process passes the whole array and places only its own
 shards. A `jax.Array` sharded otherwise is a ValueError naming both shardings. Results are
-`jax.Array`s with the compiled shardings. jaxlib's C++ dispatch caches a call signature once
-every argument is a `jax.Array` with exactly the compiled sharding; calls with NumPy
-arguments always take the checked Python call, which copies them (the device buffers never
-alias memory the caller owns).
+`jax.Array`s with the compiled shardings. Once a call signature has been checked, jaxlib's
+C++ dispatch runs it again without entering Python if every argument is a `jax.Array` with
+exactly the compiled sharding or a host value its transfer converts exactly (placed by the
+compiled sharding, as `jax.jit` places it); the checked call copies host values itself, a
+buffer per device.
 
 A sharded executable does not serialize: artifacts refuse it and the persistent cache skips it.
 """
@@ -33,7 +34,7 @@ from jaxlib.mlir import ir
 from aotkit import _compat, spmd
 from aotkit._context import IR_LOCK
 from aotkit.backends.base import ArgumentMismatch, MemoryAnalysis, describe, host_value
-from aotkit.backends.pjrt import PjrtBackend, PjrtExecutable, _aval
+from aotkit.backends.pjrt import PjrtBackend, PjrtExecutable, _aval, host_transfer_exact
 from aotkit.specs import ShapeDtype
 
 
@@ -210,15 +211,20 @@ class SpmdExecutable(PjrtExecutable):
         return put
 
     def fastpath(self, out, args: tuple, kwargs: dict, x64: bool):
-        """jaxlib's C++ dispatch caches calls whose arguments are all jax.Arrays with exactly
-        the compiled shardings (NumPy arguments are copied by the checked call instead)."""
+        """What jaxlib's C++ dispatch caches for this argument signature, or None: every
+        argument must be a jax.Array with exactly the compiled sharding, or a host value its
+        transfer turns into the compiled buffers (then placed by the compiled sharding, as
+        `jax.jit` places it; the single-device fast path does the same)."""
         array_type = _compat.array_type()
         shardings = self.partitioning.in_shardings
         leaves = tree_util.tree_leaves((args, kwargs))
         if len(leaves) != len(shardings):
             return None
-        for leaf, sharding in zip(leaves, shardings):
-            if type(leaf) is not array_type or leaf.sharding != sharding:
+        for leaf, sharding, spec in zip(leaves, shardings, self.in_specs):
+            if type(leaf) is array_type:
+                if leaf.sharding != sharding:
+                    return None
+            elif not host_transfer_exact(leaf, spec, x64):
                 return None
         return _compat.spmd_fastpath_data(
             self._exe, out, shardings, self.partitioning.out_shardings

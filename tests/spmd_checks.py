@@ -5,6 +5,10 @@ Each `check_*` function runs in a child process whose CPU backend has 8 devices
 test session's own process already has a one-device client). The oracles: the same
 function compiled for one device (no shardings), and `jax.jit` of the same program with the
 same shardings. A check raises (an assertion, or pytest.raises not matching) on failure.
+
+Checks wait for each SPMD execution before starting the next: jaxlib 0.10.2's CPU client can
+deadlock (and abort after 40 s) on back-to-back executions with collectives (README,
+Sharding), with jax.jit as with aotkit.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ def check_data_parallel_mlp_step_equals_one_device_and_jax():
     sharded = aotkit.jit(step, in_shardings=ins, out_shardings=outs)
     compiled = sharded.lower(params, x, y).compile()
     assert "all-reduce" in compiled.as_text()  # the gradients, summed over the batch shards
-    got = compiled(params, x, y)
+    got = jax.block_until_ready(compiled(params, x, y))  # one SPMD step at a time (README)
     _close(got, aotkit.jit(step)(params, x, y))
     want = jax.jit(functools.partial(mlp_step, jnp), in_shardings=ins, out_shardings=outs)(
         params, x, y
@@ -122,7 +126,7 @@ def check_data_parallel_step_from_the_jax_front_end():
     assert '#sdy.sharding<@mesh, [{"data"}, {}]>' in lowered.as_text()
     compiled = lowered.compile()
     assert "all-reduce" in compiled.as_text()
-    got = compiled(params, x, y)
+    got = jax.block_until_ready(compiled(params, x, y))  # one SPMD step at a time (README)
     _close(got, jax.jit(jax_grad_step, in_shardings=ins, out_shardings=outs)(params, x, y))
     _close(got, aotkit.jit(jax_grad_step, frontend="jax")(params, x, y))
 
@@ -152,7 +156,7 @@ def check_tensor_parallel_matmul_equals_one_device_and_jax():
     assert re.search(r"all-reduce|reduce-scatter", compiled.as_text())
     # Each device holds a 16x8 block of w1 and an 8x12 block of w2, not the whole weights.
     assert "f32[16,8]" in compiled.as_text() and "f32[8,12]" in compiled.as_text()
-    got = compiled(x, w1, w2)
+    got = jax.block_until_ready(compiled(x, w1, w2))  # one SPMD step at a time (README)
     assert got.sharding == out
     _close(got, aotkit.jit(functools.partial(two_layers, anp))(x, w1, w2), rtol=1e-4)
     want = jax.jit(functools.partial(two_layers, jnp), in_shardings=ins, out_shardings=out)
@@ -377,7 +381,8 @@ def check_sharded_jax_export_loads_and_runs():
     compiled = lowered.compile()
     assert [d.id for d in compiled.partitioning.devices] == list(range(8))
     assert compiled.in_shardings[0][0].spec == P("data", None)
-    _close(compiled(x, w1, w2), fn(x, w1, w2))
+    got = jax.block_until_ready(compiled(x, w1, w2))  # one SPMD step at a time (README)
+    _close(got, fn(x, w1, w2))
 
 
 def check_lowered_text_round_trips_through_load_module():

@@ -376,7 +376,8 @@ def _attr_name(item) -> str:
     return item if isinstance(item, str) else item.name
 
 
-def _int_attr(module: ir.Module, key: str) -> int | None:
+def int_attr(module: ir.Module, key: str) -> int | None:
+    """An integer attribute of the module (`mhlo.num_partitions`, ...), or None."""
     attrs = module.operation.attributes
     return ir.IntegerAttr(attrs[key]).value if key in attrs else None
 
@@ -398,9 +399,9 @@ class ModuleLayout:
 
 
 def read_module(where: str, module: ir.Module) -> ModuleLayout:
-    """The device count, mesh and `@main` shardings a module states; ValueError for a mesh
-    aotkit cannot place (several meshes, devices out of order). The caller holds IR_LOCK
-    with the module's context active."""
+    """The device count, mesh and `@main` shardings a partitioned module states; ValueError
+    for a mesh aotkit cannot place (several meshes, devices out of order). The caller holds
+    IR_LOCK with the module's context active."""
     from jaxlib.mlir.dialects import sdy
 
     from aotkit import modules
@@ -434,8 +435,8 @@ def read_module(where: str, module: ir.Module) -> ModuleLayout:
     n_in = len(modules.function_type(main).inputs)
     n_out = len(modules.function_type(main).results)
     return ModuleLayout(
-        _int_attr(module, "mhlo.num_partitions"),
-        _int_attr(module, "mhlo.num_replicas"),
+        int_attr(module, "mhlo.num_partitions"),
+        int_attr(module, "mhlo.num_replicas"),
         mesh,
         _read_attrs(main, "arg_attrs", n_in, symbol),
         _read_attrs(main, "res_attrs", n_out, symbol),

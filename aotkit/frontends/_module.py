@@ -148,14 +148,15 @@ def adopt(
                 f"{where}: the module has no @main function (functions: {found}); aotkit "
                 "runs a module's @main: name the entry function main"
             )
-        layout = spmd.read_module(where, module)
-        if (layout.num_replicas or 1) != 1:
+        replicas = spmd.int_attr(module, "mhlo.num_replicas") or 1
+        if replicas != 1:
             raise ValueError(
-                f"{where}: the module runs as {layout.num_replicas} replicas "
-                "(mhlo.num_replicas); aotkit compiles one replica partitioned over a mesh: "
-                "lower or export it with shardings instead of replicas"
+                f"{where}: the module runs as {replicas} replicas (mhlo.num_replicas); aotkit "
+                "compiles one replica partitioned over a mesh: lower or export it with "
+                "shardings instead of replicas"
             )
-        sharded = sharded or (layout.num_partitions or 1) > 1
+        sharded = sharded or (spmd.int_attr(module, "mhlo.num_partitions") or 1) > 1
+        layout = spmd.read_module(where, module) if sharded else None
         if shardy and not sharded:
             _strip_shardy(module, where)
         module.operation.attributes["sym_name"] = ir.StringAttr.get(modules.symbol_name(name))

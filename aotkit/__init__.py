@@ -49,8 +49,9 @@ _LAZY = {
 }
 _SUBMODULES = frozenset(
     """
-    artifacts autograph backends cache cli compiled config crosscheck dtypes dumps errors
-    frontends lax lowering modules nn numpy passes random specs stages traced
+    artifacts autograph backends cache cli compiled config crosscheck distributed dtypes
+    dumps errors frontends lax lowering modules nn numpy passes random sharding specs spmd
+    stages traced
     """.split()
 )
 
@@ -87,6 +88,7 @@ __all__ = [
     "check",
     "cond",
     "config",
+    "distributed",
     "fori_loop",
     "jit",
     "lax",
@@ -97,6 +99,7 @@ __all__ = [
     "numpy",
     "random",
     "scan",
+    "sharding",
     "spec",
     "switch",
     "while_loop",

@@ -308,9 +308,11 @@ def plugin_client(name: str):
 
 
 def jit_options(fn):
-    """`(function, static_argnums, static_argnames, donate_argnums)` that `jax.jit` was given
-    for the jitted function `fn`, or None when this jax does not say (the JAX front end then
-    lowers `fn` as it is, without knowing its static arguments)."""
+    """`(function, static_argnums, static_argnames, donate_argnums, in_shardings,
+    out_shardings)` that `jax.jit` was given for the jitted function `fn` (a sharding tree is
+    None where none was given, and an unspecified leaf in it None), or None when this jax
+    does not say (the JAX front end then lowers `fn` as it is, without knowing its static
+    arguments)."""
     info = getattr(fn, "_jit_info", None)
     fun = getattr(fn, "_fun", None)
     try:
@@ -319,9 +321,21 @@ def jit_options(fn):
             tuple(info.static_argnums),
             tuple(info.static_argnames),
             tuple(info.donate_argnums),
+            _given_shardings(info.in_shardings_treedef, info.in_shardings_leaves),
+            _given_shardings(info.out_shardings_treedef, info.out_shardings_leaves),
         )
     except (AttributeError, TypeError):
         return None
+
+
+def _given_shardings(treedef, leaves):
+    # jax.jit stores an argument it was not given as UnspecifiedValue leaves.
+    given = [None if type(leaf).__name__ == "UnspecifiedValue" else leaf for leaf in leaves]
+    if all(leaf is None for leaf in given):
+        return None
+    from jax import tree_util
+
+    return tree_util.tree_unflatten(treedef, given)
 
 
 def exclude_from_jax_locations(path: str) -> None:
@@ -602,4 +616,129 @@ def fast_paths() -> dict[str, bool]:
         "result handler": has_aval and _result_handler_names() is not None,
         "x64 switch": _x64_names() is not None,
         "C++ dispatch": _dispatch_names() is not None,
+        "sharded results": _private("jaxlib._jax", "GSPMDSharding") is not None,
+        "mesh specs": _private("jax._src.sharding_impls", "parse_flatten_op_sharding") is not None,
+        "backend state": _private("jax._src.xla_bridge", "backends_are_initialized") is not None,
     }
+
+
+# --- SPMD: sharded programs over several devices and processes (issue 17) ---------------------
+# Used by aotkit/backends/pjrt_spmd.py, aotkit/distributed.py and the CLI only; the
+# single-device entry points above do not depend on anything here.
+
+
+def spmd_compile_options(overrides: dict[str, object], device_ids: list[int], shardy: bool):
+    """CompileOptions for XLA's SPMD partitioner: one replica, `len(device_ids)` partitions
+    placed on those devices in order, Shardy's partitioner when the module is annotated with
+    Shardy (`sdy.mesh`), GSPMD's otherwise. (`xla_client.CompileOptions`, `DeviceAssignment`.)"""
+    import numpy as np
+
+    xc = xla_client()
+    options = xc.CompileOptions()
+    if overrides:
+        options.env_option_overrides = list(overrides.items())
+    options.num_replicas = 1
+    options.num_partitions = len(device_ids)
+    build = options.executable_build_options
+    build.use_spmd_partitioning = True
+    build.use_shardy_partitioner = shardy
+    assignment = np.asarray(device_ids, dtype=np.int64).reshape(1, len(device_ids))
+    options.device_assignment = xc.DeviceAssignment.create(assignment)
+    return options
+
+
+def compiled_shardings(executable) -> tuple[list, list]:
+    """The HloShardings XLA chose for an SPMD executable's parameters and results (replicated
+    for each when it reports none: one partition). (`xla_client.HloSharding.from_proto`.)"""
+    xc = xla_client()
+
+    def convert(protos, n):
+        if protos is None:
+            return [xc.HloSharding.replicate()] * n
+        replicated = xc.HloSharding.replicate()
+        return [replicated if p is None else xc.HloSharding.from_proto(p) for p in protos]
+
+    n_in = len(executable.get_parameter_layouts())
+    n_out = len(executable.get_output_layouts())
+    return (
+        convert(executable.get_parameter_shardings(), n_in),
+        convert(executable.get_output_shardings(), n_out),
+    )
+
+
+def sharding_support() -> str | None:
+    """None where sharded programs can be compiled in this process, else why not (the one
+    private name they cannot do without is missing)."""
+    if _private("jaxlib._jax", "GSPMDSharding") is None:
+        return (
+            "this jaxlib has no GSPMDSharding, which sharded results are expressed in; "
+            "sharding needs jax/jaxlib 0.10 to 0.12"
+        )
+    return None
+
+
+def gspmd_sharding(devices, hlo):
+    """A jax Sharding for an HloSharding over `devices` (jaxlib's `GSPMDSharding`), for results
+    of a module whose shardings name no mesh. No fallback: `sharding_support()` says so, and
+    sharded compiles refuse with its reason before they get here."""
+    return _private("jaxlib._jax", "GSPMDSharding")(tuple(devices), hlo)
+
+
+def named_sharding_from_hlo(hlo, mesh):
+    """The PartitionSpec over `mesh` that an HloSharding stands for, or None when it has none
+    (`sharding_impls.parse_flatten_op_sharding`). Fallback: None, and the result keeps the
+    GSPMD sharding (the same shards, printed without the mesh's axis names)."""
+    parse = _private("jax._src.sharding_impls", "parse_flatten_op_sharding")
+    if parse is None:
+        return None
+    try:
+        return parse(hlo, mesh)[0]
+    except Exception:  # a sharding the mesh cannot express (JAX raises several kinds)
+        return None
+
+
+def spmd_fastpath_data(executable, out, in_shardings, out_shardings):
+    """What jaxlib's C++ dispatch caches to run a sharded `executable` again: like
+    `fastpath_data`, with one sharding per argument and per result. Fallback: None (calls keep
+    taking the checked Python call)."""
+    names = _dispatch_names()
+    if names is None:
+        return None
+    _, _, registry, _, fastpath = names
+    out_flat, out_tree = registry.flatten(out, None)
+    n = len(in_shardings)
+    return fastpath(
+        executable,
+        out_tree,
+        list(in_shardings),
+        list(out_shardings),
+        [o.aval for o in out_flat],
+        [o.committed for o in out_flat],
+        [True] * n,
+        [None] * n,
+        [],
+    )
+
+
+def sharded_device_put(aval, sharding, shards, devices):
+    """A global array from one host array per addressable device (`batched_device_put`).
+
+    jaxlib 0.10.2 raises `RuntimeError: bad_function_call` for several shards with any host
+    buffer semantics but the default zero-copy one, so the caller passes copies it owns.
+    Fallback: `jax.device_put` per shard and `jax.make_array_from_single_device_arrays`.
+    """
+    names = _device_put_names()
+    if names is None:
+        import jax
+
+        placed = [jax.device_put(shard, device) for shard, device in zip(shards, devices)]
+        return jax.make_array_from_single_device_arrays(aval.shape, sharding, placed)
+    put, _ = names
+    return put(aval, sharding, shards, devices, True, enable_x64=True)
+
+
+def backends_started() -> bool:
+    """Whether JAX's PJRT clients have started (`xla_bridge.backends_are_initialized`).
+    Fallback: False, and a late `jax.distributed.initialize` reports JAX's own error."""
+    started = _private("jax._src.xla_bridge", "backends_are_initialized")
+    return False if started is None else bool(started())

@@ -479,6 +479,13 @@ def pack_compiled(
 def serialize(compiled: Compiled, *, text: bool = True) -> bytes:
     """`Compiled.serialize()`: the artifact of `compiled` (with its program text if `text`)."""
     where = f"Compiled {compiled.name!r}: serialize"
+    if compiled.partitioning is not None:
+        raise ValueError(
+            f"{where}: it is partitioned over {compiled.partitioning.describe()}; artifacts "
+            "hold single-device executables: save the sharded program as a module "
+            "(Lowered.as_bytecode(), which aotkit.load_module reads back with its shardings) "
+            "and compile it where it runs"
+        )
     in_tree = encode_tree(compiled.in_tree, where, "argument")
     out_tree = encode_tree(compiled.out_tree, where, "result")
     if compiled.lowered is not None:

@@ -23,7 +23,7 @@ What it promises:
   `CacheWarning` and the module is compiled again. A folder that cannot be written gives
   one `CacheWarning`, and the process then runs without the cache.
 - Backends whose executables do not serialize (`executable_format` None: the interpreter)
-  are not cached.
+  are not cached, nor are sharded programs (several devices: artifacts refuse them).
 """
 
 from __future__ import annotations

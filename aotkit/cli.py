@@ -218,6 +218,91 @@ def _static_arg(text: str) -> tuple[str, object]:
         ) from None
 
 
+def _mesh_arg(text: str) -> str:
+    from aotkit.sharding import parse_axes
+
+    try:
+        parse_axes(text, "--mesh")
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--mesh: ")) from None
+    return text
+
+
+SHARDING_SYNTAX = (
+    "one entry per leading dimension, comma-separated: a mesh axis name, None for a "
+    "dimension not split, or AXIS+AXIS for one split over several axes (data,None; "
+    "data+model,None); '-' for a replicated argument"
+)
+
+
+def _sharding_arg(text: str):
+    """'data,None' -> PartitionSpec('data', None); '-' -> PartitionSpec()."""
+    from aotkit.sharding import PartitionSpec
+
+    text = text.strip()
+    if text in ("-", "replicated"):
+        return PartitionSpec()
+    entries = []
+    for part in text.split(","):
+        part = part.strip()
+        if part in ("None", "_"):
+            entries.append(None)
+            continue
+        axes = tuple(a.strip() for a in part.split("+"))
+        if not all(a.isidentifier() for a in axes):
+            raise argparse.ArgumentTypeError(
+                f"cannot read {part!r} in {text!r}; expected {SHARDING_SYNTAX}"
+            )
+        entries.append(axes[0] if len(axes) == 1 else axes)
+    return PartitionSpec(*entries)
+
+
+def _ensure_cpu_devices(args, n: int) -> None:
+    """Gives this process's CPU client at least `n` devices, if it has not started yet (the
+    CLI owns its process; a library call would have to ask the user to set it)."""
+    from aotkit import _compat
+
+    if (getattr(args, "backend", None) or "cpu") != "cpu" or _compat.backends_started():
+        return
+    import jax
+
+    if jax.config.jax_num_cpu_devices >= 0:
+        return
+    flag = re.search(
+        r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", "")
+    )
+    if flag is None or int(flag.group(1)) < n:
+        jax.config.update("jax_num_cpu_devices", n)
+        _say(args, f"started the CPU backend with {n} devices for the mesh")
+
+
+def _in_shardings(args, specs: list):
+    """The in_shardings of `--mesh`/`--shardings` (one per array argument), or None."""
+    mesh_text = getattr(args, "mesh", None)
+    given = getattr(args, "shardings", None)
+    if mesh_text is None:
+        if given:
+            raise UserError("--shardings: give the mesh they split over with --mesh NAME=SIZE,...")
+        return None
+    import math
+
+    from aotkit import sharding
+
+    names, sizes = sharding.parse_axes(mesh_text, "--mesh")
+    _ensure_cpu_devices(args, math.prod(sizes))
+    mesh = sharding.mesh(mesh_text, backend=getattr(args, "backend", None))
+    if given is None:
+        given = [sharding.PartitionSpec()] * len(specs)
+    if len(given) != len(specs):
+        raise UserError(
+            f"--shardings: got {len(given)} sharding(s) for {len(specs)} array argument(s) "
+            f"({', '.join(map(str, specs)) or 'none'}); give one per --shapes spec"
+        )
+    ids = [d.id for d in mesh.devices.flat]
+    _say(args, f"mesh {dict(zip(names, sizes))} over devices {ids}")
+    return tuple(sharding.NamedSharding(mesh, p) for p in given)
+
+
 # --- Targets: FILE.py:FN, module files -------------------------------------------------------
 
 
@@ -387,6 +472,9 @@ def _lower_python(args, specs: list | None):
     statics = dict(args.static or ())
     call_args, call_kwargs, argnums, argnames = _place_arguments(fn, label, specs or [], statics)
     options = {"pipeline": args.pipeline} if args.pipeline else {}
+    in_shardings = _in_shardings(args, list(specs or []))
+    if in_shardings is not None:
+        options["in_shardings"] = in_shardings
     with _dumps(args) as dump_dir, _progress(args, f"lowering {label}"):
         start = time.perf_counter()
         try:
@@ -453,6 +541,11 @@ def _load_module_file(args, default_pipeline: str = "none"):
         raise UserError(
             f"{args.target}: --shapes and --static apply to FILE.py:FN targets; a module "
             "file's signature comes from its @main"
+        )
+    if getattr(args, "mesh", None) is not None or getattr(args, "shardings", None):
+        raise UserError(
+            f"{args.target}: --mesh and --shardings apply to FILE.py:FN targets; a module "
+            "file's shardings come from the module (its mesh goes on the first devices)"
         )
     with _progress(args, f"reading {args.target}"):
         start = time.perf_counter()
@@ -608,6 +701,8 @@ def _backend_name(compiled) -> str:
 
 def _compile(args, lowered):
     where = f"on {args.backend}" if args.backend else ""
+    if lowered.partitioning is not None:
+        _ensure_cpu_devices(args, lowered.partitioning.num_devices)
     with _progress(args, f"compiling {lowered.name} {where}".strip()):
         start = time.perf_counter()
         compiled = lowered.compile(backend=args.backend)
@@ -619,6 +714,8 @@ def _compile(args, lowered):
         from aotkit import cache
 
         state = "the persistent cache is off" if cache.directory() is None else "not cached yet"
+        if compiled.partitioning is not None:
+            state = f"sharded over {compiled.partitioning.describe()}, not cached"
         how = f" (compiled by the backend: {state})"
     _say(args, f"compiled {lowered.name} in {_ms(args.compile_seconds)}{how}")
     return compiled
@@ -747,6 +844,10 @@ def cmd_run(args) -> int:
         times.append(time.perf_counter() - start)
     for path, leaf in tree_util.tree_flatten_with_path(out)[0]:
         x = np.asarray(leaf)
+        if compiled.partitioning is not None:
+            from aotkit import spmd
+
+            _say(args, f"out{tree_util.keystr(path)} sharded {spmd.sharding_text(leaf.sharding)}")
         sys.stdout.write(f"out{tree_util.keystr(path)}: {spec_of(x)}\n{_format_array(x)}\n")
     sys.stdout.flush()
     if not args.quiet:
@@ -839,6 +940,8 @@ def cmd_inspect(args) -> int:
         f"out_tree: {traced.out_tree}",
         f"donated arguments: {', '.join(map(str, donated)) or 'none'}",
     ]
+    if traced.partitioning is not None:
+        lines.append(f"partitioned over: {traced.partitioning.describe()}")
     _write_text(None, "\n".join(lines))
     return EXIT_OK
 
@@ -898,6 +1001,20 @@ def _add_target_args(p: argparse.ArgumentParser, *, files: bool) -> None:
         default="auto",
         help="what lowers FILE.py:FN: aotkit's tracer, JAX itself (jax.jit(fn).lower), or "
         "auto: JAX when FN uses jax and not aotkit (-v says which and why; default: auto)",
+    )
+    p.add_argument(
+        "--mesh",
+        type=_mesh_arg,
+        metavar="NAME=SIZE,...",
+        help="shard FN over a mesh of the backend's first devices: 'data=4,model=2' (on the "
+        "CPU the process gets as many devices); arguments are replicated unless --shardings",
+    )
+    p.add_argument(
+        "--shardings",
+        nargs="+",
+        type=_sharding_arg,
+        metavar="SHARDING",
+        help=f"one per array argument, over --mesh: {SHARDING_SYNTAX}",
     )
     p.add_argument(
         "--no-autograph",

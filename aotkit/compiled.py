@@ -50,6 +50,7 @@ class Compiled(Stage):
         "options",
         "origin",
         "_portable",
+        "partitioning",
     )
 
     def __init__(
@@ -91,6 +92,8 @@ class Compiled(Stage):
             # The portable StableHLO of a Compiled loaded from an artifact (it has no
             # `lowered` to write it from), so that it saves again.
             _portable=portable,
+            # A sharded executable's devices and compiled shardings (aotkit/spmd.py).
+            partitioning=getattr(executable, "partitioning", None),
         )
         # A backend may put a native dispatcher in front of the checked Python call; it
         # falls back to `_python_call` for every argument signature it has not cached.
@@ -170,11 +173,17 @@ class Compiled(Stage):
         return self._executable.as_text()
 
     def cost_analysis(self) -> dict[str, float] | None:
-        """XLA's cost estimate ('flops', 'bytes accessed', 'transcendentals', ...) or None."""
+        """XLA's cost estimate ('flops', 'bytes accessed', 'transcendentals', ...) or None.
+
+        For a sharded program the estimate is per device (the program one device runs), and
+        'devices' says how many devices run it."""
         return self._executable.cost_analysis()
 
     def memory_analysis(self) -> MemoryAnalysis | None:
-        """Argument, output, alias, temp and generated-code sizes in bytes, or None."""
+        """Argument, output, alias, temp and generated-code sizes in bytes, or None.
+
+        For a sharded program the sizes are per device, and its `devices` field says how
+        many devices run it."""
         return self._executable.memory_analysis()
 
     def runtime_executable(self):
@@ -198,7 +207,8 @@ class Compiled(Stage):
         artifacts.save(self, path)
 
     def __repr__(self) -> str:
-        return f"<Compiled {self._signature_text()} on {self.backend.name}>"
+        over = f", {self.partitioning.describe()}" if self.partitioning is not None else ""
+        return f"<Compiled {self._signature_text()} on {self.backend.name}{over}>"
 
 
 def _leaf_paths(tree) -> list[str]:

@@ -22,7 +22,18 @@ import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit import _context, backends, config, dtypes, dumps, frontends, lowering, modules, passes
+from aotkit import (
+    _context,
+    backends,
+    config,
+    dtypes,
+    dumps,
+    frontends,
+    lowering,
+    modules,
+    passes,
+    spmd,
+)
 from aotkit import cache as persistent_cache
 from aotkit._context import IR_LOCK
 from aotkit.backends.base import Backend
@@ -60,6 +71,7 @@ class Lowered(ModuleStage):
         "frontend",
         "_dumper",
         "_cache_link",
+        "partitioning",
     )
 
     def __init__(
@@ -78,6 +90,7 @@ class Lowered(ModuleStage):
         frontend: str = "aotkit",
         dumper: dumps.Dumper | None = None,
         cache_link: tuple | None = None,
+        partitioning=None,
     ):
         self._init(
             _module=module,
@@ -96,6 +109,8 @@ class Lowered(ModuleStage):
             _dumper=dumper,
             # (function cache, key) of a lowering made through jit: compiles share its cache.
             _cache_link=cache_link,
+            # How the program is sharded (aotkit/spmd.py), or None for one device.
+            partitioning=partitioning,
         )
 
     def compile(
@@ -113,6 +128,8 @@ class Lowered(ModuleStage):
         ValueError. `target` and `target_options` choose what a cross-compiling backend
         compiles for (`iree`: "llvm-cpu", "cuda", "rocm", "vulkan-spirv"); other backends
         refuse them. A backend that rejects the module raises `aotkit.CompileError`.
+        A sharded program is partitioned by XLA for its mesh's devices (a module file's
+        mesh goes on the backend's first devices).
         """
         return compile_lowered(self, backend, options, target=target, target_options=target_options)
 
@@ -205,6 +222,7 @@ def _lower(traced: Traced, pipeline, dump_dir, print_ir_after_all, consume: bool
         frontend=traced.frontend,
         dumper=dumper,
         cache_link=defaults.get("cache_link"),
+        partitioning=traced.partitioning,
     )
 
 
@@ -263,9 +281,12 @@ def trace_function(
     frontend: str = "aotkit",
     defaults: dict | None = None,
     autograph: bool = True,
+    in_shardings=None,
+    out_shardings=None,
 ) -> Traced:
     """Traces `fn` with the front end `frontend` ("aotkit", "jax" or "auto") into `Traced`;
-    `autograph` converts Python control flow on traced values first (aotkit front end)."""
+    `autograph` converts Python control flow on traced values first (aotkit front end).
+    `in_shardings`/`out_shardings` shard the program (see `jit`)."""
     if frontends.resolve(fn, frontend).name == "jax":
         from aotkit.frontends.jax import trace_jax
 
@@ -277,6 +298,8 @@ def trace_function(
             static_argnames=static_argnames,
             donate_argnums=donate_argnums,
             defaults=defaults,
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
         )
     from aotkit.lowering.trace import trace
 
@@ -300,6 +323,8 @@ def trace_function(
             static_argnames=static_argnames,
             donate_argnums=donate_argnums,
             defaults=defaults,
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
         )
     except InvalidModuleError as e:
         defaults = defaults or {}
@@ -323,12 +348,15 @@ def lower_function(
     frontend: str = "aotkit",
     print_ir_after_all: bool | None = None,
     autograph: bool = True,
+    in_shardings=None,
+    out_shardings=None,
 ) -> Lowered:
     """Traces `fn` on `args`/`kwargs` (values or specs) and lowers it with `pipeline`;
     dumps each stage under `dump_dir` or `AOTKIT_DUMP_DIR` (one file per pass with
     `print_ir_after_all`, default `AOTKIT_PRINT_IR_AFTER_ALL`). `frontend` is "aotkit"
     (the tracer), "jax" (JAX lowers; see aotkit.frontends.jax) or "auto". `autograph`
-    converts Python control flow on traced values (see aotkit.autograph)."""
+    converts Python control flow on traced values (see aotkit.autograph).
+    `in_shardings`/`out_shardings` shard the program (see `jit`)."""
     passes.check_pipeline(pipeline)
     defaults = dict(
         pipeline=pipeline,
@@ -346,6 +374,8 @@ def lower_function(
         frontend=frontend,
         defaults=defaults,
         autograph=autograph,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
     )
     return lower_traced(traced, consume=True)
 
@@ -356,19 +386,29 @@ def lower(
     pipeline: str = "default",
     frontend: str = "aotkit",
     autograph: bool = True,
+    in_shardings=None,
+    out_shardings=None,
     **kwargs,
 ) -> Lowered:
     """Lowers `fn` for the given arguments (concrete values or `aotkit.ShapeDtype` specs),
     then runs `pipeline` ("default", "none" or MLIR pipeline text) on the module.
     `frontend="jax"` lowers a JAX function with JAX; `"auto"` picks by what `fn` uses.
     `autograph=False` keeps Python loops unrolled and Python branches Python.
+    `in_shardings`/`out_shardings` shard the program over a mesh, as in `jit`.
 
     `aotkit.lower(lambda x: anp.sqrt(x ** 2) + 1., aotkit.spec("f32[]")).as_text()`
     """
     if not callable(fn):
         raise TypeError(f"lower: expected a function, got {type(fn).__name__}")
     return lower_function(
-        fn, args, kwargs, pipeline=pipeline, frontend=frontend, autograph=autograph
+        fn,
+        args,
+        kwargs,
+        pipeline=pipeline,
+        frontend=frontend,
+        autograph=autograph,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
     )
 
 
@@ -568,6 +608,21 @@ def _static_token(value):
     return (t, value)
 
 
+def _shardings_key(where: str, name: str, shardings) -> tuple:
+    """A hashable key of an `in_shardings`/`out_shardings` pytree for the jit caches."""
+    if shardings is None:
+        return ()
+    leaves, tree = tree_util.tree_flatten(shardings, is_leaf=spmd.is_sharding_leaf)
+    try:
+        hash(tuple(leaves))
+    except TypeError:
+        raise TypeError(
+            f"{where}: {name} holds an unhashable leaf ({shardings!r}); its leaves are "
+            "NamedSharding, PartitionSpec or None"
+        ) from None
+    return (tree, tuple(leaves))
+
+
 def _options_key(where: str, options) -> tuple:
     if options is None:
         return ()
@@ -589,8 +644,10 @@ def _options_key(where: str, options) -> tuple:
 def _compile_uncached(lowered: Lowered, backend: Backend, options, targeting=None) -> Compiled:
     dumper = lowered._dumper
     # The persistent cache (aotkit/cache.py) first: an executable another process compiled.
-    # A cross-compile (`target=`) is not cached: the key has no place for its target.
-    cache_key = None if targeting else persistent_cache.key(lowered, backend, options)
+    # Not cached: a cross-compile (`target=`; the key has no place for its target) and a
+    # sharded executable (it does not serialize).
+    sharded = lowered.partitioning is not None
+    cache_key = None if targeting or sharded else persistent_cache.key(lowered, backend, options)
     executable = None
     if cache_key is not None:
         executable = persistent_cache.get(cache_key, lowered, backend, options)
@@ -598,7 +655,10 @@ def _compile_uncached(lowered: Lowered, backend: Backend, options, targeting=Non
     if executable is None:
         origin = "compiled"
         try:
-            executable = backend.compile(lowered._module, options, **(targeting or {}))
+            if sharded:
+                executable = backend.compile_spmd(lowered._module, options, lowered.partitioning)
+            else:
+                executable = backend.compile(lowered._module, options, **(targeting or {}))
         except CompileError as e:
             raise CompileError(
                 f"{e}; {dumps.hint(dumper)}", backend=e.backend, module_name=e.module_name
@@ -693,6 +753,8 @@ class Jitted:
         dump_dir: str | os.PathLike | None = None,
         frontend: str = "aotkit",
         autograph: bool = True,
+        in_shardings=None,
+        out_shardings=None,
     ):
         if not callable(fn):
             raise TypeError(f"jit: expected a function, got {type(fn).__name__}")
@@ -724,6 +786,8 @@ class Jitted:
         if not isinstance(autograph, bool):
             raise TypeError(f"{where}: autograph must be True or False, got {autograph!r}")
         self.autograph = autograph
+        self.in_shardings = in_shardings
+        self.out_shardings = out_shardings
         self._where = where
         self._has_statics = bool(self.static_argnums or self.static_argnames)
         self._config = (
@@ -734,6 +798,8 @@ class Jitted:
             pipeline,
             frontend,
             autograph,
+            _shardings_key(where, "in_shardings", in_shardings),
+            _shardings_key(where, "out_shardings", out_shardings),
         )
         self._cache = _cache_for(fn)
         self._backend_name: str | None = None
@@ -780,6 +846,8 @@ class Jitted:
             frontend=self.frontend,
             defaults=self._defaults(key),
             autograph=self.autograph,
+            in_shardings=self.in_shardings,
+            out_shardings=self.out_shardings,
         )
         with self._cache.lock:
             self._cache.traces += 1
@@ -877,6 +945,8 @@ def jit(
     dump_dir: str | os.PathLike | None = None,
     frontend: str = "aotkit",
     autograph: bool = True,
+    in_shardings=None,
+    out_shardings=None,
 ):
     """Stages `fn`: `jit(f)(x)` runs it compiled; `jit(f).lower(x).compile()` shows each stage.
 
@@ -888,6 +958,12 @@ def jit(
     "aotkit" (the tracer), "jax" (JAX lowers `fn`), or "auto". `autograph` (on by default)
     turns Python loops and branches on traced values into StableHLO control flow (see
     aotkit.autograph); `autograph=False` unrolls loops and keeps branches Python.
+
+    `in_shardings` (a pytree prefix of the positional arguments) and `out_shardings` (of the
+    result) shard the program over a mesh, with JAX's public types (`aotkit.sharding`):
+    leaves are `NamedSharding`, `PartitionSpec` (over the mesh of the other shardings) or
+    None (arguments: replicated; results: the compiler decides). XLA's SPMD partitioner
+    partitions the program for the mesh's devices; see aotkit.sharding.
     """
     options = dict(
         static_argnums=static_argnums,
@@ -898,6 +974,8 @@ def jit(
         dump_dir=dump_dir,
         frontend=frontend,
         autograph=autograph,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
     )
     if fn is None:
         return functools.partial(jit, **options)

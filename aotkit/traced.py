@@ -47,6 +47,28 @@ class Stage:
         """The output pytree with ShapeDtype leaves."""
         return tree_util.tree_unflatten(self.out_tree, self.flat_out_specs)
 
+    @property
+    def in_shardings(self):
+        """The input pytree with one sharding per leaf (a `jax.sharding.NamedSharding`; None
+        where the module does not say), or None for a single-device program."""
+        p = self.partitioning
+        return None if p is None else tree_util.tree_unflatten(self.in_tree, p.in_shardings)
+
+    @property
+    def out_shardings(self):
+        """The output pytree with one sharding per leaf (None where the compiler decides:
+        the Compiled stage says what it decided), or None for a single-device program."""
+        p = self.partitioning
+        return None if p is None else tree_util.tree_unflatten(self.out_tree, p.out_shardings)
+
+    @property
+    def mesh(self):
+        """The `jax.sharding.Mesh` the program is partitioned over (an `AbstractMesh` for a
+        module file before it is compiled), or None (single device, or a module that names
+        no mesh)."""
+        p = self.partitioning
+        return None if p is None else p.mesh
+
     def _signature_text(self) -> str:
         ins = ", ".join(map(str, self.flat_in_specs))
         outs = ", ".join(map(str, self.flat_out_specs))
@@ -107,6 +129,7 @@ class Traced(ModuleStage):
         "donated",
         "frontend",
         "_defaults",
+        "partitioning",
     )
 
     def __init__(
@@ -122,6 +145,7 @@ class Traced(ModuleStage):
         donated: tuple[bool, ...] = (),
         frontend: str = "aotkit",
         defaults: dict | None = None,
+        partitioning=None,
     ):
         self._init(
             _module=module,
@@ -134,6 +158,8 @@ class Traced(ModuleStage):
             donated=tuple(donated) or (False,) * len(flat_in_specs),
             frontend=frontend,
             _defaults=dict(defaults or {}),
+            # How the program is sharded (aotkit/spmd.py), or None for one device.
+            partitioning=partitioning,
         )
 
     def lower(self, *, pipeline: str | None = None, dump_dir=None):

@@ -116,7 +116,12 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def devices(self) -> list:
-        """The devices this backend runs on; executables run on the first."""
+        """The devices this backend runs on; single-device executables run on the first."""
+
+    def global_devices(self) -> list:
+        """The devices a sharded program may be placed on: `devices()`, and in a run of
+        several processes (aotkit.distributed) the other processes' devices too."""
+        return self.devices()
 
     @property
     def version(self) -> str:
@@ -159,6 +164,20 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def compile(self, module: ir.Module, options: Mapping[str, object] | None = None) -> Executable:
         """Compiles a verified module with a public `@main`; failures raise CompileError."""
+
+    def compile_spmd(
+        self, module: ir.Module, options: Mapping[str, object] | None, partitioning
+    ) -> Executable:
+        """Compiles a module partitioned over several devices (`partitioning`, an
+        `aotkit.spmd.Partitioning`) into an executable whose `partitioning` is bound to its
+        devices and the compiled shardings. Backends that run on one device refuse."""
+        from aotkit import modules
+
+        raise ValueError(
+            f"backend {self.name!r} runs programs on one device, but module "
+            f"{modules.module_name(module)!r} is partitioned over {partitioning.describe()}; "
+            "compile it on a PJRT backend such as 'cpu'"
+        )
 
     def __repr__(self) -> str:
         return f"<aotkit backend {self.name!r} platform={self.platform!r}>"

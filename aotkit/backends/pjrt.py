@@ -88,6 +88,9 @@ class PjrtBackend(Backend):
     def devices(self) -> list:
         return list(self._client.local_devices())
 
+    def global_devices(self) -> list:
+        return list(self._client.devices())
+
     def target(self) -> dict[str, str]:
         """Platform, its version, jaxlib's version and the device kind; on the CPU also the
         host's instruction set, which XLA compiles for (another CPU may lack it)."""
@@ -140,6 +143,14 @@ class PjrtBackend(Backend):
 
     def compile(self, module: ir.Module, options: Mapping[str, object] | None = None):
         where = f"backend {self.name!r}"
+        overrides, name, in_specs, out_specs, data = self._prepare(module, options, where)
+        exe = self._compile_and_load(
+            data, [self._device], _compat.compile_options(overrides), overrides, name, where
+        )
+        return PjrtExecutable(self, name, exe, in_specs, out_specs)
+
+    def _prepare(self, module: ir.Module, options, where: str):
+        """(checked options, name, in specs, out specs, bytecode) of a module to compile."""
         overrides = check_options(options, f"{where}: compile")
         name = modules.module_name(module)
         in_specs, out_specs = modules.signature(module, f"{where}: module {name!r}")
@@ -160,12 +171,13 @@ class PjrtBackend(Backend):
             # crash XLA's CPU runtime unless jaxlib's LAPACK is loaded first. A substring of
             # the bytecode is a cheap over-approximation; registering is idempotent.
             _compat.register_lapack_targets()
+        return overrides, name, in_specs, out_specs, data
+
+    def _compile_and_load(self, data: bytes, devices, compile_options, overrides, name, where):
         runtime_error = _compat.runtime_error_type()
         try:
-            exe = self._client.compile_and_load(
-                data,
-                _compat.device_list([self._device]),
-                _compat.compile_options(overrides),
+            return self._client.compile_and_load(
+                data, _compat.device_list(devices), compile_options
             )
         except runtime_error as e:
             message = modules.diagnostic(e)
@@ -179,7 +191,13 @@ class PjrtBackend(Backend):
                 backend=self.name,
                 module_name=name,
             ) from e
-        return PjrtExecutable(self, name, exe, in_specs, out_specs)
+
+    def compile_spmd(self, module: ir.Module, options=None, partitioning=None):
+        """Compiles for XLA's SPMD partitioner over `partitioning`'s devices (see
+        aotkit/backends/pjrt_spmd.py)."""
+        from aotkit.backends import pjrt_spmd
+
+        return pjrt_spmd.compile_spmd(self, module, options, partitioning)
 
 
 def native_dispatcher(name: str, python_call, run):
@@ -305,6 +323,16 @@ _NARROWED = frozenset(
 )
 
 
+def host_transfer_exact(leaf, spec: ShapeDtype, x64: bool) -> bool:
+    """Whether jaxlib's C++ transfer (in JAX's x64 mode `x64`) turns a host leaf (NumPy
+    value or Python scalar) into exactly the buffer of `spec` that the checked call makes."""
+    t = type(leaf)
+    if t is np.ndarray or isinstance(leaf, np.generic):
+        return leaf.dtype == spec.dtype and (x64 or spec.dtype not in _NARROWED)
+    # Python ints stay in Python: their range check and its error are aotkit's.
+    return t in _CPP_SCALAR_DTYPES and _CPP_SCALAR_DTYPES[t][x64] == spec.dtype
+
+
 def _aval(spec: ShapeDtype):
     """One shared abstract value per spec, so that an output fed back in is known by identity."""
     aval = _avals.get(spec)
@@ -420,16 +448,10 @@ class PjrtExecutable(Executable):
         would not turn such arguments into exactly the compiled buffers."""
         array_type = _compat.array_type()
         specs = self.in_specs
-        merged = frozenset() if x64 else _NARROWED
 
         def exact(leaf, spec: ShapeDtype) -> bool:
-            t = type(leaf)
-            if t is array_type:
-                return True  # the checked call has seen its spec, device and liveness
-            if t is np.ndarray or isinstance(leaf, np.generic):
-                return leaf.dtype == spec.dtype and spec.dtype not in merged
-            # Python ints stay in Python: their range check and its error are aotkit's.
-            return t in _CPP_SCALAR_DTYPES and _CPP_SCALAR_DTYPES[t][x64] == spec.dtype
+            # An array: the checked call has seen its spec, device and liveness.
+            return type(leaf) is array_type or host_transfer_exact(leaf, spec, x64)
 
         leaves = tree_util.tree_leaves((args, kwargs))
         if len(leaves) != len(specs) or not all(map(exact, leaves, specs)):

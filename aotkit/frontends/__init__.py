@@ -36,6 +36,8 @@ class JitOptions:
     static_argnums: tuple[int, ...]
     static_argnames: tuple[str, ...]
     donate_argnums: tuple[int, ...]
+    in_shardings: object = None
+    out_shardings: object = None
 
 
 def jax_jit_options(fn) -> JitOptions | None:

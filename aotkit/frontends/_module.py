@@ -2,17 +2,20 @@
 
 Shared by the JAX and file front ends. `adopt` takes a module already parsed in aotkit's
 context and makes it look like one the tracer produced: `module @<name>` with a public
-`@main`, single-device, verified, and without placement annotations (Shardy `sdy` attributes
-and meshes, `mhlo.sharding`), which say nothing on one device and which not every backend or
-pass accepts. It returns `@main`'s flat argument and result specs and which arguments are
-donated. A module that needs several devices is a ValueError.
+`@main`, verified. A single-device module loses its placement annotations (Shardy `sdy`
+attributes and meshes, `mhlo.sharding`), which say nothing on one device and which not every
+backend or pass accepts. A module partitioned over several devices (`mhlo.num_partitions` >
+1, or sharded on purpose by the JAX front end) keeps them: its `Partitioning`
+(aotkit/spmd.py) says how it is sharded, and XLA partitions it when it is compiled. It
+returns `@main`'s flat argument and result specs and which arguments are donated. A module
+with several replicas (`mhlo.num_replicas` > 1) is a ValueError.
 """
 
 from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from aotkit import _context, modules
+from aotkit import _context, modules, spmd
 from aotkit._context import IR_LOCK
 from aotkit.specs import ShapeDtype
 
@@ -31,37 +34,37 @@ _PLACEMENT_ATTRS = frozenset(
 # What marks an argument as donated: JAX writes `tf.aliasing_output = k` when it pairs the
 # argument with result k, `jax.buffer_donor` when it leaves the pairing to XLA.
 _DONATION_ATTRS = ("tf.aliasing_output", "jax.buffer_donor")
-_DEVICE_COUNT_ATTRS = ("mhlo.num_partitions", "mhlo.num_replicas")
 
 
 class Adopted:
-    __slots__ = ("module", "lc", "name", "flat_in_specs", "flat_out_specs", "donated")
+    __slots__ = (
+        "module",
+        "lc",
+        "name",
+        "flat_in_specs",
+        "flat_out_specs",
+        "donated",
+        "partitioning",
+    )
 
-    def __init__(self, module, lc, name, flat_in_specs, flat_out_specs, donated):
+    def __init__(self, module, lc, name, flat_in_specs, flat_out_specs, donated, partitioning):
         self.module = module
         self.lc = lc
         self.name = name
         self.flat_in_specs: tuple[ShapeDtype, ...] = flat_in_specs
         self.flat_out_specs: tuple[ShapeDtype, ...] = flat_out_specs
         self.donated: tuple[bool, ...] = donated
+        # How a partitioned module is sharded (aotkit/spmd.py); None for one device.
+        self.partitioning = partitioning
 
 
-def _device_count(module: ir.Module) -> tuple[str, int] | None:
-    attrs = module.operation.attributes
-    for key in _DEVICE_COUNT_ATTRS:
-        if key in attrs:
-            value = ir.IntegerAttr(attrs[key]).value
-            if value != 1:
-                return key, value
-    return None
-
-
-def _clean_attrs(array: ir.ArrayAttr) -> tuple[ir.ArrayAttr, list[bool]]:
-    """Drops placement attributes from per-argument dicts; says which carry a donation."""
+def _clean_attrs(array: ir.ArrayAttr, keep: bool) -> tuple[ir.ArrayAttr, list[bool]]:
+    """Drops placement attributes (unless `keep`) from per-argument dicts; says which
+    carry a donation."""
     dicts, donated = [], []
     for d in array:
         d = ir.DictAttr(d)
-        kept = {a.name: a.attr for a in d if a.name not in _PLACEMENT_ATTRS}
+        kept = {a.name: a.attr for a in d if keep or a.name not in _PLACEMENT_ATTRS}
         donated.append(any(k in kept for k in _DONATION_ATTRS))
         dicts.append(ir.DictAttr.get(kept))
     return ir.ArrayAttr.get(dicts), donated
@@ -97,8 +100,9 @@ def _strip_shardy(module: ir.Module, where: str) -> None:
     module.operation.walk(visit)
     if refused:
         raise ValueError(
-            f"{where}: the module shards its computation ({refused[0]}); aotkit compiles "
-            "single-device programs: remove sharding constraints and shard_map"
+            f"{where}: the module shards its computation ({refused[0]}) but is lowered for "
+            "one device (mhlo.num_partitions = 1); lower or export it for the mesh's devices, "
+            "or remove sharding constraints and shard_map"
         )
     for op in annotated:
         for key in [n for n in map(_attr_name, op.attributes) if n.startswith("sdy.")]:
@@ -119,13 +123,22 @@ def parse(data: bytes) -> tuple[ir.Module, _context.LoweringContext]:
 
 
 def adopt(
-    module: ir.Module, *, name: str, where: str, shardy: bool = True, verify: bool = True
+    module: ir.Module,
+    *,
+    name: str,
+    where: str,
+    shardy: bool = True,
+    verify: bool = True,
+    sharded: bool = False,
+    mesh=None,
 ) -> Adopted:
     """Normalizes `module` in place (see the module docstring); ValueError if it cannot run.
 
     `shardy=False` says the module mentions no Shardy name (the file sandbox found none), so
     the walk that strips its annotations is skipped; `verify=False` that the module was just
     verified (the edits here keep it valid), so the final verification is skipped.
+    `sharded=True` keeps the annotations of a module for one partition too (the user asked
+    for shardings); `mesh` is the concrete Mesh the module was lowered for, if known.
     """
     with IR_LOCK, _context.of(module) as lc:
         main = modules.main_function(module)
@@ -135,23 +148,25 @@ def adopt(
                 f"{where}: the module has no @main function (functions: {found}); aotkit "
                 "runs a module's @main: name the entry function main"
             )
-        many = _device_count(module)
-        if many is not None:
-            key, value = many
+        replicas = spmd.int_attr(module, "mhlo.num_replicas") or 1
+        if replicas != 1:
             raise ValueError(
-                f"{where}: the module is partitioned for several devices ({key} = {value}); "
-                "aotkit compiles single-device modules: lower or export for one device"
+                f"{where}: the module runs as {replicas} replicas (mhlo.num_replicas); aotkit "
+                "compiles one replica partitioned over a mesh: lower or export it with "
+                "shardings instead of replicas"
             )
-        if shardy:
+        sharded = sharded or (spmd.int_attr(module, "mhlo.num_partitions") or 1) > 1
+        layout = spmd.read_module(where, module) if sharded else None
+        if shardy and not sharded:
             _strip_shardy(module, where)
         module.operation.attributes["sym_name"] = ir.StringAttr.get(modules.symbol_name(name))
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
         donated: list[bool] = []
         if "arg_attrs" in main.attributes:
-            cleaned, donated = _clean_attrs(ir.ArrayAttr(main.attributes["arg_attrs"]))
+            cleaned, donated = _clean_attrs(ir.ArrayAttr(main.attributes["arg_attrs"]), sharded)
             main.attributes["arg_attrs"] = cleaned
         if "res_attrs" in main.attributes:
-            cleaned, _ = _clean_attrs(ir.ArrayAttr(main.attributes["res_attrs"]))
+            cleaned, _ = _clean_attrs(ir.ArrayAttr(main.attributes["res_attrs"]), sharded)
             main.attributes["res_attrs"] = cleaned
         try:
             if verify:
@@ -163,4 +178,7 @@ def adopt(
             ) from None
     in_specs, out_specs = modules.signature(module, where)
     donated_flags = tuple(donated) if donated else (False,) * len(in_specs)
-    return Adopted(module, lc, name, in_specs, out_specs, donated_flags)
+    partitioning = None
+    if sharded:
+        partitioning = spmd.from_module(where, layout, in_specs, out_specs, mesh)
+    return Adopted(module, lc, name, in_specs, out_specs, donated_flags, partitioning)

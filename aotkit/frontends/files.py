@@ -7,8 +7,10 @@ artifacts (versioned bytecode of the `vhlo` dialect) and `jax.export` artifacts
 the file name.
 
 What it promises: the input signature is `@main`'s (for `jax.export` artifacts, the exported
-function's argument and result pytrees); bad input raises ValueError (or FileNotFoundError)
-naming the file and the formats accepted, and never aborts the process: every MLIR input is
+function's argument and result pytrees); a module partitioned over several devices keeps its
+shardings (compiling places its mesh on the backend's first devices); bad input raises
+ValueError (or FileNotFoundError) naming the file and the formats accepted, and never
+aborts the process: every MLIR input is
 parsed first in a sandbox worker process (see `_probe.py`, one reusable worker per process),
 because jaxlib's bytecode reader can crash on corrupt input. An aotkit artifact (`.aotx`)
 is the exception: its checksums prove it is the bytes aotkit wrote, so its portable
@@ -108,6 +110,7 @@ def _traced(adopted: _module.Adopted, in_tree, out_tree) -> Traced:
         donated=adopted.donated,
         frontend="file",
         defaults={"pipeline": "none"},
+        partitioning=adopted.partitioning,
     )
 
 
@@ -492,11 +495,6 @@ def _check_exported(exported, where: str) -> None:
         raise ValueError(
             f"{where} was exported with symbolic shapes ({', '.join(symbolic)}); aotkit "
             "compiles static shapes: export with concrete shapes"
-        )
-    if exported.nr_devices != 1:
-        raise ValueError(
-            f"{where} was exported for {exported.nr_devices} devices; aotkit compiles "
-            "single-device modules: export for one device"
         )
     effects = (*exported.ordered_effects, *exported.unordered_effects)
     if effects:

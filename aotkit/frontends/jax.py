@@ -6,7 +6,9 @@ lowering context of aotkit's, then adopted (`_module.adopt`): `module @<fn name>
 public `@main` whose arguments are the flat input leaves (static arguments removed; unused
 ones kept, so the calling convention is the tracer's), placement attributes dropped,
 donation kept. From there the module takes aotkit's pipeline, dumps, backends and
-`Compiled` like a traced one.
+`Compiled` like a traced one. `in_shardings`/`out_shardings` go to `jax.jit` as they are
+(PartitionSpecs made NamedShardings over the program's mesh): JAX writes the annotations,
+and the module keeps them.
 
 Semantics are JAX's, not NumPy's: dtypes follow JAX's promotion and `jax_enable_x64`.
 """
@@ -23,7 +25,7 @@ from jax import tree_util
 from jaxlib.mlir import ir
 
 import aotkit
-from aotkit import _compat, dtypes, frontends, modules
+from aotkit import _compat, dtypes, frontends, modules, spmd
 from aotkit._context import IR_LOCK
 from aotkit.frontends import _module, signature
 from aotkit.specs import ShapeDtype
@@ -55,11 +57,14 @@ def trace_jax(
     static_argnames: Sequence[str] = (),
     donate_argnums: Sequence[int] = (),
     defaults: dict | None = None,
+    in_shardings=None,
+    out_shardings=None,
 ) -> Traced:
     """Lowers `fn` with JAX for `args`/`kwargs` (values, `aotkit.ShapeDtype` or
     `jax.ShapeDtypeStruct` specs) and returns aotkit's `Traced` stage of JAX's module.
 
-    Static arguments, pytrees and `donate_argnums` mean what they mean to `jax.jit`.
+    Static arguments, pytrees, `donate_argnums` and the shardings mean what they mean to
+    `jax.jit`.
     """
     adopted, in_tree, out_tree = import_jax(
         fn,
@@ -68,6 +73,8 @@ def trace_jax(
         static_argnums=static_argnums,
         static_argnames=static_argnames,
         donate_argnums=donate_argnums,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
     )
     return Traced(
         adopted.module,
@@ -80,6 +87,7 @@ def trace_jax(
         donated=adopted.donated,
         frontend="jax",
         defaults=defaults,
+        partitioning=adopted.partitioning,
     )
 
 
@@ -91,6 +99,8 @@ def import_jax(
     static_argnums: Sequence[int] = (),
     static_argnames: Sequence[str] = (),
     donate_argnums: Sequence[int] = (),
+    in_shardings=None,
+    out_shardings=None,
 ) -> tuple[_module.Adopted, object, object]:
     """JAX's module for `fn`, adopted in a lowering context, with the input and output trees."""
     name = signature.function_name(fn)
@@ -102,6 +112,13 @@ def import_jax(
         # A jax.jit-wrapped function: its own static and donated arguments, as jax.jit has them.
         static_argnums, static_argnames = options.static_argnums, options.static_argnames
         donate_argnums = options.donate_argnums
+    own_shardings = options is not None and (
+        options.in_shardings is not None or options.out_shardings is not None
+    )
+    if own_shardings and in_shardings is None and out_shardings is None:
+        # The shardings it was given to jax.jit, which the re-jit below must keep.
+        in_shardings, out_shardings = options.in_shardings, options.out_shardings
+        own_shardings = False
     dyn_args, dyn_kwargs, static_pos, static_kw = signature.split_static(
         where, args, kwargs, static_argnums, static_argnames
     )
@@ -112,9 +129,35 @@ def import_jax(
     full_args, full_kwargs = signature.merge_static(
         abstract_args, abstract_kwargs, static_pos, static_kw
     )
-    jax_lowered = _jitted(fn, static_argnums, static_argnames, donate_argnums).lower(
-        *full_args, **full_kwargs
-    )
+    sharded = in_shardings is not None or out_shardings is not None
+    mesh = flat_in = None
+    jit_shardings = {}
+    if sharded:
+        if own_shardings or (options is None and _is_jax_jitted(fn)):
+            why = (
+                "with shardings of its own; give the shardings to one of the two"
+                if own_shardings
+                else "whose options this jax does not expose; give the shardings to jax.jit"
+            )
+            raise ValueError(
+                f"{where}: in_shardings/out_shardings were given to aotkit for a function "
+                f"already wrapped in jax.jit {why}"
+            )
+        mesh = spmd.find_mesh(where, in_shardings, out_shardings)
+        if mesh is None:
+            spmd.refuse_bare_specs(where, "in_shardings", in_shardings)
+            spmd.refuse_bare_specs(where, "out_shardings", out_shardings)
+            sharded = False
+    if sharded:
+        specs, _ = signature.flat_specs(name, (dyn_args, dyn_kwargs))
+        flat_in = spmd.flat_in_shardings(where, in_shardings, user_tree, specs, mesh)
+        args_tree = user_tree.children()[0]
+        jit_shardings = dict(
+            in_shardings=tree_util.tree_unflatten(args_tree, flat_in[: args_tree.num_leaves]),
+            out_shardings=_over_mesh(out_shardings, mesh),
+        )
+    jax_lowered = _jitted(fn, static_argnums, static_argnames, donate_argnums, jit_shardings)
+    jax_lowered = jax_lowered.lower(*full_args, **full_kwargs)
     jax_module = jax_lowered.compiler_ir("stablehlo")
     _refuse_host_callbacks(jax_module, where)
     module, lc = _import_module(jax_module, where)
@@ -128,13 +171,40 @@ def import_jax(
             "ordered io_callback add tokens); pass the plain function or "
             "jax.jit(fn, keep_unused=True), and no effects"
         )
-    adopted = _module.adopt(module, name=name, where=where)
+    adopted = _module.adopt(module, name=name, where=where, sharded=sharded, mesh=mesh)
     if in_tree == user_tree:
         _check_dtypes(leaves_with_paths, adopted.flat_in_specs, where)
-    return adopted, in_tree, jax_lowered.out_tree
+    out_tree = jax_lowered.out_tree
+    if sharded and adopted.partitioning is not None:
+        flat_out = spmd.flat_shardings(
+            where,
+            "out_shardings",
+            out_shardings,
+            out_tree,
+            adopted.flat_out_specs,
+            mesh,
+            spmd.result_labels(out_tree),
+            default_replicated=False,
+        )
+        ins = spmd.replicate_missing(flat_in, mesh) if mesh is not None else flat_in
+        adopted.partitioning = spmd.Partitioning(mesh, mesh.size, ins, flat_out)
+    return adopted, in_tree, out_tree
 
 
-def _jitted(fn, static_argnums, static_argnames, donate_argnums):
+def _over_mesh(shardings, mesh):
+    """`shardings` with each PartitionSpec leaf a NamedSharding over `mesh` (JAX reads a bare
+    PartitionSpec against its own ambient mesh only)."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    def convert(leaf):
+        if isinstance(leaf, PartitionSpec) and mesh is not None:
+            return NamedSharding(mesh, leaf)
+        return leaf
+
+    return tree_util.tree_map(convert, shardings, is_leaf=spmd.is_sharding_leaf)
+
+
+def _jitted(fn, static_argnums, static_argnames, donate_argnums, shardings):
     """`fn` under jax.jit with every argument kept (`keep_unused`: aotkit's calling
     convention has one @main argument per input leaf). A function the user already jitted
     is jitted again from its own function and options, since jax.jit drops the arguments
@@ -150,6 +220,7 @@ def _jitted(fn, static_argnums, static_argnames, donate_argnums):
         static_argnames=static_argnames,
         donate_argnums=_as_tuple(donate_argnums),
         keep_unused=True,
+        **shardings,
     )
 
 

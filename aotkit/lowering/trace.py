@@ -16,7 +16,7 @@ from jax import tree_util
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from aotkit import _context, dtypes, modules
+from aotkit import _context, dtypes, modules, spmd
 from aotkit._context import IR_LOCK
 from aotkit.errors import InPlaceWriteWarning, InvalidModuleError
 from aotkit.frontends import signature
@@ -69,11 +69,15 @@ def trace(
     static_argnames: Sequence[str] = (),
     donate_argnums: Sequence[int] = (),
     defaults: dict | None = None,
+    in_shardings=None,
+    out_shardings=None,
 ) -> Traced:
     """Traces `fn` on `args`/`kwargs` (values or `ShapeDtype` specs) into a `Traced` stage.
 
     Python scalars among the arguments become weakly typed 0-d arguments
     (`dtypes.scalar_argument_dtype`); static arguments are passed to `fn` as they are.
+    With `in_shardings`/`out_shardings` (see `aotkit.jit`), or an `aotkit.sharding.constrain`
+    inside `fn`, the module is annotated for its mesh (aotkit/spmd.py).
     """
     name = signature.function_name(fn)
     where = f"trace({name})"
@@ -92,13 +96,41 @@ def trace(
         full_args, full_kwargs = signature.merge_static(t_args, t_kwargs, static_pos, static_kw)
         return fn(*full_args, **full_kwargs)
 
+    mesh = flat_in = None
+    if in_shardings is not None or out_shardings is not None:
+        mesh = spmd.find_mesh(where, in_shardings, out_shardings)
+        flat_in = spmd.flat_in_shardings(where, in_shardings, in_tree, specs, mesh)
+        if mesh is None:
+            spmd.refuse_bare_specs(where, "out_shardings", out_shardings)
+    partitioning = None
+
+    def annotate(module, out_tree, out_specs):
+        # A mesh came with the shardings or with a constraint: the module is partitioned.
+        nonlocal partitioning
+        if layout.mesh is None:
+            return
+        flat_out = spmd.flat_shardings(
+            where,
+            "out_shardings",
+            out_shardings,
+            out_tree,
+            out_specs,
+            layout.mesh,
+            spmd.result_labels(out_tree),
+            default_replicated=False,
+        )
+        ins = spmd.replicate_missing(flat_in or (None,) * len(specs), layout.mesh)
+        partitioning = spmd.Partitioning(layout.mesh, layout.mesh.size, ins, flat_out)
+        spmd.annotate(module, partitioning, specs, out_specs)
+
     paths = [signature.arg_path(p) for p, _ in tree_util.tree_flatten_with_path(
         (dyn_args, dyn_kwargs))[0]]  # fmt: skip
     with IR_LOCK:
         lc = _context.for_lowering()
-        module, out_tree, out_specs = trace_to_module(
-            lc, body, name, specs, weak=weak, arg_names=paths
-        )
+        with spmd.tracing(mesh, where) as layout:
+            module, out_tree, out_specs = trace_to_module(
+                lc, body, name, specs, weak=weak, arg_names=paths, finish=annotate
+            )
     return Traced(
         module,
         lc,
@@ -110,6 +142,7 @@ def trace(
         donated=donated,
         frontend="aotkit",
         defaults=defaults,
+        partitioning=partitioning,
     )
 
 
@@ -121,11 +154,13 @@ def trace_to_module(
     *,
     weak: Sequence[bool] | None = None,
     arg_names: Sequence[str] | None = None,
+    finish: Callable | None = None,
 ) -> tuple[ir.Module, object, tuple[ShapeDtype, ...]]:
     """Traces `body(flat_tracers)` into a new verified module named `name` in `lc`.
 
-    Returns (module, output tree, flat output specs). A module that fails verification is
-    an aotkit bug: `InvalidModuleError` carries it, so the stages can dump it.
+    Returns (module, output tree, flat output specs). `finish(module, out_tree, out_specs)`
+    runs before verification (the sharding annotations). A module that fails verification
+    is an aotkit bug: `InvalidModuleError` carries it, so the stages can dump it.
     """
     weak = weak or (False,) * len(flat_in_specs)
     with IR_LOCK, lc, ir.Location.unknown():
@@ -154,6 +189,9 @@ def trace_to_module(
         main.attributes["function_type"] = ir.TypeAttr.get(
             ir.FunctionType.get(in_types, [t.value.type for t in outs])
         )
+        specs = tuple(ShapeDtype(t.shape, t.dtype) for t in outs)
+        if finish is not None:
+            finish(module, out_tree, specs)
         try:
             module.operation.verify()
         except ir.MLIRError as e:
@@ -162,5 +200,4 @@ def trace_to_module(
                 module=module,
                 stage="invalid-traced",
             ) from e
-        specs = tuple(ShapeDtype(t.shape, t.dtype) for t in outs)
         return module, out_tree, specs

@@ -273,15 +273,35 @@ def test_module_without_main(tmp_path):
         load_module(path)
 
 
-def test_partitioned_module():
+def test_partitioned_module_needs_its_devices():
+    # Partitioned modules load with their device count (tests/test_spmd.py runs them on 8
+    # devices); this process's CPU backend has one device, so the compile says how to get more.
     text = b"""module @m attributes {mhlo.num_partitions = 2 : i32} {
   func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
     return %a : tensor<2xf32>
   }
 }"""
+    lowered = load_module(text)
+    assert lowered.partitioning.num_devices == 2 and lowered.mesh is None
     with pytest.raises(ValueError, match=(
-        where() + r": the module is partitioned for several devices \(mhlo.num_partitions = 2\); "
-        r"aotkit compiles single-device modules: lower or export for one device$"
+        r"^backend 'cpu': module 'm' is partitioned over 2 devices, but the backend has 1 "
+        r"device\(s\); on the CPU, start the process with "
+        r"XLA_FLAGS=--xla_force_host_platform_device_count=2 \(or call "
+        r"jax.config.update\('jax_num_cpu_devices', 2\) before the first compile\)$"
+    )):  # fmt: skip
+        lowered.compile()
+
+
+def test_replicated_module():
+    text = b"""module @m attributes {mhlo.num_replicas = 2 : i32} {
+  func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+    return %a : tensor<2xf32>
+  }
+}"""
+    with pytest.raises(ValueError, match=(
+        where() + r": the module runs as 2 replicas \(mhlo.num_replicas\); aotkit compiles one "
+        r"replica partitioned over a mesh: lower or export it with shardings instead of "
+        r"replicas$"
     )):  # fmt: skip
         load_module(text)
 
@@ -481,15 +501,6 @@ def exported_as(files, monkeypatch):
         return (files / "model.jax_export").read_bytes()
 
     return install
-
-
-def test_jax_export_for_several_devices(exported_as):
-    data = exported_as(nr_devices=2)
-    with pytest.raises(ValueError, match=(
-        where() + r" was exported for 2 devices; aotkit compiles single-device modules: export "
-        r"for one device$"
-    )):  # fmt: skip
-        load_module(data)
 
 
 def test_jax_export_with_effects(exported_as):

@@ -299,7 +299,10 @@ def test_host_callback_is_an_error():
         aotkit.lower(noisy, normal(3), frontend="jax")
 
 
-def test_sharding_constraint_is_an_error():
+def test_sharding_constraint_without_a_mesh_program_is_an_error():
+    # JAX lowers a constraint over a one-device mesh into a one-partition module; without
+    # in/out shardings given to aotkit it is read as a single-device program, which cannot
+    # keep the constraint. (Sharded JAX programs: tests/test_spmd.py.)
     from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
     mesh = jax.make_mesh((1,), ("x",), axis_types=(AxisType.Auto,))
@@ -309,8 +312,9 @@ def test_sharding_constraint_is_an_error():
 
     with pytest.raises(ValueError, match=(
         r"^lower: constrained \(frontend='jax'\): the module shards its computation "
-        r"\(sdy.sharding_constraint\); aotkit compiles single-device programs: remove sharding "
-        r"constraints and shard_map$"
+        r"\(sdy.sharding_constraint\) but is lowered for one device \(mhlo.num_partitions = "
+        r"1\); lower or export it for the mesh's devices, or remove sharding constraints and "
+        r"shard_map$"
     )):  # fmt: skip
         aotkit.lower(constrained, normal(4), frontend="jax")
 

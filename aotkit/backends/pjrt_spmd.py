@@ -1,0 +1,258 @@
+"""PJRT backends, sharded programs: compile for XLA's SPMD partitioner and run on a mesh.
+
+The compile stage hands over a module annotated with shardings (aotkit/spmd.py) and its
+`Partitioning`. This module binds the partitioning to devices (the mesh's own, or the
+backend's first devices for a mesh that names none, as a module file's does), compiles one
+SPMD executable for all of them (XLA partitions it and inserts the collectives), and reads
+back the sharding XLA compiled for every argument and result: those are the executable's
+contract, whatever the module asked for.
+
+Calls: an argument slot takes a `jax.Array` whose sharding is the compiled one (or an
+equivalent one: the same shards on the same devices), used in place; or a NumPy value (or a
+Python scalar), copied shard by shard onto this process's devices. In a run of several
+processes (aotkit.distributed) every process passes the whole array and places only its own
+shards. A `jax.Array` sharded otherwise is a ValueError naming both shardings. Results are
+`jax.Array`s with the compiled shardings. Once a call signature has been checked, jaxlib's
+C++ dispatch runs it again without entering Python if every argument is a `jax.Array` with
+exactly the compiled sharding or a host value its transfer converts exactly (placed by the
+compiled sharding, as `jax.jit` places it); the checked call copies host values itself, a
+buffer per device.
+
+A sharded executable does not serialize: artifacts refuse it and the persistent cache skips it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from jax import tree_util
+from jax.sharding import Mesh, NamedSharding
+from jaxlib.mlir import ir
+
+from aotkit import _compat, spmd
+from aotkit._context import IR_LOCK
+from aotkit.backends.base import ArgumentMismatch, MemoryAnalysis, describe, host_value
+from aotkit.backends.pjrt import PjrtBackend, PjrtExecutable, _aval, host_transfer_exact
+from aotkit.specs import ShapeDtype
+
+
+def compile_spmd(
+    backend: PjrtBackend,
+    module: ir.Module,
+    options: Mapping[str, object] | None,
+    partitioning: spmd.Partitioning,
+) -> SpmdExecutable:
+    """Compiles `module` for the devices of `partitioning` (bound to `backend`'s devices)."""
+    where = f"backend {backend.name!r}"
+    missing = _compat.sharding_support()
+    if missing is not None:
+        raise NotImplementedError(f"{where}: cannot compile a sharded module: {missing}")
+    overrides, name, in_specs, out_specs, data = backend._prepare(module, options, where)
+    devices = _devices(backend, partitioning, name, where)
+    partitioning = _bind(partitioning, devices)
+    with IR_LOCK:
+        shardy = any(op.operation.name == "sdy.mesh" for op in module.body.operations)
+    compile_options = _compat.spmd_compile_options(overrides, [d.id for d in devices], shardy)
+    exe = backend._compile_and_load(data, devices, compile_options, overrides, name, where)
+    return SpmdExecutable(backend, name, exe, in_specs, out_specs, partitioning)
+
+
+def _ids(devices) -> str:
+    return "[" + ", ".join(str(d.id) for d in devices) + "]"
+
+
+def _devices(backend: PjrtBackend, partitioning: spmd.Partitioning, name: str, where: str):
+    """The device assignment: the mesh's devices, or the backend's first ones."""
+    available = backend.global_devices()
+    n = partitioning.num_devices
+    if partitioning.devices is not None:
+        known = set(available)
+        missing = [d for d in partitioning.devices if d not in known]
+        if missing:
+            raise ValueError(
+                f"{where}: module {name!r} runs on {partitioning.describe()} over devices "
+                f"{_ids(partitioning.devices)}, but devices {_ids(missing)} are not backend "
+                f"{backend.name!r}'s (its devices: {_ids(available)}); build the mesh from "
+                f"aotkit.backends.get({backend.name!r}).global_devices()"
+            )
+        return tuple(partitioning.devices)
+    if len(available) < n:
+        hint = "start it with as many devices"
+        if backend.platform == "cpu":
+            hint = (
+                f"on the CPU, start the process with XLA_FLAGS="
+                f"--xla_force_host_platform_device_count={n} (or call "
+                f"jax.config.update('jax_num_cpu_devices', {n}) before the first compile)"
+            )
+        raise ValueError(
+            f"{where}: module {name!r} is partitioned over {partitioning.describe()}, but the "
+            f"backend has {len(available)} device(s); {hint}"
+        )
+    return tuple(available[:n])
+
+
+def _bind(partitioning: spmd.Partitioning, devices) -> spmd.Partitioning:
+    """`partitioning` on `devices`: an abstract mesh becomes a Mesh of them, in order."""
+    mesh = partitioning.mesh
+    if mesh is not None and not isinstance(mesh, Mesh):
+        mesh = Mesh(np.array(devices, dtype=object).reshape(mesh.axis_sizes), mesh.axis_names)
+
+        def rebind(s):
+            return None if s is None else NamedSharding(mesh, s.spec)
+
+        return spmd.Partitioning(
+            mesh,
+            partitioning.num_devices,
+            map(rebind, partitioning.in_shardings),
+            map(rebind, partitioning.out_shardings),
+            tuple(devices),
+        )
+    return spmd.Partitioning(
+        mesh,
+        partitioning.num_devices,
+        partitioning.in_shardings,
+        partitioning.out_shardings,
+        tuple(devices),
+    )
+
+
+def _equivalent(a, b, ndim: int) -> bool:
+    try:
+        return bool(a.is_equivalent_to(b, ndim))
+    except Exception:  # shardings over different device counts raise instead of answering
+        return False
+
+
+def _compiled_sharding(asked, hlo, spec: ShapeDtype, partitioning: spmd.Partitioning):
+    """The sharding XLA compiled for one value: `asked` when it is equivalent, else the
+    compiled one as a NamedSharding over the mesh, else as a GSPMD sharding."""
+    ndim = len(spec.shape)
+    compiled = _compat.gspmd_sharding(partitioning.devices, hlo)
+    if asked is not None and _equivalent(asked, compiled, ndim):
+        return asked
+    mesh = partitioning.mesh
+    if isinstance(mesh, Mesh):
+        pspec = _compat.named_sharding_from_hlo(hlo, mesh)
+        if pspec is not None:
+            named = NamedSharding(mesh, pspec)
+            if _equivalent(named, compiled, ndim):
+                return named
+    return compiled
+
+
+class SpmdExecutable(PjrtExecutable):
+    """A PJRT executable partitioned over several devices, with sharded argument slots."""
+
+    def __init__(self, backend, name, exe, in_specs, out_specs, partitioning):
+        self.backend = backend
+        self._serialized = None
+        self.name = name
+        self.in_specs = tuple(in_specs)
+        self.out_specs = tuple(out_specs)
+        self._exe = exe
+        params, results = _compat.compiled_shardings(exe)
+        ins = [
+            _compiled_sharding(asked, hlo, spec, partitioning)
+            for asked, hlo, spec in zip(partitioning.in_shardings, params, self.in_specs)
+        ]
+        outs = [
+            _compiled_sharding(asked, hlo, spec, partitioning)
+            for asked, hlo, spec in zip(partitioning.out_shardings, results, self.out_specs)
+        ]
+        self.partitioning = spmd.Partitioning(
+            partitioning.mesh, partitioning.num_devices, ins, outs, partitioning.devices
+        )
+        self._slots = [self._sharded_slot(i, s, ins[i]) for i, s in enumerate(self.in_specs)]
+        self._handlers = [
+            _compat.result_handler(_aval(spec), sharding)
+            for spec, sharding in zip(self.out_specs, outs, strict=True)
+        ]
+        self._run = self._make_execute(exe.execute_sharded, self._slots, self._handlers)
+
+    def _sharded_slot(self, index: int, spec: ShapeDtype, sharding):
+        """The transfer function for argument `index`: leaf -> global array, or mismatch."""
+        array_type = _compat.array_type()
+        shape, dtype, ndim = spec.shape, spec.dtype, len(spec.shape)
+        aval = _aval(spec)
+        placement = list(sharding.addressable_devices_indices_map(shape).items())
+        devices = [device for device, _ in placement]
+        indices = [index_ for _, index_ in placement]
+        device_put = _compat.sharded_device_put
+        expected = spmd.sharding_text(sharding)
+
+        def place(host: np.ndarray):
+            # np.array copies: each device gets a buffer of its own, never the caller's memory.
+            return device_put(aval, sharding, [np.array(host[i]) for i in indices], devices)
+
+        def put(x):
+            t = type(x)
+            if t is array_type:
+                if x.aval is not aval and (x.dtype != dtype or x.shape != shape):
+                    raise ArgumentMismatch(index, f"expected {spec}, got {describe(x)}")
+                s = x.sharding
+                if s is not sharding and s != sharding and not _equivalent(s, sharding, ndim):
+                    raise ArgumentMismatch(
+                        index,
+                        f"is sharded as {spmd.sharding_text(s)}, but the function was compiled "
+                        f"for {expected}; move it with jax.device_put(x, sharding) to the "
+                        "sharding in Compiled.in_shardings, or pass a NumPy array",
+                        ValueError,
+                    )
+                if x.is_deleted():
+                    raise ArgumentMismatch(
+                        index,
+                        "was deleted or donated to an earlier call; pass a live array",
+                        ValueError,
+                    )
+                return x
+            if t is np.ndarray and x.dtype == dtype and x.shape == shape:
+                return place(x)
+            return place(host_value(index, x, spec))
+
+        return put
+
+    def fastpath(self, out, args: tuple, kwargs: dict, x64: bool):
+        """What jaxlib's C++ dispatch caches for this argument signature, or None: every
+        argument must be a jax.Array with exactly the compiled sharding, or a host value its
+        transfer turns into the compiled buffers (then placed by the compiled sharding, as
+        `jax.jit` places it; the single-device fast path does the same)."""
+        array_type = _compat.array_type()
+        shardings = self.partitioning.in_shardings
+        leaves = tree_util.tree_leaves((args, kwargs))
+        if len(leaves) != len(shardings):
+            return None
+        for leaf, sharding, spec in zip(leaves, shardings, self.in_specs):
+            if type(leaf) is array_type:
+                if leaf.sharding != sharding:
+                    return None
+            elif not host_transfer_exact(leaf, spec, x64):
+                return None
+        return _compat.spmd_fastpath_data(
+            self._exe, out, shardings, self.partitioning.out_shardings
+        )
+
+    def cost_analysis(self) -> dict[str, float] | None:
+        """XLA's estimate for the program one device runs; `devices` says how many run it."""
+        cost = super().cost_analysis()
+        if cost is not None:
+            cost["devices"] = float(self.partitioning.num_devices)
+        return cost
+
+    def memory_analysis(self) -> DeviceMemoryAnalysis | None:
+        """Sizes on one device (each runs its partition); `devices` says how many."""
+        memory = super().memory_analysis()
+        if memory is None:
+            return None
+        return DeviceMemoryAnalysis(**memory.to_dict(), devices=self.partitioning.num_devices)
+
+    def serialize(self) -> bytes | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMemoryAnalysis(MemoryAnalysis):
+    """`MemoryAnalysis` of a sharded executable: the sizes on each one of `devices` devices."""
+
+    devices: int = 1

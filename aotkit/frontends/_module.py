@@ -56,13 +56,31 @@ def _device_count(module: ir.Module) -> tuple[str, int] | None:
     return None
 
 
-def _clean_attrs(array: ir.ArrayAttr) -> tuple[ir.ArrayAttr, list[bool]]:
-    """Drops placement attributes from per-argument dicts; says which carry a donation."""
+def _clean_attrs(array: ir.ArrayAttr, where: str) -> tuple[ir.ArrayAttr, list[bool]]:
+    """Drops placement attributes from per-argument dicts; says which carry a donation.
+
+    Values are read by name only from a dict that loses an entry: `NamedAttribute.attr` of
+    a complex dense value ends the process in jaxlib 0.10.2, and reading it by name raises.
+    """
     dicts, donated = [], []
     for d in array:
         d = ir.DictAttr(d)
-        kept = {a.name: a.attr for a in d if a.name not in _PLACEMENT_ATTRS}
-        donated.append(any(k in kept for k in _DONATION_ATTRS))
+        names = [a.name for a in d]
+        donated.append(any(k in names for k in _DONATION_ATTRS))
+        if not any(n in _PLACEMENT_ATTRS for n in names):
+            dicts.append(d)
+            continue
+        kept = {}
+        for n in names:
+            if n in _PLACEMENT_ATTRS:
+                continue
+            try:
+                kept[n] = d[n]
+            except TypeError:
+                raise ValueError(
+                    f"{where}: @main's argument or result attribute {n} holds a value the "
+                    f"MLIR Python bindings cannot read ({str(d)[:200]}); remove the attribute"
+                ) from None
         dicts.append(ir.DictAttr.get(kept))
     return ir.ArrayAttr.get(dicts), donated
 
@@ -148,10 +166,10 @@ def adopt(
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
         donated: list[bool] = []
         if "arg_attrs" in main.attributes:
-            cleaned, donated = _clean_attrs(ir.ArrayAttr(main.attributes["arg_attrs"]))
+            cleaned, donated = _clean_attrs(ir.ArrayAttr(main.attributes["arg_attrs"]), where)
             main.attributes["arg_attrs"] = cleaned
         if "res_attrs" in main.attributes:
-            cleaned, _ = _clean_attrs(ir.ArrayAttr(main.attributes["res_attrs"]))
+            cleaned, _ = _clean_attrs(ir.ArrayAttr(main.attributes["res_attrs"]), where)
             main.attributes["res_attrs"] = cleaned
         try:
             if verify:

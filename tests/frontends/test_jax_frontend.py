@@ -290,12 +290,16 @@ def test_host_callback_is_an_error():
         jax.debug.print("x = {}", x)
         return x * 2
 
-    with pytest.raises(ValueError, match=(
-        r"^lower: noisy \(frontend='jax'\): the function calls back into Python "
-        r"\(xla_ffi_python_cpu_callback: jax.debug.print, jax.pure_callback or io_callback\); "
-        r"an aotkit executable cannot call Python: remove the callback$"
-    )):  # fmt: skip
+    line = noisy.__code__.co_firstlineno + 1
+    with pytest.raises(aotkit.UnsupportedModuleError, match=(
+        r"^lower: noisy \(frontend='jax'\): custom call @xla_ffi_python_cpu_callback at "
+        rf".*test_jax_frontend.py:{line} calls back into Python \(jax.debug.print, "
+        r"jax.pure_callback or io_callback\); an aotkit executable cannot call Python: remove "
+        r"the callback$"
+    )) as raised:  # fmt: skip
         aotkit.lower(noisy, normal(3), frontend="jax")
+    assert raised.value.op == "stablehlo.custom_call @xla_ffi_python_cpu_callback"
+    assert raised.value.location.endswith(f"test_jax_frontend.py:{line}")
 
 
 def test_sharding_constraint_is_an_error():

@@ -25,6 +25,8 @@ import inspect
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -811,11 +813,62 @@ def _random_input(rng: np.random.Generator, spec) -> np.ndarray:
     return np.asarray(rng.standard_normal(shape), dtype=dtype)
 
 
+# Set in the worker process `aotkit run --timeout` starts, which then runs the command itself.
+_WORKER_ENV = "AOTKIT_RUN_WORKER"
+
+
+def _run_in_worker(args) -> int:
+    """`aotkit run --timeout S`: the same command in a worker process, killed at the deadline.
+
+    A computation cannot be interrupted inside the process that runs it (jaxlib's call runs
+    to its end, and a Ctrl-C during it is lost), so the bound is a process: its own session,
+    so that the terminal's Ctrl-C reaches only this process, which then kills it.
+    """
+    env = dict(os.environ, **{_WORKER_ENV: "1"})
+    argv = [sys.executable, "-m", "aotkit", *args.argv]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    worker = subprocess.Popen(argv, env=env, start_new_session=True)
+    try:
+        returncode = worker.wait(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(worker)
+        raise UserError(
+            f"--timeout: {args.target} did not finish within {args.timeout:g} s (load, compile "
+            "and run); its worker process was killed. Raise --timeout, or check the module for "
+            "a loop that does not end"
+        ) from None
+    except BaseException:
+        _kill_group(worker)
+        raise
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        raise UserError(
+            f"the worker process running {args.target} died of {name}; nothing in this "
+            "process was lost. Rerun with --traceback, and report it with the file"
+        )
+    return returncode
+
+
+def _kill_group(worker: subprocess.Popen) -> None:
+    """Kills the worker and what it started (the module-parsing sandbox), then reaps it."""
+    try:
+        os.killpg(worker.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    worker.wait()
+
+
 def cmd_run(args) -> int:
     from jax import tree_util
 
     from aotkit.specs import spec_of
 
+    if args.timeout is not None and not os.environ.get(_WORKER_ENV):
+        return _run_in_worker(args)
     _check_pipeline(args)
     inputs = _load_inputs(args.inputs) if args.inputs else None
     specs = args.shapes
@@ -1100,6 +1153,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--repeat", type=_positive_int, default=1, help="run N times, report the best time"
     )
+    p.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="load, compile and run in a worker process, killed (exit 1) if it has not "
+        "finished after SECONDS; a crash in it is an error here. Ctrl-C kills it too",
+    )
     _add_common_args(p)
     p.set_defaults(func=cmd_run)
 
@@ -1153,6 +1213,16 @@ def _positive_int(text: str) -> int:
     return n
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs one `aotkit` command; returns the exit code (0 ok, 1 user error, 2 usage)."""
     parser = build_parser()
@@ -1160,6 +1230,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    # `run --timeout` starts a worker process with the same command line.
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     try:
         return args.func(args)
     except KeyboardInterrupt:

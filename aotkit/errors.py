@@ -1,7 +1,9 @@
 """Exceptions aotkit raises for failures that are not the user's input.
 
 User mistakes raise builtin TypeError/ValueError; a backend that rejects a module raises
-`CompileError`, chained (`raise ... from`) to the backend's own exception.
+`CompileError`, chained (`raise ... from`) to the backend's own exception; a module from a
+file or from JAX that asks a backend for something aotkit will not run is an
+`UnsupportedModuleError` before any backend sees it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,21 @@ class InvalidModuleError(RuntimeError):
         super().__init__(message)
         self.module = module
         self.stage = stage
+
+
+class UnsupportedModuleError(ValueError):
+    """A module from outside aotkit's tracer (a file, a JAX function) asks a backend to run
+    something aotkit refuses: a host callback, a custom call outside its allowlist or one whose
+    shapes break its contract, infeed/outfeed/send/recv, recursion, a function without a body,
+    a value too large to address. Raised before any backend sees the module (see
+    `aotkit.frontends.trust`); `op` is the refused op's name (`stablehlo.custom_call
+    @target` for a custom call) and `location` its location in the module ('' if unknown).
+    """
+
+    def __init__(self, message: str, *, op: str = "", location: str = ""):
+        super().__init__(message)
+        self.op = op
+        self.location = location
 
 
 class ArtifactError(ValueError):

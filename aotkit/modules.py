@@ -18,6 +18,8 @@ from aotkit._context import IR_LOCK
 from aotkit.specs import ShapeDtype
 
 _LOCATION = re.compile(r'^(?:loc\()?"[^"]*":(\d+):(\d+)\)?:?\s*')
+_FILE_LINE = re.compile(r'"([^"]*)":(\d+):(\d+)')
+_NAME = re.compile(r'^loc\("([^"]+)"(?!:\d)')
 
 
 def symbol_name(name: str) -> str:
@@ -81,6 +83,20 @@ def spec_of_type(t: ir.Type, where: str) -> ShapeDtype:
         return ShapeDtype(tuple(t.shape), dtypes.dtype_of_ir_type(t.element_type))
     except (TypeError, ValueError) as e:
         raise TypeError(f"{where}: @main has type {t}: {e}") from None
+
+
+def op_location(op: ir.Operation) -> str:
+    """` at FILE:LINE` (` at line L, column C` for text without a file name), ` ("NAME")`
+    for a named location without a file (what JAX writes), or ''."""
+    text = str(op.location)
+    m = _FILE_LINE.search(text)
+    if m is None or int(m.group(2)) == 0:
+        named = _NAME.match(text)
+        return f' ("{named.group(1)}")' if named else ""
+    filename, line, column = m.group(1), m.group(2), m.group(3)
+    if filename in ("", "-"):
+        return f" at line {line}, column {column}"
+    return f" at {filename}:{line}"
 
 
 def bytecode(module: ir.Module) -> bytes:

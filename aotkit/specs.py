@@ -15,6 +15,10 @@ SPEC_SYNTAX = (
     + " (or a NumPy name such as float32) and non-negative integer dims, e.g. f32[] or f32[2,3]"
 )
 _SPEC_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\[([^\[\]]*)\]\s*$")
+# The largest dimension (int64, as MLIR and XLA store it) and the largest array in bytes that
+# XLA sizes without aborting the process ("overflow in static extent product").
+MAX_DIM = 2**63 - 1
+MAX_BYTES = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -35,8 +39,11 @@ class ShapeDtype:
                     f"ShapeDtype: shape {shape!r} must hold non-negative integers; "
                     "use e.g. ShapeDtype((2, 3), 'float32')"
                 )
-        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
-        object.__setattr__(self, "dtype", dtypes.canonicalize(dtype, where="ShapeDtype"))
+        shape = tuple(int(d) for d in shape)
+        dtype = dtypes.canonicalize(dtype, where="ShapeDtype")
+        _check_size(shape, dtype)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", dtype)
 
     @property
     def ndim(self) -> int:
@@ -54,6 +61,25 @@ class ShapeDtype:
 
     def __repr__(self) -> str:
         return f"ShapeDtype(shape={self.shape}, dtype={self.dtype.name})"
+
+
+def _check_size(shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Refuses shapes XLA cannot size: a dimension past int64, or more than MAX_BYTES bytes
+    (jaxlib 0.10.2 aborts the process compiling either)."""
+    count = 1
+    for d in shape:
+        if d > MAX_DIM:
+            raise ValueError(
+                f"ShapeDtype: dimension {d} of shape {shape} does not fit in 64 bits (at most "
+                f"2**63 - 1); use smaller dimensions"
+            )
+        count *= d
+    if count * dtype.itemsize > MAX_BYTES:
+        raise ValueError(
+            f"ShapeDtype: shape {shape} of {dtype.name} holds {count:,} elements "
+            f"({count * dtype.itemsize:,} bytes), more than XLA can address "
+            f"({MAX_BYTES:,} bytes); use a smaller shape"
+        )
 
 
 def spec(text: str) -> ShapeDtype:

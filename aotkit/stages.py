@@ -237,13 +237,15 @@ def _mark_donated(module, flags: tuple[bool, ...], in_specs, name: str) -> tuple
     """
     main = modules.main_function(module)
     old = list(ir.ArrayAttr(main.attributes["arg_attrs"])) if "arg_attrs" in main.attributes else []
-    entries = [
-        {a.name: a.attr for a in ir.DictAttr(old[i])} if i < len(old) else {}
-        for i in range(len(in_specs))
+    # Names first: the values are read (by name) only when an attribute is added, since
+    # `NamedAttribute.attr` of a complex dense value (a file may hold one) ends the process.
+    names = [
+        [a.name for a in ir.DictAttr(old[i])] if i < len(old) else [] for i in range(len(in_specs))
     ]
-    present = [any(k in e for k in DONATION_ATTRS) for e in entries]
+    present = [any(k in n for k in DONATION_ATTRS) for n in names]
     wanted = [f and not p for f, p in zip(flags, present, strict=True)]
     if any(wanted):
+        entries = [{k: ir.DictAttr(old[i])[k] for k in n} for i, n in enumerate(names)]
         out_specs = modules.signature(module, f"module {name!r}")[1]
         claimed = {
             ir.IntegerAttr(e["tf.aliasing_output"]).value
@@ -775,6 +777,9 @@ class Jitted:
             self.static_argnums = wrapped.static_argnums
             self.static_argnames = wrapped.static_argnames
             self.donate_argnums = wrapped.donate_argnums
+        self._lenient_statics = frontends.statics_from_jax(
+            wrapped, self.static_argnums, self.static_argnames
+        )
         if backend is not None and not isinstance(backend, str):
             raise TypeError(f"{where}: backend must be a name such as 'cpu', got {backend!r}")
         passes.check_pipeline(pipeline)
@@ -818,7 +823,12 @@ class Jitted:
         """(flat dynamic leaves, lowering key) for a call."""
         if self._has_statics:
             dyn_args, dyn_kwargs, static_pos, static_kw = signature.split_static(
-                self._where, args, kwargs, self.static_argnums, self.static_argnames
+                self._where,
+                args,
+                kwargs,
+                self.static_argnums,
+                self.static_argnames,
+                self._lenient_statics,
             )
             statics = _static_key(self._where, static_pos, static_kw)
         else:

@@ -471,6 +471,23 @@ def check_partitioning_is_described():
     assert text == "P('data',) on mesh ('data': 4, 'model': 2)", text
 
 
+def check_a_result_left_in_manual_sharding_is_a_compile_error():
+    text = (
+        "module @m attributes {mhlo.num_partitions = 2 : i32} {\n"
+        'func.func public @main(%a: tensor<4xf32> {mhlo.sharding = "{devices=[2]0,1}"}) '
+        "-> tensor<4xf32> {\n"
+        '  %0 = stablehlo.custom_call @Sharding(%a) {mhlo.sharding = "{manual}"} : '
+        "(tensor<4xf32>) -> tensor<4xf32>\n"
+        "  return %0 : tensor<4xf32>\n}}\n"
+    )
+    with pytest.raises(aotkit.CompileError, match=re.escape(
+        "backend 'cpu': module 'm' compiled with its result 0 in manual sharding (the form "
+        "inside a shard_map), which no array can hold; end the manual computation inside the "
+        "module (sdy.manual_computation, or @SPMDShardToFullShape) and re-export it"
+    )):  # fmt: skip
+        aotkit.load_module(text.encode()).compile()
+
+
 def _closing(*names):
     """A context where `_compat._private` answers None for `names` (as a jaxlib without them)."""
     import contextlib

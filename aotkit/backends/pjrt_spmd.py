@@ -35,6 +35,7 @@ from aotkit import _compat, spmd
 from aotkit._context import IR_LOCK
 from aotkit.backends.base import ArgumentMismatch, MemoryAnalysis, describe, host_value
 from aotkit.backends.pjrt import PjrtBackend, PjrtExecutable, _aval, host_transfer_exact
+from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
 
 
@@ -56,7 +57,26 @@ def compile_spmd(
         shardy = any(op.operation.name == "sdy.mesh" for op in module.body.operations)
     compile_options = _compat.spmd_compile_options(overrides, [d.id for d in devices], shardy)
     exe = backend._compile_and_load(data, devices, compile_options, overrides, name, where)
+    _refuse_manual(exe, backend, name, where)
     return SpmdExecutable(backend, name, exe, in_specs, out_specs, partitioning)
+
+
+def _refuse_manual(exe, backend: PjrtBackend, name: str, where: str) -> None:
+    """A CompileError when XLA left an argument or result in manual form (a module that ends
+    a shard_map at its boundary, or a `@Sharding` annotation of `{manual}` there): no array
+    can hold such a value, and JAX fails on it only when it is read."""
+    params, results = _compat.compiled_shardings(exe)
+    for kind, shardings in (("argument", params), ("result", results)):
+        for i, hlo in enumerate(shardings):
+            if hlo.is_manual():
+                raise CompileError(
+                    f"{where}: module {name!r} compiled with its {kind} {i} in manual "
+                    "sharding (the form inside a shard_map), which no array can hold; end "
+                    "the manual computation inside the module (sdy.manual_computation, or "
+                    "@SPMDShardToFullShape) and re-export it",
+                    backend=backend.name,
+                    module_name=name,
+                )
 
 
 def _ids(devices) -> str:

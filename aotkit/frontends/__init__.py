@@ -51,6 +51,16 @@ def jax_jit_options(fn) -> JitOptions | None:
     return JitOptions(*found) if found is not None else None
 
 
+def statics_from_jax(options: JitOptions | None, static_argnums, static_argnames) -> bool:
+    """Whether the static arguments are those jax.jit was given (`options`): jax.jit infers
+    numbers from `static_argnames`, which a call may pass by name or leave to its default,
+    so a number past the call's positional arguments is dropped rather than refused."""
+    return options is not None and (tuple(static_argnums), tuple(static_argnames)) == (
+        options.static_argnums,
+        options.static_argnames,
+    )
+
+
 def check_frontend(where: str, frontend) -> str:
     if frontend not in FRONTENDS:
         raise ValueError(

@@ -58,14 +58,32 @@ class Adopted:
         self.partitioning = partitioning
 
 
-def _clean_attrs(array: ir.ArrayAttr, keep: bool) -> tuple[ir.ArrayAttr, list[bool]]:
-    """Drops placement attributes (unless `keep`) from per-argument dicts; says which
-    carry a donation."""
+def _clean_attrs(array: ir.ArrayAttr, keep: bool, where: str) -> tuple[ir.ArrayAttr, list[bool]]:
+    """Drops placement attributes (unless `keep`) from per-argument dicts; says which carry a
+    donation.
+
+    Values are read by name only from a dict that loses an entry: `NamedAttribute.attr` of
+    a complex dense value ends the process in jaxlib 0.10.2, and reading it by name raises.
+    """
     dicts, donated = [], []
     for d in array:
         d = ir.DictAttr(d)
-        kept = {a.name: a.attr for a in d if keep or a.name not in _PLACEMENT_ATTRS}
-        donated.append(any(k in kept for k in _DONATION_ATTRS))
+        names = [a.name for a in d]
+        donated.append(any(k in names for k in _DONATION_ATTRS))
+        if keep or not any(n in _PLACEMENT_ATTRS for n in names):
+            dicts.append(d)
+            continue
+        kept = {}
+        for n in names:
+            if n in _PLACEMENT_ATTRS:
+                continue
+            try:
+                kept[n] = d[n]
+            except TypeError:
+                raise ValueError(
+                    f"{where}: @main's argument or result attribute {n} holds a value the "
+                    f"MLIR Python bindings cannot read ({str(d)[:200]}); remove the attribute"
+                ) from None
         dicts.append(ir.DictAttr.get(kept))
     return ir.ArrayAttr.get(dicts), donated
 
@@ -75,12 +93,15 @@ def _attr_name(item) -> str:
     return item if isinstance(item, str) else item.name
 
 
-def _strip_shardy(module: ir.Module, where: str) -> None:
-    """Removes Shardy (`sdy`) sharding annotations, which say nothing on one device.
+def _strip_shardy(module: ir.Module, where: str) -> bool:
+    """Removes Shardy (`sdy`) sharding annotations, which say nothing on one device; returns
+    False, leaving the module as it is, when it is a program for a one-device mesh.
 
     JAX puts `sdy.sharding_rule` on custom calls and an `sdy.mesh` beside host callbacks even
     for a single device. An `sdy` op inside a function body (a sharding constraint, a manual
-    computation) means the program is written for a mesh: that is refused.
+    computation) means the program is written for a mesh: one of a single device (what
+    `jit(f, in_shardings=...)` over such a mesh lowers to) is kept as a sharded program; any
+    other is refused.
     """
     meshes: list[ir.Operation] = []
     annotated: list[ir.Operation] = []
@@ -98,6 +119,8 @@ def _strip_shardy(module: ir.Module, where: str) -> None:
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
+    if refused and _one_device_mesh(meshes):
+        return False
     if refused:
         raise ValueError(
             f"{where}: the module shards its computation ({refused[0]}) but is lowered for "
@@ -109,6 +132,17 @@ def _strip_shardy(module: ir.Module, where: str) -> None:
             del op.attributes[key]
     for op in meshes:
         op.erase()
+    return True
+
+
+def _one_device_mesh(meshes: list[ir.Operation]) -> bool:
+    """Whether `meshes` is one `sdy.mesh` of one device (axes of size 1, or none)."""
+    from jaxlib.mlir.dialects import sdy
+
+    if len(meshes) != 1:
+        return False
+    mesh = sdy.MeshAttr(meshes[0].attributes["mesh"])
+    return all(sdy.MeshAxisAttr(a).size == 1 for a in mesh.axes)
 
 
 def parse(data: bytes) -> tuple[ir.Module, _context.LoweringContext]:
@@ -156,17 +190,19 @@ def adopt(
                 "shardings instead of replicas"
             )
         sharded = sharded or (spmd.int_attr(module, "mhlo.num_partitions") or 1) > 1
-        layout = spmd.read_module(where, module) if sharded else None
         if shardy and not sharded:
-            _strip_shardy(module, where)
+            sharded = not _strip_shardy(module, where)
+        layout = spmd.read_module(where, module) if sharded else None
         module.operation.attributes["sym_name"] = ir.StringAttr.get(modules.symbol_name(name))
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
         donated: list[bool] = []
         if "arg_attrs" in main.attributes:
-            cleaned, donated = _clean_attrs(ir.ArrayAttr(main.attributes["arg_attrs"]), sharded)
+            cleaned, donated = _clean_attrs(
+                ir.ArrayAttr(main.attributes["arg_attrs"]), sharded, where
+            )
             main.attributes["arg_attrs"] = cleaned
         if "res_attrs" in main.attributes:
-            cleaned, _ = _clean_attrs(ir.ArrayAttr(main.attributes["res_attrs"]), sharded)
+            cleaned, _ = _clean_attrs(ir.ArrayAttr(main.attributes["res_attrs"]), sharded, where)
             main.attributes["res_attrs"] = cleaned
         try:
             if verify:

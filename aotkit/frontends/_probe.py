@@ -53,17 +53,32 @@ def _is_vhlo(module) -> bool:
     return any(op.operation.name.startswith("vhlo.") for op in module.body.operations)
 
 
+def _item(container, key):
+    """`container[key]`, or None for an attribute the bindings cannot hand to Python.
+
+    jaxlib 0.10.2 raises TypeError ("Can't cast unknown element type") for a dense elements
+    attribute of complex numbers, the value of every complex constant: it holds no strings.
+    (`NamedAttribute.attr` of such a value ends the process instead, so it is never used.)
+    """
+    try:
+        return container[key]
+    except TypeError as e:
+        if "Can't cast unknown element type" not in str(e):
+            raise
+        return None
+
+
 def _read_strings(ir, attr, into: list[str]) -> None:
     """Reads every string `attr` holds, as aotkit will, so that bad UTF-8 fails here."""
     if isinstance(attr, ir.StringAttr | ir.FlatSymbolRefAttr):
         into.append(attr.value)
     elif isinstance(attr, ir.ArrayAttr):
-        for item in attr:
-            _read_strings(ir, item, into)
+        for i in range(len(attr)):
+            _read_strings(ir, _item(attr, i), into)
     elif isinstance(attr, ir.DictAttr):
         for named in attr:
             into.append(named.name)
-            _read_strings(ir, named.attr, into)
+            _read_strings(ir, _item(attr, named.name), into)
 
 
 def _read_op_strings(ir, op, into: list[str]) -> None:
@@ -73,13 +88,7 @@ def _read_op_strings(ir, op, into: list[str]) -> None:
     for key in op.attributes:
         name = key if isinstance(key, str) else key.name
         into.append(name)
-        try:
-            attr = op.attributes[name]
-        except TypeError:
-            # jaxlib's bindings cannot give complex dense elements a Python class ("Can't
-            # cast unknown element type"); such an attribute holds numbers, no strings.
-            continue
-        _read_strings(ir, attr, into)
+        _read_strings(ir, _item(op.attributes, name), into)
     for region in op.regions:
         for block in region.blocks:
             for child in block.operations:

@@ -39,7 +39,7 @@ from jaxlib.mlir.dialects import func
 
 from aotkit import _compat, artifacts, dtypes, modules
 from aotkit._context import IR_LOCK
-from aotkit.frontends import _module, _probe
+from aotkit.frontends import _module, _probe, trust
 from aotkit.traced import Traced
 
 FORMATS = (
@@ -81,6 +81,7 @@ def read_module(source, *, name: str | None = None) -> Traced:
     default = modules.sym_name(module) or (Path(label).stem if label != "<bytes>" else "module")
     # The sandbox verified the module, and adopting it keeps it valid.
     adopted = _module.adopt(module, name=name or default, where=where, shardy=shardy, verify=False)
+    trust.check(adopted.module, where)
     n_in, n_out = len(adopted.flat_in_specs), len(adopted.flat_out_specs)
     in_tree = tree_util.tree_structure(((0,) * n_in, {}))
     # One result reads as one array, as it would from the function that produced it.
@@ -459,6 +460,7 @@ def _from_exported(data: bytes, label: str, name: str | None) -> Traced:
     if len(kept) != len(exported.in_avals):
         restore_unused_arguments(module, lc, [_aval_spec(a) for a in exported.in_avals], kept)
     adopted = _module.adopt(module, name=name or exported.fun_name, where=where)
+    trust.check(adopted.module, where)
     expected_in = tuple(_aval_spec(a) for a in exported.in_avals)
     expected_out = tuple(_aval_spec(a) for a in exported.out_avals)
     if adopted.flat_in_specs != expected_in or adopted.flat_out_specs != expected_out:
@@ -490,6 +492,19 @@ def _deserialize(data: bytes, where: str):
 
 
 def _check_exported(exported, where: str) -> None:
+    from jax import export as jax_export
+
+    version = exported.calling_convention_version
+    low = jax_export.minimum_supported_calling_convention_version
+    high = jax_export.maximum_supported_calling_convention_version
+    if not low <= version <= high:
+        import jax
+
+        raise ValueError(
+            f"{where} uses jax.export calling convention version {version}; this JAX "
+            f"({jax.__version__}) reads versions {low} to {high}: re-export it with a JAX "
+            "whose versions include it"
+        )
     symbolic = [str(a) for a in (*exported.in_avals, *exported.out_avals) if not _static(a.shape)]
     if symbolic:
         raise ValueError(

@@ -27,23 +27,9 @@ from jaxlib.mlir import ir
 import aotkit
 from aotkit import _compat, dtypes, frontends, modules, spmd
 from aotkit._context import IR_LOCK
-from aotkit.frontends import _module, signature
+from aotkit.frontends import _module, signature, trust
 from aotkit.specs import ShapeDtype
 from aotkit.traced import Traced
-
-# Custom calls through which a JAX program calls back into this Python process
-# (jax.debug.print, jax.pure_callback, io_callback). Their targets point at live Python
-# objects of the JAX lowering, which an aotkit executable does not keep.
-HOST_CALLBACK_TARGETS = frozenset(
-    {
-        "xla_python_cpu_callback",
-        "xla_ffi_python_cpu_callback",
-        "xla_python_gpu_callback",
-        "xla_ffi_python_gpu_callback",
-        "xla_ffi_partitioned_python_cpu_callback",
-        "xla_ffi_partitioned_python_gpu_callback",
-    }
-)
 
 _compat.exclude_from_jax_locations(os.path.dirname(aotkit.__file__) + os.sep)
 
@@ -112,6 +98,7 @@ def import_jax(
         # A jax.jit-wrapped function: its own static and donated arguments, as jax.jit has them.
         static_argnums, static_argnames = options.static_argnums, options.static_argnames
         donate_argnums = options.donate_argnums
+    lenient = frontends.statics_from_jax(options, static_argnums, static_argnames)
     own_shardings = options is not None and (
         options.in_shardings is not None or options.out_shardings is not None
     )
@@ -120,7 +107,7 @@ def import_jax(
         in_shardings, out_shardings = options.in_shardings, options.out_shardings
         own_shardings = False
     dyn_args, dyn_kwargs, static_pos, static_kw = signature.split_static(
-        where, args, kwargs, static_argnums, static_argnames
+        where, args, kwargs, static_argnums, static_argnames, lenient
     )
     leaves_with_paths, user_tree = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))
     abstract_args, abstract_kwargs = tree_util.tree_unflatten(
@@ -159,7 +146,6 @@ def import_jax(
     jax_lowered = _jitted(fn, static_argnums, static_argnames, donate_argnums, jit_shardings)
     jax_lowered = jax_lowered.lower(*full_args, **full_kwargs)
     jax_module = jax_lowered.compiler_ir("stablehlo")
-    _refuse_host_callbacks(jax_module, where)
     module, lc = _import_module(jax_module, where)
     # JAX's own tree: it knows the statics of a function the user already wrapped in jax.jit.
     in_tree = jax_lowered.in_tree
@@ -172,6 +158,8 @@ def import_jax(
             "jax.jit(fn, keep_unused=True), and no effects"
         )
     adopted = _module.adopt(module, name=name, where=where, sharded=sharded, mesh=mesh)
+    # The same check as a module from a file: no host callbacks, custom calls aotkit runs.
+    trust.check(adopted.module, where)
     if in_tree == user_tree:
         _check_dtypes(leaves_with_paths, adopted.flat_in_specs, where)
     out_tree = jax_lowered.out_tree
@@ -263,26 +251,6 @@ def _main_arity(module: ir.Module) -> int:
         if main is None:
             return -1
         return len(modules.function_type(main).inputs)
-
-
-def _refuse_host_callbacks(module: ir.Module, where: str) -> None:
-    found: list[str] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "stablehlo.custom_call":
-            target = ir.StringAttr(op.attributes["call_target_name"]).value
-            if target in HOST_CALLBACK_TARGETS:
-                found.append(target)
-        return ir.WalkResult.ADVANCE
-
-    # `module` is still in JAX's context: this walk reads JAX's IR, not aotkit's.
-    module.operation.walk(visit)
-    if found:
-        raise ValueError(
-            f"{where}: the function calls back into Python ({found[0]}: jax.debug.print, "
-            "jax.pure_callback or io_callback); an aotkit executable cannot call Python: "
-            "remove the callback"
-        )
 
 
 def _check_dtypes(leaves_with_paths, specs: tuple[ShapeDtype, ...], where: str) -> None:

@@ -36,13 +36,19 @@ def as_tuple(where: str, name: str, value, kind: type) -> tuple:
     return out
 
 
-def positions(where: str, name: str, nums: Sequence[int], n_args: int) -> set[int]:
+def positions(
+    where: str, name: str, nums: Sequence[int], n_args: int, lenient: bool = False
+) -> set[int]:
     """`static_argnums`/`donate_argnums` resolved against a call with `n_args` positional
-    arguments (negative numbers count from the end); ValueError for one out of range."""
+    arguments (negative numbers count from the end); ValueError for one out of range, unless
+    `lenient` (numbers jax.jit inferred from static_argnames: the call may pass that argument
+    by name, or not at all, as jax.jit allows), which drops it."""
     found = set()
     for i in nums:
         j = i + n_args if i < 0 else i
         if not 0 <= j < n_args:
+            if lenient:
+                continue
             raise ValueError(
                 f"{where}: {name} has {i}, but the call passes {n_args} positional "
                 f"argument(s); pass that argument positionally or fix {name}"
@@ -57,9 +63,15 @@ def split_static(
     kwargs: dict,
     static_argnums: Sequence[int],
     static_argnames: Sequence[str],
+    lenient: bool = False,
 ) -> tuple[tuple, dict, dict[int, object], dict[str, object]]:
-    """Separates static arguments (by position or name) from the dynamic ones."""
-    nums = positions(where, "static_argnums", static_argnums, len(args)) if static_argnums else ()
+    """Separates static arguments (by position or name) from the dynamic ones (`lenient`:
+    see `positions`)."""
+    nums = (
+        positions(where, "static_argnums", static_argnums, len(args), lenient)
+        if static_argnums
+        else ()
+    )
     static_pos = {i: args[i] for i in sorted(nums)}
     dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
     static_kw = {k: v for k, v in kwargs.items() if k in static_argnames}

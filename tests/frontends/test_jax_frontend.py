@@ -291,18 +291,21 @@ def test_host_callback_is_an_error():
         jax.debug.print("x = {}", x)
         return x * 2
 
-    with pytest.raises(ValueError, match=(
-        r"^lower: noisy \(frontend='jax'\): the function calls back into Python "
-        r"\(xla_ffi_python_cpu_callback: jax.debug.print, jax.pure_callback or io_callback\); "
-        r"an aotkit executable cannot call Python: remove the callback$"
-    )):  # fmt: skip
+    line = noisy.__code__.co_firstlineno + 1
+    with pytest.raises(aotkit.UnsupportedModuleError, match=(
+        r"^lower: noisy \(frontend='jax'\): custom call @xla_ffi_python_cpu_callback at "
+        rf".*test_jax_frontend.py:{line} calls back into Python \(jax.debug.print, "
+        r"jax.pure_callback or io_callback\); an aotkit executable cannot call Python: remove "
+        r"the callback$"
+    )) as raised:  # fmt: skip
         aotkit.lower(noisy, normal(3), frontend="jax")
+    assert raised.value.op == "stablehlo.custom_call @xla_ffi_python_cpu_callback"
+    assert raised.value.location.endswith(f"test_jax_frontend.py:{line}")
 
 
-def test_sharding_constraint_without_a_mesh_program_is_an_error():
-    # JAX lowers a constraint over a one-device mesh into a one-partition module; without
-    # in/out shardings given to aotkit it is read as a single-device program, which cannot
-    # keep the constraint. (Sharded JAX programs: tests/test_spmd.py.)
+def test_sharding_constraint_over_a_one_device_mesh_is_a_one_device_sharded_program():
+    # JAX lowers a constraint over a one-device mesh into a one-partition module with the
+    # constraint in it: aotkit keeps it as a sharded program on that mesh, as jax.jit runs it.
     from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
     mesh = jax.make_mesh((1,), ("x",), axis_types=(AxisType.Auto,))
@@ -310,13 +313,32 @@ def test_sharding_constraint_without_a_mesh_program_is_an_error():
     def constrained(x):
         return jax.lax.with_sharding_constraint(x * 2, NamedSharding(mesh, PartitionSpec("x")))
 
+    lowered = aotkit.lower(constrained, normal(4), frontend="jax")
+    assert "sdy.sharding_constraint" in lowered.as_text()
+    assert lowered.mesh.axis_names == ("x",) and lowered.mesh.size == 1
+    x = np.arange(4, dtype=np.float32)
+    got = lowered.compile()(x)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.jit(constrained)(x)))
+
+
+def test_sharding_constraint_over_a_bigger_mesh_in_a_one_device_module_is_an_error():
+    text = (
+        "module @m attributes {mhlo.num_partitions = 1 : i32} {\n"
+        '  sdy.mesh @mesh = <["x"=2]>\n'
+        "  func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+        '    %0 = sdy.sharding_constraint %a <@mesh, [{"x"}]> : tensor<4xf32>\n'
+        "    return %0 : tensor<4xf32>\n"
+        "  }\n"
+        "}\n"
+    )
     with pytest.raises(ValueError, match=(
-        r"^lower: constrained \(frontend='jax'\): the module shards its computation "
+        r"^load_module: <bytes>: the module shards its computation "
         r"\(sdy.sharding_constraint\) but is lowered for one device \(mhlo.num_partitions = "
         r"1\); lower or export it for the mesh's devices, or remove sharding constraints and "
         r"shard_map$"
     )):  # fmt: skip
-        aotkit.lower(constrained, normal(4), frontend="jax")
+        aotkit.load_module(text.encode())
 
 
 def test_module_in_a_dialect_aotkit_does_not_load():

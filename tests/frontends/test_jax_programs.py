@@ -154,6 +154,24 @@ def test_an_already_jitted_function_keeps_its_static_and_donated_arguments():
     assert [str(s) for s in lowered.flat_in_specs] == ["f32[5]"]
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f, a: f(a),  # static UPLO left to its default
+        lambda f, a: f(a, UPLO="U"),  # by name
+        lambda f, a: f(a, "U"),  # by position
+    ],
+    ids=["default", "by-name", "by-position"],
+)
+def test_static_argnames_of_a_jax_library_function_may_be_passed_any_way(call):
+    # jnp.linalg.eigh is jax.jit(..., static_argnames=("UPLO", "symmetrize_input")): jax.jit
+    # infers numbers for them, which a call need not pass positionally.
+    a = normal(3, 3)
+    a = a @ a.T
+    ours = call(aotkit.jit(jnp.linalg.eigh, frontend="jax"), a)
+    _same(ours, call(jnp.linalg.eigh, a))
+
+
 def test_donation_of_an_already_jitted_function_carries_over():
     params = {"w": normal(3), "b": normal(3)}
     grads = {"w": normal(3), "b": normal(3)}

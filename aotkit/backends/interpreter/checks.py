@@ -14,7 +14,6 @@ caller to hold `IR_LOCK` inside the copy's context.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -22,6 +21,7 @@ from jaxlib.mlir import ir
 
 from aotkit import dtypes, modules
 from aotkit.errors import CompileError
+from aotkit.modules import op_location as location
 
 # Ops the interpreter evaluates correctly for static shapes (or after the rewrites in
 # `rewrites.py`). Everything else (custom_call, rng, rng_bit_generator, cholesky, fft,
@@ -54,23 +54,6 @@ SUPPORTED_OPS = frozenset(
 REWRITTEN_OPS = frozenset(
     ["stablehlo.dynamic_pad", "stablehlo.dynamic_gather", "stablehlo.dynamic_conv"]
 )
-
-_FILE_LINE = re.compile(r'"([^"]*)":(\d+):(\d+)')
-_NAME = re.compile(r'^loc\("([^"]+)"(?!:\d)')
-
-
-def location(op: ir.Operation) -> str:
-    """` at FILE:LINE` (` at line L, column C` for text without a file name), ` ("NAME")`
-    for a named location without a file (what JAX writes), or ''."""
-    text = str(op.location)
-    m = _FILE_LINE.search(text)
-    if m is None or int(m.group(2)) == 0:
-        named = _NAME.match(text)
-        return f' ("{named.group(1)}")' if named else ""
-    filename, line, column = m.group(1), m.group(2), m.group(3)
-    if filename in ("", "-"):
-        return f" at line {line}, column {column}"
-    return f" at {filename}:{line}"
 
 
 def refused(name: str, what: str, fix: str = "use backend='cpu'") -> CompileError:

@@ -6,7 +6,8 @@ backend, and stores what the backend compiled. An entry is an AOT artifact
 
     SHA-256 over the module's bytecode with locations stripped, the backend's `target()`
     (name, platform, platform version, jaxlib, device kind, host CPU), the compile options,
-    the donated arguments, and aotkit's and jaxlib's versions.
+    the donated arguments, `XLA_FLAGS` (they change what XLA compiles: fast math, the
+    instruction set, ...), and aotkit's and jaxlib's versions.
 
 Where: `AOTKIT_CACHE_DIR` (a folder, or `off`), else `$XDG_CACHE_HOME/aotkit`, else
 `~/.cache/aotkit`; `configure(dir=..., max_bytes=...)` overrides it for the process. The
@@ -198,6 +199,7 @@ def key(lowered, backend, options) -> str | None:
         "aotkit": aotkit.__version__,
         "jaxlib": jaxlib.__version__,
         "target": backend.target(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "options": sorted((str(k), repr(v)) for k, v in (options or {}).items()),
         "donated": list(lowered.donated),
     }

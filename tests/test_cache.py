@@ -123,6 +123,16 @@ def test_options_donation_and_module_change_the_key(cache_dir):
     assert cache.key(lowered_of(make(), spec="f32[9]"), cpu, None) != base
 
 
+def test_xla_flags_change_the_key(cache_dir, monkeypatch):
+    # XLA_FLAGS change what XLA compiles (fast math, the instruction set): an executable
+    # compiled under other flags is not this one.
+    cpu = backends.get("cpu")
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    base = cache.key(lowered_of(make()), cpu, None)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
+    assert cache.key(lowered_of(make()), cpu, None) != base
+
+
 def test_the_interpreter_is_not_cached(cache_dir):
     before = cache.stats()
     out = aotkit.jit(make(), backend="interpreter")(X)

@@ -647,8 +647,8 @@ _ABI_ELEMENT = {
     "complex128": "complex<f64>",
 }
 _DECLARED = re.compile(
-    r"%(input|output)\d+: (tensor<[^>]*(?:<[^>]*>)?[^>]*>)"
-    r"(?: \{iree\.abi\.encoding = (tensor<[^>]*(?:<[^>]*>)?[^>]*>)\})?"
+    r"%(input|output)\d+: (tensor<[^<>]*(?:<[^<>]*>)?[^<>]*>)"
+    r"(?: \{iree\.abi\.encoding = (tensor<[^<>]*(?:<[^<>]*>)?[^<>]*>)\})?"
 )
 
 

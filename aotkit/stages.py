@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import operator
 import os
 import sys
 import threading
@@ -879,16 +880,15 @@ class Jitted:
             self._cache, key, lambda: _lower(self._trace(args, kwargs, key), *(None,) * 3, True)
         )
 
-    @property
-    def __call__(self):
-        """`jitted(*args, **kwargs)`: runs `fn` compiled for these arguments' signature.
-
-        Without static arguments, jaxlib's C++ dispatch sits in front (as under `jax.jit`):
-        a signature seen before runs its cached executable without entering Python; every
-        other call takes the checked Python path (`_python_call`). A property handing out
-        that callable saves a forwarding frame per call.
-        """
-        return self._dispatch
+    # `jitted(*args, **kwargs)`: runs `fn` compiled for these arguments' signature. Without
+    # static arguments, jaxlib's C++ dispatch sits in front (as under `jax.jit`): a signature
+    # seen before runs its cached executable without entering Python; every other call takes
+    # the checked Python path (`_python_call`). A property whose getter is C code hands out
+    # that callable: no forwarding frame per call.
+    __call__ = property(
+        operator.attrgetter("_dispatch"),
+        doc="`jitted(*args, **kwargs)`: runs `fn` compiled for these arguments' signature.",
+    )
 
     def _python_call(self, *args, **kwargs):
         if core.is_tracing():

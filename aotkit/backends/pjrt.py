@@ -227,7 +227,10 @@ def native_dispatcher(name: str, python_call, run):
 
     def as_caller(fn, *args, **kwargs):
         forced = swap(False)
-        restore(callers.stack[-1])
+        stack = getattr(callers, "stack", None)
+        # A call of device arrays only runs without switching (see `call`): the caller's
+        # setting is then the one in force.
+        restore(stack[-1] if stack else forced)
         try:
             return fn(*args, **kwargs)
         finally:
@@ -252,8 +255,12 @@ def native_dispatcher(name: str, python_call, run):
 
     def call(*args, **kwargs):
         mode, dispatch = True, wide
+        devices_only = not kwargs
         for arg in args:
             t = type(arg)
+            if t is array_type:
+                continue
+            devices_only = False
             if t in python_scalars:
                 mode, dispatch = False, narrow
             elif t is np.ndarray:
@@ -261,6 +268,14 @@ def native_dispatcher(name: str, python_call, run):
                     return python_call(*args, **kwargs)
             elif t in _CONTAINERS and _holds_non_native(arg):
                 return python_call(*args, **kwargs)
+        if devices_only:
+            # Device arrays key and transfer alike in either x64 mode (their dtype is
+            # exact): no switch, and the hot loop of device arrays in, device arrays out
+            # costs what jax.jit's does.
+            try:
+                return wide(*args)
+            except (runtime_error, ValueError):
+                return _after_failure(args, kwargs)
         if kwargs and _holds_non_native(kwargs):
             return python_call(*args, **kwargs)
         previous = swap(mode)
@@ -271,15 +286,18 @@ def native_dispatcher(name: str, python_call, run):
         try:
             return dispatch(*args, **kwargs)
         except (runtime_error, ValueError):
-            # A donated array passes the C++ signature check and fails in PJRT (as a
-            # ValueError); the checked call words that error, refusing before it runs.
-            leaves = tree_util.tree_leaves((args, kwargs))
-            if any(type(x) is array_type and x.is_deleted() for x in leaves):
-                return as_caller(python_call, *args, **kwargs)
-            raise
+            return _after_failure(args, kwargs)
         finally:
             stack.pop()
             restore(previous)
+
+    def _after_failure(args, kwargs):
+        # A donated array passes the C++ signature check and fails in PJRT (as a
+        # ValueError); the checked call words that error, refusing before it runs.
+        leaves = tree_util.tree_leaves((args, kwargs))
+        if any(type(x) is array_type and x.is_deleted() for x in leaves):
+            return as_caller(python_call, *args, **kwargs)
+        raise
 
     def clear_cache() -> None:
         """Forgets every cached signature (the executables they hold can then be freed)."""

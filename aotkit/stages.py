@@ -198,7 +198,13 @@ def _lower(traced: Traced, pipeline, dump_dir, print_ir_after_all, consume: bool
         if dumper is not None:
             dumper.write_module("traced", module)
         timings = passes.run_pipeline(
-            module, pipeline, name=name, dumper=dumper, verified=True, verify=False
+            module,
+            pipeline,
+            name=name,
+            dumper=dumper,
+            verified=True,
+            verify=False,
+            facts=passes.TRACER_FACTS if traced.frontend == "aotkit" else frozenset(),
         )
         donated = _mark_donated(module, traced.donated, traced.flat_in_specs, name)
         passes.verify_result(module, pipeline, name=name, dumper=dumper)

@@ -601,6 +601,51 @@ def test_an_idempotent_pass_is_skipped_only_when_nothing_changed_since_it_ran():
     assert _labels("builtin.module(func.func(cse),print-op-stats,func.func(cse))")[2] == "cse"
 
 
+def test_passes_the_tracer_facts_make_no_ops_are_skipped():
+    # aotkit's tracer writes one function of static shapes: inlining, symbol-dce and shape
+    # refinement have nothing to do, and the module comes out the same without them.
+    def fn(x):
+        return anp.sin(x) * 1.0 + anp.arcsinh(x)  # chlo.asinh: legalized
+
+    spec = aotkit.spec("f32[4]")
+    traced = aotkit.jit(fn).trace(spec)
+    with ir_context():
+        plain = ir.Module.parse(traced.as_text())
+        told = ir.Module.parse(traced.as_text())
+        ran = [label for label, _ in passes.run_pipeline(plain, "default", name="t")]
+        skipped = [
+            label
+            for label, _ in passes.run_pipeline(
+                told, "default", name="t", facts=passes.TRACER_FACTS
+            )
+        ]
+        assert str(told) == str(plain)
+        unskipped = str(plain)
+    assert aotkit.lower(fn, spec).as_text() == unskipped  # what lower does: the skips
+    assert ran[:4] == DEFAULT_STEPS[:4]
+    assert skipped[:4] == [
+        "aotkit-inline (skipped: one function)",
+        "symbol-dce (skipped: one function)",
+        "chlo-legalize-to-stablehlo",
+        "stablehlo-refine-shapes (skipped: static shapes)",
+    ]
+
+
+def test_a_pass_that_may_break_the_facts_makes_the_runner_forget_them():
+    with ir_context():
+        module = _parse(TWO_FUNCTIONS)
+        labels = [
+            label
+            for label, _ in passes.run_pipeline(
+                module,
+                "builtin.module(symbol-dce,print-op-stats,symbol-dce)",
+                name="t",
+                facts=passes.TRACER_FACTS,
+            )
+        ]
+    assert labels == ["symbol-dce (skipped: one function)", "print-op-stats", "symbol-dce"]
+
+
 CALLS = """module {
   func.func public @main(%x: tensor<4xf32>) -> tensor<f32> {
     %0 = func.call @total(%x) : (tensor<4xf32>) -> tensor<f32>

@@ -33,13 +33,14 @@ from aotkit.passes.python_passes import (
     remove_dead_ops,
     simplify,
 )
-from aotkit.passes.runner import format_timing, run_pipeline, verify_result
+from aotkit.passes.runner import TRACER_FACTS, format_timing, run_pipeline, verify_result
 
 __all__ = [
     "FOLD_LIMIT",
     "NAMED_PIPELINES",
     "PYTHON_PASSES",
     "PythonPass",
+    "TRACER_FACTS",
     "algebraic_simplify",
     "check_pipeline",
     "fold_constants",

@@ -23,6 +23,25 @@ IDEMPOTENT = frozenset(
 )
 
 
+# What a front end may know of its module ("facts"), and the passes that then do nothing:
+# aotkit's tracer writes one function (@main, control flow in regions) of static shapes.
+ONE_FUNCTION = "one function"
+STATIC_SHAPES = "static shapes"
+TRACER_FACTS = frozenset({ONE_FUNCTION, STATIC_SHAPES})
+_NOOP_GIVEN = {
+    "aotkit-inline": ONE_FUNCTION,
+    "symbol-dce": ONE_FUNCTION,
+    "stablehlo-refine-shapes": STATIC_SHAPES,
+}
+# Passes that keep the facts true (they add no function, call or dynamic shape); any other
+# step makes the runner forget them.
+_KEEP_FACTS = frozenset(_NOOP_GIVEN) | frozenset(
+    "canonicalize cse chlo-legalize-to-stablehlo stablehlo-legalize-deprecated-ops "
+    "strip-debuginfo aotkit-simplify aotkit-algebraic-simplify aotkit-fold-constants "
+    "aotkit-dce".split()
+)
+
+
 def format_timing(timings: list[tuple[str, float]], *, name: str, pipeline: str) -> str:
     """A pass timing report: one line per pass with milliseconds and share of the total."""
     total = sum(t for _, t in timings) or 1e-12
@@ -42,12 +61,15 @@ def run_pipeline(
     dumper: dumps.Dumper | None = None,
     verified: bool = False,
     verify: bool = True,
+    facts: frozenset[str] = frozenset(),
 ) -> list[tuple[str, float]]:
     """Runs `pipeline` on `module` in place and returns (pass, seconds) per pass.
 
     `verified=True` skips verifying the input (the front end did); `verify=False` leaves
-    verifying the result to the caller (the stages verify once, after donation). With a
-    dumper whose `print_ir_after_all` is on, writes the module after each pass.
+    verifying the result to the caller (the stages verify once, after donation). `facts`
+    (`TRACER_FACTS`) are what the front end knows of the module: a pass they make a no-op
+    is skipped, and says so in the timing report, until a pass that may break them runs.
+    With a dumper whose `print_ir_after_all` is on, writes the module after each pass.
     """
     steps = plan(pipeline)
     timings: list[tuple[str, float]] = []
@@ -69,7 +91,11 @@ def run_pipeline(
             start = time.perf_counter()
             if step.mlir is not None and clean_after.get(step.mlir) == changes:
                 timings.append((f"{step.label} (skipped: unchanged since it ran)", 0.0))
+            elif _NOOP_GIVEN.get(step.label) in facts:
+                timings.append((f"{step.label} (skipped: {_NOOP_GIVEN[step.label]})", 0.0))
             else:
+                if step.label not in _KEEP_FACTS:
+                    facts = frozenset()
                 if _run_step(lc, step, module, name=name, pipeline=pipeline, dumper=dumper):
                     changes += 1
                 if step.label in IDEMPOTENT:

@@ -308,6 +308,15 @@ def native_dispatcher(name: str, python_call, run):
     return call
 
 
+def live(index: int, x):
+    """`x`, a device array passed as argument `index`, unless it was deleted or donated."""
+    if x.is_deleted():
+        raise ArgumentMismatch(
+            index, "was deleted or donated to an earlier call; pass a live array", ValueError
+        )
+    return x
+
+
 _CONTAINERS = frozenset((list, tuple, dict))
 
 
@@ -432,13 +441,7 @@ class PjrtExecutable(Executable):
                         "compile for that backend",
                         ValueError,
                     )
-                if x.is_deleted():
-                    raise ArgumentMismatch(
-                        index,
-                        "was deleted or donated to an earlier call; pass a live array",
-                        ValueError,
-                    )
-                return x
+                return live(index, x)
             elif t is np.ndarray:
                 if x.dtype == dtype and x.shape == shape:
                     return device_put(x)

@@ -34,7 +34,13 @@ from jaxlib.mlir import ir
 from aotkit import _compat, spmd
 from aotkit._context import IR_LOCK
 from aotkit.backends.base import ArgumentMismatch, MemoryAnalysis, describe, host_value
-from aotkit.backends.pjrt import PjrtBackend, PjrtExecutable, _aval, host_transfer_exact
+from aotkit.backends.pjrt import (
+    PjrtBackend,
+    PjrtExecutable,
+    _aval,
+    host_transfer_exact,
+    live,
+)
 from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
 
@@ -220,13 +226,7 @@ class SpmdExecutable(PjrtExecutable):
                         "sharding in Compiled.in_shardings, or pass a NumPy array",
                         ValueError,
                     )
-                if x.is_deleted():
-                    raise ArgumentMismatch(
-                        index,
-                        "was deleted or donated to an earlier call; pass a live array",
-                        ValueError,
-                    )
-                return x
+                return live(index, x)
             if t is np.ndarray and x.dtype == dtype and x.shape == shape:
                 return place(x)
             return place(host_value(index, x, spec))

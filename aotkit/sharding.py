@@ -16,11 +16,20 @@ from __future__ import annotations
 
 import re
 
-from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
 P = PartitionSpec
 
-__all__ = ["AbstractMesh", "Mesh", "NamedSharding", "P", "PartitionSpec", "constrain", "mesh"]
+__all__ = [
+    "AbstractMesh",
+    "AxisType",
+    "Mesh",
+    "NamedSharding",
+    "P",
+    "PartitionSpec",
+    "constrain",
+    "mesh",
+]
 
 _AXIS = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([0-9]+)\s*$")
 MESH_SYNTAX = "NAME=SIZE,... such as 'data=4,model=2'"

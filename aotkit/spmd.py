@@ -25,7 +25,7 @@ import math
 import threading
 
 from jax import tree_util
-from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, Sharding
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec, Sharding
 from jaxlib.mlir import ir
 
 MESH_SYMBOL = "mesh"
@@ -430,7 +430,13 @@ def read_module(where: str, module: ir.Module) -> ModuleLayout:
                 "places a module's mesh on devices in order: export it with a mesh in device "
                 "order"
             )
-        mesh = AbstractMesh(tuple(a.size for a in axes), tuple(a.name for a in axes))
+        # Shardy's axes have no type; `{?}` (unconstrained) needs Auto axes, which newer
+        # JAX no longer makes the default.
+        mesh = AbstractMesh(
+            tuple(a.size for a in axes),
+            tuple(a.name for a in axes),
+            axis_types=(AxisType.Auto,) * len(axes),
+        )
     main = modules.main_function(module)
     n_in = len(modules.function_type(main).inputs)
     n_out = len(modules.function_type(main).results)
@@ -501,7 +507,13 @@ def from_module(where: str, layout: ModuleLayout, in_specs, out_specs, mesh=None
     def sharding(pspec, spec, label):
         if not isinstance(pspec, PartitionSpec) or module_mesh is None:
             return None
-        named_sharding = NamedSharding(module_mesh, pspec)
+        try:
+            named_sharding = NamedSharding(module_mesh, pspec)
+        except ValueError as e:  # e.g. {?} over a mesh whose axes are all Explicit
+            raise ValueError(
+                f"{where}: {label} is {pspec}, which does not fit mesh {mesh_text(module_mesh)}: "
+                f"{e}"
+            ) from None
         check_fits(where, label, named_sharding, spec)
         return named_sharding
 

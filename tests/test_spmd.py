@@ -17,11 +17,11 @@ import pytest
 import aotkit
 import aotkit.numpy as anp
 from aotkit import cli
-from aotkit.sharding import AbstractMesh, Mesh, NamedSharding, P, PartitionSpec
+from aotkit.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, P, PartitionSpec
 
 ONE = Mesh(np.array(jax.devices("cpu")[:1], dtype=object), ("x",))
 OTHER = Mesh(np.array(jax.devices("cpu")[:1], dtype=object), ("y",))
-EIGHT = AbstractMesh((4, 2), ("data", "model"))
+EIGHT = AbstractMesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
 F32_16x8 = aotkit.spec("f32[16,8]")
 
 
@@ -298,14 +298,15 @@ def test_unreduced_axes():
         ("x",),
         axis_types=(jax.sharding.AxisType.Explicit,),
     )
+    spec = P(None, unreduced={"x"})  # newer JAX spells it with unreduced_kind=sum
     with pytest.raises(ValueError, match="^" + re.escape(
-        "trace(lambda): in_shardings for args[0] is P(None, unreduced={'x'}), with unreduced or "
+        f"trace(lambda): in_shardings for args[0] is {spec}, with unreduced or "
         "reduced axes; aotkit shards arrays, it does not keep partial values: drop unreduced= "
         "and reduced="
     )):  # fmt: skip
-        aotkit.jit(
-            lambda x: x, in_shardings=NamedSharding(explicit, P(None, unreduced={"x"}))
-        ).lower(aotkit.spec("f32[2]"))
+        aotkit.jit(lambda x: x, in_shardings=NamedSharding(explicit, spec)).lower(
+            aotkit.spec("f32[2]")
+        )
 
 
 def test_unhashable_shardings():
@@ -443,6 +444,28 @@ def test_module_keeps_its_shardings():
     assert lowered.in_shardings == ((NamedSharding(EIGHT, P("data", "model")),), {})
     assert lowered.out_shardings == NamedSharding(EIGHT, P(PartitionSpec.UNCONSTRAINED, None))
     assert '{"data"}, {"model"}' in lowered.as_text()
+
+
+def test_unconstrained_result_over_a_mesh_of_explicit_axes():
+    from aotkit import spmd
+
+    explicit = Mesh(
+        np.array(jax.devices("cpu")[:1], dtype=object), ("x",), axis_types=(AxisType.Explicit,)
+    )
+    layout = spmd.ModuleLayout(
+        1, 1, AbstractMesh((1,), ("x",), axis_types=(AxisType.Auto,)), [P("x")],
+        [P(PartitionSpec.UNCONSTRAINED)],
+    )  # fmt: skip
+    f32_4 = aotkit.spec("f32[4]")
+    # The module's own mesh has Auto axes, so {?} reads back ...
+    partitioning = spmd.from_module("m.mlir", layout, [f32_4], [f32_4])
+    assert partitioning.out_shardings[0].spec == P(PartitionSpec.UNCONSTRAINED)
+    # ... and a user's mesh of Explicit axes, which cannot hold it, is a clear error.
+    with pytest.raises(ValueError, match="^" + re.escape(
+        f"m.mlir: the sharding of result 0 is {P(PartitionSpec.UNCONSTRAINED)}, which does not "
+        "fit mesh ('x': 1): "
+    ) + ".*UNCONSTRAINED"):  # fmt: skip
+        spmd.from_module("m.mlir", layout, [f32_4], [f32_4], explicit)
 
 
 # --- aotkit.sharding.mesh -----------------------------------------------------------------------

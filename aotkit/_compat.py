@@ -507,6 +507,29 @@ def x64_switch():
     return enter, leave
 
 
+def x64_state():
+    """An object whose `value` is JAX's x64 mode on this thread now: `jax.enable_x64` itself
+    (its config state's `value`, 0.03 µs a read). Fallback: one that reads
+    `jax.config.jax_enable_x64`."""
+    import jax
+
+    state = getattr(jax, "enable_x64", None)
+    try:
+        if isinstance(state.value, bool):
+            return state
+    except Exception:  # noqa: BLE001 - any failure means "not the config state we know"
+        pass
+
+    class _FromConfig:
+        __slots__ = ()
+
+        @property
+        def value(self) -> bool:
+            return bool(jax.config.jax_enable_x64)
+
+    return _FromConfig()
+
+
 def _x64_names():
     """(swap_local, set_local) of `jax.enable_x64`, or None."""
     swap = _private("jax", "enable_x64.swap_local")

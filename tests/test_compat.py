@@ -368,6 +368,17 @@ def test_x64_switch_fallback_restores_what_was_there(monkeypatch):
     assert jax.config.jax_enable_x64 is before
 
 
+def test_x64_state_fallback_reads_the_config(monkeypatch):
+    assert _compat.x64_state() is jax.enable_x64
+    enable_x64 = jax.enable_x64
+    monkeypatch.setattr(jax, "enable_x64", None)
+    state = _compat.x64_state()
+    monkeypatch.setattr(jax, "enable_x64", enable_x64)
+    for mode in (True, False):
+        with jax.enable_x64(mode):
+            assert state.value is mode
+
+
 def test_dialect_registration_with_other_parameters_falls_back_to_jax_context(monkeypatch):
     def register_dialects(registry, *, pipelines):
         raise AssertionError("called")

@@ -358,6 +358,34 @@ def test_mixed_argument_kinds_on_repeated_calls_and_in_x64_mode():
         compiled(x, 1j)
 
 
+def test_calls_in_and_out_of_x64_mode_keep_every_dtype():
+    # A call switches JAX's x64 mode only when the thread is not in the mode it needs, and
+    # not at all for device arrays and 32-bit NumPy values: each way keys its own signature.
+    compiled = aotkit.lower(
+        lambda x, y, s: (x * s, y * s), aotkit.spec("f32[2]"), aotkit.spec("f64[2]"),
+        aotkit.spec("f32[]"),
+    ).compile()  # fmt: skip
+    jitted = aotkit.jit(lambda x: x * 2)
+    x32 = np.array([1.5, 2.0], np.float32)
+    x64 = np.array([1.0 + 2.0**-40, 2.0])
+    for mode in (False, True, False, True):
+        with jax.enable_x64(mode):
+            for s in (2.0, np.float32(2.0)):
+                for _ in range(3):
+                    a, b = compiled(x32, x64, s)
+                    assert (a.dtype, b.dtype) == (np.float32, np.float64)
+                    np.testing.assert_array_equal(a, x32 * 2)
+                    np.testing.assert_array_equal(b, x64 * 2)
+            for arg, dtype in [
+                (x32, np.float32), (x64, np.float64), (1.5, np.float32),
+                (np.float32(1.5), np.float32), (np.float64(1.5), np.float64),
+            ]:  # fmt: skip
+                for out in _repeat(jitted, arg):
+                    assert out.dtype == dtype
+                    np.testing.assert_array_equal(out, np.asarray(arg, dtype) * 2)
+    assert jitted.cache_info().traces == 5
+
+
 def test_deleted_array_after_a_cached_signature_is_a_value_error():
     compiled = compiled_identity("f32[2]")
     x = compiled(np.ones(2, np.float32))

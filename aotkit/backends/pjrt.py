@@ -21,6 +21,7 @@ import platform
 import threading
 from collections.abc import Mapping
 
+import ml_dtypes
 import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
@@ -216,11 +217,14 @@ def native_dispatcher(name: str, python_call, run):
     calls run in x64 mode, where NumPy dtypes key as themselves, except calls with a
     top-level Python scalar, which run with x64 off (a Python float then becomes the weakly
     typed float32 of a scalar argument) and never cache NumPy leaves of the dtypes that
-    narrowing merges; each mode has its own C++ cache. What runs in Python (a miss, which
+    narrowing merges; each mode has its own C++ cache. A call switches only when the thread
+    is not in its mode already, and calls of device arrays and NumPy arrays and scalars of
+    dtypes narrowing keeps (`_EXACT_NUMPY`) never do. What runs in Python (a miss, which
     may trace with JAX) runs under the caller's own x64 setting. Arrays in big-endian byte
     order never reach the C++ side (it would read their bytes as native ones).
     """
     swap, restore = _compat.x64_switch()
+    thread_x64 = _compat.x64_state()
     # The caller's own x64 setting, per thread (calls nest: a miss may trace code that calls
     # another compiled function): what runs in Python (tracing with JAX above all) sees it.
     callers = threading.local()
@@ -253,31 +257,42 @@ def native_dispatcher(name: str, python_call, run):
     runtime_error = _compat.runtime_error_type()
     array_type = _compat.array_type()
 
+    exact, exact_scalars = _EXACT_NUMPY, _EXACT_NUMPY_SCALARS
+
     def call(*args, **kwargs):
         mode, dispatch = True, wide
-        devices_only = not kwargs
+        exact_only = not kwargs
         for arg in args:
             t = type(arg)
             if t is array_type:
                 continue
-            devices_only = False
-            if t in python_scalars:
-                mode, dispatch = False, narrow
-            elif t is np.ndarray:
+            if t is np.ndarray:
+                if arg.dtype in exact:
+                    continue
                 if not arg.dtype.isnative:
                     return python_call(*args, **kwargs)
+            elif t in exact_scalars:
+                continue
+            elif t in python_scalars:
+                mode, dispatch = False, narrow
             elif t in _CONTAINERS and _holds_non_native(arg):
                 return python_call(*args, **kwargs)
-        if devices_only:
-            # Device arrays key and transfer alike in either x64 mode (their dtype is
-            # exact): no switch, and the hot loop of device arrays in, device arrays out
-            # costs what jax.jit's does.
+            exact_only = False
+        if exact_only:
+            # Device arrays, and NumPy values of dtypes x64 mode does not narrow, key and
+            # transfer alike in either mode: no switch, and the hot loop costs what
+            # jax.jit's does.
             try:
                 return wide(*args)
             except (runtime_error, ValueError):
                 return _after_failure(args, kwargs)
         if kwargs and _holds_non_native(kwargs):
             return python_call(*args, **kwargs)
+        if thread_x64.value is mode:  # already in that mode (x64 off and a Python scalar, say)
+            try:
+                return dispatch(*args, **kwargs)
+            except (runtime_error, ValueError):
+                return _after_failure(args, kwargs)
         previous = swap(mode)
         stack = getattr(callers, "stack", None)
         if stack is None:
@@ -336,6 +351,16 @@ def _holds_non_native(tree) -> bool:
 
 _avals: dict[ShapeDtype, object] = {}
 _PYTHON_SCALARS = frozenset((bool, int, float, complex))
+# NumPy dtypes (native byte order) that jaxlib's C++ transfer keeps as they are in either x64
+# mode: all but the 64-bit ones, which x64-off mode narrows.
+_EXACT_NUMPY = frozenset(
+    np.dtype(t).newbyteorder("=")
+    for t in (
+        np.bool_, np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32,
+        np.float16, np.float32, np.complex64, ml_dtypes.bfloat16,
+    )
+)  # fmt: skip
+_EXACT_NUMPY_SCALARS = frozenset(d.type for d in _EXACT_NUMPY)
 # The dtype jaxlib's C++ transfer gives a Python scalar, indexed by x64 mode.
 _CPP_SCALAR_DTYPES = {
     bool: (np.dtype(np.bool_), np.dtype(np.bool_)),

@@ -207,7 +207,10 @@ def _lower(traced: Traced, pipeline, dump_dir, print_ir_after_all, consume: bool
             facts=passes.TRACER_FACTS if traced.frontend == "aotkit" else frozenset(),
         )
         donated = _mark_donated(module, traced.donated, traced.flat_in_specs, name)
-        passes.verify_result(module, pipeline, name=name, dumper=dumper)
+        # Every front end verifies its module: with no pass run and nothing donated, this
+        # is that module unchanged (`pipeline="none"`, `load_module`).
+        if timings or any(traced.donated):
+            passes.verify_result(module, pipeline, name=name, dumper=dumper)
         if dumper is not None:
             dumper.write_module("final", module)
             if dumper.pass_timing:

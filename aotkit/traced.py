@@ -116,6 +116,8 @@ class Traced(ModuleStage):
     """A program traced to StableHLO, before any pass pipeline: `jit(f).trace(*args)`.
 
     `.lower()` runs the pipeline (the jit's, unless given) and returns the `Lowered` stage.
+    Its module is verified: every front end verifies what it makes, and `lower` verifies
+    again only what a pass or donation changed.
     """
 
     __slots__ = (

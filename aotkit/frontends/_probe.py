@@ -11,14 +11,20 @@ file.
 Protocol: argv = [this file, path of aotkit/_compat.py]. Each request on stdin is one byte
 of format (`t` text, `b` bytecode, `p` portable artifact), the input's length as a
 little-endian u64, then the input; end of input ends the worker (exit status 0). Each
-response is one status byte, the payload's length as a little-endian u64, then the payload,
+reply is one status byte, the payload's length as a little-endian u64, then the payload,
 written to the file descriptor that was stdout (stdout itself is pointed at stderr, so that
-nothing the C++ libraries print can corrupt the stream). Status 0: the module, verified and
-in the StableHLO dialect, as one byte of flags (`FLAG_SHARDY`: it mentions Shardy) and MLIR
-bytecode (written by MLIR's own writer, which the parent can parse safely). `EXIT_PARSE` or
-`EXIT_VERIFY`: the input was rejected, the payload is the first diagnostic; `EXIT_STRINGS`:
-it holds a string that is not UTF-8. A crash or a Python exception ends the worker with its
-message on stderr.
+nothing the C++ libraries print can corrupt the stream). A request gets up to three replies,
+each sent as soon as it is known, so that the parent works on one step's result while this
+worker does the next:
+1. status 0: the module parsed, verified, and is in the StableHLO dialect; the payload is
+   MLIR bytecode written by MLIR's own writer, which the parent can parse safely (it
+   touches no string of it until reply 2).
+2. status 0: every op name, attribute name and string attribute reads as UTF-8; the
+   payload is one byte of flags (`FLAG_SHARDY`: the module mentions Shardy).
+3. status 0, no payload: the module also prints (what `as_text()` will do in the parent).
+A failure ends the replies to that file: `EXIT_PARSE` or `EXIT_VERIFY` (first reply only;
+the payload is the first diagnostic), `EXIT_STRINGS` (a string that is not UTF-8).
+A crash or a Python exception ends the worker with its message on stderr.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ EXIT_PARSE = 3
 EXIT_VERIFY = 4
 EXIT_STRINGS = 5
 FORMAT_CODES = {"text": b"t", "bytecode": b"b", "portable": b"p"}
-# Bits of the byte in front of a parsed module's bytecode.
+# Replies to a file that passes every step; bits of the second reply's byte of flags.
+REPLIES = 3
 FLAG_SHARDY = 1
 FRAME = struct.Struct("<cQ")
 
@@ -81,48 +88,57 @@ def _read_strings(ir, attr, into: list[str]) -> None:
             _read_strings(ir, _item(attr, named.name), into)
 
 
-def _read_op_strings(ir, op, into: list[str]) -> None:
-    # Recursion rather than Operation.walk: an exception in a walk callback comes back as a
-    # generic RuntimeError, and the kind of failure is what tells bad input from a bug here.
-    into.append(op.name)
-    for key in op.attributes:
-        name = key if isinstance(key, str) else key.name
-        into.append(name)
-        _read_strings(ir, _item(op.attributes, name), into)
-    for region in op.regions:
-        for block in region.blocks:
-            for child in block.operations:
-                _read_op_strings(ir, child.operation, into)
-
-
-def _check_strings(ir, module) -> bool:
-    """Touches each op name, attribute name and string value, and prints the module.
+def _read_all_strings(ir, module) -> bool:
+    """Reads each op name, attribute name and string value, as aotkit will, so that bad
+    UTF-8 fails here; returns whether any names Shardy (`sdy.`): the parent then strips
+    Shardy's annotations, a walk over every op it skips otherwise.
 
     Bytecode (and escapes in text) can hold strings that are not UTF-8: a symbol name, a
     custom call target. The bindings turn them into Python strings with an exception at best
-    and std::terminate at worst; doing here what aotkit later does with them keeps both in
-    this process. Returns whether any string names Shardy (`sdy.`): the parent then strips
-    Shardy's annotations, a walk over every op it skips otherwise.
+    and std::terminate at worst; doing it here keeps both in this process.
     """
     strings: list[str] = []
-    _read_op_strings(ir, module.operation, strings)
-    # Large constants print as hex, with no strings in them; eliding keeps big models quick.
-    # The module has been verified: the printer need not verify it again.
-    module.operation.get_asm(enable_debug_info=True, large_elements_limit=16, assume_verified=True)
+    failure: list[BaseException] = []
+
+    def visit(op) -> ir.WalkResult:
+        try:
+            strings.append(op.name)
+            attributes = op.attributes
+            for key in attributes:
+                name = key if isinstance(key, str) else key.name
+                strings.append(name)
+                _read_strings(ir, _item(attributes, name), strings)
+        except BaseException as e:  # re-raised below: an exception must not cross C++
+            failure.append(e)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if failure:
+        raise failure[0]
     return any(s.startswith("sdy.") for s in strings)
 
 
-def _is_conversion_error(e: Exception) -> bool:
-    return isinstance(e, UnicodeError) or "conversion error" in str(e)
+def _print(module) -> None:
+    # Large constants print as hex, with no strings in them; eliding keeps big models quick.
+    # The module has been verified: the printer need not verify it again.
+    module.operation.get_asm(enable_debug_info=True, large_elements_limit=16, assume_verified=True)
+
+
+def _not_utf8(e: Exception) -> tuple[int, bytes]:
+    """The `EXIT_STRINGS` reply for a string the bindings could not convert; any other
+    error is re-raised (it ends the worker, as a bug)."""
+    if not (isinstance(e, UnicodeError) or "conversion error" in str(e)):
+        raise e
+    return _fail(EXIT_STRINGS, str(e))
 
 
 def _fail(status: int, message: str) -> tuple[int, bytes]:
     return status, message.encode("utf-8", "backslashreplace")
 
 
-def parse(compat, fmt: str, data: bytes) -> tuple[int, bytes]:
-    """(0, bytecode) for a module that parses, verifies and reads as UTF-8; else (status,
-    first diagnostic)."""
+def parse(compat, fmt: str, data: bytes):
+    """The replies to one file, in order (see the module docstring)."""
     import io
 
     from jaxlib.mlir import ir
@@ -140,23 +156,30 @@ def parse(compat, fmt: str, data: bytes) -> tuple[int, bytes]:
                     module = stablehlo.deserialize_portable_artifact(ctx, data)
                     fmt = "portable"
         except (ir.MLIRError, ValueError) as e:
-            return _fail(EXIT_PARSE, str(e))
+            yield _fail(EXIT_PARSE, str(e))
+            return
         if fmt == "portable":
             # Module.parse has verified what it parsed; a deserialized artifact is checked here.
             try:
                 module.operation.verify()
             except ir.MLIRError as e:
-                return _fail(EXIT_VERIFY, str(e))
-        try:
-            shardy = _check_strings(ir, module)
-        except (RuntimeError, UnicodeError) as e:
-            if not _is_conversion_error(e):
-                raise
-            return _fail(EXIT_STRINGS, str(e))
+                yield _fail(EXIT_VERIFY, str(e))
+                return
         out = io.BytesIO()
-        out.write(bytes([FLAG_SHARDY if shardy else 0]))
         module.operation.write_bytecode(out)
-    return 0, out.getvalue()
+        yield 0, out.getvalue()
+        try:
+            shardy = _read_all_strings(ir, module)
+        except (RuntimeError, UnicodeError) as e:
+            yield _not_utf8(e)
+            return
+        yield 0, bytes([FLAG_SHARDY if shardy else 0])
+        try:
+            _print(module)
+        except (RuntimeError, UnicodeError) as e:
+            yield _not_utf8(e)
+            return
+        yield 0, b""
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -179,7 +202,38 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _watch_parent() -> None:
+    """Forks a watchdog that kills this worker once the parent's end of its input closes.
+
+    The worker notices the end of its input only between files: one whose parse never ends
+    (a corrupt bytecode file can send MLIR's reader into an endless loop) would otherwise
+    outlive a parent that was killed, spinning a core for good. The watchdog holds no pipe
+    but the input (whose hang-up it polls for) and ends when the worker does.
+    """
+    worker = os.getpid()
+    try:
+        if os.fork():
+            return
+    except OSError:
+        return  # no watchdog: the parent's exit handler and timeout still end the worker
+    import select
+    import signal
+
+    try:
+        os.closerange(1, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 256)
+        poller = select.poll()
+        poller.register(0, 0)  # hang-ups and errors are reported whatever is asked for
+        while os.getppid() == worker:
+            # Still this worker's child after the hang-up: the worker lives, its pid is its own.
+            if poller.poll(1000) and os.getppid() == worker:
+                os.kill(worker, signal.SIGKILL)
+                break
+    finally:
+        os._exit(0)
+
+
 def main(argv: list[str]) -> int:
+    _watch_parent()
     compat = _load_compat(argv[1])
     formats = {code: name for name, code in FORMAT_CODES.items()}
     replies = os.dup(1)
@@ -192,8 +246,8 @@ def main(argv: list[str]) -> int:
         data = _read_exact(0, size) if size else b""
         if data is None:
             raise EOFError("the request ended early")
-        status, payload = parse(compat, formats[code], data)
-        _write_all(replies, struct.pack("<BQ", status, len(payload)) + payload)
+        for status, payload in parse(compat, formats[code], data):
+            _write_all(replies, struct.pack("<BQ", status, len(payload)) + payload)
 
 
 if __name__ == "__main__":

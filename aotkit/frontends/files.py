@@ -20,6 +20,7 @@ StableHLO is parsed here once they match.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import os
 import re
@@ -76,12 +77,18 @@ def read_module(source, *, name: str | None = None) -> Traced:
     kind = sniff(data, label)
     if kind == "jax.export":
         return _from_exported(data, label, name)
-    module, lc, shardy = parse_untrusted(data, kind, label)
     where = f"load_module: {label}"
-    default = modules.sym_name(module) or (Path(label).stem if label != "<bytes>" else "module")
-    # The sandbox verified the module, and adopting it keeps it valid.
-    adopted = _module.adopt(module, name=name or default, where=where, shardy=shardy, verify=False)
-    trust.check(adopted.module, where)
+
+    def adopt(module, lc, shardy):
+        default = modules.sym_name(module) or (Path(label).stem if label != "<bytes>" else "module")
+        # The sandbox verified the module, and adopting it keeps it valid.
+        adopted = _module.adopt(
+            module, name=name or default, where=where, shardy=shardy, verify=False
+        )
+        trust.check(adopted.module, where)
+        return adopted
+
+    adopted = parse_untrusted(data, kind, label, then=adopt)
     n_in, n_out = len(adopted.flat_in_specs), len(adopted.flat_out_specs)
     in_tree = tree_util.tree_structure(((0,) * n_in, {}))
     # One result reads as one array, as it would from the function that produced it.
@@ -209,9 +216,14 @@ def _looks_like_flatbuffer(data: bytes) -> bool:
     return vt_size >= 4 and vt_size % 2 == 0 and vtable + vt_size <= n
 
 
-def parse_untrusted(data: bytes, kind: str, label: str):
-    """Parses MLIR `data` of `kind` into a lowering context, after a sandboxed parse succeeds;
-    returns (module, lowering context, whether it mentions Shardy)."""
+def parse_untrusted(data: bytes, kind: str, label: str, then=None):
+    """Parses MLIR `data` of `kind` into a lowering context, after a sandboxed parse succeeds.
+
+    Returns `then(module, lc, shardy)` (default: that tuple; `shardy`: whether the module
+    mentions Shardy). The module is parsed here while the sandbox reads its strings, and
+    `then` runs while the sandbox prints it; what it returns is given back only once that
+    print succeeded too, so `then` must not print the module itself.
+    """
     where = f"load_module: {label}"
     valid, corrupt = {
         "text": ("valid MLIR text", "corrupt MLIR text"),
@@ -222,7 +234,24 @@ def parse_untrusted(data: bytes, kind: str, label: str):
         ),
     }[kind]
     try:
-        status, payload = _sandbox_request(kind, data)
+        with _sandbox(kind, data) as (status, payload, later):
+            if status == 0:
+                module, lc = _module.parse(payload)  # while the sandbox reads its strings
+                status, payload = later()
+            if status == 0:
+                shardy = bool(payload[0] & _probe.FLAG_SHARDY)
+                try:  # while the sandbox prints it
+                    result = (module, lc, shardy) if then is None else then(module, lc, shardy)
+                except BaseException:
+                    # A file that does not print is corrupt: say that rather than what the
+                    # checks found first.
+                    status, payload = later()
+                    if status == 0:
+                        raise
+                else:
+                    status, payload = later()
+                    if status == 0:
+                        return result
     except _Timeout:
         raise ValueError(
             f"{where}: parsing took longer than {PROBE_TIMEOUT_S:g} s; check the file"
@@ -237,9 +266,6 @@ def parse_untrusted(data: bytes, kind: str, label: str):
             f"{where} is {corrupt}: {_crash(died.returncode, died.message)} while reading it "
             "(in a sandbox process); re-export the file"
         ) from None
-    if status == 0:
-        module, lc = _module.parse(payload[1:])
-        return module, lc, bool(payload[0] & _probe.FLAG_SHARDY)
     message = payload.decode("utf-8", "backslashreplace")
     # MLIR verifies while it parses: an op verifier's complaint is not a syntax error.
     first = modules.first_error_line(message)
@@ -297,25 +323,36 @@ class _Worker:
         self.from_worker = self.proc.stdout.fileno()
         os.set_blocking(self.to_worker, False)
         os.set_blocking(self.from_worker, False)
-        # Where in the stderr file the current request's messages start.
+        # Where in the stderr file the current request's messages start, and when the
+        # current request times out.
         self.mark = 0
+        self.deadline = 0.0
         self.served = 0
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def request(self, kind: str, data: bytes, timeout: float) -> tuple[int, bytes]:
-        deadline = time.monotonic() + timeout
+        """Sends one file; the first reply to it (`reply` reads a second one)."""
+        self.deadline = time.monotonic() + timeout
         frame = _probe.FRAME.pack(_probe.FORMAT_CODES[kind], len(data))
         try:
-            self._send(frame + data, deadline)
-            head = self._receive(9, deadline)
+            self._send(frame + data, self.deadline)
+        except BrokenPipeError:
+            raise self._died() from None
+        reply = self.reply()
+        self.served += 1
+        return reply
+
+    def reply(self) -> tuple[int, bytes]:
+        """The worker's next reply to the file it was sent last: (status, payload)."""
+        try:
+            head = self._receive(9, self.deadline)
             status, size = struct.unpack("<BQ", head)
-            payload = self._receive(size, deadline) if size else b""
+            payload = self._receive(size, self.deadline) if size else b""
         except (BrokenPipeError, EOFError):
             raise self._died() from None
         self.mark = os.fstat(self.stderr.fileno()).st_size
-        self.served += 1
         return status, payload
 
     def _wait(self, fd: int, write: bool, deadline: float) -> None:
@@ -389,12 +426,16 @@ _worker_lock = threading.Lock()
 _atexit_registered = False
 
 
-def _sandbox_request(kind: str, data: bytes) -> tuple[int, bytes]:
-    """Sends one file to the worker (starting one if needed); (status, payload).
+@contextlib.contextmanager
+def _sandbox(kind: str, data: bytes):
+    """Sends one file to the worker (starting one if needed); yields (status, payload,
+    later) for its first reply, where `later()` reads the next one (see `_probe`), all under
+    the worker lock. Replies nobody read are read at the end, so that the next file's
+    replies stay its own.
 
-    A worker that had served other files and dies on this one may have died before it
-    (killed from outside, say): the file then goes to a fresh worker, and only a fresh
-    worker's death is the file's doing.
+    A worker that had served other files and dies on this one's first reply may have died
+    before it (killed from outside, say): the file then goes to a fresh worker, and only a
+    fresh worker's death is the file's doing; a death after the first reply is this file's.
     """
     global _worker, _atexit_registered
     key = (sys.executable, _probe.__file__, _compat.__file__)
@@ -412,15 +453,38 @@ def _sandbox_request(kind: str, data: bytes) -> tuple[int, bytes]:
                     atexit.register(_shutdown)
                     _atexit_registered = True
             try:
-                return worker.request(kind, data, PROBE_TIMEOUT_S)
-            except _Timeout:
-                worker.close()
-                _worker = None
-                raise
+                status, payload = _replied(worker, worker.request, kind, data, PROBE_TIMEOUT_S)
+                break
             except _WorkerDied:
-                _worker = None
                 if worker.served == 0:
                     raise
+        # Replies still to come: a good file gets _probe.REPLIES, a failure ends them.
+        pending = [_probe.REPLIES - 1 if status == 0 else 0]
+
+        def later() -> tuple[int, bytes]:
+            reply = _replied(worker, worker.reply)
+            pending[0] = pending[0] - 1 if reply[0] == 0 else 0
+            return reply
+
+        try:
+            yield status, payload, later
+        finally:
+            while pending[0] > 0:
+                later()
+
+
+def _replied(worker: _Worker, call, *args):
+    """`call(*args)` on `worker`, which is dropped when it times out (killed) or dies."""
+    global _worker
+    try:
+        return call(*args)
+    except _Timeout:
+        worker.close()
+        _worker = None
+        raise
+    except _WorkerDied:
+        _worker = None
+        raise
 
 
 def _shutdown() -> None:

@@ -8,8 +8,10 @@ produced the file. Every bad-file error is matched exactly, and none may end the
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -618,9 +620,6 @@ def test_one_worker_serves_every_file(files):
 
 
 def test_a_dead_worker_is_replaced(files):
-    import os
-    import signal
-
     load_module(TEXT)
     pid = worker_pid()
     os.kill(pid, signal.SIGKILL)
@@ -639,7 +638,44 @@ def test_the_worker_ends_with_its_process(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     pid = int(proc.stdout)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+    assert _ends_within(pid, 10)
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+
+
+def _ends_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and _running(pid):
         time.sleep(0.05)
-    assert not Path(f"/proc/{pid}").exists()
+    return not _running(pid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_busy_worker_ends_when_its_process_is_killed():
+    # A parse that never ends (a corrupt file can loop MLIR's reader) keeps the worker from
+    # reading the end of its input; stopped here, it stands for one. Its watchdog kills it
+    # once the killed process's end of the pipe closes.
+    code = (
+        "import os, signal\n"
+        "import aotkit\n"
+        "from aotkit.frontends import files\n"
+        f"aotkit.load_module({TEXT!r})\n"
+        "pid = files._worker.proc.pid\n"
+        "print(pid, flush=True)\n"
+        "os.kill(pid, signal.SIGSTOP)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pid = int(proc.stdout)
+    try:
+        assert _ends_within(pid, 10)
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)

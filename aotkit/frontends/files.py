@@ -333,7 +333,7 @@ class _Worker:
         return self.proc.poll() is None
 
     def request(self, kind: str, data: bytes, timeout: float) -> tuple[int, bytes]:
-        """Sends one file; the first reply to it (`reply` reads a second one)."""
+        """Sends one file; the first reply to it (`reply` reads the next ones)."""
         self.deadline = time.monotonic() + timeout
         frame = _probe.FRAME.pack(_probe.FORMAT_CODES[kind], len(data))
         try:
@@ -459,17 +459,18 @@ def _sandbox(kind: str, data: bytes):
                 if worker.served == 0:
                     raise
         # Replies still to come: a good file gets _probe.REPLIES, a failure ends them.
-        pending = [_probe.REPLIES - 1 if status == 0 else 0]
+        pending = _probe.REPLIES - 1 if status == 0 else 0
 
         def later() -> tuple[int, bytes]:
+            nonlocal pending
             reply = _replied(worker, worker.reply)
-            pending[0] = pending[0] - 1 if reply[0] == 0 else 0
+            pending = pending - 1 if reply[0] == 0 else 0
             return reply
 
         try:
             yield status, payload, later
         finally:
-            while pending[0] > 0:
+            while pending > 0:
                 later()
 
 

@@ -100,6 +100,7 @@ def _read_all_strings(ir, module) -> bool:
     strings: list[str] = []
     failure: list[BaseException] = []
 
+    # The walk of aotkit.passes' rewriter, restated: this file imports nothing of aotkit.
     def visit(op) -> ir.WalkResult:
         try:
             strings.append(op.name)

@@ -257,9 +257,16 @@ def parse_untrusted(data: bytes, kind: str, label: str, then=None):
             f"{where}: parsing took longer than {PROBE_TIMEOUT_S:g} s; check the file"
         ) from None
     except _WorkerDied as died:
+        last = _last_line(died.message)
+        if died.returncode > 0 and last.startswith("MemoryError"):
+            # A corrupt size field can make MLIR's reader ask for more memory than exists.
+            raise ValueError(
+                f"{where} is {corrupt}: MLIR's reader ran out of memory ({last}) while "
+                "reading it (in a sandbox process); re-export the file"
+            ) from None
         if died.returncode > 0 and "Traceback (most recent call last)" in died.message:
             raise RuntimeError(
-                f"{where}: aotkit's MLIR sandbox process failed ({_last_line(died.message)}); "
+                f"{where}: aotkit's MLIR sandbox process failed ({last}); "
                 "please report this"
             ) from None
         raise ValueError(
@@ -430,8 +437,8 @@ _atexit_registered = False
 def _sandbox(kind: str, data: bytes):
     """Sends one file to the worker (starting one if needed); yields (status, payload,
     later) for its first reply, where `later()` reads the next one (see `_probe`), all under
-    the worker lock. Replies nobody read are read at the end, so that the next file's
-    replies stay its own.
+    the worker lock. A worker whose replies were not all read (the caller left early) is
+    ended, so that the next file's replies stay its own.
 
     A worker that had served other files and dies on this one's first reply may have died
     before it (killed from outside, say): the file then goes to a fresh worker, and only a
@@ -463,15 +470,24 @@ def _sandbox(kind: str, data: bytes):
 
         def later() -> tuple[int, bytes]:
             nonlocal pending
-            reply = _replied(worker, worker.reply)
-            pending = pending - 1 if reply[0] == 0 else 0
+            pending -= 1
+            try:
+                reply = _replied(worker, worker.reply)
+            except BaseException:
+                pending = 0  # the worker is gone: nothing more will come
+                raise
+            if reply[0] != 0:
+                pending = 0
             return reply
 
         try:
             yield status, payload, later
         finally:
-            while pending > 0:
-                later()
+            if pending > 0:
+                # Left early (an exception here): rather than wait for the rest of this
+                # file's replies, end the worker; the next file gets a fresh one.
+                worker.close()
+                _worker = None
 
 
 def _replied(worker: _Worker, call, *args):

@@ -443,6 +443,17 @@ def test_sandbox_that_cannot_start_is_an_aotkit_bug(fake_compat):
         load_module(TEXT)
 
 
+def test_sandbox_out_of_memory_is_the_file(fake_compat):
+    # A corrupt size field can make MLIR's reader ask for more memory than there is: the
+    # bindings raise MemoryError (std::bad_alloc), which ends the worker with a traceback.
+    fake_compat("def make_context():\n    raise MemoryError('std::bad_alloc')\n")
+    with pytest.raises(ValueError, match=where() + re.escape(
+        " is corrupt MLIR text: MLIR's reader ran out of memory (MemoryError: "
+        "std::bad_alloc) while reading it (in a sandbox process); re-export the file"
+    ) + "$"):  # fmt: skip
+        load_module(TEXT)
+
+
 def test_sandbox_exit_status(fake_compat):
     fake_compat(
         "import os, sys\nsys.stderr.write('out of memory\\n')\nsys.stderr.flush()\nos._exit(7)\n"
@@ -625,6 +636,40 @@ def test_a_dead_worker_is_replaced(files):
     os.kill(pid, signal.SIGKILL)
     lowered = load_module(files / "model.mlirbc")
     assert lowered.in_specs
+    assert worker_pid() != pid
+
+
+def test_a_worker_that_dies_after_its_first_reply(files, monkeypatch):
+    # The worker replies in steps (parsed, strings read, printed): a death after the first
+    # is this file's doing, said as such, and the next file gets a fresh worker. Killed
+    # as the first reply arrives, it is still reading the strings of 5,000 ops.
+    from aotkit.frontends import files as front
+
+    lines = [
+        f"  %v{i} = stablehlo.add %v{i - 1}, %v{i - 1} : tensor<2xf32>" for i in range(1, 5000)
+    ]
+    text = (
+        "func.func @main(%v0: tensor<2xf32>) -> tensor<2xf32> {\n"
+        + "\n".join(lines)
+        + "\n  return %v4999 : tensor<2xf32>\n}\n"
+    ).encode()
+    load_module(TEXT)
+    reply = front._Worker.reply
+
+    def dies_after_the_first_reply(worker):
+        answer = reply(worker)
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        return answer
+
+    monkeypatch.setattr(front._Worker, "reply", dies_after_the_first_reply)
+    pid = worker_pid()
+    with pytest.raises(ValueError, match=where() + re.escape(
+        " is corrupt MLIR text: MLIR's reader crashed (SIGKILL) while reading it "
+        "(in a sandbox process); re-export the file"
+    ) + "$"):  # fmt: skip
+        load_module(text)
+    monkeypatch.setattr(front._Worker, "reply", reply)
+    assert load_module(files / "model.mlirbc").in_specs
     assert worker_pid() != pid
 
 

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -188,6 +189,10 @@ def _child(case_seconds: float) -> int:
                 answer["outcome"] = "ran"
         except Exception as e:  # every failure must be an exception: which one is counted
             answer["outcome"] = f"{stage} {type(e).__name__}"
+            if not isinstance(e, ValueError):  # not the expected refusal: keep its words
+                where = traceback.extract_tb(e.__traceback__)[-3:]
+                frames = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in where[::-1])
+                answer["detail"] = f"{type(e).__name__}: {str(e)[:300]} (at {frames})"
         faulthandler.cancel_dump_traceback_later()
         print(json.dumps(answer), flush=True)
     return 0
@@ -218,12 +223,20 @@ def _run_batch(
     return done.returncode, _outcomes(done.stdout), watchdog
 
 
+# (case id, what was raised) of every exception other than a ValueError, for the report.
+_details: list[tuple[int, str]] = []
+_details_lock = threading.Lock()
+
+
 def _outcomes(stdout: str) -> dict[int, str]:
     found = {}
     for line in stdout.splitlines():
         if line.startswith("{"):
             answer = json.loads(line)
             found[answer["id"]] = answer["outcome"]
+            if "detail" in answer:
+                with _details_lock:
+                    _details.append((answer["id"], answer["detail"]))
     return found
 
 
@@ -344,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {n:6d}  {outcome}")
     print(f"deaths: {len(report.deaths)} {report.deaths[:10]}")
     print(f"hangs (no answer, no watchdog): {len(report.hangs)} {report.hangs[:10]}")
+    for case_id, detail in sorted(set(_details))[:10]:
+        print(f"  case {case_id}: {detail}")
     made, wrong = thread_calls(found, args.threads, args.calls)
     print(f"threads x calls: {args.threads} x {args.calls} per seed = {made} calls, {wrong} wrong")
     return 1 if report.deaths or report.hangs or wrong else 0

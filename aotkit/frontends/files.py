@@ -266,8 +266,7 @@ def parse_untrusted(data: bytes, kind: str, label: str, then=None):
             ) from None
         if died.returncode > 0 and "Traceback (most recent call last)" in died.message:
             raise RuntimeError(
-                f"{where}: aotkit's MLIR sandbox process failed ({last}); "
-                "please report this"
+                f"{where}: aotkit's MLIR sandbox process failed ({last}); please report this"
             ) from None
         raise ValueError(
             f"{where} is {corrupt}: {_crash(died.returncode, died.message)} while reading it "

@@ -1,8 +1,8 @@
 """Trace stage, decompositions family: `numpy.linalg`'s factorizations and solvers via LAPACK.
 
 Each factorization is one `stablehlo.custom_call` to a LAPACK kernel that jaxlib ships for
-XLA's CPU backend, in the form JAX 0.10.2 emits on CPU (`jax.jit(jnp.linalg.cholesky)
-.lower(x).as_text()`):
+XLA's CPU backend, in the form JAX 0.10.2 emits on CPU (the lowered text of JAX's
+`linalg.cholesky`):
 
     %0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {api_version = 1 : i32,
         backend_config = "", mhlo.backend_config = {uplo = 85 : ui8},

@@ -11,7 +11,7 @@ All sorts are stable whatever `kind=` says, so `argsort` equals NumPy's
 `argsort(kind='stable')`; `partition`/`argpartition` sort fully (a valid partition for every
 `kth`). `searchsorted` is a branch-free binary search (`ceil(log2(n + 1))` gathers, no
 loop), in the same order. Shapes that depend on data need a static bound: `unique` takes
-`size=` (and `fill_value=`) as `jax.numpy.unique` does.
+`size=` (and `fill_value=`), with JAX's padding rule.
 
 Quantiles (`median`, `percentile`, `quantile` and their `nan*` forms) sort along the
 reduced axes and interpolate with NumPy's formulas for all thirteen `method=` values; the
@@ -499,7 +499,7 @@ def unique(
     fill_value=None,
 ):
     """NumPy's `unique`; traced input needs a static `size=` (padded with `fill_value`,
-    by default the smallest unique value, as `jax.numpy.unique`)."""
+    by default the smallest unique value, as JAX pads)."""
     if not sorted:
         raise NotImplementedError(
             f"{where('unique')}: sorted=False is not supported; the result is always sorted"

@@ -233,7 +233,7 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
 
 @export("bincount")
 def bincount(x, weights=None, minlength=0, *, length=None):
-    """NumPy's `bincount`; traced input needs a static `length=` (as `jax.numpy.bincount`):
+    """NumPy's `bincount`; traced input needs a static `length=` (as JAX's `bincount`):
     values at or above it, and negative ones, are dropped."""
     op = "bincount"
     if not isinstance(x, Tracer) and not isinstance(weights, Tracer) and length is None:
@@ -249,7 +249,7 @@ def bincount(x, weights=None, minlength=0, *, length=None):
     if length is None:
         raise TypeError(
             f"{where(op)}: the result's length (max(x) + 1) depends on the data; pass "
-            "length=N (static: values >= N are dropped), as jax.numpy.bincount takes"
+            "length=N (static: values >= N are dropped), as JAX's bincount takes"
         )
     try:
         n = max(operator.index(length), operator.index(minlength))

@@ -299,20 +299,18 @@ def trace_function(
     """Traces `fn` with the front end `frontend` ("aotkit", "jax" or "auto") into `Traced`;
     `autograph` converts Python control flow on traced values first (aotkit front end).
     `in_shardings`/`out_shardings` shard the program (see `jit`)."""
+    options = dict(
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        defaults=defaults,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+    )
     if frontends.resolve(fn, frontend).name == "jax":
         from aotkit.frontends.jax import trace_jax
 
-        return trace_jax(
-            fn,
-            args,
-            kwargs,
-            static_argnums=static_argnums,
-            static_argnames=static_argnames,
-            donate_argnums=donate_argnums,
-            defaults=defaults,
-            in_shardings=in_shardings,
-            out_shardings=out_shardings,
-        )
+        return trace_jax(fn, args, kwargs, **options)
     from aotkit.lowering.trace import trace
 
     if frontends.jax_jit_options(fn) is not None or frontends.is_jax_function(fn):
@@ -327,17 +325,7 @@ def trace_function(
 
         fn = convert(fn)
     try:
-        return trace(
-            fn,
-            args,
-            kwargs,
-            static_argnums=static_argnums,
-            static_argnames=static_argnames,
-            donate_argnums=donate_argnums,
-            defaults=defaults,
-            in_shardings=in_shardings,
-            out_shardings=out_shardings,
-        )
+        return trace(fn, args, kwargs, **options)
     except InvalidModuleError as e:
         defaults = defaults or {}
         dumper = dumps.Dumper.create(signature.function_name(fn), defaults.get("dump_dir"))

@@ -391,15 +391,21 @@ def _returns_to_breaks(stmts: list[ast.stmt], flag: str, slot: str) -> list[ast.
             ]
             continue
         if not isinstance(s, _SCOPES):
-            for field in ("body", "orelse", "finalbody"):
-                if isinstance(getattr(s, field, None), list):
-                    setattr(s, field, _returns_to_breaks(getattr(s, field), flag, slot))
-            for h in getattr(s, "handlers", []):
-                h.body = _returns_to_breaks(h.body, flag, slot)
-            for c in getattr(s, "cases", []):
-                c.body = _returns_to_breaks(c.body, flag, slot)
+            _map_bodies(s, lambda body: _returns_to_breaks(body, flag, slot))
         out.append(s)
     return out
+
+
+def _map_bodies(s: ast.stmt, fn) -> None:
+    """Replaces each statement list nested in `s` (its body, orelse and finalbody, and the
+    bodies of its except handlers and match cases) by `fn(that list)`."""
+    for field in ("body", "orelse", "finalbody"):
+        if isinstance(getattr(s, field, None), list):
+            setattr(s, field, fn(getattr(s, field)))
+    for h in getattr(s, "handlers", []):
+        h.body = fn(h.body)
+    for c in getattr(s, "cases", []):
+        c.body = fn(c.body)
 
 
 def _is_call_of(node, name: str, max_args: int) -> bool:
@@ -473,13 +479,7 @@ class _Function:
             if isinstance(s, _SCOPES):
                 out.append(s)
                 continue
-            for field in ("body", "orelse", "finalbody"):
-                if isinstance(getattr(s, field, None), list):
-                    setattr(s, field, self.lift_returns(getattr(s, field)))
-            for h in getattr(s, "handlers", []):
-                h.body = self.lift_returns(h.body)
-            for c in getattr(s, "cases", []):
-                c.body = self.lift_returns(c.body)
+            _map_bodies(s, self.lift_returns)
             if isinstance(s, ast.For | ast.While) and Facts.of(s.body).has_return:
                 n = self.conv.next_id()
                 flag, slot = f"{PREFIX}ret_{n}", f"{PREFIX}retval_{n}"
@@ -499,13 +499,7 @@ class _Function:
             if isinstance(s, _SCOPES):
                 out.append(s)
                 continue
-            for field in ("body", "orelse", "finalbody"):
-                if isinstance(getattr(s, field, None), list):
-                    setattr(s, field, self.prepare(getattr(s, field)))
-            for h in getattr(s, "handlers", []):
-                h.body = self.prepare(h.body)
-            for c in getattr(s, "cases", []):
-                c.body = self.prepare(c.body)
+            _map_bodies(s, self.prepare)
             if isinstance(s, ast.For | ast.While):
                 out.extend(self._prepare_loop(s))
             else:
@@ -648,15 +642,11 @@ class _Function:
         if isinstance(s, ast.With | ast.AsyncWith | ast.Try | ast.AsyncFor | ast.Match) or (
             type(s).__name__ == "TryStar"
         ):
-            for field in ("body", "orelse", "finalbody"):
-                if isinstance(getattr(s, field, None), list):
-                    setattr(s, field, self.block(getattr(s, field)))
+            _map_bodies(s, self.block)
             for h in getattr(s, "handlers", []):
-                h.body = self.block(h.body)
                 if h.type is not None:
                     h.type = expression(h.type)
             for c in getattr(s, "cases", []):
-                c.body = self.block(c.body)
                 if c.guard is not None:
                     c.guard = expression(c.guard)
             for item in getattr(s, "items", []):

@@ -765,76 +765,33 @@ def _quantile(op, a, q, axis, method, keepdims, interpolation, nan_aware, scale)
     return r
 
 
-@export("quantile")
-@accepts_out("quantile")
-def quantile(
-    a,
-    q,
-    axis=None,
-    out=None,
-    overwrite_input=False,
-    method="linear",
-    keepdims=False,
-    *,
-    weights=None,
-    interpolation=None,
-):
-    _no_weights("quantile", weights)
-    return _quantile("quantile", a, q, axis, method, keepdims, interpolation, False, 1)
+def _quantile_function(name: str, nan: bool, scale: int):
+    """NumPy's `name` (quantile, percentile and their nan forms), with NumPy's signature:
+    q is in [0, 1] times `scale`; `nan` skips NaNs."""
+
+    def fn(
+        a,
+        q,
+        axis=None,
+        out=None,
+        overwrite_input=False,
+        method="linear",
+        keepdims=False,
+        *,
+        weights=None,
+        interpolation=None,
+    ):
+        _no_weights(name, weights)
+        return _quantile(name, a, q, axis, method, keepdims, interpolation, nan, scale)
+
+    fn.__name__ = fn.__qualname__ = name
+    return export(name)(accepts_out(name)(fn))
 
 
-@export("percentile")
-@accepts_out("percentile")
-def percentile(
-    a,
-    q,
-    axis=None,
-    out=None,
-    overwrite_input=False,
-    method="linear",
-    keepdims=False,
-    *,
-    weights=None,
-    interpolation=None,
-):
-    _no_weights("percentile", weights)
-    return _quantile("percentile", a, q, axis, method, keepdims, interpolation, False, 100)
-
-
-@export("nanquantile")
-@accepts_out("nanquantile")
-def nanquantile(
-    a,
-    q,
-    axis=None,
-    out=None,
-    overwrite_input=False,
-    method="linear",
-    keepdims=False,
-    *,
-    weights=None,
-    interpolation=None,
-):
-    _no_weights("nanquantile", weights)
-    return _quantile("nanquantile", a, q, axis, method, keepdims, interpolation, True, 1)
-
-
-@export("nanpercentile")
-@accepts_out("nanpercentile")
-def nanpercentile(
-    a,
-    q,
-    axis=None,
-    out=None,
-    overwrite_input=False,
-    method="linear",
-    keepdims=False,
-    *,
-    weights=None,
-    interpolation=None,
-):
-    _no_weights("nanpercentile", weights)
-    return _quantile("nanpercentile", a, q, axis, method, keepdims, interpolation, True, 100)
+quantile = _quantile_function("quantile", False, 1)
+percentile = _quantile_function("percentile", False, 100)
+nanquantile = _quantile_function("nanquantile", True, 1)
+nanpercentile = _quantile_function("nanpercentile", True, 100)
 
 
 def _no_weights(op: str, weights) -> None:

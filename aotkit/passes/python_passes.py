@@ -152,14 +152,27 @@ class _Rewriter:
 
     def run(self, module: ir.Module) -> bool:
         failure: list[BaseException] = []
+        constants = self.constants
+        rules_of = self.rules.get
+        # Ops whose every rule needs a constant operand: nothing to do before a constant.
+        const_only = frozenset(n for n, rules in self.rules.items() if all(c for _, c in rules))
+        advance, interrupt = ir.WalkResult.ADVANCE, ir.WalkResult.INTERRUPT
 
         def visit(op: ir.Operation) -> ir.WalkResult:
+            # Called for every op of the module: most return at the first test or two.
             try:
-                self._visit(op)
+                name = op.name
+                if name == "stablehlo.constant":
+                    constants[op.results[0]] = op
+                    return advance
+                rules = rules_of(name)
+                if rules is None or (not constants and name in const_only):
+                    return advance
+                self._apply(op, rules)
             except BaseException as e:  # re-raised below: exceptions must not cross C++
                 failure.append(e)
-                return ir.WalkResult.INTERRUPT
-            return ir.WalkResult.ADVANCE
+                return interrupt
+            return advance
 
         module.operation.walk(visit)
         if failure:
@@ -167,14 +180,7 @@ class _Rewriter:
         _erase_dead(self.replaced)
         return bool(self.replaced)
 
-    def _visit(self, op: ir.Operation) -> None:
-        name = op.name
-        if name == "stablehlo.constant":
-            self.constants[op.results[0]] = op
-            return
-        rules = self.rules.get(name)
-        if rules is None:
-            return
+    def _apply(self, op: ir.Operation, rules: tuple) -> None:
         # Operands are fetched, and looked up among the constants, only when a rule needs
         # them: that lookup is most of the cost of a visit.
         operands = has_const = None
@@ -293,19 +299,24 @@ def _same_type_noop(rw: _Rewriter, op: ir.Operation, operands):
     return _same_type(operands[0], op)
 
 
+def _ints(attr: ir.Attribute) -> list[int]:
+    """The values of a `DenseI64ArrayAttr`: indexing it is several times faster than `list()`."""
+    return [attr[i] for i in range(len(attr))]
+
+
 def _iota(values) -> bool:
     return all(v == i for i, v in enumerate(values))
 
 
 def _noop_broadcast(rw: _Rewriter, op: ir.Operation, operands):
-    if not _iota(op.attributes["broadcast_dimensions"]):
+    if not _iota(_ints(op.attributes["broadcast_dimensions"])):
         return None
     return _same_type(operands[0], op)
 
 
 def _noop_transpose(rw: _Rewriter, op: ir.Operation, operands):
     x = operands[0]
-    outer = list(op.attributes["permutation"])
+    outer = _ints(op.attributes["permutation"])
     if _iota(outer):
         return _same_type(x, op)
     inner = rw.transposed.get(x)
@@ -419,8 +430,8 @@ def _fold_shape(op: ir.Operation, c: _Const) -> np.ndarray | None:
     if name == "stablehlo.reshape":
         return c.array.reshape(shape)
     if name == "stablehlo.transpose":
-        return np.transpose(c.array, list(op.attributes["permutation"]))
-    dims = list(op.attributes["broadcast_dimensions"])
+        return np.transpose(c.array, _ints(op.attributes["permutation"]))
+    dims = _ints(op.attributes["broadcast_dimensions"])
     order = np.argsort(dims)
     x = np.transpose(c.array, order)
     expanded = [1] * len(shape)

@@ -204,7 +204,7 @@ def _lower(traced: Traced, pipeline, dump_dir, print_ir_after_all, consume: bool
             dumper=dumper,
             verified=True,
             verify=False,
-            facts=passes.TRACER_FACTS if traced.frontend == "aotkit" else frozenset(),
+            facts=traced.facts,
         )
         donated = _mark_donated(module, traced.donated, traced.flat_in_specs, name)
         # Every front end verifies its module: with no pass run and nothing donated, this
@@ -246,7 +246,12 @@ def _mark_donated(module, flags: tuple[bool, ...], in_specs, name: str) -> tuple
     with the module's context active.
     """
     main = modules.main_function(module)
-    old = list(ir.ArrayAttr(main.attributes["arg_attrs"])) if "arg_attrs" in main.attributes else []
+    if "arg_attrs" not in main.attributes:
+        if not any(flags):
+            return flags  # the common case: nothing donated, by the caller or the module
+        old = []
+    else:
+        old = list(ir.ArrayAttr(main.attributes["arg_attrs"]))
     # Names first: the values are read (by name) only when an attribute is added, since
     # `NamedAttribute.attr` of a complex dense value (a file may hold one) ends the process.
     names = [

@@ -132,6 +132,7 @@ class Traced(ModuleStage):
         "frontend",
         "_defaults",
         "partitioning",
+        "facts",
     )
 
     def __init__(
@@ -148,6 +149,7 @@ class Traced(ModuleStage):
         frontend: str = "aotkit",
         defaults: dict | None = None,
         partitioning=None,
+        facts: frozenset[str] = frozenset(),
     ):
         self._init(
             _module=module,
@@ -162,6 +164,9 @@ class Traced(ModuleStage):
             _defaults=dict(defaults or {}),
             # How the program is sharded (aotkit/spmd.py), or None for one device.
             partitioning=partitioning,
+            # What the front end knows of its module (`aotkit.passes.TRACER_FACTS`, ...):
+            # the pipeline skips the passes these make no-ops.
+            facts=frozenset(facts),
         )
 
     def lower(self, *, pipeline: str | None = None, dump_dir=None):

@@ -140,10 +140,11 @@ def pipeline_only(make, a_args, repeat: int):
     (with what the tracer tells the runner, as `lower` runs it)."""
     best, best_passes = float("inf"), []
     for _ in range(repeat):
-        module = aotkit.lower(make(anp), *a_args, pipeline="none", autograph=False).module
+        traced = aotkit.jit(make(anp), autograph=False).trace(*a_args)
+        module = traced.module
         t0 = time.perf_counter()
         per_pass = passes.run_pipeline(
-            module, "default", name="bench", verified=True, facts=passes.TRACER_FACTS
+            module, "default", name="bench", verified=True, facts=traced.facts
         )
         elapsed = time.perf_counter() - t0
         if elapsed < best:

@@ -601,6 +601,20 @@ def test_an_idempotent_pass_is_skipped_only_when_nothing_changed_since_it_ran():
     assert _labels("builtin.module(func.func(cse),print-op-stats,func.func(cse))")[2] == "cse"
 
 
+def _told_and_plain(fn, spec) -> tuple[list[str], list[str], str, str]:
+    """The default pipeline's labels and result on `fn`'s traced module, with the tracer's
+    facts and without them."""
+    traced = aotkit.jit(fn).trace(spec)
+    with ir_context():
+        plain = ir.Module.parse(traced.as_text())
+        told = ir.Module.parse(traced.as_text())
+        ran = [label for label, _ in passes.run_pipeline(plain, "default", name="t")]
+        skipped = [
+            label for label, _ in passes.run_pipeline(told, "default", name="t", facts=traced.facts)
+        ]
+        return ran, skipped, str(told), str(plain)
+
+
 def test_passes_the_tracer_facts_make_no_ops_are_skipped():
     # aotkit's tracer writes one function of static shapes: inlining, symbol-dce and shape
     # refinement have nothing to do, and the module comes out the same without them.
@@ -608,20 +622,10 @@ def test_passes_the_tracer_facts_make_no_ops_are_skipped():
         return anp.sin(x) * 1.0 + anp.arcsinh(x)  # chlo.asinh: legalized
 
     spec = aotkit.spec("f32[4]")
-    traced = aotkit.jit(fn).trace(spec)
-    with ir_context():
-        plain = ir.Module.parse(traced.as_text())
-        told = ir.Module.parse(traced.as_text())
-        ran = [label for label, _ in passes.run_pipeline(plain, "default", name="t")]
-        skipped = [
-            label
-            for label, _ in passes.run_pipeline(
-                told, "default", name="t", facts=passes.TRACER_FACTS
-            )
-        ]
-        assert str(told) == str(plain)
-        unskipped = str(plain)
-    assert aotkit.lower(fn, spec).as_text() == unskipped  # what lower does: the skips
+    assert aotkit.jit(fn).trace(spec).facts == passes.TRACER_FACTS
+    ran, skipped, told, plain = _told_and_plain(fn, spec)
+    assert told == plain and "chlo." not in told
+    assert aotkit.lower(fn, spec).as_text() == plain  # what lower does: the skips
     assert ran[:4] == DEFAULT_STEPS[:4]
     assert skipped[:4] == [
         "aotkit-inline (skipped: one function)",
@@ -629,6 +633,54 @@ def test_passes_the_tracer_facts_make_no_ops_are_skipped():
         "chlo-legalize-to-stablehlo",
         "stablehlo-refine-shapes (skipped: static shapes)",
     ]
+
+
+def test_a_trace_without_chlo_skips_its_legalization():
+    def fn(x):
+        return anp.sin(x) * 1.0 + anp.tanh(x)  # StableHLO ops only
+
+    spec = aotkit.spec("f32[4]")
+    assert aotkit.jit(fn).trace(spec).facts == passes.TRACER_FACTS | {"no CHLO op"}
+    ran, skipped, told, plain = _told_and_plain(fn, spec)
+    assert told == plain
+    assert aotkit.lower(fn, spec).as_text() == plain
+    assert ran[2] == "chlo-legalize-to-stablehlo"
+    assert skipped[2] == "chlo-legalize-to-stablehlo (skipped: no CHLO op)"
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["cond branch", "while body", "nested jit"],
+)
+def test_a_chlo_op_anywhere_in_the_module_keeps_its_legalization(where):
+    def inner(x):
+        return anp.sinh(x)  # chlo.sinh
+
+    def fn(x):
+        if where == "cond branch":
+            return aotkit.cond(x[0] > 0, inner, lambda v: v, x)
+        if where == "while body":
+            return aotkit.fori_loop(0, 3, lambda i, v: inner(v), x)
+        return aotkit.jit(inner)(x) + 1.0
+
+    spec = aotkit.spec("f32[4]")
+    assert "no CHLO op" not in aotkit.jit(fn).trace(spec).facts
+    text = aotkit.lower(fn, spec).as_text()
+    assert "chlo." not in text and "stablehlo." in text
+
+
+def test_a_module_traced_inside_another_trace_keeps_its_own_facts():
+    spec = aotkit.spec("f32[4]")
+    inside = {}
+
+    def with_chlo(x):
+        # A CHLO-free program traced in the middle of this one's trace.
+        inside["traced"] = aotkit.jit(lambda v: anp.sin(v)).trace(spec)
+        return anp.sinh(x)
+
+    outer = aotkit.jit(with_chlo).trace(spec)
+    assert "no CHLO op" in inside["traced"].facts
+    assert "no CHLO op" not in outer.facts
 
 
 def test_a_pass_that_may_break_the_facts_makes_the_runner_forget_them():
@@ -644,6 +696,27 @@ def test_a_pass_that_may_break_the_facts_makes_the_runner_forget_them():
             )
         ]
     assert labels == ["symbol-dce (skipped: one function)", "print-op-stats", "symbol-dce"]
+
+
+def test_legalizing_deprecated_ops_forgets_only_that_there_is_no_chlo():
+    facts = passes.TRACER_FACTS | {"no CHLO op"}
+    with ir_context():
+        module = _parse(_module(f"%0 = stablehlo.sine %x : {V4}\nreturn %0 : {V4}"))
+        labels = [
+            label
+            for label, _ in passes.run_pipeline(
+                module,
+                "builtin.module(stablehlo-legalize-deprecated-ops,symbol-dce,"
+                "func.func(chlo-legalize-to-stablehlo))",
+                name="t",
+                facts=facts,
+            )
+        ]
+    assert labels == [
+        "stablehlo-legalize-deprecated-ops",
+        "symbol-dce (skipped: one function)",
+        "chlo-legalize-to-stablehlo",
+    ]
 
 
 CALLS = """module {

@@ -29,3 +29,4 @@ FAMILIES = (
 def load_families() -> None:
     for name in FAMILIES:
         importlib.import_module(f"aotkit.lowering.{name}")
+    importlib.import_module("aotkit.lowering.operators").bind_directly()

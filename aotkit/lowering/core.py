@@ -58,15 +58,28 @@ def user_site() -> str:
 
 
 def user_location() -> ir.Location:
-    f = _user_frame()
-    if f is None:
-        return ir.Location.unknown()
-    key = (f.f_code.co_filename, f.f_lineno)
-    locations = _context.active().locations
-    loc = locations.get(key)
-    if loc is None:
-        loc = locations[key] = ir.Location.file(key[0], key[1], 0)
-    return loc
+    """The location of the innermost user frame (`file.py:12`), cached per lowering context.
+
+    Called for every op: the walk of `_user_frame` is repeated inline here, since a
+    function call costs as much as a step of it. It starts above the caller, which is
+    always aotkit's.
+    """
+    f = sys._getframe(2)
+    internal = _internal_files
+    while f is not None:
+        name = f.f_code.co_filename
+        skip = internal.get(name)
+        if skip is None:
+            skip = internal[name] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
+        if not skip:
+            key = (name, f.f_lineno)
+            locations = _context.active().locations
+            loc = locations.get(key)
+            if loc is None:
+                loc = locations[key] = ir.Location.file(name, key[1], 0)
+            return loc
+        f = f.f_back
+    return ir.Location.unknown()
 
 
 def where(op: str) -> str:
@@ -77,14 +90,24 @@ def where(op: str) -> str:
 # --- Tracing scopes -------------------------------------------------------------------------
 
 
+class Emitted:
+    """What the trace of one module emitted that its pass pipeline may skip work for."""
+
+    __slots__ = ("chlo",)
+
+    def __init__(self):
+        self.chlo = False  # a CHLO op (`chlo-legalize-to-stablehlo` has work to do)
+
+
 class Scope:
     """A region being traced into. Tracers made in a closed scope may not be used again."""
 
-    __slots__ = ("open", "name", "constants", "written")
+    __slots__ = ("open", "name", "constants", "written", "emitted")
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, emitted: Emitted):
         self.open = True
         self.name = name
+        self.emitted = emitted  # shared by every scope of one module
         # Tracers written in place here (`x[i] = v`, `x += v`), by id: where the first
         # write was, for the warning about arguments written but not returned.
         self.written: dict[int, str] = {}
@@ -124,9 +147,11 @@ def current_scope() -> Scope:
     return scopes[-1]
 
 
-def push_scope(name: str) -> Scope:
-    s = Scope(name)
-    _scopes().append(s)
+def push_scope(name: str, emitted: Emitted | None = None) -> Scope:
+    """Opens a scope: a new module's with `emitted`, else a region of the current module."""
+    scopes = _scopes()
+    s = Scope(name, emitted if emitted is not None else scopes[-1].emitted)
+    scopes.append(s)
     return s
 
 
@@ -282,14 +307,26 @@ def emit(ctx: RuleContext, name: str, *operands: ir.Value, **attributes) -> list
     builders (`stablehlo.add(...)`), which re-derive what the shape rule already knows. Ops
     with regions use the builders' op classes.
     """
-    results = [dtypes.tensor_type(shape, dtype) for shape, dtype in ctx.avals_out]
+    avals = ctx.avals_out
+    if len(avals) == 1:  # a comprehension costs more than the op's one type
+        results = [dtypes.tensor_type(*avals[0])]
+    else:
+        results = [dtypes.tensor_type(shape, dtype) for shape, dtype in avals]
     op = ir.Operation.create(name, results=results, operands=operands, attributes=attributes)
+    if name.startswith("chlo."):
+        _tls.scopes[-1].emitted.chlo = True
     return op.results
 
 
 ShapeRule = Callable[..., list[Aval]]
 LoweringRule = Callable[..., list[ir.Value]]
-_rules: dict[str, tuple[ShapeRule, LoweringRule]] = {}
+AttributeRule = Callable[..., dict]
+# Per op: (shape rule, lowering rule, None, None, False), or for an op that is one StableHLO
+# op (`register_direct`): (shape rule, None, that op's name, its attribute rule or None,
+# whether it is a CHLO op).
+_rules: dict[
+    str, tuple[ShapeRule, LoweringRule | None, str | None, AttributeRule | None, bool]
+] = {}
 
 
 def register(*names: str, shape: ShapeRule):
@@ -298,10 +335,24 @@ def register(*names: str, shape: ShapeRule):
     def decorate(rule: LoweringRule) -> LoweringRule:
         for name in names:
             assert name not in _rules, f"op {name!r} registered twice"
-            _rules[name] = (shape, rule)
+            _rules[name] = (shape, rule, None, None, False)
         return rule
 
     return decorate
+
+
+def register_direct(
+    ops: dict[str, str], *, shape: ShapeRule, attributes: AttributeRule | None = None
+) -> None:
+    """Registers ops that are each one StableHLO op: `ops` maps op name to that op's name.
+
+    The op's operands are the tracers' values, its one result is what `shape` gives, and
+    its attributes are `attributes(**params)` (none without it). `bind` creates it itself,
+    with no lowering rule to call: the hot path of traced programs.
+    """
+    for name, hlo in ops.items():
+        assert name not in _rules, f"op {name!r} registered twice"
+        _rules[name] = (shape, None, hlo, attributes, hlo.startswith("chlo."))
 
 
 def _check_live(t: Tracer, op: str) -> None:
@@ -326,9 +377,27 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
         avals_in.append((t.shape, t.dtype))
         values.append(t.value)
     avals_out = entry[0](*avals_in, **params)
+    scope = _tls.scopes[-1]
+    hlo = entry[2]
+    if hlo is not None:
+        shape, dtype = avals_out[0]
+        attributes = entry[3]
+        result = ir.Operation.create(
+            hlo,
+            results=[dtypes.tensor_type(shape, dtype)],
+            operands=values,
+            attributes=attributes(**params) if attributes is not None else None,
+            loc=user_location(),
+        ).result
+        if entry[4]:
+            scope.emitted.chlo = True
+        return [Tracer(result, shape, dtype, scope)]
     with user_location():
         results = entry[1](RuleContext(op, avals_in, avals_out), *values, **params)
-    scope = _tls.scopes[-1]
+    if len(avals_out) == 1:
+        # Iterating a result list is several times slower than indexing its one value.
+        shape, dtype = avals_out[0]
+        return [Tracer(results[0], shape, dtype, scope)]
     return [Tracer(v, a[0], a[1], scope) for v, a in zip(results, avals_out)]  # noqa: B905
 
 

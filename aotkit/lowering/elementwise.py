@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -19,18 +20,16 @@ from jaxlib.mlir.dialects import stablehlo
 from aotkit import _context, dtypes
 from aotkit.lowering.core import (
     NUMPY_FUNCTIONS,
-    RuleContext,
     Tracer,
     as_weak,
     bind,
     bind1,
     constant,
-    emit,
     export,
     full,
     is_tracing,
     no_trace_error,
-    register,
+    register_direct,
     where,
 )
 from aotkit.lowering.hlo import (
@@ -92,9 +91,7 @@ _UNARY = {
 }
 
 
-@register(*_UNARY, shape=_same)
-def _lower_unary(ctx: RuleContext, x):
-    return emit(ctx, _UNARY[ctx.op], x)
+register_direct(_UNARY, shape=_same)
 
 
 _BINARY = {
@@ -116,39 +113,22 @@ _BINARY = {
 }
 
 
-@register(*_BINARY, shape=_same)
-def _lower_binary(ctx: RuleContext, x, y):
-    return emit(ctx, _BINARY[ctx.op], x, y)
+register_direct(_BINARY, shape=_same)
 
 
-@register("abs", shape=_to_real)
-def _lower_abs(ctx: RuleContext, x):
-    return emit(ctx, "stablehlo.abs", x)
-
-
-@register("real", shape=_to_real)
-def _lower_real(ctx: RuleContext, x):
-    return emit(ctx, "stablehlo.real", x)
-
-
-@register("imag", shape=_to_real)
-def _lower_imag(ctx: RuleContext, x):
-    return emit(ctx, "stablehlo.imag", x)
-
-
-@register("complex", shape=lambda a, b: [(a[0], dtypes.complex_dtype(a[1]))])
-def _lower_complex(ctx: RuleContext, re, im):
-    return emit(ctx, "stablehlo.complex", re, im)
-
-
-@register("is_finite", shape=_to_bool)
-def _lower_is_finite(ctx: RuleContext, x):
-    return emit(ctx, "stablehlo.is_finite", x)
-
-
-@register("compare", shape=_to_bool)
-def _lower_compare(ctx: RuleContext, x, y, *, direction):
-    return emit(ctx, "stablehlo.compare", x, y, comparison_direction=_direction(direction))
+register_direct(
+    {"abs": "stablehlo.abs", "real": "stablehlo.real", "imag": "stablehlo.imag"},
+    shape=_to_real,
+)
+register_direct(
+    {"complex": "stablehlo.complex"}, shape=lambda a, b: [(a[0], dtypes.complex_dtype(a[1]))]
+)
+register_direct({"is_finite": "stablehlo.is_finite"}, shape=_to_bool)
+register_direct({"select": "stablehlo.select"}, shape=_same)
+register_direct(
+    {"convert": "stablehlo.convert", "bitcast_convert": "stablehlo.bitcast_convert"},
+    shape=lambda a, *, dtype: [(a[0], dtype)],
+)
 
 
 @_context.cached
@@ -156,25 +136,19 @@ def _direction(direction: str) -> ir.Attribute:
     return stablehlo.ComparisonDirectionAttr.get(direction)
 
 
-@register("select", shape=_same)
-def _lower_select(ctx: RuleContext, pred, on_true, on_false):
-    return emit(ctx, "stablehlo.select", pred, on_true, on_false)
-
-
-@register("convert", shape=lambda a, *, dtype: [(a[0], dtype)])
-def _lower_convert(ctx: RuleContext, x, *, dtype):
-    return emit(ctx, "stablehlo.convert", x)
-
-
-@register("bitcast_convert", shape=lambda a, *, dtype: [(a[0], dtype)])
-def _lower_bitcast(ctx: RuleContext, x, *, dtype):
-    return emit(ctx, "stablehlo.bitcast_convert", x)
+register_direct(
+    {"compare": "stablehlo.compare"},
+    shape=_to_bool,
+    attributes=lambda *, direction: {"comparison_direction": _direction(direction)},
+)
 
 
 # --- operand preparation ---------------------------------------------------------------------
 
 
 _BOOL = np.dtype(np.bool_)
+# Python scalars the fast path of `ufunc` takes, when NumPy gives them the array's loop.
+_FAST_SCALARS = (int, float, complex)
 
 
 def _operand_key(op: str, x):
@@ -311,10 +285,16 @@ def _check_ufunc_kwargs(op: str, kwargs: dict) -> None:
 _UFUNC_IMPLS: dict[str, tuple[np.ufunc, object]] = {}
 
 
-def _same_dtype_loop(np_ufunc: np.ufunc, d: np.dtype) -> np.dtype | None:
-    """The output dtype when `np_ufunc`'s loop for operands of dtype `d` is `d` itself."""
+def _same_dtype_loop(
+    np_ufunc: np.ufunc, d: np.dtype, scalar: type | None = None, scalar_first: bool = False
+) -> np.dtype | None:
+    """The output dtype when `np_ufunc`'s loop for operands of dtype `d` (one of them a
+    Python scalar of type `scalar`, first or second) takes `d` for every operand."""
+    keys = (d,) * np_ufunc.nin
+    if scalar is not None:
+        keys = (scalar, d) if scalar_first else (d, scalar)
     try:
-        ins, outs = _resolve(np_ufunc, (d,) * np_ufunc.nin)
+        ins, outs = _resolve(np_ufunc, keys)
     except TypeError:
         return None
     return outs[0] if all(i == d for i in ins) else None
@@ -330,31 +310,60 @@ def ufunc(np_ufunc: np.ufunc, *names: str, static=None):
     def decorate(impl):
         op = names[0]
 
-        same_dtype_loops: dict[np.dtype, np.dtype | None] = {}
+        # By operand dtype, or by (dtype, Python scalar type, whether the scalar comes first):
+        # (loop output dtype, primitive) when NumPy's loop takes that dtype for every
+        # operand, else None. NEP 50 usually gives a scalar the array's own loop, not always
+        # (`logical_and(i8, 300)` is bool's). A ufunc that is one primitive binds it directly.
+        loops: dict[np.dtype | tuple, tuple[np.dtype, str | None] | None] = {}
         nin = np_ufunc.nin
-        # A ufunc that is one primitive binds it directly on the fast path.
-        direct = getattr(impl, "primitive", None)
+        primitive = getattr(impl, "primitive", None)
 
         def fn(*args, dtype=None, **kwargs):
-            # Fast path, the common case in real programs: tracer operands of one dtype and
-            # shape whose NumPy loop is that dtype need no conversion or broadcasting.
+            # Fast paths, the common cases in real programs: tracer operands of one dtype
+            # (broadcast when their shapes differ, `x @ w + b`), or a strongly typed tracer
+            # and a Python scalar of no higher kind (`maximum(x, 0.0)`, NEP 50 gives the
+            # tracer's dtype; `static` sees these first), when NumPy's loop for that dtype
+            # is the dtype itself.
             if dtype is None and not kwargs and len(args) == nin:
                 a = args[0]
-                if type(a) is Tracer and (
-                    nin == 1
-                    or (type(b := args[1]) is Tracer and b.dtype is a.dtype and b.shape == a.shape)
-                ):
-                    out = same_dtype_loops.get(a.dtype, False)
-                    if out is False:
-                        out = same_dtype_loops[a.dtype] = _same_dtype_loop(np_ufunc, a.dtype)
-                    if out is not None:
-                        if direct is not None:
-                            result = bind(direct, *args)[0]
+                t = scalar = None
+                if nin == 1:
+                    if type(a) is Tracer:
+                        t, weak, same_shape = a, a.weak, True
+                else:
+                    b = args[1]
+                    if type(a) is Tracer:
+                        if type(b) is Tracer:
+                            if b.dtype is a.dtype:
+                                t, weak, same_shape = a, a.weak and b.weak, b.shape == a.shape
+                        elif type(b) in _FAST_SCALARS and not a.weak:
+                            t, scalar = a, b
+                    elif type(b) is Tracer and type(a) in _FAST_SCALARS and not b.weak:
+                        t, scalar = b, a
+                    if scalar is not None:
+                        weak = same_shape = False
+                        if static is not None:
+                            result = static(*args)
+                            if result is not None:
+                                return result
+                if t is not None:
+                    d = t.dtype
+                    key = d if scalar is None else (d, type(scalar), scalar is a)
+                    loop = loops.get(key, False)
+                    if loop is False:
+                        out = _same_dtype_loop(np_ufunc, *((d,) if scalar is None else key))
+                        loop = loops[key] = (
+                            None if out is None else (out, primitive and primitive(out))
+                        )
+                    if loop is not None:
+                        if not same_shape:
+                            shape = broadcast_shapes(op, _shape_of(a), _shape_of(b))
+                            args = (to_operand(op, a, d, shape), to_operand(op, b, d, shape))
+                        if loop[1] is not None:
+                            result = bind(loop[1], *args)[0]
                         else:
-                            result = impl(*args, out)
-                        if a.weak and (nin == 1 or args[1].weak):
-                            result = as_weak(result)
-                        return result
+                            result = impl(*args, loop[0])
+                        return as_weak(result) if weak else result
             if len(args) != np_ufunc.nin:
                 raise TypeError(
                     f"{where(op)}: takes {np_ufunc.nin} array argument(s), got {len(args)}"
@@ -394,11 +403,19 @@ def _into_out(op: str, fn, args, dtype, kwargs: dict) -> Tracer:
     return store(op, out, fn(*args, dtype=dtype, **rest), casting=casting, mask=mask)
 
 
-def _direct(prim: str):
-    def impl(*xs_and_out):
-        return bind(prim, *xs_and_out[:-1])[0]
+def _direct(prim: str, boolean: str | None = None):
+    """The impl of a ufunc that is one primitive (`boolean` for bool operands, if given).
 
-    impl.primitive = prim
+    `impl.primitive(out_dtype)` names it, so the fast path binds it with no call between.
+    """
+
+    def primitive(out: np.dtype) -> str:
+        return boolean if boolean is not None and out == np.bool_ else prim
+
+    def impl(*xs_and_out):
+        return bind(primitive(xs_and_out[-1]), *xs_and_out[:-1])[0]
+
+    impl.primitive = primitive
     return impl
 
 
@@ -425,10 +442,8 @@ subtract = ufunc(np.subtract, "subtract")(_direct("subtract"))
 arctan2 = ufunc(np.arctan2, "arctan2")(_direct("atan2"))
 
 
-@ufunc(np.multiply, "multiply")
-def multiply(x, y, out):
-    # NumPy multiplies booleans as logical and; StableHLO's multiply has no i1 form.
-    return bind1("and" if out == np.bool_ else "multiply", x, y)
+# NumPy multiplies booleans as logical and; StableHLO's multiply has no i1 form.
+multiply = ufunc(np.multiply, "multiply")(_direct("multiply", boolean="and"))
 
 
 @ufunc(np.true_divide, "divide", "true_divide")
@@ -525,6 +540,8 @@ def _static_power(x, y, *, dtype=None, **kwargs):
         return fn(cast(x, out))
     if abs(y) > _MAX_INT_EXPONENT:
         return None
+    if out.kind in "iu" and not np.iinfo(out).min <= y <= np.iinfo(out).max:
+        return None  # NumPy's OverflowError for the scalar comes first, as it does there
     if y < 0 and not dtypes.is_inexact(out):
         raise ValueError(
             f"{where('power')}: integers to negative integer powers are not allowed (NumPy "
@@ -672,15 +689,34 @@ def _comparison(direction: str):
     return impl
 
 
-for _name, _uf, _dir in [
-    ("equal", np.equal, "EQ"),
-    ("not_equal", np.not_equal, "NE"),
-    ("less", np.less, "LT"),
-    ("less_equal", np.less_equal, "LE"),
-    ("greater", np.greater, "GT"),
-    ("greater_equal", np.greater_equal, "GE"),
+def _out_of_range_comparison(compare):
+    """The `static` hook of a comparison: NumPy 2 compares an integer array with a Python
+    int outside its range by value (`i8 == 300` is all False, `u8 > -1` all True), where
+    arithmetic raises OverflowError. Every element is then on one side of the int."""
+
+    def static(x, y, *, dtype=None, **kwargs):
+        if dtype is not None or kwargs:
+            return None
+        for t, n, n_first in ((x, y, False), (y, x, True)):
+            if type(t) is Tracer and type(n) is int and t.dtype.kind in "iu" and not t.weak:
+                info = np.iinfo(t.dtype)
+                if not info.min <= n <= info.max:
+                    value = compare(n, info.min) if n_first else compare(info.min, n)
+                    return full(t.shape, value, _BOOL)
+        return None
+
+    return static
+
+
+for _name, _uf, _dir, _compare in [
+    ("equal", np.equal, "EQ", operator.eq),
+    ("not_equal", np.not_equal, "NE", operator.ne),
+    ("less", np.less, "LT", operator.lt),
+    ("less_equal", np.less_equal, "LE", operator.le),
+    ("greater", np.greater, "GT", operator.gt),
+    ("greater_equal", np.greater_equal, "GE", operator.ge),
 ]:
-    ufunc(_uf, _name)(_comparison(_dir))
+    ufunc(_uf, _name, static=_out_of_range_comparison(_compare))(_comparison(_dir))
 
 
 def _truthy(x: Tracer) -> Tracer:

@@ -19,13 +19,11 @@ from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import _context, dtypes
 from aotkit.lowering.core import (
-    RuleContext,
     Tracer,
     bind1,
-    emit,
     export,
     full,
-    register,
+    register_direct,
     where,
 )
 from aotkit.lowering.creation import iota
@@ -57,8 +55,13 @@ def _dot_shape(a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
     return [(batch + lhs_free + rhs_free, a[1])]
 
 
+def _dot_attrs(*, lhs_batch, rhs_batch, lhs_contract, rhs_contract) -> dict:
+    dims, precision = _dot_attr_values(lhs_batch, rhs_batch, lhs_contract, rhs_contract)
+    return {"dot_dimension_numbers": dims, "precision_config": precision}
+
+
 @_context.cached
-def _dot_attrs(lhs_batch, rhs_batch, lhs_contract, rhs_contract):
+def _dot_attr_values(lhs_batch, rhs_batch, lhs_contract, rhs_contract):
     dims = stablehlo.DotDimensionNumbers.get(
         lhs_batching_dimensions=list(lhs_batch),
         rhs_batching_dimensions=list(rhs_batch),
@@ -69,12 +72,7 @@ def _dot_attrs(lhs_batch, rhs_batch, lhs_contract, rhs_contract):
     return dims, ir.ArrayAttr.get([highest, highest])
 
 
-@register("dot_general", shape=_dot_shape)
-def _lower_dot_general(ctx: RuleContext, a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
-    dims, precision = _dot_attrs(lhs_batch, rhs_batch, lhs_contract, rhs_contract)
-    return emit(
-        ctx, "stablehlo.dot_general", a, b, dot_dimension_numbers=dims, precision_config=precision
-    )
+register_direct({"dot_general": "stablehlo.dot_general"}, shape=_dot_shape, attributes=_dot_attrs)
 
 
 def dot_general(
@@ -105,6 +103,8 @@ def dot_general(
 
 
 def _promoted(op: str, *xs, dtype=None) -> list[Tracer]:
+    if dtype is None and all(type(x) is Tracer for x in xs) and len({x.dtype for x in xs}) == 1:
+        return list(xs)  # the common case: nothing to convert
     ts = [asarray(x) for x in xs]
     if dtype is not None:
         dt = dtypes.canonicalize(dtype, where=where(op))

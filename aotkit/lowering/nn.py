@@ -27,6 +27,7 @@ from aotkit.lowering.core import (
     bind1,
     emit,
     register,
+    register_direct,
     where,
 )
 from aotkit.lowering.elementwise import asarray
@@ -182,9 +183,7 @@ def _lower_sort_key_val(ctx: RuleContext, *operands, dimension):
     return list(op.results)
 
 
-@register("erf_inv", shape=lambda x: [x])
-def _lower_erf_inv(ctx: RuleContext, x):
-    return emit(ctx, "chlo.erf_inv", x)
+register_direct({"erf_inv": "chlo.erf_inv"}, shape=lambda x: [x])
 
 
 # --- argument checking ------------------------------------------------------------------------

@@ -6,6 +6,8 @@ are looked up by name in the `aotkit.numpy` table, which every family fills at i
 
 from __future__ import annotations
 
+import types
+
 from aotkit.lowering.core import NUMPY_FUNCTIONS, Tracer, where
 
 
@@ -35,7 +37,7 @@ def _binary(name: str):
     return op, rop
 
 
-for _dunder, _name in [
+_BINARY_OPERATORS = [
     ("add", "add"),
     ("sub", "subtract"),
     ("mul", "multiply"),
@@ -49,20 +51,34 @@ for _dunder, _name in [
     ("lshift", "left_shift"),
     ("rshift", "right_shift"),
     ("matmul", "matmul"),
-]:
-    _op, _rop = _binary(_name)
-    setattr(Tracer, f"__{_dunder}__", _op)
-    setattr(Tracer, f"__r{_dunder}__", _rop)
-
-for _dunder, _name in [
+]
+_COMPARISONS = [
     ("lt", "less"),
     ("le", "less_equal"),
     ("gt", "greater"),
     ("ge", "greater_equal"),
     ("eq", "equal"),
     ("ne", "not_equal"),
-]:
+]
+for _dunder, _name in _BINARY_OPERATORS:
+    _op, _rop = _binary(_name)
+    setattr(Tracer, f"__{_dunder}__", _op)
+    setattr(Tracer, f"__r{_dunder}__", _rop)
+for _dunder, _name in _COMPARISONS:
     setattr(Tracer, f"__{_dunder}__", _binary(_name)[0])
+
+
+def bind_directly() -> None:
+    """Makes `x + y` call `aotkit.numpy.add` itself, once every family has exported.
+
+    Operators are the hot path of traced programs, and the lookup wrapper above is one more
+    call per op (and one more frame for the walk to the user's line).
+    """
+    for dunder, name in _BINARY_OPERATORS + _COMPARISONS:
+        fn = NUMPY_FUNCTIONS.get(name)
+        if isinstance(fn, types.FunctionType):  # a plain function binds as a method
+            setattr(Tracer, f"__{dunder}__", fn)
+
 
 for _dunder, _name in [
     ("neg", "negative"),

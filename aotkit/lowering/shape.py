@@ -21,10 +21,10 @@ from aotkit.lowering.core import (
     RuleContext,
     Tracer,
     bind1,
-    emit,
     export,
     full,
     register,
+    register_direct,
     where,
 )
 from aotkit.lowering.elementwise import asarray, multiply, remainder
@@ -47,24 +47,22 @@ from aotkit.lowering.hlo import (
 # --- primitives ------------------------------------------------------------------------------
 
 
-@register("broadcast_in_dim", shape=lambda a, *, shape, dims: [(tuple(shape), a[1])])
-def _lower_broadcast_in_dim(ctx: RuleContext, x, *, shape, dims):
-    return emit(ctx, "stablehlo.broadcast_in_dim", x, broadcast_dimensions=_i64_array(dims))
-
-
 @_context.cached
 def _i64_array(values: tuple[int, ...]) -> ir.DenseI64ArrayAttr:
     return ir.DenseI64ArrayAttr.get(list(values))
 
 
-@register("reshape", shape=lambda a, *, shape: [(tuple(shape), a[1])])
-def _lower_reshape(ctx: RuleContext, x, *, shape):
-    return emit(ctx, "stablehlo.reshape", x)
-
-
-@register("transpose", shape=lambda a, *, perm: [(tuple(a[0][p] for p in perm), a[1])])
-def _lower_transpose(ctx: RuleContext, x, *, perm):
-    return emit(ctx, "stablehlo.transpose", x, permutation=_i64_array(tuple(perm)))
+register_direct(
+    {"broadcast_in_dim": "stablehlo.broadcast_in_dim"},
+    shape=lambda a, *, shape, dims: [(tuple(shape), a[1])],
+    attributes=lambda *, shape, dims: {"broadcast_dimensions": _i64_array(tuple(dims))},
+)
+register_direct({"reshape": "stablehlo.reshape"}, shape=lambda a, *, shape: [(tuple(shape), a[1])])
+register_direct(
+    {"transpose": "stablehlo.transpose"},
+    shape=lambda a, *, perm: [(tuple(a[0][p] for p in perm), a[1])],
+    attributes=lambda *, perm: {"permutation": _i64_array(tuple(perm))},
+)
 
 
 def _slice_shape(a, *, start, limit, strides):

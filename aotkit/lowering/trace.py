@@ -20,7 +20,15 @@ from aotkit import _context, dtypes, modules, spmd
 from aotkit._context import IR_LOCK
 from aotkit.errors import InPlaceWriteWarning, InvalidModuleError
 from aotkit.frontends import signature
-from aotkit.lowering.core import Tracer, _check_live, constant, pop_scope, push_scope
+from aotkit.lowering.core import (
+    Emitted,
+    Tracer,
+    _check_live,
+    constant,
+    pop_scope,
+    push_scope,
+)
+from aotkit.passes.runner import NO_CHLO, TRACER_FACTS
 from aotkit.specs import ShapeDtype
 from aotkit.traced import Traced
 
@@ -48,7 +56,7 @@ def _warn_unreturned_writes(name, scope, args, outs, arg_names) -> None:
         site = scope.written.get(id(arg))
         if site is None or id(arg) in returned:
             continue
-        what = arg_names[i] if arg_names else f"argument {i}"
+        what = arg_names()[i] if arg_names is not None else f"argument {i}"
         filename, _, line = site.rpartition(":")
         warnings.warn_explicit(
             f"{name}: argument {what} is written in place at {site} but not returned; "
@@ -123,12 +131,14 @@ def trace(
         partitioning = spmd.Partitioning(layout.mesh, layout.mesh.size, ins, flat_out)
         spmd.annotate(module, partitioning, specs, out_specs)
 
-    paths = [signature.arg_path(p) for p, _ in tree_util.tree_flatten_with_path(
-        (dyn_args, dyn_kwargs))[0]]  # fmt: skip
+    def paths() -> list[str]:  # only a warning needs them
+        flat = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
+        return [signature.arg_path(p) for p, _ in flat]
+
     with IR_LOCK:
         lc = _context.for_lowering()
         with spmd.tracing(mesh, where) as layout:
-            module, out_tree, out_specs = trace_to_module(
+            module, out_tree, out_specs, facts = trace_to_module(
                 lc, body, name, specs, weak=weak, arg_names=paths, finish=annotate
             )
     return Traced(
@@ -143,6 +153,7 @@ def trace(
         frontend="aotkit",
         defaults=defaults,
         partitioning=partitioning,
+        facts=facts,
     )
 
 
@@ -153,13 +164,15 @@ def trace_to_module(
     flat_in_specs: Sequence[ShapeDtype],
     *,
     weak: Sequence[bool] | None = None,
-    arg_names: Sequence[str] | None = None,
+    arg_names: Callable[[], Sequence[str]] | None = None,
     finish: Callable | None = None,
-) -> tuple[ir.Module, object, tuple[ShapeDtype, ...]]:
+) -> tuple[ir.Module, object, tuple[ShapeDtype, ...], frozenset[str]]:
     """Traces `body(flat_tracers)` into a new verified module named `name` in `lc`.
 
-    Returns (module, output tree, flat output specs). `finish(module, out_tree, out_specs)`
-    runs before verification (the sharding annotations). A module that fails verification
+    Returns (module, output tree, flat output specs, what the pass runner may know of the
+    module: `aotkit.passes` facts). `finish(module, out_tree, out_specs)`
+    runs before verification (the sharding annotations); `arg_names()` names the arguments
+    in the warning about writes that are not returned. A module that fails verification
     is an aotkit bug: `InvalidModuleError` carries it, so the stages can dump it.
     """
     weak = weak or (False,) * len(flat_in_specs)
@@ -171,7 +184,8 @@ def trace_to_module(
             main = func.FuncOp("main", ir.FunctionType.get(in_types, []))
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
         block = main.add_entry_block()
-        scope = push_scope(name)
+        emitted = Emitted()
+        scope = push_scope(name, emitted)
         try:
             with ir.InsertionPoint(block):
                 args = [
@@ -200,4 +214,5 @@ def trace_to_module(
                 module=module,
                 stage="invalid-traced",
             ) from e
-        return module, out_tree, specs
+        facts = TRACER_FACTS if emitted.chlo else TRACER_FACTS | {NO_CHLO}
+        return module, out_tree, specs, facts

@@ -24,22 +24,31 @@ IDEMPOTENT = frozenset(
 
 
 # What a front end may know of its module ("facts"), and the passes that then do nothing:
-# aotkit's tracer writes one function (@main, control flow in regions) of static shapes.
+# aotkit's tracer writes one function (@main, control flow in regions) of static shapes, and
+# knows whether it wrote a CHLO op.
 ONE_FUNCTION = "one function"
 STATIC_SHAPES = "static shapes"
+NO_CHLO = "no CHLO op"
 TRACER_FACTS = frozenset({ONE_FUNCTION, STATIC_SHAPES})
 _NOOP_GIVEN = {
     "aotkit-inline": ONE_FUNCTION,
     "symbol-dce": ONE_FUNCTION,
     "stablehlo-refine-shapes": STATIC_SHAPES,
+    "chlo-legalize-to-stablehlo": NO_CHLO,
 }
-# Passes that keep the facts true (they add no function, call or dynamic shape); any other
-# step makes the runner forget them.
-_KEEP_FACTS = frozenset(_NOOP_GIVEN) | frozenset(
-    "canonicalize cse chlo-legalize-to-stablehlo stablehlo-legalize-deprecated-ops "
-    "strip-debuginfo aotkit-simplify aotkit-algebraic-simplify aotkit-fold-constants "
-    "aotkit-dce".split()
-)
+# The facts each pass keeps true (they add no function, call, dynamic shape or CHLO op); any
+# other step makes the runner forget them all.
+_ALL_FACTS = frozenset({ONE_FUNCTION, STATIC_SHAPES, NO_CHLO})
+_KEEPS = {
+    **dict.fromkeys(
+        [*_NOOP_GIVEN]
+        + "canonicalize cse strip-debuginfo aotkit-simplify aotkit-algebraic-simplify "
+        "aotkit-fold-constants aotkit-dce".split(),
+        _ALL_FACTS,
+    ),
+    # It rewrites ops StableHLO deprecates, into what this jaxlib may say: not known CHLO-free.
+    "stablehlo-legalize-deprecated-ops": frozenset({ONE_FUNCTION, STATIC_SHAPES}),
+}
 
 
 def format_timing(timings: list[tuple[str, float]], *, name: str, pipeline: str) -> str:
@@ -94,8 +103,7 @@ def run_pipeline(
             elif _NOOP_GIVEN.get(step.label) in facts:
                 timings.append((f"{step.label} (skipped: {_NOOP_GIVEN[step.label]})", 0.0))
             else:
-                if step.label not in _KEEP_FACTS:
-                    facts = frozenset()
+                facts &= _KEEPS.get(step.label, frozenset())
                 if _run_step(lc, step, module, name=name, pipeline=pipeline, dumper=dumper):
                     changes += 1
                 if step.label in IDEMPOTENT:

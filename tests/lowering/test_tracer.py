@@ -108,6 +108,48 @@ def test_locations_point_at_user_lines():
     assert "loc(" not in aotkit.lower(f, F32).as_text()
 
 
+def _op_lines(lowered) -> dict[str, set[int]]:
+    """The source lines of each kind of op in `@main`, read from the ops' locations."""
+    lines: dict[str, set[int]] = {}
+    module = lowered.module  # a copy: held while its ops are read
+    main = module.body.operations[0]
+    for op in main.regions[0].blocks[0].operations:
+        found = re.search(r":(\d+):\d+\)$", str(op.location))
+        lines.setdefault(op.operation.name, set()).add(int(found.group(1)) if found else -1)
+    return lines
+
+
+def test_every_op_is_located_at_its_user_line():
+    # One op kind per line, through each path to an op: operators bound to aotkit.numpy
+    # (forward, reflected, comparison), ops that are one StableHLO op (unary, binary,
+    # convert, reshape, select), rules with attributes, and constants.
+    def f(x, y):
+        a = x + y
+        b = 2.0 * a
+        c = anp.tanh(b)
+        d = c.astype(np.float64)
+        e = anp.reshape(d, (3, 2))
+        g = e > 0.5
+        h = anp.where(g, e, 1.5)
+        return anp.transpose(h)
+
+    lowered = aotkit.lower(f, aotkit.spec("f32[2,3]"), aotkit.spec("f32[2,3]"), pipeline="none")
+    first = f.__code__.co_firstlineno
+    expected = {
+        "stablehlo.add": {first + 1},
+        "stablehlo.multiply": {first + 2},
+        "stablehlo.tanh": {first + 3},
+        "stablehlo.convert": {first + 4},
+        "stablehlo.reshape": {first + 5},
+        "stablehlo.compare": {first + 6},
+        "stablehlo.select": {first + 7},
+        "stablehlo.transpose": {first + 8},
+        "stablehlo.constant": {first + 2, first + 6, first + 7},
+        "func.return": {-1},
+    }
+    assert _op_lines(lowered) == expected
+
+
 def test_concrete_arguments_give_specs():
     lowered = aotkit.lower(lambda a, b, c: a + b + c, np.zeros((2,), np.int8), 3, 2.5)
     # Python scalars are weakly typed 32-bit arguments that promote as Python scalars do:

@@ -35,6 +35,7 @@ from aotkit.lowering.core import (
 from aotkit.lowering.hlo import (
     _host_array,
     broadcast_shapes,
+    broadcast_to_shape,
     cast,
     reshape_to,
     stack,
@@ -356,9 +357,12 @@ def ufunc(np_ufunc: np.ufunc, *names: str, static=None):
                             None if out is None else (out, primitive and primitive(out))
                         )
                     if loop is not None:
-                        if not same_shape:
-                            shape = broadcast_shapes(op, _shape_of(a), _shape_of(b))
-                            args = (to_operand(op, a, d, shape), to_operand(op, b, d, shape))
+                        if scalar is not None:
+                            c = to_operand(op, scalar, d, t.shape)
+                            args = (c, t) if scalar is a else (t, c)
+                        elif not same_shape:
+                            shape = broadcast_shapes(op, a.shape, b.shape)
+                            args = (broadcast_to_shape(a, shape), broadcast_to_shape(b, shape))
                         if loop[1] is not None:
                             result = bind(loop[1], *args)[0]
                         else:

@@ -11,6 +11,7 @@ boolean products are logical (any of ands).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -49,10 +50,16 @@ LINALG_FUNCTIONS: dict[str, Callable] = {}
 
 
 def _dot_shape(a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
-    batch = tuple(a[0][i] for i in lhs_batch)
-    lhs_free = tuple(d for i, d in enumerate(a[0]) if i not in lhs_batch and i not in lhs_contract)
-    rhs_free = tuple(d for i, d in enumerate(b[0]) if i not in rhs_batch and i not in rhs_contract)
-    return [(batch + lhs_free + rhs_free, a[1])]
+    shape = _dot_dims(a[0], b[0], lhs_batch, rhs_batch, lhs_contract, rhs_contract)
+    return [(shape, a[1])]
+
+
+@functools.lru_cache(maxsize=1024)  # a model repeats a few products many times
+def _dot_dims(a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract) -> tuple[int, ...]:
+    batch = tuple(a[i] for i in lhs_batch)
+    lhs_free = tuple(d for i, d in enumerate(a) if i not in lhs_batch and i not in lhs_contract)
+    rhs_free = tuple(d for i, d in enumerate(b) if i not in rhs_batch and i not in rhs_contract)
+    return batch + lhs_free + rhs_free
 
 
 def _dot_attrs(*, lhs_batch, rhs_batch, lhs_contract, rhs_contract) -> dict:
@@ -103,8 +110,6 @@ def dot_general(
 
 
 def _promoted(op: str, *xs, dtype=None) -> list[Tracer]:
-    if dtype is None and all(type(x) is Tracer for x in xs) and len({x.dtype for x in xs}) == 1:
-        return list(xs)  # the common case: nothing to convert
     ts = [asarray(x) for x in xs]
     if dtype is not None:
         dt = dtypes.canonicalize(dtype, where=where(op))
@@ -124,7 +129,10 @@ def _conj(x: Tracer) -> Tracer:
 @export("matmul")
 def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", subok=True):
     no_out("matmul", out)
-    a, b = _promoted("matmul", x1, x2, dtype=dtype)
+    if dtype is None and type(x1) is Tracer and type(x2) is Tracer and x1.dtype is x2.dtype:
+        a, b = x1, x2  # the common case: nothing to convert
+    else:
+        a, b = _promoted("matmul", x1, x2, dtype=dtype)
     for i, t in enumerate((a, b)):
         if t.ndim == 0:
             raise ValueError(

@@ -188,11 +188,13 @@ class _Rewriter:
             if needs_const:
                 if has_const is None:
                     constants = self.constants
+                    has_const = False
                     if constants:
                         operands = tuple(op.operands)
-                        has_const = any(v in constants for v in operands)
-                    else:
-                        has_const = False
+                        for v in operands:  # a loop: a generator costs more than the test
+                            if v in constants:
+                                has_const = True
+                                break
                 if not has_const:
                     continue
             if operands is None:
@@ -305,11 +307,15 @@ def _ints(attr: ir.Attribute) -> list[int]:
 
 
 def _iota(values) -> bool:
-    return all(v == i for i, v in enumerate(values))
+    """Whether `values` (a sequence, or a `DenseI64ArrayAttr` read by index) is 0, 1, ..."""
+    for i in range(len(values)):
+        if values[i] != i:
+            return False
+    return True
 
 
 def _noop_broadcast(rw: _Rewriter, op: ir.Operation, operands):
-    if not _iota(_ints(op.attributes["broadcast_dimensions"])):
+    if not _iota(op.attributes["broadcast_dimensions"]):
         return None
     return _same_type(operands[0], op)
 
@@ -321,7 +327,7 @@ def _noop_transpose(rw: _Rewriter, op: ir.Operation, operands):
         return _same_type(x, op)
     inner = rw.transposed.get(x)
     # Result dim i is x's dim inner[outer[i]]: the pair cancels when that is always i.
-    if inner is not None and _iota(inner[1][i] for i in outer):
+    if inner is not None and _iota([inner[1][i] for i in outer]):
         return _same_type(inner[0], op)
     rw.transposed[op.results[0]] = (x, outer)
     return None

@@ -1,10 +1,13 @@
 """Trace+lower time: aotkit against `jax.jit(f).lower()` on the same programs, in one run.
 
-    python benchmarks/lowering.py [--repeat 5]
+    python benchmarks/lowering.py [--repeat 9] [--min-time 0.5]
 
-Programs: a 5,000-op elementwise chain and a 32-layer MLP. Each cell is the best of
-`--repeat` runs (fresh Python function each time, so no cache can help either side), with
-aotkit's and JAX's runs interleaved so both see the same machine load.
+Programs: a 5,000-op elementwise chain and a 32-layer MLP. Each cell is the best of its
+runs (fresh Python function each time, so no cache can help either side), with aotkit's
+and JAX's runs interleaved so both see the same machine load. Every variant runs the same
+number of rounds: `--repeat`, or more for a small program, enough that the slowest variant
+runs `--min-time` seconds in all (as `timeit`'s autorange does; a 1 ms lowering needs more
+than 9 tries for its best to settle).
 Prints microseconds per op (StableHLO ops in aotkit's module) and the ratios JAX / aotkit
 with no pipeline and with the default pipeline included. The "pipeline ms" column is the
 default pass pipeline alone, run on the traced module; the per-pass breakdown for each
@@ -14,6 +17,7 @@ program follows the table.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import jax
@@ -56,10 +60,20 @@ def make_mlp(np_mod):
     return mlp
 
 
-def best_of(variants: dict, repeat: int) -> dict[str, float]:
+def rounds_for(variants: dict, repeat: int, min_time: float) -> int:
+    """`repeat`, or more rounds when the slowest variant's first run says they are cheap."""
+    slowest = 0.0
+    for fn in variants.values():
+        t0 = time.perf_counter()
+        fn()
+        slowest = max(slowest, time.perf_counter() - t0)
+    return max(repeat, math.ceil(min_time / slowest))
+
+
+def best_of(variants: dict, rounds: int) -> dict[str, float]:
     """Best time of each variant; rounds are interleaved so all see the same machine load."""
     best = dict.fromkeys(variants, float("inf"))
-    for _ in range(repeat):
+    for _ in range(rounds):
         for name, fn in variants.items():
             t0 = time.perf_counter()
             fn()
@@ -73,7 +87,10 @@ def count_ops(text: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--repeat", type=int, default=9, help="fewest rounds")
+    parser.add_argument(
+        "--min-time", type=float, default=0.5, help="seconds the slowest variant runs in all"
+    )
     args = parser.parse_args()
 
     f32 = aotkit.spec("f32[128]")
@@ -98,7 +115,7 @@ def main() -> None:
     ]
     pipelines = ["none", "default"]
     header = (
-        f"{'program':<20} {'ops':>6} "
+        f"{'program':<20} {'ops':>6} {'rounds':>6} "
         + " ".join(f"{'aotkit ' + p + ' ms':>18}" for p in pipelines)
         + f" {'pipeline ms':>12} {'jax ms':>10} {'aotkit us/op':>13} {'jax us/op':>10}"
     )
@@ -117,17 +134,18 @@ def main() -> None:
             for p in pipelines
         }
         variants["jax"] = lambda make=make, j_args=j_args: jax.jit(make(jnp)).lower(*j_args)
-        times = best_of(variants, args.repeat)
+        rounds = rounds_for(variants, args.repeat, args.min_time)
+        times = best_of(variants, rounds)
         t_jax = times["jax"]
         n_ops = count_ops(aotkit.lower(make(anp), *a_args, autograph=False).as_text())
-        t_pipe, per_pass = pipeline_only(make, a_args, args.repeat)
+        t_pipe, per_pass = pipeline_only(make, a_args, rounds)
         breakdowns.append((name, per_pass))
         t_aot = times["none"]
         print(
-            f"{name:<20} {n_ops:>6} "
-            + " ".join(f"{times[p] * 1e3:>18.1f}" for p in pipelines)
-            + f" {t_pipe * 1e3:>12.1f}"
-            + f" {t_jax * 1e3:>10.1f} {t_aot / n_ops * 1e6:>13.2f} {t_jax / n_ops * 1e6:>10.2f}"
+            f"{name:<20} {n_ops:>6} {rounds:>6} "
+            + " ".join(f"{times[p] * 1e3:>18.2f}" for p in pipelines)
+            + f" {t_pipe * 1e3:>12.2f}"
+            + f" {t_jax * 1e3:>10.2f} {t_aot / n_ops * 1e6:>13.2f} {t_jax / n_ops * 1e6:>10.2f}"
             f" {t_jax / t_aot:>8.1f}x {t_jax / times['default']:>11.1f}x"
         )
     for name, per_pass in breakdowns:

@@ -1189,3 +1189,101 @@ def test_random_identity_chains_keep_their_results(steps, dtype):
     x = INPUTS[dtype]
     (none, default), _ = _both(program, x)
     _assert_identical(none, default)
+
+
+# --- "nothing to simplify": what the tracer vouches for ---------------------------------------
+
+M44 = aotkit.spec("f32[4,4]")
+V = aotkit.spec("f32[4]")
+# Programs whose traced module aotkit-simplify may or may not rewrite: each kind of rule
+# (identities with constants, folds, no-op layout ops, double negation, transposes), and
+# programs it has nothing to do on.
+SIMPLIFY_CORPUS = {
+    "chain": (lambda x, y: anp.tanh(anp.sin(x) * y + x), (V, V)),
+    "mlp layer": (lambda x, w, b: anp.maximum(x @ w + b, 0.0), (M44, M44, V)),
+    "times one": (lambda x: x * 1.0, (V,)),
+    "plus zero": (lambda x: 0 + x, (V,)),
+    "minus zero": (lambda x: x - 0.0, (V,)),
+    "double negation": (lambda x: anp.negative(anp.negative(x)), (V,)),
+    "one negation": (lambda x: -x + 1.0, (V,)),
+    "transpose twice": (lambda x: x.T.T, (M44,)),
+    "transpose once": (lambda x: x.T @ x, (M44,)),
+    "folded constants": (lambda x: x + np.float32(2.0) * anp.ones(4, np.float32), (V,)),
+    "constant compare": (lambda x: anp.where(anp.ones(4) > 0, x, 0.0), (V,)),
+    "convert": (lambda x: x.astype(np.int32) + 1, (V,)),
+    "broadcast": (lambda x, y: x + y, (M44, V)),
+    "reshape": (lambda x: anp.reshape(x, (2, 2)) * 2.0, (V,)),
+    "reduction": (lambda x: anp.sum(x * 1.0), (V,)),
+    "branch": (lambda x: aotkit.cond(x[0] > 0, lambda v: v * 1.0, lambda v: v, x), (V,)),
+    "python output": (lambda x: (x, 2.0), (V,)),
+    "select": (lambda x, y: anp.where(x > y, x, y), (V, V)),
+}
+
+
+@pytest.mark.parametrize("name", list(SIMPLIFY_CORPUS))
+def test_nothing_to_simplify_is_vouched_for_only_where_simplify_changes_nothing(name):
+    fn, specs = SIMPLIFY_CORPUS[name]
+    traced = aotkit.jit(fn, autograph=False).trace(*specs)
+    with ir_context():
+        module = ir.Module.parse(traced.as_text())
+        # As the default pipeline runs it: after canonicalize and cse.
+        passes.run_pipeline(module, "builtin.module(canonicalize,cse)", name="t")
+        before = str(module)
+        changed = passes.python_passes.simplify(module)
+        assert changed == (str(module) != before)
+    if passes.NOTHING_TO_SIMPLIFY in traced.facts:
+        assert not changed, f"{name}: the tracer vouched for a module aotkit-simplify changes"
+
+
+def test_the_tracer_vouches_for_plain_programs_and_not_for_the_others():
+    vouched = {
+        name
+        for name, (fn, specs) in SIMPLIFY_CORPUS.items()
+        if passes.NOTHING_TO_SIMPLIFY in aotkit.jit(fn, autograph=False).trace(*specs).facts
+    }
+    # Elementwise ops, products and broadcasts it vouches for; a candidate op, a lowering
+    # rule of its own (a reduction) or a region (a branch) it does not.
+    assert vouched == {"chain", "mlp layer", "broadcast", "python output", "select"}
+
+
+def test_a_module_with_nothing_to_simplify_skips_the_sweep():
+    traced = aotkit.jit(SIMPLIFY_CORPUS["chain"][0]).trace(V, V)
+    with ir_context():
+        module = ir.Module.parse(traced.as_text())
+        labels = [
+            label
+            for label, _ in passes.run_pipeline(module, "default", name="t", facts=traced.facts)
+        ]
+    assert "aotkit-simplify (skipped: nothing to simplify)" in labels
+
+
+def test_canonicalize_and_cse_fold_no_stablehlo_op():
+    # The runner keeps "nothing to simplify" across canonicalize and cse: they must not turn
+    # ops into constants or identities aotkit-simplify would then rewrite.
+    text = _module(
+        "%c1 = stablehlo.constant dense<1.0> : tensor<4xf32>\n"
+        "%c2 = stablehlo.constant dense<2.0> : tensor<4xf32>\n"
+        "%a = stablehlo.add %c1, %c2 : tensor<4xf32>\n"
+        "%r = stablehlo.reshape %a : (tensor<4xf32>) -> tensor<4xf32>\n"
+        "%n = stablehlo.negate %r : tensor<4xf32>\n"
+        "%nn = stablehlo.negate %n : tensor<4xf32>\n"
+        "%b = stablehlo.broadcast_in_dim %nn, dims = [0] : (tensor<4xf32>) -> tensor<4xf32>\n"
+        "%t = stablehlo.transpose %b, dims = [0] : (tensor<4xf32>) -> tensor<4xf32>\n"
+        "%m = stablehlo.multiply %t, %c1 : tensor<4xf32>\n"
+        "%s = stablehlo.maximum %m, %x : tensor<4xf32>\n"
+        f"return %s : {V4}"
+    )
+    assert _run("builtin.module(canonicalize,cse)", text) == _canon(text)
+
+
+def test_the_tracer_knows_every_rule_of_the_sweep():
+    # A rule added to aotkit-simplify must be known to the tracer's test, or the tracer
+    # could vouch for a module the sweep would change.
+    from aotkit.lowering import core
+    from aotkit.passes import python_passes
+
+    no_constant = {
+        n for n, rules in python_passes._IDENTITIES.items() if not all(c for _, c in rules)
+    }
+    assert set(core._SIMPLIFY_IF) == no_constant
+    assert set(core._SIMPLIFY_WITH_CONSTANTS) == set(python_passes._SIMPLIFY)

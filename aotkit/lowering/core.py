@@ -19,6 +19,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import _context, dtypes
+from aotkit.passes import python_passes
 
 Aval = tuple  # (shape: tuple[int, ...], dtype: np.dtype), kept a plain tuple for speed
 
@@ -91,12 +92,27 @@ def where(op: str) -> str:
 
 
 class Emitted:
-    """What the trace of one module emitted that its pass pipeline may skip work for."""
+    """What the trace of one module emitted that its pass pipeline may skip work for.
 
-    __slots__ = ("chlo",)
+    `bind` vouches for each op it creates itself (`register_direct`) and `_constant_op` for
+    each constant: `ops` counts them, `constants` holds the constants' values, and
+    `simplify` is set when one of them may give `aotkit-simplify` work. Any other way an op
+    is made (a lowering rule, a control-flow body) makes the module `opaque`.
+    """
+
+    __slots__ = ("chlo", "ops", "constants", "simplify", "opaque")
 
     def __init__(self):
         self.chlo = False  # a CHLO op (`chlo-legalize-to-stablehlo` has work to do)
+        self.ops = 0
+        self.constants: set[ir.Value] = set()
+        self.simplify = False
+        self.opaque = False
+
+    def nothing_to_simplify(self, block: ir.Block) -> bool:
+        """Whether every op of `block` (the module's one block, and its return) was vouched
+        for, none of them a candidate for `aotkit-simplify`."""
+        return not (self.opaque or self.simplify) and len(block.operations) == self.ops + 1
 
 
 class Scope:
@@ -150,7 +166,10 @@ def current_scope() -> Scope:
 def push_scope(name: str, emitted: Emitted | None = None) -> Scope:
     """Opens a scope: a new module's with `emitted`, else a region of the current module."""
     scopes = _scopes()
-    s = Scope(name, emitted if emitted is not None else scopes[-1].emitted)
+    if emitted is None:
+        emitted = scopes[-1].emitted
+        emitted.opaque = True  # a region: its ops are not in the module's block
+    s = Scope(name, emitted)
     scopes.append(s)
     return s
 
@@ -389,9 +408,20 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
             attributes=attributes(**params) if attributes is not None else None,
             loc=user_location(),
         ).result
+        emitted = scope.emitted
+        emitted.ops += 1
         if entry[4]:
-            scope.emitted.chlo = True
+            emitted.chlo = True
+        if not emitted.simplify:
+            if emitted.constants and hlo in _SIMPLIFY_WITH_CONSTANTS:
+                emitted.simplify = _constant_operands(
+                    values, emitted.constants, _SIMPLIFY_WITH_CONSTANTS[hlo]
+                )
+            check = _SIMPLIFY_IF.get(hlo)
+            if check is not None and check(avals_in[0], avals_out[0], params):
+                emitted.simplify = True
         return [Tracer(result, shape, dtype, scope)]
+    scope.emitted.opaque = True
     with user_location():
         results = entry[1](RuleContext(op, avals_in, avals_out), *values, **params)
     if len(avals_out) == 1:
@@ -399,6 +429,27 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
         shape, dtype = avals_out[0]
         return [Tracer(results[0], shape, dtype, scope)]
     return [Tracer(v, a[0], a[1], scope) for v, a in zip(results, avals_out)]  # noqa: B905
+
+
+# When an op `bind` creates may give `aotkit-simplify` work (aotkit/passes/python_passes.py
+# has the rules): by op name, the operands that must be constants ("any" or "all") ...
+_SIMPLIFY_WITH_CONSTANTS = dict(python_passes.CONSTANT_OPERANDS)
+# ... or, for rules that need none, a test of (operand aval, result aval, params).
+_SIMPLIFY_IF: dict[str, Callable[[Aval, Aval, dict], bool]] = {
+    "stablehlo.negate": lambda a, out, p: True,  # -(-x): the operand's op is not known here
+    "stablehlo.transpose": lambda a, out, p: True,  # an identity, or a transpose's inverse
+    "stablehlo.convert": lambda a, out, p: a == out,
+    "stablehlo.reshape": lambda a, out, p: a == out,
+    "stablehlo.broadcast_in_dim": lambda a, out, p: (
+        a == out and tuple(p["dims"]) == tuple(range(len(a[0])))
+    ),
+}
+
+
+def _constant_operands(values: list, constants: set, need: str) -> bool:
+    if need == "any":
+        return any(v in constants for v in values)
+    return all(v in constants for v in values)
 
 
 def bind1(op: str, *operands: Tracer, **params) -> Tracer:
@@ -436,9 +487,13 @@ def _build_splat(one: np.ndarray, shape, dtype: np.dtype) -> ir.DenseElementsAtt
 
 
 def _constant_op(attr: ir.DenseElementsAttr) -> ir.Value:
-    return ir.Operation.create(
+    value = ir.Operation.create(
         "stablehlo.constant", results=[attr.type], attributes={"value": attr}
     ).result
+    emitted = _tls.scopes[-1].emitted
+    emitted.ops += 1
+    emitted.constants.add(value)
+    return value
 
 
 def _dense_attr(x: np.ndarray) -> ir.DenseElementsAttr:

@@ -28,7 +28,7 @@ from aotkit.lowering.core import (
     pop_scope,
     push_scope,
 )
-from aotkit.passes.runner import NO_CHLO, TRACER_FACTS
+from aotkit.passes.runner import NO_CHLO, NOTHING_TO_SIMPLIFY, TRACER_FACTS
 from aotkit.specs import ShapeDtype
 from aotkit.traced import Traced
 
@@ -215,4 +215,7 @@ def trace_to_module(
                 stage="invalid-traced",
             ) from e
         facts = TRACER_FACTS if emitted.chlo else TRACER_FACTS | {NO_CHLO}
+        if emitted.nothing_to_simplify(block):
+            facts |= {NOTHING_TO_SIMPLIFY}
+        emitted.constants.clear()  # a tracer kept by the user must not keep these alive
         return module, out_tree, specs, facts

@@ -33,11 +33,20 @@ from aotkit.passes.python_passes import (
     remove_dead_ops,
     simplify,
 )
-from aotkit.passes.runner import TRACER_FACTS, format_timing, run_pipeline, verify_result
+from aotkit.passes.runner import (
+    NO_CHLO,
+    NOTHING_TO_SIMPLIFY,
+    TRACER_FACTS,
+    format_timing,
+    run_pipeline,
+    verify_result,
+)
 
 __all__ = [
     "FOLD_LIMIT",
     "NAMED_PIPELINES",
+    "NOTHING_TO_SIMPLIFY",
+    "NO_CHLO",
     "PYTHON_PASSES",
     "PythonPass",
     "TRACER_FACTS",

@@ -474,6 +474,16 @@ _FOLDS: dict[str, tuple] = {
 }
 
 
+# For the tracer (`aotkit.lowering.core.bind`), which tells the runner when this sweep has
+# nothing to do: the ops whose rules need constant operands, and which: "any" (an identity
+# such as x + 0 needs one) or "all" (a fold). The rules that need no constant are the keys
+# of `_IDENTITIES` not listed here; the tracer tests those by shapes and dtypes.
+CONSTANT_OPERANDS: dict[str, str] = {
+    **{name: "all" for name in _FOLDS},
+    **{name: "any" for name, rules in _IDENTITIES.items() if all(c for _, c in rules)},
+}
+
+
 def _merge(*tables: dict[str, tuple]) -> dict[str, tuple]:
     merged: dict[str, tuple] = {}
     for table in tables:

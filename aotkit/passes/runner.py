@@ -25,20 +25,28 @@ IDEMPOTENT = frozenset(
 
 # What a front end may know of its module ("facts"), and the passes that then do nothing:
 # aotkit's tracer writes one function (@main, control flow in regions) of static shapes, and
-# knows whether it wrote a CHLO op.
+# knows whether it wrote a CHLO op, and, for a module of one block whose every op it
+# vouches for, whether `aotkit-simplify` has anything to rewrite.
 ONE_FUNCTION = "one function"
 STATIC_SHAPES = "static shapes"
 NO_CHLO = "no CHLO op"
+NOTHING_TO_SIMPLIFY = "nothing to simplify"
 TRACER_FACTS = frozenset({ONE_FUNCTION, STATIC_SHAPES})
 _NOOP_GIVEN = {
     "aotkit-inline": ONE_FUNCTION,
     "symbol-dce": ONE_FUNCTION,
     "stablehlo-refine-shapes": STATIC_SHAPES,
     "chlo-legalize-to-stablehlo": NO_CHLO,
+    "aotkit-simplify": NOTHING_TO_SIMPLIFY,
+    "aotkit-algebraic-simplify": NOTHING_TO_SIMPLIFY,
+    "aotkit-fold-constants": NOTHING_TO_SIMPLIFY,
 }
-# The facts each pass keeps true (they add no function, call, dynamic shape or CHLO op); any
-# other step makes the runner forget them all.
-_ALL_FACTS = frozenset({ONE_FUNCTION, STATIC_SHAPES, NO_CHLO})
+# The facts each pass keeps true; any other step makes the runner forget them all. None of
+# these adds a function, call, dynamic shape or CHLO op, and those that keep "nothing to
+# simplify" only remove ops or merge equal ones (jaxlib's StableHLO ops have no folders or
+# canonicalization patterns: tests/test_passes.py checks that canonicalize changes none).
+_ALL_FACTS = frozenset({ONE_FUNCTION, STATIC_SHAPES, NO_CHLO, NOTHING_TO_SIMPLIFY})
+_WITHOUT_SIMPLIFY = frozenset({ONE_FUNCTION, STATIC_SHAPES, NO_CHLO})
 _KEEPS = {
     **dict.fromkeys(
         [*_NOOP_GIVEN]
@@ -46,6 +54,9 @@ _KEEPS = {
         "aotkit-fold-constants aotkit-dce".split(),
         _ALL_FACTS,
     ),
+    # These make new ops (legalized CHLO, refined shapes folded), which may be simplified.
+    "chlo-legalize-to-stablehlo": _WITHOUT_SIMPLIFY,
+    "stablehlo-refine-shapes": _WITHOUT_SIMPLIFY,
     # It rewrites ops StableHLO deprecates, into what this jaxlib may say: not known CHLO-free.
     "stablehlo-legalize-deprecated-ops": frozenset({ONE_FUNCTION, STATIC_SHAPES}),
 }

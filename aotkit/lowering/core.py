@@ -433,7 +433,7 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
 
 # When an op `bind` creates may give `aotkit-simplify` work (aotkit/passes/python_passes.py
 # has the rules): by op name, the operands that must be constants ("any" or "all") ...
-_SIMPLIFY_WITH_CONSTANTS = dict(python_passes.CONSTANT_OPERANDS)
+_SIMPLIFY_WITH_CONSTANTS = python_passes.CONSTANT_OPERANDS
 # ... or, for rules that need none, a test of (operand aval, result aval, params).
 _SIMPLIFY_IF: dict[str, Callable[[Aval, Aval, dict], bool]] = {
     "stablehlo.negate": lambda a, out, p: True,  # -(-x): the operand's op is not known here

@@ -57,7 +57,7 @@ def _check_keywords(qualname: str, fn: Callable, kwargs: dict) -> None:
 def _missing(qualname: str) -> NotImplementedError:
     return NotImplementedError(
         f"{where('numpy.' + qualname)}: aotkit.numpy has no {qualname!r}, so numpy.{qualname} "
-        "cannot run on a traced array; see docs/coverage.md for what is supported"
+        "cannot run on a traced array; print(aotkit.numpy.coverage()) lists what is supported"
     )
 
 

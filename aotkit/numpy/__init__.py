@@ -18,6 +18,7 @@ from aotkit.lowering.core import NUMPY_FUNCTIONS as _FUNCTIONS
 _lowering.load_families()
 globals().update(_FUNCTIONS)
 from aotkit.numpy import linalg as linalg  # noqa: E402  (needs the families loaded above)
+from aotkit.numpy._coverage import coverage  # noqa: E402
 
 # Dtypes and constants, as NumPy spells them.
 bool_ = _np.bool_
@@ -32,7 +33,7 @@ newaxis = None
 
 def __getattr__(name: str):
     raise AttributeError(
-        f"aotkit.numpy has no {name!r}; see the coverage table in README.md for what is supported"
+        f"aotkit.numpy has no {name!r}; print(aotkit.numpy.coverage()) lists what is supported"
     )
 
 
@@ -40,4 +41,4 @@ def __dir__():
     return sorted(set(globals()) | set(_FUNCTIONS))
 
 
-__all__ = sorted(_FUNCTIONS) + ["bfloat16"]
+__all__ = sorted(_FUNCTIONS) + ["bfloat16", "coverage"]

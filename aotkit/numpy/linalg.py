@@ -15,7 +15,7 @@ globals().update(_FUNCTIONS)
 def __getattr__(name: str):
     raise AttributeError(
         f"aotkit.numpy.linalg has no {name!r}; supported: {', '.join(sorted(_FUNCTIONS))} "
-        "(see docs/coverage.md)"
+        "(print(aotkit.numpy.coverage()) lists every supported function)"
     )
 
 

@@ -15,7 +15,7 @@ gradients all-reduced by XLA's partitioner. Variants:
 answers; sharded programs skip aotkit's persistent cache and JAX's is off). "step" is the
 time per call in a loop that feeds the returned parameters back in (sharded jax.Arrays, the
 batch already placed), waiting for each step's result before the next (pipelined steps
-deadlock on jaxlib 0.10.2's CPU client, see the README's Sharding section); "step, NumPy
+deadlock on jaxlib 0.10.2's CPU client, see docs/sharding.md); "step, NumPy
 batch" passes the batch as a NumPy array each call (placed by its sharding). Rounds are
 interleaved; best and median round shown. On a machine with few cores more devices means
 less speed, not more: the point here is aotkit's overhead relative to JAX on the same
@@ -81,7 +81,7 @@ def step_seconds(step, placed, x_host, steps: int, numpy_batch: bool) -> float:
     for _ in range(steps):
         params, loss = step(params, x, y)
         # Each step waits for the last: on jaxlib 0.10.2's CPU client, pipelined SPMD steps
-        # with collectives deadlock (see the README), in JAX as in aotkit.
+        # with collectives deadlock (see docs/sharding.md), in JAX as in aotkit.
         loss.block_until_ready()
     return (time.perf_counter() - start) / steps
 

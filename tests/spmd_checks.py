@@ -7,7 +7,7 @@ function compiled for one device (no shardings), and `jax.jit` of the same progr
 same shardings. A check raises (an assertion, or pytest.raises not matching) on failure.
 
 Checks wait for each SPMD execution before starting the next: jaxlib 0.10.2's CPU client can
-deadlock (and abort after 40 s) on back-to-back executions with collectives (README,
+deadlock (and abort after 40 s) on back-to-back executions with collectives (docs/sharding.md,
 Sharding), with jax.jit as with aotkit.
 """
 
@@ -98,7 +98,7 @@ def check_data_parallel_mlp_step_equals_one_device_and_jax():
     sharded = aotkit.jit(step, in_shardings=ins, out_shardings=outs)
     compiled = sharded.lower(params, x, y).compile()
     assert "all-reduce" in compiled.as_text()  # the gradients, summed over the batch shards
-    got = jax.block_until_ready(compiled(params, x, y))  # one SPMD step at a time (README)
+    got = jax.block_until_ready(compiled(params, x, y))  # one SPMD step at a time (see docs)
     _close(got, aotkit.jit(step)(params, x, y))
     want = jax.jit(functools.partial(mlp_step, jnp), in_shardings=ins, out_shardings=outs)(
         params, x, y
@@ -111,7 +111,7 @@ def check_data_parallel_mlp_step_equals_one_device_and_jax():
     for _ in range(3):
         p_sharded, loss = sharded(p_sharded, x, y)
         # Waits for each step: jaxlib 0.10.2's CPU client can deadlock on pipelined SPMD
-        # steps with collectives (README, Sharding), in JAX as in aotkit.
+        # steps with collectives (docs/sharding.md), in JAX as in aotkit.
         loss.block_until_ready()
         p_one, loss_one = aotkit.jit(step)(p_one, x, y)
     _close((p_sharded, loss), (p_one, loss_one), rtol=1e-4)
@@ -126,7 +126,7 @@ def check_data_parallel_step_from_the_jax_front_end():
     assert '#sdy.sharding<@mesh, [{"data"}, {}]>' in lowered.as_text()
     compiled = lowered.compile()
     assert "all-reduce" in compiled.as_text()
-    got = jax.block_until_ready(compiled(params, x, y))  # one SPMD step at a time (README)
+    got = jax.block_until_ready(compiled(params, x, y))  # one SPMD step at a time (see docs)
     _close(got, jax.jit(jax_grad_step, in_shardings=ins, out_shardings=outs)(params, x, y))
     _close(got, aotkit.jit(jax_grad_step, frontend="jax")(params, x, y))
 
@@ -156,7 +156,7 @@ def check_tensor_parallel_matmul_equals_one_device_and_jax():
     assert re.search(r"all-reduce|reduce-scatter", compiled.as_text())
     # Each device holds a 16x8 block of w1 and an 8x12 block of w2, not the whole weights.
     assert "f32[16,8]" in compiled.as_text() and "f32[8,12]" in compiled.as_text()
-    got = jax.block_until_ready(compiled(x, w1, w2))  # one SPMD step at a time (README)
+    got = jax.block_until_ready(compiled(x, w1, w2))  # one SPMD step at a time (see docs)
     assert got.sharding == out
     _close(got, aotkit.jit(functools.partial(two_layers, anp))(x, w1, w2), rtol=1e-4)
     want = jax.jit(functools.partial(two_layers, jnp), in_shardings=ins, out_shardings=out)
@@ -381,7 +381,7 @@ def check_sharded_jax_export_loads_and_runs():
     compiled = lowered.compile()
     assert [d.id for d in compiled.partitioning.devices] == list(range(8))
     assert compiled.in_shardings[0][0].spec == P("data", None)
-    got = jax.block_until_ready(compiled(x, w1, w2))  # one SPMD step at a time (README)
+    got = jax.block_until_ready(compiled(x, w1, w2))  # one SPMD step at a time (see docs)
     _close(got, fn(x, w1, w2))
 
 

@@ -37,7 +37,7 @@ def main(process_id: int, port: int, out_dir: str) -> int:
     assert "all-reduce" in compiled.as_text()
     for _ in range(3):  # NumPy in (every process passes the whole batch), sharded arrays back in
         params, loss = compiled(params, x, y)
-        loss.block_until_ready()  # pipelined SPMD steps can deadlock on the CPU (README)
+        loss.block_until_ready()  # pipelined SPMD steps can deadlock on the CPU (docs/sharding.md)
     # This process holds the rows of the batch its 4 devices hold, nothing else.
     batch = jax.device_put(x, ins[1])
     rows = sorted(s.index[0].start for s in batch.addressable_shards)

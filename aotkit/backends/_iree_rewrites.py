@@ -14,7 +14,7 @@ XLA and the reference interpreter) on ordinary inputs, without any diagnostic:
   `(y < 0, -inf)`. Zero and infinite cases are selected from their exact values.
 - `cbrt` of `±inf` is NaN. Selected back to `±inf`.
 - `convert` of floats to integers: out-of-range values and NaN give whatever the CPU's
-  conversion instruction gives. aotkit's semantics (the README's, XLA's) saturate and map
+  conversion instruction gives. aotkit's semantics (docs/programs.md, XLA's) saturate and map
   NaN to 0; the conversion is guarded so.
 
 Each rewrite keeps IREE's own op for the ordinary inputs, so its accuracy is IREE's. The

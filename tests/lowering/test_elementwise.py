@@ -89,7 +89,7 @@ def _case_rng(*parts) -> np.random.Generator:
 def test_unary_matches_numpy(name, dtype, backend):
     x = _values(dtype, (2, 5), rng=_case_rng(name, str(dtype)))
     if dtype.kind in "iu" and name == "reciprocal":
-        x[x == 0] = 1  # integer 1/0: NumPy gives INT_MIN on x86, aotkit 0 (README: divergences)
+        x[x == 0] = 1  # integer 1/0: NumPy gives INT_MIN on x86, aotkit 0 (docs/programs.md)
     fn = getattr(anp, name)
     if _numpy_refuses(name, x):
         with pytest.raises(TypeError, match=f"does not support operands of dtype \\({dtype}\\)"):

@@ -13,7 +13,7 @@ Then a thread phase: the seeds are loaded, compiled and called from several thre
 and every result must equal the one-thread result (nothing lost).
 
 `tests/reliability/test_fuzz.py` runs a small deterministic sample; the full run, whose
-counts are in the README, is `python -m tests.reliability.fuzzing --mutations 3000`.
+counts are in docs/reliability.md, is `python -m tests.reliability.fuzzing --mutations 3000`.
 """
 
 from __future__ import annotations

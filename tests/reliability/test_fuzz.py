@@ -1,7 +1,7 @@
 """Mutated real modules through load_module -> compile -> run, in child processes: no deaths.
 
 A small deterministic sample of `tests/reliability/fuzzing.py` (the full run and its counts
-are in the README): 160 mutations of 10 seed modules in batches of 40 per child process,
+are in docs/reliability.md): 160 mutations of 10 seed modules in batches of 40 per child process,
 then the seeds called from 4 threads at once. Every mutation must end in a value or an
 exception; a child that dies has its batch rerun one module per process, and the test names
 the module, the mutation and the signal. A mutated loop that never ends (the sample has one:

@@ -22,6 +22,7 @@ import contextlib
 import difflib
 import importlib.util
 import inspect
+import io
 import json
 import os
 import re
@@ -195,13 +196,53 @@ def _say(args, message: str) -> None:
 # --- Argument types --------------------------------------------------------------------------
 
 
-def _spec_arg(text: str):
-    from aotkit.specs import spec
+class _ShapesAction(argparse.Action):
+    """`--shapes SPEC ...`: each value a plain spec or a pytree of specs (`_cli_specs`); a bad
+    one is a usage error that says which value it is."""
 
-    try:
-        return spec(text)
-    except (TypeError, ValueError) as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    def __call__(self, parser, namespace, values, option_string=None):
+        from aotkit._cli_specs import parse_shape
+
+        trees = []
+        for i, text in enumerate(values):
+            try:
+                trees.append(parse_shape(text))
+            except (TypeError, ValueError) as e:
+                what = str(e).removeprefix("spec: ")
+                raise argparse.ArgumentError(
+                    self, f"spec {i + 1} of {len(values)}: {what}"
+                ) from None
+        setattr(namespace, self.dest, trees)
+
+
+# Options that take several values, and the file types that end their list (see
+# `_targets_first`).
+_LIST_OPTIONS = ("--shapes", "--shardings", "--inputs", "--backends")
+_TARGET_COMMANDS = ("lower", "compile", "run", "check")
+_MODULE_SUFFIXES = (".mlir", ".mlirbc", ".bc", ".aotx")
+
+
+def _targets_first(argv: list[str]) -> list[str]:
+    """Moves a TARGET written after a list option (`lower --shapes f32[4] f.py:fn`) in front
+    of the options, where argparse's greedy lists cannot swallow it.
+
+    A value counts as a target when it is FILE.py[:FN] or names a module file or an artifact
+    by its suffix; no spec, sharding, .npy/.npz file or backend name looks like that.
+    """
+    if not argv or argv[0] not in _TARGET_COMMANDS:
+        return argv
+    moved, rest, in_list = [], [], False
+    for i, token in enumerate(argv[1:], 1):
+        if token == "--":
+            rest.extend(argv[i:])
+            break
+        if token.startswith("-") and token != "-":
+            in_list = token in _LIST_OPTIONS
+        elif in_list and (_is_python_target(token) or token.endswith(_MODULE_SUFFIXES)):
+            moved.append(token)
+            continue
+        rest.append(token)
+    return [argv[0], *moved, *rest]
 
 
 def _static_arg(text: str) -> tuple[str, object]:
@@ -289,6 +330,7 @@ def _in_shardings(args, specs: list):
     import math
 
     from aotkit import sharding
+    from aotkit._cli_specs import format_tree
 
     names, sizes = sharding.parse_axes(mesh_text, "--mesh")
     _ensure_cpu_devices(args, math.prod(sizes))
@@ -298,7 +340,7 @@ def _in_shardings(args, specs: list):
     if len(given) != len(specs):
         raise UserError(
             f"--shardings: got {len(given)} sharding(s) for {len(specs)} array argument(s) "
-            f"({', '.join(map(str, specs)) or 'none'}); give one per --shapes spec"
+            f"({', '.join(map(format_tree, specs)) or 'none'}); give one per --shapes spec"
         )
     ids = [d.id for d in mesh.devices.flat]
     _say(args, f"mesh {dict(zip(names, sizes))} over devices {ids}")
@@ -383,14 +425,17 @@ def _resolve(module, path: Path, qualname: str):
     return obj
 
 
-def _place_arguments(fn, label: str, specs: list, statics: dict):
-    """Places `--shapes` specs and `--static` values as a Python caller would.
+def _place_arguments(fn, label: str, specs: list, statics: dict, source: str = "--shapes"):
+    """Places `--shapes` specs (or those of `--inputs` files: `source`) and `--static` values
+    as a Python caller would.
 
-    Returns `(args, kwargs, static_argnums, static_argnames)`: specs fill the non-static
+    Returns `(args, kwargs, static_argnums, static_argnames, names)`: specs fill the non-static
     positional parameters in order, a static positional parameter keeps its position (so the
     module's arguments are ordered as in `aotkit.lower(fn, *specs)`), keyword-only statics are
-    keywords.
+    keywords; `names[i]` names `args[i]` (`xs[0]` for a `*xs` parameter).
     """
+    from aotkit._cli_specs import format_tree
+
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -398,26 +443,29 @@ def _place_arguments(fn, label: str, specs: list, statics: dict):
             raise UserError(
                 f"--static: cannot read the parameters of {label}; wrap it in a Python function"
             ) from None
-        return tuple(specs), {}, (), ()
+        return tuple(specs), {}, (), (), [f"args[{i}]" for i in range(len(specs))]
     P = inspect.Parameter
     params = list(sig.parameters.values())
     pending = list(specs)
     remaining = dict(statics)
-    args, kwargs, argnums, argnames = [], {}, [], []
+    args, kwargs, argnums, argnames, arg_names = [], {}, [], [], []
     positional = True
     for p in params:
         if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD):
             if p.name in remaining and positional:
                 argnums.append(len(args))
                 args.append(remaining.pop(p.name))
+                arg_names.append(p.name)
             elif p.name in remaining:
                 argnames.append(p.name)
                 kwargs[p.name] = remaining.pop(p.name)
             elif pending and positional:
                 args.append(pending.pop(0))
+                arg_names.append(p.name)
             else:
                 positional = False
         elif p.kind is P.VAR_POSITIONAL and positional:
+            arg_names.extend(f"{p.name}[{i}]" for i in range(len(pending)))
             args.extend(pending)
             pending.clear()
         elif p.kind is P.KEYWORD_ONLY and p.name in remaining:
@@ -435,12 +483,20 @@ def _place_arguments(fn, label: str, specs: list, statics: dict):
             f"--static: {label} has no parameter {bad!r}; its parameters: "
             f"{', '.join(sig.parameters) or 'none'}"
         )
-    given = ", ".join(map(str, specs)) or "none"
+    given = ", ".join(map(format_tree, specs)) or "none"
+    if source == "--shapes":
+        got = f"{len(specs)} spec(s): {given}"
+    else:
+        got = f"{len(specs)} file(s) ({given})"
+    one = (
+        "one spec per array argument"
+        if source == "--shapes"
+        else "one .npy file per array argument (or one .npz keyed by leaf path)"
+    )
     if pending:
         raise UserError(
-            f"--shapes: {label} takes {len(array_params)} array argument(s) "
-            f"({', '.join(array_params) or 'none'}) but got {len(specs)} spec(s): {given}; "
-            "give one spec per array argument"
+            f"{source}: {label} takes {len(array_params)} array argument(s) "
+            f"({', '.join(array_params) or 'none'}) but got {got}; give {one}"
         )
     try:
         sig.bind(*args, **kwargs)
@@ -452,17 +508,28 @@ def _place_arguments(fn, label: str, specs: list, statics: dict):
             and p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)
             and p.name not in statics
         ][len(specs) :]
+        what = "a spec" if source == "--shapes" else "a file"
         raise UserError(
-            f"--shapes: {label} takes {len(array_params)} array argument(s) "
-            f"({', '.join(array_params)}) but got {len(specs)} spec(s): {given}; "
-            f"add a spec for {', '.join(missing) or 'each argument'} (or --static NAME=VALUE)"
+            f"{source}: {label} takes {len(array_params)} array argument(s) "
+            f"({', '.join(array_params)}) but got {got}; "
+            f"add {what} for {', '.join(missing) or 'each argument'} (or --static NAME=VALUE)"
         ) from None
-    return tuple(args), kwargs, tuple(argnums), tuple(argnames)
+    names = [n for i, n in enumerate(arg_names) if i not in argnums]
+    return tuple(args), kwargs, tuple(argnums), tuple(argnames), names
 
 
-def _lower_python(args, specs: list | None):
-    """Imports FILE.py, finds FN and lowers it for `specs` through the Python API."""
+def _lower_python(args, specs: list | dict | None, source: str = "--shapes", inputs=None):
+    """Imports FILE.py, finds FN and lowers it for `specs` through the Python API.
+
+    `specs` is one spec pytree per array argument, or (from an `.npz` file: `source` is
+    `--inputs`) a dict of them by parameter name. `inputs` (an `_Inputs`) are checked against
+    the argument leaves before tracing, where a mismatch would be a shape error inside FN.
+    Sets `args.param_names`, the names of the array arguments, in order.
+    """
+    from jax import tree_util
+
     from aotkit import frontends, stages
+    from aotkit._cli_specs import leaf_names
 
     path, qualname = _split_target(args.target)
     label = f"{path}:{qualname}"
@@ -472,7 +539,15 @@ def _lower_python(args, specs: list | None):
     choice = frontends.resolve(fn, getattr(args, "frontend", "auto"), "--frontend")
     _say(args, f"front end for {label}: {choice.name} ({choice.reason})")
     statics = dict(args.static or ())
-    call_args, call_kwargs, argnums, argnames = _place_arguments(fn, label, specs or [], statics)
+    if isinstance(specs, dict):
+        specs = _specs_by_name(fn, label, specs, statics, inputs)
+    placed = _place_arguments(fn, label, specs or [], statics, source)
+    call_args, call_kwargs, argnums, argnames, args.param_names = placed
+    if inputs is not None:
+        array_args = tuple(a for i, a in enumerate(call_args) if i not in argnums)
+        array_kwargs = {k: v for k, v in call_kwargs.items() if k not in argnames}
+        leaves, tree = tree_util.tree_flatten((array_args, array_kwargs))
+        inputs.leaves(leaf_names(tree, args.param_names), leaves, args.param_names, label)
     options = {"pipeline": args.pipeline} if args.pipeline else {}
     in_shardings = _in_shardings(args, list(specs or []))
     if in_shardings is not None:
@@ -498,8 +573,62 @@ def _lower_python(args, specs: list | None):
             raise
         _print_ir_after_all(args, lowered.dump_paths)
     args.front_seconds = ("lower", time.perf_counter() - start)
-    _say(args, f"lowered {label} in {_ms(args.front_seconds[1])}")
+    _say(args, f"lowered {label} in {_time(args.front_seconds[1])}")
     return lowered
+
+
+def _specs_by_name(fn, label: str, named: dict, statics: dict, inputs) -> list:
+    """The spec pytrees of `named` (parameter name -> pytree, from an `.npz` file's keys) in
+    FN's positional order; `args[i]` keys name positional parameter i."""
+    P = inspect.Parameter
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in positional if p.name not in statics]
+    named = dict(named)
+    if "args" in named and "args" not in names:
+        by_index = named.pop("args")
+        if not isinstance(by_index, list) or len(by_index) > len(names):
+            raise UserError(
+                f"--inputs: {inputs.npz!r}: keys args[...] give {len(by_index)} "
+                f"argument(s) but {label} takes {len(names)} ({', '.join(names) or 'none'}); "
+                "key each array by its parameter's name"
+            )
+        for name, tree in zip(names, by_index, strict=False):
+            if name in named:
+                raise UserError(
+                    f"--inputs: {inputs.npz!r} names parameter {name!r} twice (as {name} "
+                    "and as args[...]); keep one spelling"
+                )
+            named[name] = tree
+    varargs = next((p.name for p in params if p.kind is P.VAR_POSITIONAL), None)
+    specs = []
+    for p in positional:
+        if p.name in statics:
+            continue
+        if p.name not in named:
+            if p.default is P.empty:
+                raise UserError(
+                    f"--inputs: {inputs.npz!r} has no array for parameter {p.name!r} of "
+                    f"{label} (keys: {', '.join(inputs.named) or 'none'}); save it under the "
+                    f"key {p.name!r} ({p.name}['w'] or {p.name}[0] for the leaves of a pytree)"
+                )
+            break
+        specs.append(named.pop(p.name))
+    else:
+        if varargs is not None and varargs in named:
+            tree = named.pop(varargs)
+            specs.extend(tree if isinstance(tree, list) else [tree])
+    if named:
+        extra = next(iter(named))
+        raise UserError(
+            f"--inputs: {inputs.npz!r}: {extra!r} is no array parameter of {label} (its array "
+            f"parameters: {', '.join(names) or 'none'}); key each array by its parameter's "
+            "name and leaf path"
+        )
+    return specs
 
 
 @contextlib.contextmanager
@@ -551,7 +680,8 @@ def _load_module_file(args, default_pipeline: str = "none"):
         )
     with _progress(args, f"reading {args.target}"):
         start = time.perf_counter()
-        traced = files.read_module(args.target)
+        source = sys.stdin.buffer.read() if args.target == "-" else args.target
+        traced = files.read_module(source)
         args.front_seconds = ("load", time.perf_counter() - start)
     pipeline = args.pipeline if args.pipeline is not None else default_pipeline
     with _dumps(args) as dump_dir, _progress(args, f"running pipeline on {traced.name}"):
@@ -566,14 +696,18 @@ def _load_module_file(args, default_pipeline: str = "none"):
         _print_ir_after_all(args, lowered.dump_paths)
     if pipeline != "none":
         seconds = time.perf_counter() - start
-        _say(args, f"pipeline {pipeline!r} on {traced.name} took {_ms(seconds)}")
+        _say(args, f"pipeline {pipeline!r} on {traced.name} took {_time(seconds)}")
     return lowered
 
 
-def _lower_target(args, specs: list | None = None):
-    """The `Lowered` stage for the command's target: FILE.py:FN or a module file."""
+def _lower_target(args, specs: list | dict | None = None, source: str = "--shapes", inputs=None):
+    """The `Lowered` stage for the command's target: FILE.py:FN or a module file.
+
+    `args.param_names` names its array arguments (None for a module file)."""
+    args.param_names = None
     if _is_python_target(args.target):
-        return _lower_python(args, specs if specs is not None else args.shapes)
+        specs = specs if specs is not None else args.shapes
+        return _lower_python(args, specs, source, inputs)
     if args.command == "lower":
         raise UserError(
             f"target {args.target!r} is not FILE.py:FN; `aotkit lower` traces a Python "
@@ -585,22 +719,17 @@ def _lower_target(args, specs: list | None = None):
 # --- Output ------------------------------------------------------------------------------------
 
 
-def _write_text(dest: str | None, text: str) -> None:
+def _write_text(dest: str | None, text: str, args=None) -> None:
     if not text.endswith("\n"):
         text += "\n"
     if dest in (None, "-"):
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    try:
-        Path(dest).write_text(text)
-    except OSError as e:
-        raise UserError(
-            f"-o: cannot write {dest!r}: {e.strerror or e}; pick a writable path"
-        ) from None
+    _write_file(args, dest, text.encode(), "text")
 
 
-def _write_bytes(dest: str | None, data: bytes, what: str) -> None:
+def _write_bytes(dest: str | None, data: bytes, what: str, args=None) -> None:
     if dest in (None, "-"):
         if _isatty(sys.stdout):
             raise UserError(
@@ -611,12 +740,102 @@ def _write_bytes(dest: str | None, data: bytes, what: str) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
+    _write_file(args, dest, data, "artifact" if what == "artifact" else "bytecode")
+
+
+# What a file holds, by its first bytes (or a .py name); `_write_file` replaces a file of
+# another kind only with --force.
+_KINDS = {
+    "artifact": "an aotkit artifact",
+    "bytecode": "MLIR bytecode",
+    "npz": "a NumPy .npz archive",
+    "npy": "a NumPy .npy array",
+    "python": "Python source",
+    "text": "text",
+}
+
+
+def _file_kind(path: Path) -> str | None:
+    from aotkit import artifacts
+
+    if path.suffix == ".py":
+        return "python"
     try:
-        Path(dest).write_bytes(data)
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return None
+    if artifacts.is_artifact(head[: len(artifacts.MAGIC)]):
+        return "artifact"
+    if head.startswith(b"ML\xefR"):
+        return "bytecode"
+    if head.startswith(b"PK\x03\x04"):
+        return "npz"
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    return None
+
+
+def _input_files(args) -> list[tuple[str, str]]:
+    """`(path, how it was read)` for every file the command read."""
+    files = []
+    target = getattr(args, "target", None)
+    if target not in (None, "-"):
+        path = _split_target(target)[0] if ":" in target and _is_python_target(target) else target
+        files.append((str(path), "the target"))
+    files.extend((str(p), "an --inputs file") for p in getattr(args, "inputs", None) or ())
+    return files
+
+
+def _write_file(args, dest: str, data: bytes, kind: str, flag: str = "-o") -> None:
+    """Writes `data` to `dest` atomically (a temporary file in the same folder, then
+    `os.replace`, as `Compiled.save` does): a reader sees the old file or the whole new one.
+
+    Refuses, unless --force, to replace a file the command read or a file of another kind.
+    """
+    path = Path(dest)
+    force = getattr(args, "force", False)
+    if path.exists() and not force:
+        for source, how in _input_files(args) if args is not None else ():
+            with contextlib.suppress(OSError):
+                if os.path.samefile(source, path):
+                    raise UserError(
+                        f"{flag}: {dest!r} is {how} this command read; write the output to "
+                        "another path (or pass --force to replace it)"
+                    )
+        found = _file_kind(path)
+        if found is not None and found != kind:
+            raise UserError(
+                f"{flag}: {dest!r} exists and holds {_KINDS[found]}, not {_KINDS[kind]}; pick "
+                "another path (or pass --force to replace it)"
+            )
+    try:
+        mode = path.stat().st_mode & 0o777 if path.exists() else _default_mode()
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
         raise UserError(
-            f"-o: cannot write {dest!r}: {e.strerror or e}; pick a writable path"
+            f"{flag}: cannot write {dest!r}: {e.strerror or e}; pick a writable path"
         ) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise UserError(
+                f"{flag}: cannot write {dest!r}: {e.strerror or e}; pick a writable path"
+            ) from None
+        raise
+
+
+def _default_mode() -> int:
+    """The mode a new file gets from open(): 0o666 less the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _emit_module(args, lowered) -> None:
@@ -625,10 +844,10 @@ def _emit_module(args, lowered) -> None:
 
     emit = args.emit
     if emit == "stablehlo":
-        _write_text(args.output, lowered.as_text(debug_info=args.debug_info))
+        _write_text(args.output, lowered.as_text(debug_info=args.debug_info), args)
         return
     if emit == "bytecode":
-        _write_bytes(args.output, lowered.as_bytecode(), emit)
+        _write_bytes(args.output, lowered.as_bytecode(), emit, args)
         return
     try:
         target = modules.portable_version(args.target_version, "--target-version")
@@ -638,11 +857,13 @@ def _emit_module(args, lowered) -> None:
         data = lowered.as_portable_artifact(target)
     except ValueError as e:
         raise UserError(f"--emit portable: {e}, or use --emit bytecode") from None
-    _write_bytes(args.output, data, emit)
+    _write_bytes(args.output, data, emit, args)
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms" if seconds < 10 else f"{seconds:.1f} s"
+def _time(seconds: float) -> str:
+    from aotkit._cli_specs import human_time
+
+    return human_time(seconds)
 
 
 # --- Commands ----------------------------------------------------------------------------------
@@ -656,9 +877,34 @@ def cmd_lower(args) -> int:
 
 
 def cmd_opt(args) -> int:
+    if args.list_passes:
+        _write_text(None, _passes_text())
+        return EXIT_OK
+    if args.target is None:
+        raise UserError("give the module FILE to optimize ('-' reads stdin), or --list-passes")
     _check_pipeline(args)
     _emit_module(args, _load_module_file(args, default_pipeline="default"))
     return EXIT_OK
+
+
+def _passes_text() -> str:
+    """`aotkit opt --list-passes`: the named pipelines, aotkit's Python passes and the MLIR
+    passes a --pipeline text may name."""
+    from aotkit import passes
+
+    lines = ["Named pipelines (--pipeline NAME):"]
+    width = max(map(len, passes.NAMED_PIPELINES))
+    for name, text in passes.NAMED_PIPELINES.items():
+        lines.append(f"  {name.ljust(width)}  {text.strip() or '(no passes)'}")
+    lines.append("aotkit passes, written in Python (anywhere in a pipeline text):")
+    width = max(map(len, passes.PYTHON_PASSES), default=0)
+    for name, p in sorted(passes.PYTHON_PASSES.items()):
+        lines.append(f"  {name.ljust(width)}  {p.description}".rstrip())
+    taken = {*passes.PYTHON_PASSES, *passes.NAMED_PIPELINES}
+    mlir = [n for n in passes.known_names() if n not in taken]
+    lines.append("MLIR passes registered in jaxlib (e.g. 'builtin.module(func.func(cse))'):")
+    lines.extend(f"  {n}" for n in mlir)
+    return "\n".join(lines)
 
 
 def _check_pipeline(args) -> None:
@@ -672,17 +918,16 @@ def _check_pipeline(args) -> None:
 def cmd_compile(args) -> int:
     _check_pipeline(args)
     if args.emit is None:
-        suffix = args.output is not None and args.output.endswith(ARTIFACT_SUFFIX)
-        args.emit = "artifact" if suffix else "hlo"
+        args.emit = _compile_emit(args.output)
     compiled = _load_artifact_target(args)
     if compiled is None:
         lowered = _lower_target(args)
         compiled = _compile(args, lowered)
     if args.emit == "artifact":
-        _write_bytes(args.output, compiled.serialize(), args.emit)
+        _write_bytes(args.output, compiled.serialize(), args.emit, args)
         return EXIT_OK
     if args.emit == "hlo":
-        _write_text(args.output, compiled.as_text())
+        _write_text(args.output, compiled.as_text(), args)
         return EXIT_OK
     analysis = compiled.cost_analysis() if args.emit == "cost" else compiled.memory_analysis()
     if analysis is None:
@@ -692,8 +937,33 @@ def cmd_compile(args) -> int:
         )
     if hasattr(analysis, "to_dict"):
         analysis = analysis.to_dict()
-    _write_text(args.output, json.dumps(analysis, indent=2, sort_keys=True, default=float))
+    _write_text(args.output, json.dumps(analysis, indent=2, sort_keys=True, default=float), args)
     return EXIT_OK
+
+
+# What `compile -o FILE` writes, by FILE's suffix, when --emit does not say.
+COMPILE_SUFFIXES = {ARTIFACT_SUFFIX: "artifact", ".hlo": "hlo", ".txt": "hlo", ".mlir": "hlo"}
+
+
+def _compile_emit(dest: str | None) -> str:
+    """The --emit that `-o dest` implies: hlo on stdout, else by suffix; a JSON or unknown
+    suffix asks for --emit rather than guess."""
+    if dest in (None, "-"):
+        return "hlo"
+    suffix = Path(dest).suffix
+    if suffix in COMPILE_SUFFIXES:
+        return COMPILE_SUFFIXES[suffix]
+    known = ", ".join(f"{k}: {v}" for k, v in COMPILE_SUFFIXES.items())
+    if suffix == ".json":
+        raise UserError(
+            f"-o {dest!r}: a .json file can hold the cost or the memory analysis; add --emit "
+            "cost or --emit memory"
+        )
+    what = f"its suffix {suffix!r}" if suffix else "a name without a suffix"
+    raise UserError(
+        f"-o {dest!r}: cannot tell the output form from {what}; add --emit "
+        f"{'|'.join(COMPILE_EMITS)} (without --emit, -o picks by suffix: {known})"
+    )
 
 
 def _backend_name(compiled) -> str:
@@ -719,7 +989,7 @@ def _compile(args, lowered):
         if compiled.partitioning is not None:
             state = f"sharded over {compiled.partitioning.describe()}, not cached"
         how = f" (compiled by the backend: {state})"
-    _say(args, f"compiled {lowered.name} in {_ms(args.compile_seconds)}{how}")
+    _say(args, f"compiled {lowered.name} in {_time(args.compile_seconds)}{how}")
     return compiled
 
 
@@ -760,43 +1030,120 @@ def _load_artifact_target(args):
         "artifact": "its executable loaded as it is (no compile)",
         "recompiled": "compiled from its portable StableHLO",
     }[compiled.origin]
-    _say(args, f"loaded artifact {args.target} in {_ms(args.front_seconds[1])}: {how}")
+    _say(args, f"loaded artifact {args.target} in {_time(args.front_seconds[1])}: {how}")
     return compiled
 
 
-def _load_inputs(paths: list[str]) -> list[np.ndarray]:
-    arrays = []
-    for p in paths:
-        try:
-            x = np.load(p, allow_pickle=False)
-        except FileNotFoundError:
+INPUTS_HELP = (
+    "one .npy file per array leaf, in the order of the flattened arguments (a dict's leaves "
+    "by sorted key), or one .npz file keyed by leaf path: x, params['w'], xs[0]"
+)
+
+
+INPUTS_FIX = "one .npy file per array leaf, in flat order, or one .npz file keyed by leaf path"
+
+
+class _Inputs:
+    """`--inputs`: `.npy` files, one per array leaf in flat order, or one `.npz` file whose
+    keys are leaf paths (`params['w']`, as `aotkit run` names them; `args[0]['w']` works too)."""
+
+    def __init__(self, paths: list[str]):
+        self.paths = [str(p) for p in paths]
+        self.arrays: list[np.ndarray] = []
+        self.npz: str | None = None
+        self.named: dict[str, np.ndarray] = {}
+        archives = []
+        for p in self.paths:
+            data = self._read(p)
+            if isinstance(data, np.ndarray):
+                self.arrays.append(data)
+            else:
+                archives.append(p)
+                with data:
+                    self.named = {k: data[k] for k in data.files}
+        if archives and (len(archives) > 1 or self.arrays):
             raise UserError(
-                f"--inputs: file {p!r} does not exist; give one .npy file per argument"
-            ) from None
+                f"--inputs: got {len(archives)} .npz and {len(self.arrays)} .npy file(s); give "
+                "either .npy files (one per leaf) or one .npz file keyed by leaf path"
+            )
+        self.npz = archives[0] if archives else None
+
+    @staticmethod
+    def _read(p: str):
+        try:
+            return np.load(p, allow_pickle=False)
+        except FileNotFoundError:
+            raise UserError(f"--inputs: file {p!r} does not exist; give {INPUTS_FIX}") from None
         except (OSError, ValueError) as e:
             raise UserError(
-                f"--inputs: cannot read {p!r} as a .npy array ({e}); save inputs with numpy.save"
+                f"--inputs: cannot read {p!r} as a .npy or .npz file ({e}); save inputs with "
+                "numpy.save or numpy.savez"
             ) from None
-        if not isinstance(x, np.ndarray):
-            raise UserError(f"--inputs: {p!r} is an .npz archive; give one .npy file per argument")
-        arrays.append(x)
-    return arrays
 
+    def specs(self, where: str) -> list | dict:
+        """The argument specs the files imply: one per `.npy` file, or by name from `.npz` keys."""
+        from aotkit._cli_specs import tree_from_keys
+        from aotkit.specs import spec_of
 
-def _check_inputs(inputs: list, specs, paths: list[str], source: str) -> None:
-    from aotkit.specs import spec_of
+        if self.npz is None:
+            return [spec_of(x) for x in self.arrays]
+        keys = {k: spec_of(x) for k, x in self.named.items()}
+        try:
+            return tree_from_keys(keys, f"--inputs: {self.npz!r}")
+        except ValueError as e:
+            raise UserError(str(e)) from None
 
-    if len(inputs) != len(specs):
-        raise UserError(
-            f"--inputs: {source} {len(specs)} array(s) ({', '.join(map(str, specs)) or 'none'}) "
-            f"but got {len(inputs)} file(s); give one .npy file per array argument"
-        )
-    for i, (x, s, p) in enumerate(zip(inputs, specs, paths, strict=True)):
-        if spec_of(x) != s:
-            raise UserError(
-                f"--inputs: {p!r} holds {spec_of(x)} but argument {i} is {s}; "
-                "save the array with that shape and dtype"
-            )
+    def leaves(self, names: list[str], specs, params: list[str] | None, owner: str) -> list:
+        """The arrays for the leaves `names` (with `specs`) of `owner`'s arguments, in order."""
+        from aotkit._cli_specs import canonical
+        from aotkit.specs import spec_of
+
+        signature = ", ".join(f"{n}: {s}" for n, s in zip(names, specs, strict=True)) or "none"
+        if self.npz is None:
+            if len(self.arrays) != len(specs):
+                raise UserError(
+                    f"--inputs: {owner} takes {len(specs)} array leaf(s) ({signature}) but got "
+                    f"{len(self.arrays)} file(s); give {INPUTS_FIX} (see aotkit run --help)"
+                )
+            found = list(zip(self.paths, self.arrays, strict=True))
+            labels = [repr(p) for p in self.paths]
+        else:
+            by_key = {}
+            for key, x in self.named.items():
+                c = canonical(key, params)
+                if c is None:
+                    raise UserError(
+                        f"--inputs: {self.npz!r}: key {key!r} is not a leaf path; key each "
+                        f"array by its leaf's path ({signature})"
+                    )
+                by_key[c] = (key, x)
+            wanted = [canonical(n, params) for n in names]
+            missing = [
+                f"{n}: {s}" for n, s, w in zip(names, specs, wanted, strict=True) if w not in by_key
+            ]
+            if missing:
+                raise UserError(
+                    f"--inputs: {self.npz!r} has no array for {', '.join(missing)} (its keys: "
+                    f"{', '.join(self.named) or 'none'}); save each leaf of {owner} under its "
+                    "path"
+                )
+            extra = [key for c, (key, _) in by_key.items() if c not in wanted]
+            if extra:
+                raise UserError(
+                    f"--inputs: {self.npz!r}: key {extra[0]!r} is no argument leaf of {owner} "
+                    f"({signature}); remove it or rename it to a leaf path"
+                )
+            found = [by_key[w] for w in wanted]
+            labels = [f"{self.npz!r}[{key!r}]" for key, _ in found]
+        arrays = []
+        for (_, x), label, name, s in zip(found, labels, names, specs, strict=True):
+            if spec_of(x) != spec_of(s):
+                raise UserError(
+                    f"--inputs: {label} holds {spec_of(x)} but argument {name} is "
+                    f"{spec_of(s)}; save the array with that shape and dtype"
+                )
+            arrays.append(x)
+        return arrays
 
 
 def _random_input(rng: np.random.Generator, spec) -> np.ndarray:
@@ -862,6 +1209,29 @@ def _kill_group(worker: subprocess.Popen) -> None:
     worker.wait()
 
 
+def _stage_and_inputs(args, artifacts: bool = True):
+    """The `Lowered` stage (or an artifact's `Compiled`) of the target, whether it was loaded
+    from an artifact, and the `--inputs` arrays in flat leaf order (None: none given)."""
+    args.param_names = None
+    inputs = _Inputs(args.inputs) if args.inputs else None
+    specs, source = args.shapes, "--shapes"
+    if inputs is not None and specs is None and _is_python_target(args.target):
+        specs, source = inputs.specs(args.target), "--inputs"
+    loaded = _load_artifact_target(args) if artifacts else None
+    stage = loaded if loaded is not None else _lower_target(args, specs, source, inputs)
+    if inputs is None:
+        return stage, loaded is not None, None
+    names = _leaf_names(args, stage)
+    leaves = inputs.leaves(names, stage.flat_in_specs, args.param_names, stage.name)
+    return stage, loaded is not None, leaves
+
+
+def _leaf_names(args, stage) -> list[str]:
+    from aotkit._cli_specs import leaf_names
+
+    return leaf_names(stage.in_tree, getattr(args, "param_names", None))
+
+
 def cmd_run(args) -> int:
     from jax import tree_util
 
@@ -870,24 +1240,17 @@ def cmd_run(args) -> int:
     if args.timeout is not None and not os.environ.get(_WORKER_ENV):
         return _run_in_worker(args)
     _check_pipeline(args)
-    inputs = _load_inputs(args.inputs) if args.inputs else None
-    specs = args.shapes
-    if inputs is not None and specs is not None:
-        # Checked before tracing: a mismatch would otherwise surface as a shape error in FN.
-        _check_inputs(inputs, specs, args.inputs, "--shapes gave")
-    if inputs is not None and specs is None and _is_python_target(args.target):
-        specs = [spec_of(x) for x in inputs]
-    loaded = _load_artifact_target(args)
-    lowered = loaded if loaded is not None else _lower_target(args, specs)
+    if args.output is not None:
+        _check_npz_output(args)
+    lowered, loaded, leaves = _stage_and_inputs(args)
     flat_specs = lowered.flat_in_specs
-    if inputs is None:
+    if leaves is None:
         rng = np.random.default_rng(args.seed)
         leaves = [_random_input(rng, s) for s in flat_specs]
-        _say(args, f"random inputs, seed {args.seed}: {', '.join(map(str, flat_specs))}")
-    else:
-        _check_inputs(inputs, flat_specs, args.inputs, f"{lowered.name} takes")
-        leaves = inputs
-    compiled = loaded if loaded is not None else _compile(args, lowered)
+        names = _leaf_names(args, lowered)
+        given = ", ".join(f"{n}: {s}" for n, s in zip(names, flat_specs, strict=True))
+        _say(args, f"random inputs, seed {args.seed}: {given or 'none'}")
+    compiled = lowered if loaded else _compile(args, lowered)
     call_args, call_kwargs = tree_util.tree_unflatten(lowered.in_tree, leaves)
     times = []
     for _ in range(args.repeat):
@@ -895,36 +1258,48 @@ def cmd_run(args) -> int:
         out = compiled(*call_args, **call_kwargs)
         _block(out)
         times.append(time.perf_counter() - start)
+    outputs = {}
     for path, leaf in tree_util.tree_flatten_with_path(out)[0]:
         x = np.asarray(leaf)
+        name = f"out{tree_util.keystr(path)}"
+        outputs[name] = x
         if compiled.partitioning is not None:
             from aotkit import spmd
 
-            _say(args, f"out{tree_util.keystr(path)} sharded {spmd.sharding_text(leaf.sharding)}")
-        sys.stdout.write(f"out{tree_util.keystr(path)}: {spec_of(x)}\n{_format_array(x)}\n")
+            _say(args, f"{name} sharded {spmd.sharding_text(leaf.sharding)}")
+        sys.stdout.write(f"{name}: {spec_of(x)}\n{_format_array(x)}\n")
     sys.stdout.flush()
+    if args.output is not None:
+        buffer = io.BytesIO()
+        np.savez(buffer, **outputs)
+        _write_file(args, args.output, buffer.getvalue(), "npz", "--output")
+        _say(args, f"saved {', '.join(outputs) or 'no outputs'} to {args.output}")
+    best = f"best of {args.repeat}: " if args.repeat > 1 else ""
     if not args.quiet:
-        best = f"best of {args.repeat}: " if args.repeat > 1 else ""
-        compile_time = "" if loaded is not None else f"compile {_ms(args.compile_seconds)}, "
+        compile_time = "" if loaded else f"compile {_time(args.compile_seconds)}, "
         sys.stderr.write(
-            f"aotkit run: {args.front_seconds[0]} {_ms(args.front_seconds[1])}, "
-            f"{compile_time}run {best}{_ms(min(times))}\n"
+            f"aotkit run: {args.front_seconds[0]} {_time(args.front_seconds[1])}, "
+            f"{compile_time}run {best}{_time(min(times))}\n"
         )
+    elif args.repeat > 1:
+        # --repeat asks for a time; -q only drops the rest.
+        sys.stderr.write(f"aotkit run: run {best}{_time(min(times))}\n")
     return EXIT_OK
+
+
+def _check_npz_output(args) -> None:
+    if not args.output.endswith(".npz") or args.output == ".npz":
+        raise UserError(
+            f"--output: {args.output!r} does not end in .npz; aotkit run saves the outputs as "
+            "one .npz file keyed by leaf path (out, out['s'], out[0]): -o out.npz"
+        )
 
 
 def cmd_check(args) -> int:
     from aotkit.crosscheck import check_lowered
-    from aotkit.specs import spec_of
 
     _check_pipeline(args)
-    inputs = _load_inputs(args.inputs) if args.inputs else None
-    specs = args.shapes
-    if inputs is not None and specs is None and _is_python_target(args.target):
-        specs = [spec_of(x) for x in inputs]
-    lowered = _lower_target(args, specs)
-    if inputs is not None:
-        _check_inputs(inputs, lowered.flat_in_specs, args.inputs, f"{lowered.name} takes")
+    lowered, _, inputs = _stage_and_inputs(args, artifacts=False)
     with _progress(args, f"checking {lowered.name} on every backend"):
         report = check_lowered(
             lowered,
@@ -988,7 +1363,7 @@ def cmd_inspect(args) -> int:
     donated = [i for i, d in enumerate(traced.donated) if d]
     lines = [
         f"{label}: {kinds[kind]}, {len(data)} bytes",
-        f"function: {traced._signature_text()}",
+        f"function: {_signature_line(traced)}",
         f"in_tree: {traced.in_tree}",
         f"out_tree: {traced.out_tree}",
         f"donated arguments: {', '.join(map(str, donated)) or 'none'}",
@@ -997,6 +1372,17 @@ def cmd_inspect(args) -> int:
         lines.append(f"partitioned over: {traced.partitioning.describe()}")
     _write_text(None, "\n".join(lines))
     return EXIT_OK
+
+
+def _signature_line(stage, params: list[str] | None = None) -> str:
+    """`f(x: f32[3], params['w']: f32[4,3]) -> (out: f32[3])`: every leaf named by its path."""
+    from aotkit._cli_specs import leaf_names, output_names
+
+    ins = zip(leaf_names(stage.in_tree, params), stage.flat_in_specs, strict=True)
+    outs = zip(output_names(stage.out_tree), stage.flat_out_specs, strict=True)
+    text_in = ", ".join(f"{n}: {s}" for n, s in ins)
+    text_out = ", ".join(f"{n}: {s}" for n, s in outs)
+    return f"{stage.name}({text_in}) -> ({text_out})"
 
 
 def cmd_backends(args) -> int:
@@ -1037,9 +1423,11 @@ def _add_target_args(p: argparse.ArgumentParser, *, files: bool) -> None:
     p.add_argument(
         "--shapes",
         nargs="*",
-        type=_spec_arg,
+        action=_ShapesAction,
         metavar="SPEC",
-        help="one spec per array argument: f32[] i32[3] bf16[2,3] (quote them in zsh)",
+        help="one spec per array argument: f32[] i32[3] bf16[2,3], or a pytree of specs as "
+        """JSON: '{"w": "f32[4,3]", "b": "f32[3]"}' '["f32[2]", "f32[3]"]' (quote them for the """
+        "shell); the list ends at TARGET, so options may come first",
     )
     p.add_argument(
         "--static",
@@ -1103,6 +1491,15 @@ def _add_ir_output_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--debug-info", action="store_true", help="print file:line locations")
     p.add_argument("-o", "--output", metavar="PATH", help="write here ('-' = stdout, default)")
+    _add_force_arg(p)
+
+
+def _add_force_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="let -o replace a file this command read, or one that holds another kind of data",
+    )
 
 
 def _add_backend_arg(p: argparse.ArgumentParser) -> None:
@@ -1137,10 +1534,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--emit",
         choices=COMPILE_EMITS,
         help="output form: optimized HLO, cost or memory JSON, or an AOT artifact that "
-        "`aotkit run` and aotkit.load run without compiling (default: artifact when -o ends "
-        "in .aotx, else hlo)",
+        "`aotkit run` and aotkit.load run without compiling (default: by -o's suffix: "
+        ".aotx artifact; .hlo, .txt, .mlir hlo; hlo on stdout; any other suffix needs --emit)",
     )
     p.add_argument("-o", "--output", metavar="PATH", help="write here ('-' = stdout, default)")
+    _add_force_arg(p)
     _add_common_args(p)
     p.set_defaults(func=cmd_compile)
 
@@ -1148,11 +1546,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(p, files=True)
     _add_pipeline_args(p)
     _add_backend_arg(p)
-    p.add_argument("--inputs", nargs="+", metavar="NPY", help="one .npy file per argument")
+    p.add_argument("--inputs", nargs="+", metavar="FILE", help=INPUTS_HELP)
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument(
-        "--repeat", type=_positive_int, default=1, help="run N times, report the best time"
+        "--repeat",
+        type=_positive_int,
+        default=1,
+        help="run N times, report the best time (even with -q)",
     )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE.npz",
+        help="also save the outputs to one .npz file keyed by leaf path: out, out['s'], out[0]",
+    )
+    _add_force_arg(p)
     p.add_argument(
         "--timeout",
         type=_positive_seconds,
@@ -1172,7 +1580,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--backends", nargs="+", metavar="NAME", help="backends to compare (default: all)"
     )
     p.add_argument("--reference", default="cpu", metavar="NAME", help="the oracle (default cpu)")
-    p.add_argument("--inputs", nargs="+", metavar="NPY", help="one .npy file per argument")
+    p.add_argument("--inputs", nargs="+", metavar="FILE", help=INPUTS_HELP)
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--rtol", type=float, help="relative tolerance of floats (default per dtype)")
     p.add_argument("--atol", type=float, help="absolute tolerance of floats (default per dtype)")
@@ -1183,7 +1591,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "target",
         metavar="FILE",
-        help="StableHLO text, MLIR bytecode, a portable artifact or a jax.export artifact",
+        nargs="?",
+        help="StableHLO text, MLIR bytecode, a portable artifact or a jax.export artifact; "
+        "'-' reads it from stdin",
+    )
+    p.add_argument(
+        "--list-passes",
+        action="store_true",
+        help="list the named pipelines and the passes a --pipeline may name, and exit",
     )
     _add_pipeline_args(p)
     _add_ir_output_args(p)
@@ -1226,12 +1641,13 @@ def _positive_seconds(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     """Runs one `aotkit` command; returns the exit code (0 ok, 1 user error, 2 usage)."""
     parser = build_parser()
+    argv = list(argv) if argv is not None else sys.argv[1:]
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_targets_first(argv))
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     # `run --timeout` starts a worker process with the same command line.
-    args.argv = list(argv) if argv is not None else sys.argv[1:]
+    args.argv = argv
     try:
         return args.func(args)
     except KeyboardInterrupt:

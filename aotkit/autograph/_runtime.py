@@ -599,6 +599,7 @@ def if_stmt(test, true_fn, false_fn, info):
     if not isinstance(test, Tracer):
         return (true_fn if test else false_fn)(*[vals[p] for p in info.params])
     pred = _truth(test, "if", info.site)
+    _promote_written_numpy(info, vals)
     reasons = _side_effects(info, vals, scope)
     if reasons:
         raise TypeError(
@@ -618,6 +619,19 @@ def if_stmt(test, true_fn, false_fn, info):
             if not (_is_outer_inplace_error(e) and len(everything) > len(copied)):
                 raise
             copied = everything
+
+
+def _promote_written_numpy(info, vals) -> None:
+    """A NumPy array a traced branch or loop body writes into becomes a traced array first.
+
+    Both branches of a traced `if` (and a loop body) are traced whatever the condition, so
+    a write that stayed in the NumPy array would happen although the branch does not run
+    (`if t[0] > 0: out[0] = 1.0` set `out[0]` for every `t`); as a traced array the write is
+    part of the cond and happens exactly when the branch does.
+    """
+    for n in info.params:
+        if n in info.inplace and n in info.writes and isinstance(vals[n], np.ndarray):
+            vals[n] = anp.array(vals[n])
 
 
 def _traced_if(info, vals, pred, true_fn, false_fn, copied, slots):
@@ -826,10 +840,24 @@ def call(f):
 # --- item assignments (see _transform._ItemAssignments) -------------------------------------------
 
 
-def writable(target, value):
+def writable(target, value, shared: str | None = None):
     """`target` as a traced array when it is a NumPy array about to receive a traced value
-    (NumPy cannot hold one); else `target` itself."""
+    (NumPy cannot hold one); else `target` itself.
+
+    `shared` says why another binding may hold the same NumPy array (a parameter, an alias):
+    that binding would keep the NumPy array without the write, where NumPy changes the one
+    array both see, so such a write is refused rather than computed differently.
+    """
     if isinstance(target, np.ndarray) and _holds_tracer(value):
+        if shared is not None:
+            raise TypeError(
+                f"item assignment (at {user_site()}): a traced value is written into a NumPy array "
+                f"whose name is {shared}; NumPy would change the array every binding sees, "
+                "but a NumPy array cannot hold a traced value, so the other binding would "
+                "not see the write; create the array from a traced value where it is made "
+                "(np.zeros_like(x), or aotkit.numpy.zeros(shape)), or return the array and "
+                "use the result"
+            )
         return anp.array(target)
     return target
 

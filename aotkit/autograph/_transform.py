@@ -246,9 +246,16 @@ class _ItemAssignments(ast.NodeTransformer):
     object afterwards, written as before. Python evaluates the value first, then `x` and
     `i`; so does this (an augmented assignment reads `x[i]` after the value)."""
 
-    def __init__(self, conv: Converter, local_names: frozenset):
+    def __init__(self, conv: Converter, local_names: frozenset, shared: dict[str, str]):
         self.conv = conv
         self.local_names = local_names
+        self.shared = shared  # name -> why another binding sees its array (see _shared_names)
+
+    def _writable(self, base: str, temp: str) -> ast.Assign:
+        args = [_name(base), _name(temp)]
+        if base in self.shared:
+            args.append(ast.Constant(self.shared[base]))
+        return ast.Assign(targets=[_name(base, True)], value=_call(_ag("writable"), *args))
 
     def _scope(self, node):
         return node  # nested functions are rewritten on their own
@@ -263,9 +270,7 @@ class _ItemAssignments(ast.NodeTransformer):
             return node
         temp = f"{PREFIX}item_{self.conv.next_id()}"
         keep = ast.Assign(targets=[_name(temp, True)], value=node.value)
-        writable = ast.Assign(
-            targets=[_name(base, True)], value=_call(_ag("writable"), _name(base), _name(temp))
-        )
+        writable = self._writable(base, temp)
         node.value = _name(temp)
         return [_located(ast.copy_location(keep, node), node),
                 _located(ast.copy_location(writable, node), node), node]  # fmt: skip
@@ -295,9 +300,7 @@ class _ItemAssignments(ast.NodeTransformer):
         keep = ast.Assign(
             targets=[_name(temp, True)], value=ast.Tuple(elts=call.args[1:], ctx=ast.Load())
         )
-        writable = ast.Assign(
-            targets=[_name(base, True)], value=_call(_ag("writable"), _name(base), _name(temp))
-        )
+        writable = self._writable(base, temp)
         call.args = [call.args[0], ast.Starred(value=_name(temp), ctx=ast.Load())]
         return [_located(ast.copy_location(keep, node), node),
                 _located(ast.copy_location(writable, node), node), node]  # fmt: skip
@@ -314,8 +317,47 @@ def _item_assignments(conv: Converter, node) -> None:
     # Only names of this function: assigning a global or a closure's name would make it
     # local here.
     local_names = (frozenset(params) | frozenset(facts.stores)) - frozenset(facts.declared)
+    shared = _shared_names(conv.filename, node, params)
     # The function's own statements (visiting `node` itself would stop at the def).
-    _ItemAssignments(conv, local_names).generic_visit(node)
+    _ItemAssignments(conv, local_names, shared).generic_visit(node)
+
+
+def _shared_names(filename: str, node, params: list[str]) -> dict[str, str]:
+    """The names of `node` whose array another binding may also hold, and why.
+
+    Writing a traced value into a NumPy array gives the writing name a new, traced array;
+    NumPy would change the one array every binding shares. So `writable` refuses the write
+    for a parameter (the caller holds the array) and for a name another one aliases
+    (`z = y`, `rows = [y]`), rather than return what NumPy would not.
+    """
+    shared = {p: "a parameter: the caller's binding holds the same array" for p in params}
+
+    class Aliases(ast.NodeVisitor):
+        def visit_FunctionDef(self, n):
+            pass  # nested functions are rewritten on their own
+
+        visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+        def visit_Assign(self, n: ast.Assign):
+            values = [n.value]
+            if isinstance(n.value, ast.List | ast.Tuple | ast.Set):
+                values = n.value.elts
+            elif isinstance(n.value, ast.Dict):
+                values = n.value.values
+            sources = [v.id for v in values if isinstance(v, ast.Name)]
+            targets = [t.id for t in n.targets if isinstance(t, ast.Name)]
+            if sources and (targets or isinstance(n.value, ast.List | ast.Set | ast.Dict)):
+                site = f"{filename}:{n.lineno}"
+                for name in sources:
+                    shared.setdefault(name, f"also bound by the assignment at {site}")
+                if isinstance(n.value, ast.Name):
+                    for name in targets:
+                        shared.setdefault(name, f"also bound by the assignment at {site}")
+            self.generic_visit(n)
+
+    for stmt in node.body:
+        Aliases().visit(stmt)
+    return shared
 
 
 # --- preparing a function: returns and jumps ------------------------------------------------------

@@ -1,0 +1,201 @@
+"""Writes into arrays a kernel makes with NumPy keep NumPy's meaning, or are refused.
+
+Under autograph a NumPy array written with a traced value becomes a traced array. Both
+branches of a traced `if` are traced whatever the condition, and a NumPy array has no
+traced form that other bindings could share, so: a branch's write into a NumPy array makes
+it traced first (the write then happens only when the branch runs), and a traced write into
+a NumPy array that another binding holds (a caller's, an alias) is refused at the line.
+A generator of small random programs (writes, ifs, loops, helper calls) checks the rule
+against NumPy, since hand-picked cases missed both silent wrong values.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aotkit
+from tests.helpers import assert_matches
+
+_COUNTER = itertools.count()
+
+
+def _module(tmp_path, source: str):
+    """A module written to a file (autograph reads the source of what it converts)."""
+    name = f"_writes_{next(_COUNTER)}"
+    path = tmp_path / f"{name}.py"
+    path.write_text("import numpy as np\n" + textwrap.dedent(source))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, path
+
+
+def _same_as_numpy(fn, *args):
+    want = fn(*[np.array(a, copy=True) for a in args])
+    assert_matches(aotkit.jit(fn)(*args), want, fn.__name__)
+
+
+def test_a_write_under_a_false_traced_condition_does_not_happen(tmp_path):
+    m, _ = _module(
+        tmp_path,
+        """
+        def g(t):
+            out = np.zeros(2)
+            if t[0] > 0:
+                out[0] = 1.0
+            return out
+        """,
+    )
+    _same_as_numpy(m.g, np.array([-1.0, 0.0]))  # was [1, 0]
+    _same_as_numpy(m.g, np.array([1.0, 0.0]))
+
+
+def test_a_row_filter_writes_only_the_rows_it_selects(tmp_path):
+    m, _ = _module(
+        tmp_path,
+        """
+        def rows(db, target):
+            out = np.zeros(db.shape[0])
+            for idx, line in enumerate(db):
+                if (line > 0).all():
+                    if target == 1:
+                        out[idx] = 1
+            return out
+        """,
+    )
+    db = np.array([[1.0, 2.0], [-1.0, 3.0], [4.0, 5.0], [0.0, 1.0], [2.0, 2.0]])
+    _same_as_numpy(m.rows, db, 1)
+
+
+def test_a_callee_writing_into_the_callers_numpy_array_is_refused(tmp_path):
+    m, path = _module(
+        tmp_path,
+        """
+        def fill(b, u):
+            b[:] = 2 * u
+
+        def f(u):
+            b = np.zeros(3)
+            fill(b, u)
+            return u + b
+
+        def f_traced(u):
+            b = np.zeros_like(u)
+            fill(b, u)
+            return u + b
+        """,
+    )
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(m.f)(np.ones(3))  # was [1, 1, 1], NumPy [3, 3, 3]
+    assert str(e.value) == (
+        f"item assignment (at {path}:4): a traced value is written into a NumPy array whose "
+        "name is a parameter: the caller's binding holds the same array; NumPy would change "
+        "the array every binding sees, but a NumPy array cannot hold a traced value, so the "
+        "other binding would not see the write; create the array from a traced value where "
+        "it is made (np.zeros_like(x), or aotkit.numpy.zeros(shape)), or return the array "
+        "and use the result"
+    )
+    _same_as_numpy(m.f_traced, np.ones(3))  # what the message suggests works
+
+
+def test_a_write_through_one_of_two_names_is_refused(tmp_path):
+    m, path = _module(
+        tmp_path,
+        """
+        def h(x):
+            y = np.zeros(3)
+            z = y
+            y[0] = x[0]
+            return z
+
+        def in_a_list(x):
+            y = np.zeros(3)
+            rows = [y]
+            y[0] = x[0]
+            return rows[0]
+
+        def untraced_alias(x):
+            y = np.zeros(3)
+            z = y
+            y[0] = 5.0
+            return z + x
+        """,
+    )
+    refused = rf"item assignment \(at {path}:6\): .* also bound by the assignment at {path}:5;"
+    with pytest.raises(TypeError, match=refused):
+        aotkit.jit(m.h)(np.ones(3))  # was [0, 0, 0], NumPy [1, 0, 0]
+    with pytest.raises(
+        TypeError, match=rf"{path}:12\): .* also bound by the assignment at {path}:11;"
+    ):
+        aotkit.jit(m.in_a_list)(np.ones(3))
+    _same_as_numpy(m.untraced_alias, np.ones(3))  # NumPy writes stay NumPy's
+
+
+# --- random programs --------------------------------------------------------------------------
+
+N = 4  # the length of `out` and of the argument `t`
+
+
+def _statement(draw, depth: int) -> list[str]:
+    i, j = draw(st.integers(0, N - 1)), draw(st.integers(0, N - 1))
+    c = draw(st.sampled_from(["0.5", "-1.0", "2.0"]))
+    kinds = ["set_traced", "set_const", "add_traced"]
+    if depth < 2:
+        kinds += ["if", "if_else", "loop", "helper"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "set_traced":
+        return [f"out[{i}] = t[{j}] * {c}"]
+    if kind == "set_const":
+        return [f"out[{i}] = {c}"]
+    if kind == "add_traced":
+        return [f"out[{i}] += t[{j}]"]
+    if kind == "helper":
+        return [f"out = put(out, {i}, t[{j}] + {c})"]
+    body = [f"    {s}" for s in _block(draw, depth + 1)]
+    if kind == "loop":
+        k = draw(st.integers(0, 6))
+        return [f"for k in range({k}):", *body, f"    out[k % {N}] += t[{j}]"]
+    test = f"if t[{j}] > {c}:"
+    if kind == "if":
+        return [test, *body]
+    other = [f"    {s}" for s in _block(draw, depth + 1)]
+    return [test, *body, "else:", *other]
+
+
+def _block(draw, depth: int) -> list[str]:
+    lines: list[str] = []
+    for _ in range(draw(st.integers(1, 3))):
+        lines += _statement(draw, depth)
+    return lines
+
+
+@st.composite
+def programs(draw):
+    body = "\n".join(f"    {s}" for s in _block(draw, 0))
+    values = draw(st.lists(st.sampled_from([-2.0, -0.5, 0.0, 1.0, 3.0]), min_size=N, max_size=N))
+    return body, np.array(values)
+
+
+@settings(max_examples=30, deadline=None)
+@given(programs())
+def test_random_programs_of_writes_match_numpy(tmp_path_factory, case):
+    body, t = case
+    source = (
+        "def put(a, i, v):\n    a[i] = v\n    return a\n\n"
+        f"def prog(t):\n    out = np.zeros({N})\n{body}\n    return out\n"
+    )
+    m, _ = _module(tmp_path_factory.mktemp("prog"), source)
+    want = m.prog(t.copy())
+    try:
+        got = aotkit.jit(m.prog)(t)
+    except TypeError as e:  # a refusal must be the documented one, never a wrong value
+        assert "a traced value is written into a NumPy array" in str(e), (source, e)
+        return
+    assert_matches(got, want, source)

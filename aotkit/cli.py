@@ -1126,6 +1126,12 @@ class _Inputs:
                     f"--inputs: {self.npz!r} has no array for {', '.join(missing)} (its keys: "
                     f"{', '.join(self.named) or 'none'}); save each leaf of {owner} under its "
                     "path"
+                    + (
+                        " (a module file or an artifact keeps no parameter names: key by "
+                        "position, args[0]['w'])"
+                        if params is None
+                        else ""
+                    )
                 )
             extra = [key for c, (key, _) in by_key.items() if c not in wanted]
             if extra:

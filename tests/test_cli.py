@@ -705,8 +705,7 @@ def test_bytecode_to_a_pipe(user):
         (
             ["lower", "examples/mlp.py:predict", "--shapes", "f32[2,"],
             2,
-            "aotkit lower: error: argument --shapes: spec 1 of 1: cannot parse 'f32[2,'; "
-            "expected",
+            "aotkit lower: error: argument --shapes: spec 1 of 1: cannot parse 'f32[2,'; expected",
         ),
         (
             ["lower", "examples/mlp.py:nope"],
@@ -996,3 +995,405 @@ def test_subprocess_compile_bad_options(user, extra, last_line):
     assert proc.stdout == ""
     assert "Traceback" not in proc.stderr
     assert error_line(proc.stderr).startswith(last_line)
+
+
+# --- Issue 22: pytree --shapes, leaf names, .npz inputs, option order, outputs -----------------
+
+PYTREE_CODE = """
+import aotkit.numpy as anp
+
+def loss(params, x, labels):
+    logits = x @ params["w"] + params["b"]
+    return anp.mean((logits - labels) ** 2)
+
+def layers(ws, x):
+    for w in ws:
+        x = anp.tanh(x @ w)
+    return {"y": x, "n": (x.sum(),)}
+"""
+PARAMS = '{"w": "f32[4,3]", "b": "f32[3]"}'
+LOSS_SHAPES = [PARAMS, "f32[8,4]", "f32[8,3]"]
+
+
+@pytest.fixture
+def pytree_user(tmp_path):
+    path = tmp_path / "model.py"
+    path.write_text(PYTREE_CODE)
+    return path
+
+
+@pytest.fixture
+def loss_inputs(tmp_path):
+    rng = np.random.default_rng(1)
+    arrays = {
+        "params['w']": rng.standard_normal((4, 3)).astype(np.float32),
+        "params['b']": rng.standard_normal(3).astype(np.float32),
+        "x": rng.standard_normal((8, 4)).astype(np.float32),
+        "labels": rng.standard_normal((8, 3)).astype(np.float32),
+    }
+    params = {"w": arrays["params['w']"], "b": arrays["params['b']"]}
+    return arrays, (params, arrays["x"], arrays["labels"])
+
+
+def save_npz(path, arrays):
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        LOSS_SHAPES,
+        ["{w: f32[4,3], b: f32[3]}", "f32[8,4]", "f32[8,3]"],
+        ["{'b': 'f32[3]', 'w': 'f32[4,3]'}", "f32[8,4]", "f32[8,3]"],
+    ],
+    ids=["json", "bare", "single-quotes"],
+)
+def test_pytree_shapes_lower_like_the_api(run_cli, pytree_user, shapes):
+    code, out, err = run_cli("lower", f"{pytree_user}:loss", "--shapes", *shapes)
+    assert code == 0, err
+    params = {"w": aotkit.spec("f32[4,3]"), "b": aotkit.spec("f32[3]")}
+    oracle = aotkit.lower(load(pytree_user).loss, params, *specs("f32[8,4]", "f32[8,3]"))
+    assert out == oracle.as_text()
+
+
+def test_pytree_shapes_lists_and_tuples(run_cli, pytree_user):
+    for text, ws in [
+        ('["f32[2,2]", "f32[2,2]"]', [aotkit.spec("f32[2,2]")] * 2),
+        ("(f32[2,2],)", (aotkit.spec("f32[2,2]"),)),
+    ]:
+        code, out, err = run_cli("lower", f"{pytree_user}:layers", "--shapes", text, "f32[1,2]")
+        assert code == 0, err
+        assert out == aotkit.lower(load(pytree_user).layers, ws, aotkit.spec("f32[1,2]")).as_text()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            '{"w": f32[4,3}',
+            """at character 10 ('[') of '{"w": f32[4,3}': spec f32[... has no closing ']'; """
+            "add ']'",
+        ),
+        (
+            '{"w" "f32[4,3]"}',
+            """at character 6 ('"') of '{"w" "f32[4,3]"}': expected ':' after key 'w'; """
+            'write "KEY": SPEC',
+        ),
+        (
+            '["f32[2]" "f32[3]"]',
+            """at character 11 ('"') of '["f32[2]" "f32[3]"]': expected ',' or ']'; separate """
+            "entries with commas",
+        ),
+        (
+            '{"a": f32[1], "a": f32[2]}',
+            """at character 15 ('"') of '{"a": f32[1], "a": f32[2]}': key 'a' appears twice; """
+            "give each key once",
+        ),
+        (
+            "[f32]",
+            "at character 5 (']') of '[f32]': expected '[' after dtype 'f32'; write f32[DIM,...]",
+        ),
+        (
+            "[f32[2]] x",
+            "at character 10 ('x') of '[f32[2]] x': unexpected text after the pytree's end; "
+            "remove it",
+        ),
+        (
+            '{"w": "f32[4,3]',
+            """at character 7 ('"') of '{"w": "f32[4,3]': the string opened here has no """
+            """closing "; add \"""",
+        ),
+    ],
+    ids=[
+        "unclosed-dims",
+        "missing-colon",
+        "missing-comma",
+        "duplicate-key",
+        "no-dims",
+        "trailing",
+        "unclosed-string",
+    ],
+)
+def test_pytree_syntax_errors_say_where(run_cli, pytree_user, text, message):
+    err = fails(
+        run_cli("lower", f"{pytree_user}:loss", "--shapes", text, "f32[8,4]", "f32[8,3]"), 2
+    )
+    assert error_line(err) == (
+        f"aotkit lower: error: argument --shapes: spec 1 of 3: {message} (a pytree is JSON with "
+        """specs as leaves: {"w": "f32[4,3]"}, ["f32[2]"], ("f32[2]",))"""
+    )
+
+
+def test_pytree_bad_leaf_names_the_leaf(run_cli, pytree_user):
+    err = fails(run_cli("lower", f"{pytree_user}:loss", "--shapes", "f32[2]", '{"w": "q7[3]"}'), 2)
+    assert error_line(err).startswith(
+        """aotkit lower: error: argument --shapes: spec 2 of 2: leaf ['w'] at character 7 of """
+        """'{"w": "q7[3]"}': spec: unknown dtype 'q7' in 'q7[3]'; expected DTYPE[DIM,...]"""
+    )
+
+
+def test_pytree_shape_count_error_prints_the_tree(run_cli, pytree_user):
+    err = fails(run_cli("lower", f"{pytree_user}:loss", "--shapes", PARAMS), 1)
+    assert err == (
+        f"aotkit lower: error: --shapes: {pytree_user}:loss takes 3 array argument(s) (params, x, "
+        "labels) but got 1 spec(s): {'w': f32[4,3], 'b': f32[3]}; add a spec for x, labels (or "
+        "--static NAME=VALUE)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["lower", "--shapes", "f32[3]", "{user}:double"],
+        ["lower", "--shapes", "f32[3]", "{user}:double", "--pipeline", "none"],
+        ["lower", "--pipeline", "none", "--shapes", "f32[3]", "{user}:double"],
+    ],
+    ids=["shapes-first", "target-between", "pipeline-first"],
+)
+def test_options_before_the_target(run_cli, user, argv):
+    code, out, err = run_cli(*[a.format(user=user) for a in argv])
+    assert code == 0, err
+    pipeline = "none" if "none" in argv else "default"
+    assert out == aotkit.lower(load(user).double, *specs("f32[3]"), pipeline=pipeline).as_text()
+
+
+def test_inputs_before_the_target(run_cli, user, npy_inputs):
+    arrays, paths = npy_inputs
+    code, out, err = run_cli("run", "--inputs", *paths, f"{user}:affine", "-q")
+    assert code == 0, err
+    assert out == expected_outputs(aotkit.lower(load(user).affine, *arrays).compile()(*arrays))
+
+
+def test_run_npz_inputs_keyed_by_leaf_path(run_cli, pytree_user, loss_inputs, tmp_path):
+    arrays, call = loss_inputs
+    npz = save_npz(tmp_path / "in.npz", arrays)
+    code, out, err = run_cli("run", f"{pytree_user}:loss", "--inputs", npz, "-q")
+    assert code == 0, err
+    assert out == expected_outputs(aotkit.lower(load(pytree_user).loss, *call).compile()(*call))
+    # The same with --shapes first, and with keys spelled args[i] and with double quotes.
+    aliased = {'args[0]["w"]': arrays["params['w']"], "params['b']": arrays["params['b']"]}
+    aliased |= {"args[1]": arrays["x"], "labels": arrays["labels"]}
+    npz2 = save_npz(tmp_path / "in2.npz", aliased)
+    code, out2, err = run_cli(
+        "run", "--shapes", *LOSS_SHAPES, f"{pytree_user}:loss", "--inputs", npz2, "-q"
+    )
+    assert (code, out2) == (0, out), err
+
+
+def test_run_npz_errors(run_cli, pytree_user, loss_inputs, tmp_path):
+    arrays, _ = loss_inputs
+    target = f"{pytree_user}:loss"
+    missing = save_npz(tmp_path / "m.npz", {k: v for k, v in arrays.items() if k != "x"})
+    err = fails(run_cli("run", target, "--shapes", *LOSS_SHAPES, "--inputs", missing), 1)
+    assert err == (
+        f"aotkit run: error: --inputs: {str(missing)!r} has no array for x: f32[8,4] (its keys: "
+        f"params['w'], params['b'], labels); save each leaf of {target} under its path\n"
+    )
+    err = fails(run_cli("run", target, "--inputs", missing), 1)
+    assert err == (
+        f"aotkit run: error: --inputs: {str(missing)!r} has no array for parameter 'x' of "
+        f"{target} (keys: params['w'], params['b'], labels); save it under the key 'x' "
+        "(x['w'] or x[0] for the leaves of a pytree)\n"
+    )
+    extra = save_npz(tmp_path / "e.npz", {**arrays, "params['c']": np.ones(2, np.float32)})
+    err = fails(run_cli("run", target, "--shapes", *LOSS_SHAPES, "--inputs", extra), 1)
+    assert err == (
+        f"aotkit run: error: --inputs: {str(extra)!r}: key \"params['c']\" is no argument leaf "
+        f"of {target} (params['b']: f32[3], params['w']: f32[4,3], x: f32[8,4], labels: "
+        "f32[8,3]); remove it or rename it to a leaf path\n"
+    )
+    stray = save_npz(tmp_path / "s.npz", {**arrays, "bias": np.ones(2, np.float32)})
+    err = fails(run_cli("run", target, "--inputs", stray), 1)
+    assert err == (
+        f"aotkit run: error: --inputs: {str(stray)!r}: 'bias' is no array parameter of {target} "
+        "(its array parameters: params, x, labels); key each array by its parameter's name and "
+        "leaf path\n"
+    )
+    shaped = save_npz(tmp_path / "w.npz", {**arrays, "params['w']": np.ones((3, 3), np.float32)})
+    err = fails(run_cli("run", target, "--shapes", *LOSS_SHAPES, "--inputs", shaped), 1)
+    assert err == (
+        f"aotkit run: error: --inputs: {str(shaped)!r}[\"params['w']\"] holds f32[3,3] but "
+        "argument params['w'] is f32[4,3]; save the array with that shape and dtype\n"
+    )
+    err = fails(run_cli("run", target, "--inputs", shaped, missing), 1)
+    assert err == (
+        "aotkit run: error: --inputs: got 2 .npz and 0 .npy file(s); give either .npy files "
+        "(one per leaf) or one .npz file keyed by leaf path\n"
+    )
+
+
+def test_run_npy_inputs_in_flat_leaf_order(run_cli, pytree_user, loss_inputs, tmp_path):
+    arrays, call = loss_inputs
+    # Flat order: a dict's leaves by sorted key (b before w), then x, labels.
+    order = ["params['b']", "params['w']", "x", "labels"]
+    paths = []
+    for i, key in enumerate(order):
+        paths.append(tmp_path / f"{i}.npy")
+        np.save(paths[-1], arrays[key])
+    code, out, err = run_cli(
+        "run", f"{pytree_user}:loss", "--shapes", *LOSS_SHAPES, "--inputs", *paths, "-q"
+    )
+    assert code == 0, err
+    assert out == expected_outputs(aotkit.lower(load(pytree_user).loss, *call).compile()(*call))
+
+
+def test_two_npy_files_for_one_argument_blame_inputs(run_cli, user, npy_inputs):
+    _, paths = npy_inputs
+    err = fails(run_cli("run", f"{user}:double", "--inputs", *paths[:2]), 1)
+    assert err == (
+        f"aotkit run: error: --inputs: {user}:double takes 1 array argument(s) (x) but got 2 "
+        "file(s) (f32[3], f32[3]); give one .npy file per array argument (or one .npz keyed by "
+        "leaf path)\n"
+    )
+
+
+def test_inspect_names_leaves_by_path(run_cli, module_file):
+    code, out, err = run_cli("inspect", module_file)
+    assert code == 0, err
+    assert "function: lambda(args[0]: f32[3]) -> (out: f32[3])\n" in out
+
+
+def test_opt_reads_stdin(run_cli, module_file, monkeypatch):
+    from_file = run_cli("opt", module_file)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(module_file.read_bytes())))
+    code, out, err = run_cli("opt", "-")
+    assert code == 0, err
+    assert out == from_file[1]
+    assert "stablehlo.multiply" not in out
+
+
+def test_opt_list_passes(run_cli):
+    from aotkit import passes
+
+    code, out, _ = run_cli("opt", "--list-passes")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "Named pipelines (--pipeline NAME):"
+    assert f"  none     {passes.NAMED_PIPELINES['none']}" in lines
+    assert any(line.split()[:1] == ["aotkit-simplify"] for line in lines)
+    assert "  canonicalize" in lines and "  cse" in lines
+    err = fails(run_cli("opt"), 1)
+    assert err == (
+        "aotkit opt: error: give the module FILE to optimize ('-' reads stdin), or --list-passes\n"
+    )
+
+
+def test_run_output_npz_keyed_by_leaf_path(run_cli, user, tmp_path):
+    dest = tmp_path / "out.npz"
+    code, out, err = run_cli("run", f"{user}:pair", "--shapes", "f64[4]", "-q", "-o", dest)
+    assert (code, err) == (0, ""), err
+    x = np.random.default_rng(0).standard_normal(4)
+    want = aotkit.lower(load(user).pair, *specs("f64[4]")).compile()(x)
+    with np.load(dest) as saved:
+        assert sorted(saved.files) == ["out['c'][0]", "out['c'][1]", "out['s']"]
+        np.testing.assert_array_equal(saved["out['s']"], want["s"])
+        np.testing.assert_array_equal(saved["out['c'][1]"], want["c"][1])
+    assert out == expected_outputs(want)
+    err = fails(run_cli("run", f"{user}:pair", "--shapes", "f64[4]", "-o", tmp_path / "o.txt"), 1)
+    assert err == (
+        f"aotkit run: error: --output: {str(tmp_path / 'o.txt')!r} does not end in .npz; aotkit "
+        "run saves the outputs as one .npz file keyed by leaf path (out, out['s'], out[0]): -o "
+        "out.npz\n"
+    )
+
+
+def test_run_repeat_quiet_still_reports_the_time(run_cli, user):
+    code, _, err = run_cli("run", f"{user}:double", "--shapes", "f32[3]", "--repeat", "3", "-q")
+    assert code == 0
+    assert re.fullmatch(r"aotkit run: run best of 3: \d+(\.\d+)? (s|ms|us|ns)\n", err)
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [
+        (1.2134, "1.21 s"),
+        (0.35, "350 ms"),
+        (12.3e-6, "12.3 us"),
+        (0.9997, "1 s"),
+        (1234.5, "1234 s"),
+        (3e-9, "3 ns"),
+        (1.5, "1.5 s"),
+        (0.0999996, "100 ms"),
+    ],
+)
+def test_times_are_human_readable(seconds, text):
+    assert cli._time(seconds) == text
+
+
+def test_compile_output_form_from_the_suffix(run_cli, user, tmp_path):
+    argv = ["compile", f"{user}:double", "--shapes", "f32[3]"]
+    err = fails(run_cli(*argv, "-o", tmp_path / "x.xyz"), 1)
+    assert err == (
+        f"aotkit compile: error: -o {str(tmp_path / 'x.xyz')!r}: cannot tell the output form "
+        "from its suffix '.xyz'; add --emit hlo|cost|memory|artifact (without --emit, -o picks "
+        "by suffix: .aotx: artifact, .hlo: hlo, .txt: hlo, .mlir: hlo)\n"
+    )
+    err = fails(run_cli(*argv, "-o", tmp_path / "x.json"), 1)
+    assert err == (
+        f"aotkit compile: error: -o {str(tmp_path / 'x.json')!r}: a .json file can hold the cost "
+        "or the memory analysis; add --emit cost or --emit memory\n"
+    )
+    assert run_cli(*argv, "-o", tmp_path / "x.xyz", "--emit", "hlo")[0] == 0
+    assert run_cli(*argv, "-o", tmp_path / "x.txt")[0] == 0
+    oracle = aotkit.lower(load(user).double, *specs("f32[3]")).compile().as_text()
+    assert (tmp_path / "x.xyz").read_text() == (tmp_path / "x.txt").read_text() == oracle
+
+
+def test_writes_refuse_the_input_file(run_cli, user):
+    before = user.read_text()
+    argv = ["compile", f"{user}:double", "--shapes", "f32[3]", "--emit", "hlo", "-o", user]
+    err = fails(run_cli(*argv), 1)
+    assert err == (
+        f"aotkit compile: error: -o: {str(user)!r} is the target this command read; write the "
+        "output to another path (or pass --force to replace it)\n"
+    )
+    assert user.read_text() == before
+
+
+def test_opt_in_place_needs_force(run_cli, module_file):
+    err = fails(run_cli("opt", module_file, "-o", module_file), 1)
+    assert err == (
+        f"aotkit opt: error: -o: {str(module_file)!r} is the target this command read; write the "
+        "output to another path (or pass --force to replace it)\n"
+    )
+    code, _, err = run_cli("opt", module_file, "-o", module_file, "--force")
+    assert code == 0, err
+    assert "stablehlo.add" in module_file.read_text()
+
+
+def test_writes_refuse_a_file_of_another_kind(run_cli, user, tmp_path):
+    artifact = tmp_path / "m.aotx"
+    argv = ["compile", f"{user}:double", "--shapes", "f32[3]"]
+    assert run_cli(*argv, "-o", artifact)[0] == 0
+    err = fails(run_cli("lower", f"{user}:double", "--shapes", "f32[3]", "-o", artifact), 1)
+    assert err == (
+        f"aotkit lower: error: -o: {str(artifact)!r} exists and holds an aotkit artifact, not "
+        "text; pick another path (or pass --force to replace it)\n"
+    )
+    assert (
+        run_cli("lower", f"{user}:double", "--shapes", "f32[3]", "-o", artifact, "--force")[0] == 0
+    )
+    assert artifact.read_text().startswith("module @double")
+
+
+def test_writes_are_atomic_and_keep_no_temporary(run_cli, user, tmp_path, monkeypatch):
+    dest = tmp_path / "out.mlir"
+    dest.write_text("old\n")
+    dest.chmod(0o640)
+
+    def fail(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli.os, "replace", fail)
+    err = fails(run_cli("lower", f"{user}:double", "--shapes", "f32[3]", "-o", dest), 1)
+    assert err == (
+        f"aotkit lower: error: -o: cannot write {str(dest)!r}: No space left on device; pick a "
+        "writable path\n"
+    )
+    assert dest.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mlir", "user.py"]
+    monkeypatch.undo()
+    assert run_cli("lower", f"{user}:double", "--shapes", "f32[3]", "-o", dest)[0] == 0
+    assert dest.read_text().startswith("module @double")
+    assert dest.stat().st_mode & 0o777 == 0o640

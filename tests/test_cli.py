@@ -1397,3 +1397,17 @@ def test_writes_are_atomic_and_keep_no_temporary(run_cli, user, tmp_path, monkey
     assert run_cli("lower", f"{user}:double", "--shapes", "f32[3]", "-o", dest)[0] == 0
     assert dest.read_text().startswith("module @double")
     assert dest.stat().st_mode & 0o777 == 0o640
+
+
+def test_docs_cli_commands_parse():
+    import shlex
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    commands = [line for b in blocks for line in b.splitlines() if line.startswith("aotkit ")]
+    assert len(commands) >= 10
+    parser = cli.build_parser()
+    for line in commands:
+        argv = shlex.split(line.split(" < ")[0])[1:]
+        args = parser.parse_args(cli._targets_first(argv))
+        assert args.command == argv[0], line

@@ -147,7 +147,8 @@ class Compiled(Stage):
         return TypeError(
             f"Compiled {self.name!r}: function compiled for {self.in_tree}, called with "
             f"{tree}; first difference at {_path_text(where)}: expected {_node_text(expected)}, "
-            f"got {_node_text(given)}; call it with the structure it was compiled for"
+            f"got {_node_text(given)}; call it with the structure it was compiled for: "
+            f"{self._signature_text()}"
         )
 
     def _argument_error(self, mismatch: ArgumentMismatch) -> Exception:

@@ -16,6 +16,7 @@ from jax import tree_util
 from jaxlib.mlir import ir
 
 from aotkit._context import IR_LOCK, LoweringContext
+from aotkit.frontends import signature
 from aotkit.specs import ShapeDtype
 
 
@@ -70,9 +71,7 @@ class Stage:
         return None if p is None else p.mesh
 
     def _signature_text(self) -> str:
-        ins = ", ".join(map(str, self.flat_in_specs))
-        outs = ", ".join(map(str, self.flat_out_specs))
-        return f"{self.name}({ins}) -> ({outs})"
+        return signature.format_signature(self)
 
 
 class ModuleStage(Stage):

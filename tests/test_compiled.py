@@ -154,7 +154,8 @@ def test_wrong_pytree_names_both_treedefs_and_the_first_difference():
         TypeError,
         match=r"^Compiled 'lambda': function compiled for PyTreeDef\(\(\(\*,\), \{\}\)\), called "
         r"with PyTreeDef\(\(\(\[\*\],\), \{\}\)\); first difference at args\[0\]: expected an "
-        r"array, got a list of 1; call it with the structure it was compiled for$",
+        r"array, got a list of 1; call it with the structure it was compiled for: "
+        r"lambda\(args\[0\]: f32\[\]\) -> \(out: f32\[\]\)$",
     ):
         f_exe([3.0])
 
@@ -266,7 +267,10 @@ def test_inspection_views_on_cpu():
     assert compiled.cost_analysis()["flops"] > 0
     assert isinstance(compiled.memory_analysis(), MemoryAnalysis)
     assert compiled.runtime_executable().hlo_modules()[0].name == "lambda"
-    assert repr(compiled) == "<Compiled lambda(f32[2,3], f32[3,4]) -> (f32[2,4], f32[]) on cpu>"
+    assert repr(compiled) == (
+        "<Compiled lambda(args[0]: f32[2,3], w: f32[3,4]) -> "
+        "(out[0]: f32[2,4], out[1]: f32[]) on cpu>"
+    )
 
 
 def test_inspection_views_on_the_interpreter():

@@ -132,3 +132,45 @@ def donated_leaves(
         flags += [position in donated] * arg_trees[k].num_leaves
     flags += [False] * (in_tree.num_leaves - len(flags))
     return tuple(flags)
+
+
+# --- Naming leaves by path ----------------------------------------------------------------------
+
+
+def leaf_names(in_tree, params: Sequence[str] | None = None) -> list[str]:
+    """Each flat leaf of the `((args), {kwargs})` tree `in_tree`, named by its path.
+
+    `params[i]` names positional argument i (`params['w']`); without it, `args[i]['w']`.
+    A keyword argument is named by its keyword (`scale`, `opts['lr']`).
+    """
+    dummy = tree_util.tree_unflatten(in_tree, range(in_tree.num_leaves))
+    return [_leaf_name(path, params) for path, _ in tree_util.tree_flatten_with_path(dummy)[0]]
+
+
+def _leaf_name(path, params: Sequence[str] | None) -> str:
+    if len(path) < 2:
+        return "args"
+    (group, head), rest = path[:2], tree_util.keystr(tuple(path[2:]))
+    if getattr(group, "idx", None) == 1:
+        return f"{head.key}{rest}"
+    if params is not None and head.idx < len(params):
+        return f"{params[head.idx]}{rest}"
+    return f"args[{head.idx}]{rest}"
+
+
+def output_names(out_tree) -> list[str]:
+    """Each flat result leaf named by its path: `out`, `out['loss']`, `out[0]`."""
+    dummy = tree_util.tree_unflatten(out_tree, range(out_tree.num_leaves))
+    return ["out" + tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(dummy)[0]]
+
+
+def format_signature(stage, params: Sequence[str] | None = None) -> str:
+    """`f(args[0]: f32[3], params['w']: f32[4,3]) -> (out: f32[3])`: a stage's signature
+    (anything with `name`, `in_tree`, `out_tree`, `flat_in_specs`, `flat_out_specs`: a
+    Traced, Lowered or Compiled) with every leaf named by its path; `params` names the
+    positional arguments (see `leaf_names`)."""
+    ins = zip(leaf_names(stage.in_tree, params), stage.flat_in_specs, strict=True)
+    outs = zip(output_names(stage.out_tree), stage.flat_out_specs, strict=True)
+    text_in = ", ".join(f"{n}: {s}" for n, s in ins)
+    text_out = ", ".join(f"{n}: {s}" for n, s in outs)
+    return f"{stage.name}({text_in}) -> ({text_out})"

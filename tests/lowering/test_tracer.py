@@ -31,7 +31,7 @@ def test_module_is_named_after_the_function():
     lowered = aotkit.lower(predict, F32)
     assert lowered.name == "predict"
     assert str(lowered.module.operation.attributes["sym_name"]) == '"predict"'
-    assert repr(lowered) == "<Lowered predict(f32[]) -> (f32[])>"
+    assert repr(lowered) == "<Lowered predict(args[0]: f32[]) -> (out: f32[])>"
 
 
 def test_tracer_properties_and_methods():

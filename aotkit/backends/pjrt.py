@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import platform
+import re
 import threading
 from collections.abc import Mapping
 
@@ -26,7 +27,7 @@ import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit import _compat, modules
+from aotkit import _compat, dtypes, modules
 from aotkit._context import IR_LOCK
 from aotkit.backends.base import (
     ArgumentMismatch,
@@ -137,6 +138,18 @@ class PjrtBackend(Backend):
                 f"{where}: the serialized executable of {name!r} takes {n_in} arguments and "
                 f"returns {n_out} results, but its signature has {len(in_specs)} and "
                 f"{len(out_specs)}",
+                backend=self.name,
+                module_name=name,
+            )
+        declared = _entry_signature(exe)
+        given = ([_hlo_type(x) for x in in_specs], [_hlo_type(x) for x in out_specs])
+        if declared is not None and declared != given:
+            ins, outs = ([_aotkit_type(t) for t in side] for side in declared)
+            raise CompileError(
+                f"{where}: the serialized executable of {name!r} takes ({', '.join(ins)}) -> "
+                f"({', '.join(outs)}), but its signature says ({', '.join(map(str, in_specs))})"
+                f" -> ({', '.join(map(str, out_specs))}); the file's header does not describe "
+                "its executable",
                 backend=self.name,
                 module_name=name,
             )
@@ -391,6 +404,68 @@ def _aval(spec: ShapeDtype):
     if aval is None:
         aval = _avals.setdefault(spec, _compat.shaped_array(spec.shape, spec.dtype))
     return aval
+
+
+# XLA's names of the element types, as an HLO module's entry layout prints them.
+_HLO_ELEMENT = {"bool": "pred", "i8": "s8", "i16": "s16", "i32": "s32", "i64": "s64"}
+
+
+def _hlo_type(spec: ShapeDtype) -> str:
+    name = dtypes.short_name(spec.dtype)
+    return f"{_HLO_ELEMENT.get(name, name)}[{','.join(map(str, spec.shape))}]"
+
+
+def _aotkit_type(hlo: str) -> str:
+    """`s32[4]` as aotkit spells it (`i32[4]`), for messages."""
+    element, bracket, rest = hlo.partition("[")
+    names = {v: k for k, v in _HLO_ELEMENT.items()}
+    return f"{names.get(element, element)}{bracket}{rest}"
+
+
+def _split_top(text: str) -> list[str]:
+    """`text` split at the commas outside brackets, braces and parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    tail = text[start:].strip()
+    return [*parts, tail] if tail else parts
+
+
+def _entry_signature(exe) -> tuple[list[str], list[str]] | None:
+    """(parameter types, result types) of a loaded executable, as `f32[4,3]` strings, from
+    the `entry_computation_layout` of its HLO module; None where it prints none.
+
+    A deserialized executable is checked against the signature the file declares for it:
+    PJRT reads its arguments' bytes by the executable's own shapes, so a header that said
+    `i32[4]` for an `f32[4]` executable would return float bits read as ints."""
+    modules_ = exe.hlo_modules()
+    if len(modules_) != 1:
+        return None
+    head = modules_[0].to_string().split("\n", 1)[0]
+    key = "entry_computation_layout={"
+    start = head.find(key)
+    if start < 0:
+        return None
+    depth, i = 1, start + len(key)
+    while i < len(head) and depth:
+        depth += {"{": 1, "}": -1}.get(head[i], 0)
+        i += 1
+    layout = head[start + len(key) : i - 1]
+    params, _, result = layout.partition(")->")
+    strip = functools.partial(re.sub, r"\{[^{}]*\}", "")
+    ins = [strip(p) for p in _split_top(params.removeprefix("("))]
+    result = strip(result).strip()
+    if result.startswith("(") and result.endswith(")"):
+        outs = _split_top(result[1:-1])
+    else:
+        outs = [result]
+    return ins, outs
 
 
 class PjrtExecutable(Executable):

@@ -208,6 +208,8 @@ class _ShapesAction(argparse.Action):
             try:
                 trees.append(parse_shape(text))
             except (TypeError, ValueError) as e:
+                if len(values) == 1:
+                    raise argparse.ArgumentError(self, str(e)) from None
                 what = str(e).removeprefix("spec: ")
                 raise argparse.ArgumentError(
                     self, f"spec {i + 1} of {len(values)}: {what}"

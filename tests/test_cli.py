@@ -428,7 +428,7 @@ def test_unknown_static_parameter(run_cli, user):
 @pytest.mark.parametrize("text", ["f32[2,", "q7[3]", "f32[-1]", "f32[2.5]"])
 def test_malformed_spec_is_a_usage_error(run_cli, user, text):
     err = fails(run_cli("lower", f"{user}:double", "--shapes", text), 2)
-    assert "aotkit lower: error: argument --shapes: spec 1 of 1: " in err
+    assert "aotkit lower: error: argument --shapes: spec: " in err
     assert repr(text) in err
     assert "usage: aotkit lower" in err
 
@@ -705,7 +705,7 @@ def test_bytecode_to_a_pipe(user):
         (
             ["lower", "examples/mlp.py:predict", "--shapes", "f32[2,"],
             2,
-            "aotkit lower: error: argument --shapes: spec 1 of 1: cannot parse 'f32[2,'; expected",
+            "aotkit lower: error: argument --shapes: spec: cannot parse 'f32[2,'; expected",
         ),
         (
             ["lower", "examples/mlp.py:nope"],

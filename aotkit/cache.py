@@ -23,6 +23,14 @@ What it promises:
 - An entry that fails its checks (truncated, corrupted, other signature) is deleted with a
   `CacheWarning` and the module is compiled again. A folder that cannot be written gives
   one `CacheWarning`, and the process then runs without the cache.
+- It deletes only what it wrote: files named as its entries (a 64-digit key + `.aotx`)
+  and its temporary files, regular files only (never a link), in a folder it owns: one
+  holding its `CACHEDIR.TAG` (written when it first stores there). A folder that holds
+  other files and no tag is refused with one `CacheWarning`, so pointing the cache at a
+  folder of the user's own artifacts never deletes them.
+- An entry is read only if it is a regular file no larger than the cap, opened without
+  following links, so a FIFO or a link to /dev/zero at an entry's name is a miss, not a
+  hang or unbounded memory.
 - Backends whose executables do not serialize (`executable_format` None: the interpreter)
   are not cached, nor are sharded programs (several devices: artifacts refuse them).
 """
@@ -32,6 +40,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import stat
 import threading
 import time
 import warnings
@@ -43,9 +53,18 @@ from aotkit.errors import ArtifactError, CacheWarning, CompileError
 ENV = "AOTKIT_CACHE_DIR"
 DEFAULT_MAX_BYTES = 2 << 30
 SUFFIX = ".aotx"
-# Temporary files of writes in progress start with a dot and end so.
-_TMP_SUFFIX = ".tmp"
 STALE_TMP_S = 3600.0
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.aotx")
+# artifacts.write_atomic's temporary names: "." + the entry's name + "." + random + ".tmp"
+_TMP_NAME = re.compile(r"\.[0-9a-f]{64}\.aotx\.[A-Za-z0-9_]+\.tmp")
+# The Cache Directory Tagging Specification's file: backup tools skip the folder, and
+# aotkit knows the folder is its own.
+TAG = "CACHEDIR.TAG"
+_TAG_TEXT = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This folder is aotkit's persistent compilation cache (aotkit.cache).\n"
+    "# aotkit deletes only its own entries here: 64-digit keys ending in .aotx.\n"
+)
 _KEY_VERSION = b"aotkit-cache-key-v1\0"
 _STRIP = "builtin.module(strip-debuginfo)"
 
@@ -70,6 +89,70 @@ _hits = 0
 _misses = 0
 # Folders found unwritable in this process (each warned about once), skipped from then on.
 _broken: set[str] = set()
+# Folders known to be the cache's own (they hold its tag).
+_owned: set[str] = set()
+
+
+def _is_own_file(entry: os.DirEntry, pattern: re.Pattern) -> bool:
+    return pattern.fullmatch(entry.name) is not None and entry.is_file(follow_symlinks=False)
+
+
+def _claim(folder: Path) -> bool:
+    """Whether `folder` is the cache's own, tagging it when it holds nothing but the cache's
+    files (a new folder, or one an aotkit before the tag filled); a folder with other files
+    and no tag is refused once with a CacheWarning."""
+    if str(folder) in _owned:
+        return True
+    tag = folder / TAG
+    try:
+        st = os.lstat(tag)
+        if stat.S_ISREG(st.st_mode):
+            _owned.add(str(folder))
+            return True
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        _give_up(folder, e)
+        return False
+    try:
+        with os.scandir(folder) as it:
+            others = sorted(
+                e.name
+                for e in it
+                if not (_is_own_file(e, _ENTRY_NAME) or _is_own_file(e, _TMP_NAME))
+                and e.name != TAG
+            )
+    except FileNotFoundError:
+        others = []
+    except OSError as e:
+        _give_up(folder, e)
+        return False
+    if others:
+        with _lock:
+            if str(folder) in _broken:
+                return False
+            _broken.add(str(folder))
+        shown = ", ".join(repr(n) for n in others[:3]) + (", ..." if len(others) > 3 else "")
+        warnings.warn(
+            f"aotkit cache: {folder} holds files aotkit did not write ({shown}) and no "
+            f"{TAG}, so it is not used as the cache (the cache deletes its entries to stay "
+            f"under its size cap, and must never delete yours); set {ENV} to a folder of its "
+            f"own, or {ENV}=off",
+            CacheWarning,
+            stacklevel=5,
+        )
+        return False
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(tag, "x") as f:
+            f.write(_TAG_TEXT)
+    except FileExistsError:
+        pass  # another process tagged it first
+    except OSError as e:
+        _give_up(folder, e)
+        return False
+    _owned.add(str(folder))
+    return True
 
 
 def _default_directory() -> Path | None:
@@ -124,12 +207,13 @@ def configure(*, dir=_ENV_DEFAULT, max_bytes: int | None = None) -> None:  # noq
         if max_bytes is not None:
             _max_bytes = max_bytes
         _broken.clear()
+        _owned.clear()
 
 
 def _entries(folder: Path) -> list[os.DirEntry]:
     try:
         with os.scandir(folder) as it:
-            return [e for e in it if e.name.endswith(SUFFIX) and not e.name.startswith(".")]
+            return [e for e in it if _is_own_file(e, _ENTRY_NAME)]
     except OSError:
         return []
 
@@ -150,20 +234,20 @@ def stats() -> CacheStats:
 
 
 def clear() -> None:
-    """Deletes every entry (and temporary file) in the cache folder; counters are kept."""
+    """Deletes every entry (and temporary file) of the cache in its folder, and nothing
+    else: not in a folder that is not the cache's own; counters are kept."""
     folder = directory()
-    if folder is None:
+    if folder is None or not folder.exists() or not _claim(folder):
         return
     try:
-        names = os.listdir(folder)
+        with os.scandir(folder) as it:
+            doomed = [
+                e.path for e in it if _is_own_file(e, _ENTRY_NAME) or _is_own_file(e, _TMP_NAME)
+            ]
     except OSError:
         return
-    for name in names:
-        if name.endswith(SUFFIX) or (name.startswith(".") and name.endswith(_TMP_SUFFIX)):
-            try:
-                os.unlink(folder / name)
-            except OSError:
-                pass
+    for path in doomed:
+        _unlink(path)
 
 
 # --- the compile stage's hooks -------------------------------------------------------------
@@ -172,6 +256,8 @@ def clear() -> None:
 def _usable_directory() -> Path | None:
     folder = directory()
     if folder is None or str(folder) in _broken:
+        return None
+    if str(folder) not in _owned and folder.exists() and not _claim(folder):
         return None
     return folder
 
@@ -218,9 +304,8 @@ def get(cache_key: str, lowered, backend, options):
     if folder is None:
         return None
     path = folder / (cache_key + SUFFIX)
-    try:
-        data = path.read_bytes()
-    except OSError:
+    data = _read_entry(path)
+    if data is None:
         with _lock:
             _misses += 1
         return None
@@ -268,6 +353,32 @@ def get(cache_key: str, lowered, backend, options):
     return executable
 
 
+def _read_entry(path: Path) -> bytes | None:
+    """The bytes of the entry at `path`, or None: absent, not a regular file (opened without
+    following a link or blocking on a FIFO), or larger than the cap."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _max_bytes:
+            return None
+        chunks, left = [], st.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def put(cache_key: str, lowered, executable, options) -> None:
     """Stores `executable` (compiled from `lowered`) under `cache_key`, then evicts."""
     folder = _usable_directory()
@@ -305,6 +416,8 @@ def put(cache_key: str, lowered, executable, options) -> None:
         return
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        if not _claim(folder):
+            return
         artifacts.write_atomic(folder / (cache_key + SUFFIX), data)
     except OSError as e:
         _give_up(folder, e)
@@ -335,14 +448,17 @@ def _evict(folder: Path) -> None:
     try:
         with os.scandir(folder) as it:
             for e in it:
+                own_tmp = _is_own_file(e, _TMP_NAME)
+                if not (own_tmp or _is_own_file(e, _ENTRY_NAME)):
+                    continue  # never a file the cache did not write
                 try:
-                    st = e.stat()
+                    st = e.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                if e.name.startswith(".") and e.name.endswith(_TMP_SUFFIX):
+                if own_tmp:
                     if now - st.st_mtime > STALE_TMP_S:
                         _unlink(e.path)
-                elif e.name.endswith(SUFFIX):
+                else:
                     entries.append((st.st_mtime, st.st_size, e.path))
                     total += st.st_size
     except OSError:

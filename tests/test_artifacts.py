@@ -847,7 +847,7 @@ def test_cli_run_of_an_artifact_matches_the_function(cli_artifact, run_cli):
     user, dest, inputs = cli_artifact
     code, from_artifact, err = run_cli("run", dest, "--inputs", *inputs)
     assert code == 0, err
-    assert re.fullmatch(r"aotkit run: load \S+ m?s, run \S+ m?s\n", err)
+    assert re.fullmatch(r"aotkit run: load \S+ (s|ms|us|ns), run \S+ (s|ms|us|ns)\n", err)
     code, from_function, _ = run_cli("run", f"{user}:affine", "--inputs", *inputs)
     assert from_artifact == from_function
     code, _, err = run_cli("run", dest, "--inputs", *inputs, "-v")
@@ -918,7 +918,8 @@ def test_cli_inspect_of_a_module_file(cli_artifact, run_cli, tmp_path):
     assert code == 0, err
     assert out.splitlines() == [
         f"{bc}: MLIR bytecode, {bc.stat().st_size} bytes",
-        "function: affine(f32[2,3], f32[3,4], f32[4]) -> (f32[2,4])",
+        "function: affine(args[0]: f32[2,3], args[1]: f32[3,4], args[2]: f32[4])"
+        " -> (out: f32[2,4])",
         "in_tree: PyTreeDef(((*, *, *), {}))",
         "out_tree: PyTreeDef(*)",
         "donated arguments: none",

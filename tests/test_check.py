@@ -269,7 +269,7 @@ def test_cli_check_refuses_inputs_of_the_wrong_spec(user, tmp_path, capsys):
     np.save(tmp_path / "y.npy", np.ones((5,), np.float32))
     argv = ["check", f"{user}:f", "--shapes", "f32[3,4]", "f32[4]", "--inputs"]
     assert cli.main([*argv, str(tmp_path / "x.npy"), str(tmp_path / "y.npy")]) == 1
-    assert "holds f32[5] but argument 1 is f32[4]" in capsys.readouterr().err
+    assert "holds f32[5] but argument y is f32[4]" in capsys.readouterr().err
 
 
 def _load(path):

@@ -479,6 +479,11 @@ def _place_arguments(fn, label: str, specs: list, statics: dict, source: str = "
         remaining.clear()
     names = [p.name for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
     array_params = [n for n in names if n not in statics]
+    optional = [n for n in array_params if sig.parameters[n].default is not P.empty]
+    takes = f"{len(array_params) - len(optional)}"
+    if optional:  # `gamma=0.5`: its default is used when no spec is given
+        takes += f" to {len(array_params)}"
+    listed = ", ".join(n + ("=default" if n in optional else "") for n in array_params)
     if remaining:
         bad = next(iter(remaining))
         raise UserError(
@@ -497,8 +502,8 @@ def _place_arguments(fn, label: str, specs: list, statics: dict, source: str = "
     )
     if pending:
         raise UserError(
-            f"{source}: {label} takes {len(array_params)} array argument(s) "
-            f"({', '.join(array_params) or 'none'}) but got {got}; give {one}"
+            f"{source}: {label} takes {takes} array argument(s) "
+            f"({listed or 'none'}) but got {got}; give {one}"
         )
     try:
         sig.bind(*args, **kwargs)
@@ -512,8 +517,8 @@ def _place_arguments(fn, label: str, specs: list, statics: dict, source: str = "
         ][len(specs) :]
         what = "a spec" if source == "--shapes" else "a file"
         raise UserError(
-            f"{source}: {label} takes {len(array_params)} array argument(s) "
-            f"({', '.join(array_params)}) but got {got}; "
+            f"{source}: {label} takes {takes} array argument(s) "
+            f"({listed}) but got {got}; "
             f"add {what} for {', '.join(missing) or 'each argument'} (or --static NAME=VALUE)"
         ) from None
     names = [n for i, n in enumerate(arg_names) if i not in argnums]

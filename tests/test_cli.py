@@ -1411,3 +1411,15 @@ def test_docs_cli_commands_parse():
         argv = shlex.split(line.split(" < ")[0])[1:]
         args = parser.parse_args(cli._targets_first(argv))
         assert args.command == argv[0], line
+
+
+def test_arguments_with_defaults_are_counted_as_optional(tmp_path, capsys):
+    user = tmp_path / "kernel.py"
+    user.write_text("def k(x, y, gamma=0.5):\n    return x * gamma + y\n")
+    assert cli.main(["lower", f"{user}:k", "--shapes", "f32[3]", "f32[3]"]) == 0
+    capsys.readouterr()
+    assert cli.main(["lower", f"{user}:k", "--shapes", "f32[3]"]) == 1
+    assert capsys.readouterr().err == (
+        f"aotkit lower: error: --shapes: {user}:k takes 2 to 3 array argument(s) (x, y, "
+        "gamma=default) but got 1 spec(s): f32[3]; add a spec for y (or --static NAME=VALUE)\n"
+    )

@@ -34,6 +34,7 @@ from pathlib import Path
 from jax import tree_util
 
 from aotkit import backends
+from aotkit._traceback import api_boundary
 from aotkit.compiled import Compiled
 from aotkit.errors import ArtifactError, ArtifactWarning, CompileError
 from aotkit.specs import spec
@@ -568,6 +569,7 @@ def is_artifact(data) -> bool:
     return bytes(data[: len(MAGIC)]) == MAGIC
 
 
+@api_boundary
 def load(source, *, backend: str | None = None, recompile="auto") -> Compiled:
     """Loads an AOT artifact (a path or its bytes) as a `Compiled`.
 
@@ -583,7 +585,36 @@ def load(source, *, backend: str | None = None, recompile="auto") -> Compiled:
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"aotkit.load: backend must be a name such as 'cpu', got {backend!r}")
     data, label = read(source)
+    module_kind = None if is_artifact(data) else _module_kind(data, label)
+    if module_kind is not None:
+        shown = repr(label) if label != "<bytes>" else "data"
+        raise ArtifactError(
+            f"aotkit.load: {label} is {module_kind}, not an aotkit artifact; load a module with "
+            f"aotkit.load_module({shown}) (then .compile() it), or save an artifact with "
+            "Compiled.save",
+            path=label,
+        )
     return to_compiled(unpack(data, label), backend=backend, recompile=recompile)
+
+
+# The first bytes of MLIR bytecode (StableHLO portable artifacts are bytecode too).
+_MLIR_BYTECODE = b"ML\xefR"
+_MLIR_TEXT_START = ("module", "func.func", "#", "//")
+
+
+def _module_kind(data: bytes, label: str) -> str | None:
+    """What module file `data` is (for the error that points to `aotkit.load_module`), or
+    None when it does not look like one."""
+    if data.startswith(_MLIR_BYTECODE):
+        return "MLIR bytecode (a StableHLO module or portable artifact)"
+    head = data[:4096]
+    if b"\x00" not in head:
+        text = head.decode("utf-8", errors="replace").lstrip()
+        if text.startswith(_MLIR_TEXT_START) and ("module" in text or "func.func" in text):
+            return "StableHLO MLIR text"
+    if label.endswith((".mlir", ".mlirbc")):
+        return "a module file (.mlir)"
+    return None
 
 
 def _differences(saved: dict, here: dict) -> str:

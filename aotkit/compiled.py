@@ -2,8 +2,11 @@
 
 `Compiled` wraps a backend `Executable` with the argument and result pytrees. Calling it
 checks the arguments against the compiled pytree and specs and runs; it never retraces or
-recompiles. A mismatch is a TypeError naming both PyTreeDefs and the first difference, or
-the argument path with the expected and given specs.
+recompiles. Its results (the leaves of the result pytree) are all of one type, the
+backend's `result_type`: `jax.Array` on PJRT backends (`cpu` and the plugins: the device's
+own buffer, not copied), `numpy.ndarray` on the others (`interpreter`, `iree`: host memory);
+see aotkit/backends/base.py for why. A mismatch is a TypeError naming both PyTreeDefs and
+the first difference, or the argument path with the expected and given specs.
 
 The call is the dispatch hot path. A backend may supply a native dispatcher (PJRT backends
 use jaxlib's C++ dispatch, as JAX's own `Compiled` does) that runs argument signatures it
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 from jax import tree_util
 
+from aotkit._traceback import api_boundary, filter_exception
 from aotkit.backends.base import ArgumentMismatch, Backend, Executable, MemoryAnalysis
 from aotkit.traced import Stage
 
@@ -112,19 +116,24 @@ class Compiled(Stage):
         return self._call
 
     def _python_call(self, *args, **kwargs):
-        if self._positional and not kwargs and len(args) == self._n_args:
-            try:
-                outs = self._execute(args)
-            except ArgumentMismatch as mismatch:
-                raise self._diagnose(args, kwargs, mismatch) from None
-        else:
-            leaves, tree = tree_util.tree_flatten((args, kwargs))
-            if tree != self.in_tree:
-                raise self._tree_error(tree)
-            try:
-                outs = self._execute(leaves)
-            except ArgumentMismatch as mismatch:
-                raise self._argument_error(mismatch) from None
+        # An entry point (aotkit/_traceback.py): the error leaves without aotkit's frames.
+        try:
+            if self._positional and not kwargs and len(args) == self._n_args:
+                try:
+                    outs = self._execute(args)
+                except ArgumentMismatch as mismatch:
+                    raise self._diagnose(args, kwargs, mismatch) from None
+            else:
+                leaves, tree = tree_util.tree_flatten((args, kwargs))
+                if tree != self.in_tree:
+                    raise self._tree_error(tree)
+                try:
+                    outs = self._execute(leaves)
+                except ArgumentMismatch as mismatch:
+                    raise self._argument_error(mismatch) from None
+        except Exception as e:
+            filter_exception(e)
+            raise
         if self._single_out:
             return outs[0]
         return self._unflatten_out(outs)
@@ -193,6 +202,7 @@ class Compiled(Stage):
 
     # -- artifacts (aotkit/artifacts.py; the format is docs/artifact-format.md)
 
+    @api_boundary
     def serialize(self) -> bytes:
         """This function as an AOT artifact: `aotkit.load(data)` rebuilds it in any process,
         without the Python function, tracing or (on the same platform and versions)
@@ -201,6 +211,7 @@ class Compiled(Stage):
 
         return artifacts.serialize(self)
 
+    @api_boundary
     def save(self, path) -> None:
         """Writes `serialize()` to `path` (conventionally `NAME.aotx`), atomically."""
         from aotkit import artifacts

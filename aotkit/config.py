@@ -9,6 +9,10 @@
 - `jit_cache_size` (default 128, or `AOTKIT_JIT_CACHE_SIZE`): how many `Lowered` and how many
   `Compiled` the jit caches keep per function (least recently used evicted), so a program
   that calls one function with ever new shapes does not grow without bound.
+- `traceback_filtering` (default True, or `AOTKIT_TRACEBACK_FILTERING=off`): an exception
+  raised through one of aotkit's entry points (a jit call, `.lower`, `.compile`, ...) is
+  shown without aotkit's own frames, as JAX shows its errors (see aotkit/_traceback.py).
+  Off, the whole traceback is kept.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
 
-def _env_flag(name: str) -> bool:
+def _env_flag(name: str, default: bool = False) -> bool:
     text = os.environ.get(name, "").strip().lower()
+    if not text:
+        return default
     if text in _TRUE:
         return True
     if text in _FALSE:
@@ -40,12 +46,14 @@ def _env_int(name: str, default: int) -> int:
 _DOC = {
     "x64_scalars": "Python scalar arguments are 64-bit (int64, float64, complex128)",
     "jit_cache_size": "entries kept per function by the jit caches",
+    "traceback_filtering": "aotkit's own frames are removed from the tracebacks of its errors",
 }
 _values: dict[str, object] = {
     "x64_scalars": _env_flag("AOTKIT_X64_SCALARS"),
     "jit_cache_size": _env_int("AOTKIT_JIT_CACHE_SIZE", 128),
+    "traceback_filtering": _env_flag("AOTKIT_TRACEBACK_FILTERING", True),
 }
-_TYPES = {"x64_scalars": bool, "jit_cache_size": int}
+_TYPES = {"x64_scalars": bool, "jit_cache_size": int, "traceback_filtering": bool}
 # Bumped by every update: caches keyed on settings compare it instead of the values.
 version = 0
 

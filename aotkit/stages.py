@@ -10,11 +10,13 @@ shared by every `jit` of the same function.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import operator
 import os
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import NamedTuple
@@ -37,6 +39,7 @@ from aotkit import (
 )
 from aotkit import cache as persistent_cache
 from aotkit._context import IR_LOCK
+from aotkit._traceback import api_boundary, filter_exception, user_stacklevel
 from aotkit.backends.base import Backend
 from aotkit.backends.pjrt import native_dispatcher
 from aotkit.compiled import Compiled
@@ -114,6 +117,7 @@ class Lowered(ModuleStage):
             partitioning=partitioning,
         )
 
+    @api_boundary
     def compile(
         self,
         backend: str | None = None,
@@ -206,7 +210,7 @@ def _lower(traced: Traced, pipeline, dump_dir, print_ir_after_all, consume: bool
             verify=False,
             facts=traced.facts,
         )
-        donated = _mark_donated(module, traced.donated, traced.flat_in_specs, name)
+        donated, unusable = _mark_donated(module, traced.donated, traced.flat_in_specs, name)
         # Every front end verifies its module: with no pass run and nothing donated, this
         # is that module unchanged (`pipeline="none"`, `load_module`).
         if timings or any(traced.donated):
@@ -218,6 +222,8 @@ def _lower(traced: Traced, pipeline, dump_dir, print_ir_after_all, consume: bool
                 dumper.write("pass-timing", report, ext="txt")
         elif dumps.pass_timing_requested():
             sys.stderr.write(passes.format_timing(timings, name=name, pipeline=pipeline))
+    if unusable:
+        _warn_unusable(name, traced, unusable)
     return Lowered(
         module,
         lc,
@@ -236,19 +242,24 @@ def _lower(traced: Traced, pipeline, dump_dir, print_ir_after_all, consume: bool
     )
 
 
-def _mark_donated(module, flags: tuple[bool, ...], in_specs, name: str) -> tuple[bool, ...]:
+def _mark_donated(
+    module, flags: tuple[bool, ...], in_specs, name: str
+) -> tuple[tuple[bool, ...], list[int]]:
     """Gives each donated argument of `@main` its aliasing attribute; returns the donated
-    flags of the module (attributes a front end already wrote count too).
+    flags of the module (attributes a front end already wrote count too) and the arguments
+    it could pair with no result.
 
     A donated argument without one gets `tf.aliasing_output = k` for the first result of its
     spec no other argument aliases (XLA then writes that result into the argument's
-    buffer), or `jax.buffer_donor = true` when no result matches. The caller holds IR_LOCK
-    with the module's context active.
+    buffer), or `jax.buffer_donor = true` when no result matches: XLA reuses a donated
+    buffer only for a result of its shape and dtype, so such a donation is unusable. The
+    caller holds IR_LOCK with the module's context active.
     """
     main = modules.main_function(module)
+    unusable: list[int] = []
     if "arg_attrs" not in main.attributes:
         if not any(flags):
-            return flags  # the common case: nothing donated, by the caller or the module
+            return flags, unusable  # the common case: nothing donated, by the caller or module
         old = []
     else:
         old = list(ir.ArrayAttr(main.attributes["arg_attrs"]))
@@ -275,13 +286,29 @@ def _mark_donated(module, flags: tuple[bool, ...], in_specs, name: str) -> tuple
             )
             if match is None:
                 entries[i]["jax.buffer_donor"] = ir.BoolAttr.get(True)
+                unusable.append(i)
             else:
                 claimed.add(match)
                 entries[i]["tf.aliasing_output"] = ir.IntegerAttr.get(
                     ir.IntegerType.get_signless(32), match
                 )
         main.attributes["arg_attrs"] = ir.ArrayAttr.get([ir.DictAttr.get(e) for e in entries])
-    return tuple(f or p for f, p in zip(flags, present, strict=True))
+    return tuple(f or p for f, p in zip(flags, present, strict=True)), unusable
+
+
+def _warn_unusable(name: str, traced: Traced, unusable: list[int]) -> None:
+    """JAX's warning for donated arguments no result can reuse, naming them by leaf path."""
+    ins = signature.leaf_names(traced.in_tree)
+    outs = signature.output_names(traced.out_tree)
+    given = ", ".join(f"{ins[i]}: {traced.flat_in_specs[i]}" for i in unusable)
+    results = ", ".join(f"{n}: {s}" for n, s in zip(outs, traced.flat_out_specs, strict=True))
+    warnings.warn(
+        f"Some donated buffers were not usable: {given}; lowering {name!r}: no result left "
+        f"has that shape and dtype for XLA to write into (results: {results or 'none'}); "
+        "drop them from donate_argnums, or return a value of their shape and dtype",
+        UserWarning,
+        stacklevel=user_stacklevel(),
+    )
 
 
 # --- one call: trace and lower ------------------------------------------------------------------
@@ -295,13 +322,13 @@ def trace_function(
     static_argnums=(),
     static_argnames=(),
     donate_argnums=(),
-    frontend: str = "aotkit",
+    frontend: str = "auto",
     defaults: dict | None = None,
     autograph: bool = True,
     in_shardings=None,
     out_shardings=None,
 ) -> Traced:
-    """Traces `fn` with the front end `frontend` ("aotkit", "jax" or "auto") into `Traced`;
+    """Traces `fn` with the front end `frontend` ("auto", "aotkit" or "jax") into `Traced`;
     `autograph` converts Python control flow on traced values first (aotkit front end).
     `in_shardings`/`out_shardings` shard the program (see `jit`)."""
     options = dict(
@@ -331,12 +358,36 @@ def trace_function(
         fn = convert(fn)
     try:
         return trace(fn, args, kwargs, **options)
+    except TypeError as e:
+        error = _jax_on_tracers(signature.function_name(fn), e)
+        if error is e:
+            raise
+        # With the frames below this one, down to the user's line that called JAX.
+        raise error.with_traceback(e.__traceback__.tb_next) from e
     except InvalidModuleError as e:
         defaults = defaults or {}
         dumper = dumps.Dumper.create(signature.function_name(fn), defaults.get("dump_dir"))
         if dumper is not None and e.module is not None:
             dumper.write_module(e.stage, e.module)
         raise InvalidModuleError(f"{e}; {dumps.hint(dumper)}", stage=e.stage) from e.__cause__
+
+
+# How JAX names a value it cannot take, when that value is one of aotkit's tracers.
+_TRACER_TYPE = f"<class '{core.Tracer.__module__}.{core.Tracer.__qualname__}'>"
+
+
+def _jax_on_tracers(name: str, error: TypeError) -> TypeError:
+    """`error` itself, unless it is JAX refusing one of aotkit's tracers (a function that
+    calls jax.numpy or jax.lax, traced by aotkit's tracer): then the error that says to
+    let JAX lower the function."""
+    text = str(error)
+    if _TRACER_TYPE not in text or "frontend='jax'" in text:
+        return error
+    return TypeError(
+        f"trace({name}): {name} calls JAX (jax.numpy, jax.lax, ...) on aotkit's traced "
+        f"values, which JAX cannot take ({text.splitlines()[0]}); pass frontend='jax' to let "
+        f"JAX lower {name}, or write it with aotkit.numpy"
+    )
 
 
 def lower_function(
@@ -350,7 +401,7 @@ def lower_function(
     pipeline: str = "default",
     backend: str | None = None,
     dump_dir: str | os.PathLike | None = None,
-    frontend: str = "aotkit",
+    frontend: str = "auto",
     print_ir_after_all: bool | None = None,
     autograph: bool = True,
     in_shardings=None,
@@ -358,8 +409,9 @@ def lower_function(
 ) -> Lowered:
     """Traces `fn` on `args`/`kwargs` (values or specs) and lowers it with `pipeline`;
     dumps each stage under `dump_dir` or `AOTKIT_DUMP_DIR` (one file per pass with
-    `print_ir_after_all`, default `AOTKIT_PRINT_IR_AFTER_ALL`). `frontend` is "aotkit"
-    (the tracer), "jax" (JAX lowers; see aotkit.frontends.jax) or "auto". `autograph`
+    `print_ir_after_all`, default `AOTKIT_PRINT_IR_AFTER_ALL`). `frontend` is "auto"
+    (JAX when `fn` uses JAX and not aotkit, see `aotkit.frontends.choose`), "aotkit" (the
+    tracer) or "jax" (JAX lowers; see aotkit.frontends.jax). `autograph`
     converts Python control flow on traced values (see aotkit.autograph).
     `in_shardings`/`out_shardings` shard the program (see `jit`)."""
     passes.check_pipeline(pipeline)
@@ -385,11 +437,17 @@ def lower_function(
     return lower_traced(traced, consume=True)
 
 
+@api_boundary
 def lower(
     fn: Callable,
     *args,
+    static_argnums=(),
+    static_argnames=(),
+    donate_argnums=(),
+    backend: str | None = None,
     pipeline: str = "default",
-    frontend: str = "aotkit",
+    dump_dir: str | os.PathLike | None = None,
+    frontend: str = "auto",
     autograph: bool = True,
     in_shardings=None,
     out_shardings=None,
@@ -397,26 +455,33 @@ def lower(
 ) -> Lowered:
     """Lowers `fn` for the given arguments (concrete values or `aotkit.ShapeDtype` specs),
     then runs `pipeline` ("default", "none" or MLIR pipeline text) on the module.
-    `frontend="jax"` lowers a JAX function with JAX; `"auto"` picks by what `fn` uses.
-    `autograph=False` keeps Python loops unrolled and Python branches Python.
-    `in_shardings`/`out_shardings` shard the program over a mesh, as in `jit`.
+
+    Takes the options of `jit`, with the same meaning and checks: `aotkit.lower(f, *args,
+    **options)` is `jit(f, **options).lower(*args)` without the jit caches. The other
+    keyword arguments go to `fn`.
 
     `aotkit.lower(lambda x: anp.sqrt(x ** 2) + 1., aotkit.spec("f32[]")).as_text()`
     """
     if not callable(fn):
         raise TypeError(f"lower: expected a function, got {type(fn).__name__}")
-    return lower_function(
+    options = check_options(
+        "lower",
         fn,
-        args,
-        kwargs,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        backend=backend,
         pipeline=pipeline,
+        dump_dir=dump_dir,
         frontend=frontend,
         autograph=autograph,
         in_shardings=in_shardings,
         out_shardings=out_shardings,
     )
+    return lower_function(fn, args, kwargs, **options.keywords())
 
 
+@api_boundary
 def load_module(source, *, name: str | None = None) -> Lowered:
     """Loads a StableHLO module (text, bytecode, portable artifact, jax.export artifact).
 
@@ -739,6 +804,56 @@ def compile_lowered(
     return compiled
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What `jit` (or `lower`) was given for one function, checked (`check_options`)."""
+
+    static_argnums: tuple[int, ...] = ()
+    static_argnames: tuple[str, ...] = ()
+    donate_argnums: tuple[int, ...] = ()
+    backend: str | None = None
+    pipeline: str = "default"
+    dump_dir: str | os.PathLike | None = None
+    frontend: str = "auto"
+    autograph: bool = True
+    in_shardings: object = None
+    out_shardings: object = None
+
+    def keywords(self) -> dict:
+        """The options as keyword arguments (of `lower_function`); values as given, not copied."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def check_options(where: str, fn: Callable, **given) -> Options:
+    """The checked `Options` of `fn` (TypeError/ValueError worded for `where`).
+
+    A function already wrapped in jax.jit keeps the static and donated arguments it was
+    given there, unless these options name some.
+    """
+    options = Options(**given)
+    static_argnums = signature.as_tuple(where, "static_argnums", options.static_argnums, int)
+    static_argnames = signature.as_tuple(where, "static_argnames", options.static_argnames, str)
+    donate_argnums = signature.as_tuple(where, "donate_argnums", options.donate_argnums, int)
+    frontends.check_frontend(where, options.frontend)
+    wrapped = frontends.jax_jit_options(fn) if options.frontend != "aotkit" else None
+    if wrapped is not None and not (static_argnums or static_argnames or donate_argnums):
+        static_argnums = wrapped.static_argnums
+        static_argnames = wrapped.static_argnames
+        donate_argnums = wrapped.donate_argnums
+    backend = options.backend
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(f"{where}: backend must be a name such as 'cpu', got {backend!r}")
+    passes.check_pipeline(options.pipeline)
+    if not isinstance(options.autograph, bool):
+        raise TypeError(f"{where}: autograph must be True or False, got {options.autograph!r}")
+    return dataclasses.replace(
+        options,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+    )
+
+
 class Jitted:
     """`jit(fn)`: call it to trace, lower, compile and run; `.trace`/`.lower` for the stages.
 
@@ -756,7 +871,7 @@ class Jitted:
         backend: str | None = None,
         pipeline: str = "default",
         dump_dir: str | os.PathLike | None = None,
-        frontend: str = "aotkit",
+        frontend: str = "auto",
         autograph: bool = True,
         in_shardings=None,
         out_shardings=None,
@@ -768,34 +883,39 @@ class Jitted:
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
         where = f"jit({self.__name__})"
-        self.static_argnums = signature.as_tuple(where, "static_argnums", static_argnums, int)
-        self.static_argnames = signature.as_tuple(where, "static_argnames", static_argnames, str)
-        self.donate_argnums = signature.as_tuple(where, "donate_argnums", donate_argnums, int)
-        wrapped = frontends.jax_jit_options(fn) if frontend != "aotkit" else None
-        if wrapped is not None and not (
-            self.static_argnums or self.static_argnames or self.donate_argnums
-        ):
-            # A function already wrapped in jax.jit keeps the static and donated arguments
-            # it was given there, without the user repeating them.
-            self.static_argnums = wrapped.static_argnums
-            self.static_argnames = wrapped.static_argnames
-            self.donate_argnums = wrapped.donate_argnums
-        self._lenient_statics = frontends.statics_from_jax(
-            wrapped, self.static_argnums, self.static_argnames
+        options = check_options(
+            where,
+            fn,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            donate_argnums=donate_argnums,
+            backend=backend,
+            pipeline=pipeline,
+            dump_dir=dump_dir,
+            frontend=frontend,
+            autograph=autograph,
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
         )
-        if backend is not None and not isinstance(backend, str):
-            raise TypeError(f"{where}: backend must be a name such as 'cpu', got {backend!r}")
-        passes.check_pipeline(pipeline)
-        frontends.check_frontend(where, frontend)
+        self.options = options
+        self.static_argnums = options.static_argnums
+        self.static_argnames = options.static_argnames
+        self.donate_argnums = options.donate_argnums
+        self._lenient_statics = frontends.statics_from_jax(
+            frontends.jax_jit_options(fn) if frontend != "aotkit" else None,
+            self.static_argnums,
+            self.static_argnames,
+        )
         self.backend = backend
         self.pipeline = pipeline
         self.dump_dir = dump_dir
         self.frontend = frontend
-        if not isinstance(autograph, bool):
-            raise TypeError(f"{where}: autograph must be True or False, got {autograph!r}")
         self.autograph = autograph
         self.in_shardings = in_shardings
         self.out_shardings = out_shardings
+        # The front end `frontend` resolves to, found at the first trace ("auto" reads the
+        # function's globals, which a module still importing may not have yet).
+        self._resolved_frontend: str | None = None
         self._where = where
         self._has_statics = bool(self.static_argnums or self.static_argnames)
         self._config = (
@@ -856,7 +976,7 @@ class Jitted:
             static_argnums=self.static_argnums,
             static_argnames=self.static_argnames,
             donate_argnums=self.donate_argnums,
-            frontend=self.frontend,
+            frontend=self._frontend_name(),
             defaults=self._defaults(key),
             autograph=self.autograph,
             in_shardings=self.in_shardings,
@@ -866,12 +986,14 @@ class Jitted:
             self._cache.traces += 1
         return traced
 
+    @api_boundary
     def trace(self, *args, **kwargs) -> Traced:
         """The `Traced` stage for these arguments (values or ShapeDtype specs): the module
         before any pass pipeline. `.lower()` on it shares this function's caches."""
         _, key = self._keys(args, kwargs)
         return self._trace(args, kwargs, key)
 
+    @api_boundary
     def lower(self, *args, **kwargs) -> Lowered:
         """The `Lowered` stage for these arguments (concrete values or ShapeDtype specs)."""
         _, key = self._keys(args, kwargs)
@@ -893,15 +1015,21 @@ class Jitted:
     )
 
     def _python_call(self, *args, **kwargs):
-        if core.is_tracing():
-            return self._inline(args, kwargs)
-        compiled, leaves = self._compiled(args, kwargs)
-        if not self._has_statics:
-            return compiled._python_call(*args, **kwargs)
-        outs = compiled.call_flat(leaves)
-        if compiled._single_out:
-            return outs[0]
-        return compiled.out_tree.unflatten(outs)
+        # The call is an entry point (aotkit/_traceback.py); a try costs nothing until it
+        # catches, where a decorator would add a frame to every call.
+        try:
+            if core.is_tracing():
+                return self._inline(args, kwargs)
+            compiled, leaves = self._compiled(args, kwargs)
+            if not self._has_statics:
+                return compiled._python_call(*args, **kwargs)
+            outs = compiled.call_flat(leaves)
+            if compiled._single_out:
+                return outs[0]
+            return compiled.out_tree.unflatten(outs)
+        except Exception as e:
+            filter_exception(e)
+            raise
 
     def _compiled(self, args: tuple, kwargs: dict) -> tuple[Compiled, list]:
         """The Compiled for a call (from the caches, or traced, lowered and compiled)."""
@@ -920,23 +1048,33 @@ class Jitted:
 
     def _native_run(self, x64: bool, args: tuple, kwargs: dict):
         """The C++ dispatch's miss handler: the checked call, and what to cache for it."""
-        if core.is_tracing():
-            return self._inline(args, kwargs), None
-        compiled, _ = self._compiled(args, kwargs)
-        out = compiled._python_call(*args, **kwargs)
+        try:
+            if core.is_tracing():
+                return self._inline(args, kwargs), None
+            compiled, _ = self._compiled(args, kwargs)
+            out = compiled._python_call(*args, **kwargs)
+        except Exception as e:
+            filter_exception(e)
+            raise
         fastpath = getattr(compiled._executable, "fastpath", None)
         return out, fastpath(out, args, kwargs, x64) if fastpath is not None else None
 
     def _inline(self, args: tuple, kwargs: dict):
         """A call inside a trace: `fn` is traced into the outer program (donation is the
         outer program's business, as in JAX)."""
-        if frontends.resolve(self.fn, self.frontend).name == "jax":
+        if self._frontend_name() == "jax":
             raise TypeError(
                 f"{self._where}: a JAX function (frontend='jax') was called inside a function "
                 "aotkit is tracing; JAX cannot trace aotkit's arrays: write it with "
                 "aotkit.numpy, or jit the whole program with frontend='jax'"
             )
         return self.fn(*args, **kwargs)
+
+    def _frontend_name(self) -> str:
+        name = self._resolved_frontend
+        if name is None:
+            name = self._resolved_frontend = frontends.resolve(self.fn, self.frontend).name
+        return name
 
     def cache_info(self) -> CacheInfo:
         """Traces, lowerings, compiles, cache hits and misses of this function so far."""
@@ -955,7 +1093,7 @@ def jit(
     backend: str | None = None,
     pipeline: str = "default",
     dump_dir: str | os.PathLike | None = None,
-    frontend: str = "aotkit",
+    frontend: str = "auto",
     autograph: bool = True,
     in_shardings=None,
     out_shardings=None,
@@ -967,7 +1105,10 @@ def jit(
     marks arguments whose buffers the computation may reuse for its results. Python scalar
     arguments are weakly typed 32-bit values (see `aotkit.config`). `pipeline` is a named or
     MLIR pass pipeline, `dump_dir` turns on per-stage dumps, and `frontend` says who traces:
-    "aotkit" (the tracer), "jax" (JAX lowers `fn`), or "auto". `autograph` (on by default)
+    "auto" (the default, as in the CLI: JAX lowers `fn` when it uses JAX and not aotkit, see
+    `aotkit.frontends.choose`), "aotkit" (the tracer) or "jax" (JAX lowers `fn`). A function
+    the tracer runs that calls jax.numpy on traced values is a TypeError that says to pass
+    `frontend="jax"`. `autograph` (on by default)
     turns Python loops and branches on traced values into StableHLO control flow (see
     aotkit.autograph); `autograph=False` unrolls loops and keeps branches Python.
 

@@ -16,6 +16,7 @@ from jax import tree_util
 from jaxlib.mlir import ir
 
 from aotkit._context import IR_LOCK, LoweringContext
+from aotkit._traceback import api_boundary
 from aotkit.frontends import signature
 from aotkit.specs import ShapeDtype
 
@@ -168,6 +169,7 @@ class Traced(ModuleStage):
             facts=frozenset(facts),
         )
 
+    @api_boundary
     def lower(self, *, pipeline: str | None = None, dump_dir=None):
         """The `Lowered` stage: `pipeline` (default: the one given to jit, else "default"),
         then donation, verification and dumps (under `dump_dir` or `AOTKIT_DUMP_DIR`).

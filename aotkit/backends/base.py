@@ -5,6 +5,16 @@ returns an `Executable`. An `Executable` runs flat argument leaves to flat resul
 answers the inspection questions `Compiled` forwards (`as_text`, `cost_analysis`,
 `memory_analysis`, `runtime_executable`); a view it cannot give is `None`.
 
+Results. Every result of one backend's executables is of one type, `Backend.result_type`:
+`jax.Array` for PJRT backends (`cpu`, the plugins), where the result stays in the buffer
+the device wrote (no copy; the call returns before the device finishes); `numpy.ndarray`
+for every other backend (`interpreter`, `iree`), 0-d results included (never a NumPy
+scalar). Those hold no PJRT buffer to hand out: the interpreter computes on the host, and
+IREE's buffers belong to IREE's runtime, so the result is copied to the host once, and
+making a `jax.Array` of it would copy it again onto a device that did not compute it.
+Both types are accepted as arguments by every backend, and `np.asarray(result)` is a
+NumPy array for both.
+
 Argument rules shared by every backend live here too, so that `Compiled` reports the same
 errors whatever runs underneath: an argument must be a NumPy array (or NumPy scalar) of
 exactly the compiled shape and dtype, an array the backend itself produced, or a Python
@@ -113,6 +123,8 @@ class Backend(abc.ABC):
     # or None when this backend's executables do not serialize: loading an artifact then
     # compiles its portable StableHLO, and the persistent cache skips the backend.
     executable_format: str | None = None
+    # The type of every result this backend's executables return (see the module docstring).
+    result_type: type = np.ndarray
 
     @abc.abstractmethod
     def devices(self) -> list:

@@ -24,8 +24,8 @@ and `IreeBackend.load_executable` rebuilds an executable from them.
 Views. `as_text()` is the module after IREE's `flow` phase, where dispatch regions (IREE's
 fusions) are formed; it is compiled on first request. `cost_analysis()` is None: IREE has
 no cost model. `memory_analysis()` reports IREE's scheduling statistics (transient memory)
-and the vmfb's size; argument and output sizes come from the signature. Results are NumPy
-arrays.
+and the vmfb's size; argument and output sizes come from the signature. Results are
+`numpy.ndarray` copied from IREE's buffers (its `result_type`; see aotkit/backends/base.py).
 """
 
 from __future__ import annotations

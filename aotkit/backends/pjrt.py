@@ -22,6 +22,7 @@ import re
 import threading
 from collections.abc import Mapping
 
+import jax
 import ml_dtypes
 import numpy as np
 from jax import tree_util
@@ -29,6 +30,7 @@ from jaxlib.mlir import ir
 
 from aotkit import _compat, dtypes, modules
 from aotkit._context import IR_LOCK
+from aotkit._traceback import filter_exception
 from aotkit.backends.base import (
     ArgumentMismatch,
     Backend,
@@ -72,6 +74,8 @@ class PjrtBackend(Backend):
     """A backend over one PJRT client; executables run on its first local device."""
 
     executable_format = "pjrt"
+    # Results stay in the PJRT buffers the device wrote (aotkit/backends/base.py).
+    result_type = jax.Array
 
     def __init__(self, name: str, client):
         self.name = name
@@ -273,51 +277,57 @@ def native_dispatcher(name: str, python_call, run):
     exact, exact_scalars = _EXACT_NUMPY, _EXACT_NUMPY_SCALARS
 
     def call(*args, **kwargs):
-        mode, dispatch = True, wide
-        exact_only = not kwargs
-        for arg in args:
-            t = type(arg)
-            if t is array_type:
-                continue
-            if t is np.ndarray:
-                if arg.dtype in exact:
+        # The entry point of every call (aotkit/_traceback.py): an error leaves it without
+        # aotkit's frames. A try costs nothing until it catches; a wrapper would add a frame.
+        try:
+            mode, dispatch = True, wide
+            exact_only = not kwargs
+            for arg in args:
+                t = type(arg)
+                if t is array_type:
                     continue
-                if not arg.dtype.isnative:
+                if t is np.ndarray:
+                    if arg.dtype in exact:
+                        continue
+                    if not arg.dtype.isnative:
+                        return python_call(*args, **kwargs)
+                elif t in exact_scalars:
+                    continue
+                elif t in python_scalars:
+                    mode, dispatch = False, narrow
+                elif t in _CONTAINERS and _holds_non_native(arg):
                     return python_call(*args, **kwargs)
-            elif t in exact_scalars:
-                continue
-            elif t in python_scalars:
-                mode, dispatch = False, narrow
-            elif t in _CONTAINERS and _holds_non_native(arg):
+                exact_only = False
+            if exact_only:
+                # Device arrays, and NumPy values of dtypes x64 mode does not narrow, key and
+                # transfer alike in either mode: no switch, and the hot loop costs what
+                # jax.jit's does.
+                try:
+                    return wide(*args)
+                except (runtime_error, ValueError):
+                    return _after_failure(args, kwargs)
+            if kwargs and _holds_non_native(kwargs):
                 return python_call(*args, **kwargs)
-            exact_only = False
-        if exact_only:
-            # Device arrays, and NumPy values of dtypes x64 mode does not narrow, key and
-            # transfer alike in either mode: no switch, and the hot loop costs what
-            # jax.jit's does.
-            try:
-                return wide(*args)
-            except (runtime_error, ValueError):
-                return _after_failure(args, kwargs)
-        if kwargs and _holds_non_native(kwargs):
-            return python_call(*args, **kwargs)
-        if thread_x64.value is mode:  # already in that mode (x64 off and a Python scalar, say)
+            if thread_x64.value is mode:  # already in that mode (x64 off and a Python scalar, say)
+                try:
+                    return dispatch(*args, **kwargs)
+                except (runtime_error, ValueError):
+                    return _after_failure(args, kwargs)
+            previous = swap(mode)
+            stack = getattr(callers, "stack", None)
+            if stack is None:
+                stack = callers.stack = []
+            stack.append(previous)
             try:
                 return dispatch(*args, **kwargs)
             except (runtime_error, ValueError):
                 return _after_failure(args, kwargs)
-        previous = swap(mode)
-        stack = getattr(callers, "stack", None)
-        if stack is None:
-            stack = callers.stack = []
-        stack.append(previous)
-        try:
-            return dispatch(*args, **kwargs)
-        except (runtime_error, ValueError):
-            return _after_failure(args, kwargs)
-        finally:
-            stack.pop()
-            restore(previous)
+            finally:
+                stack.pop()
+                restore(previous)
+        except Exception as e:
+            filter_exception(e)
+            raise
 
     def _after_failure(args, kwargs):
         # A donated array passes the C++ signature check and fails in PJRT (as a

@@ -15,9 +15,10 @@ evaluated copy of `@main` returns bf16 results widened to f32 (exact) and comple
 as real and imaginary parts, which are reassembled in NumPy.
 
 `as_text()` is the final StableHLO (after legalization and the rewrites); cost and memory
-analyses are `None`. Results are NumPy arrays. The MLIR attributes that carry a call's
-arguments stay in the executable's context, so the executable moves to a fresh context
-once they add up to `RECONTEXT_BYTES`.
+analyses are `None`. Results are `numpy.ndarray` (its `result_type`; see
+aotkit/backends/base.py). The MLIR attributes that carry a call's arguments stay in the
+executable's context, so the executable moves to a fresh context once they add up to
+`RECONTEXT_BYTES`.
 """
 
 from __future__ import annotations

@@ -574,6 +574,12 @@ def _lower_python(args, specs: list | dict | None, source: str = "--shapes", inp
                 autograph=getattr(args, "autograph", True),
                 **options,
             )
+        except SystemExit as e:  # the traced function ended the process: not a success
+            raise UserError(
+                f"lowering {label}: the function called sys.exit({e.code!r}) while it was "
+                "traced; a traced function must return its result (raise an exception to "
+                "report an error)"
+            ) from None
         except Exception as e:
             if _user_frames(e):
                 raise _user_code(f"lowering {label} failed", e) from e

@@ -214,6 +214,13 @@ def _backend_names(where: str, backends, reference: str, registry) -> list[str]:
         )
     else:
         names = list(dict.fromkeys(backends))
+        unknown = [n for n in names if not registry.known(n)]
+        if unknown:  # a typo must not pass as a backend that merely did not start
+            raise ValueError(
+                f"{where}: unknown backend(s) {', '.join(map(repr, unknown))}; known here: "
+                f"{', '.join(info.name for info in registry.available())} (and the PJRT "
+                "plugins cuda, rocm, tpu once installed)"
+            )
     if reference not in names:
         names.insert(0, reference)
     return [reference] + [n for n in names if n != reference]

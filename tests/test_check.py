@@ -148,12 +148,22 @@ def test_nan_where_cpu_has_a_number_disagrees(register):
 def test_refusing_or_failing_backends_are_reported_not_counted(register):
     register(FakeBackend("picky", refuse=True))
     register(FakeBackend("broken", fail=True))
-    report = check(f, *SPECS, backends=["picky", "broken", "nosuch"])
+    report = check(f, *SPECS, backends=["picky", "broken", "cuda"])
     assert report.ok
     notes = {row.backend: row.note for row in report.rows if row.backend != "cpu"}
     assert notes["picky"] == "not compiled: backend 'picky' rejected module 'f': no such op"
     assert notes["broken"] == "failed to run: backend 'broken': device lost"
-    assert notes["nosuch"].startswith("not available: backends.get: unknown backend 'nosuch'")
+    assert notes["cuda"].startswith("not available: backends.get: backend 'cuda' is not installed")
+
+
+def test_an_unknown_backend_name_is_an_error_not_a_row(capsys, tmp_path):
+    unknown = r"check\(f\): unknown backend\(s\) 'nosuch'; known here: cpu, "
+    with pytest.raises(ValueError, match=unknown):
+        check(f, *SPECS, backends=["cpu", "nosuch"])
+    user = tmp_path / "m.py"
+    user.write_text("def h(x):\n    return x + 1\n")
+    assert cli.main(["check", f"{user}:h", "--shapes", "f32[]", "--backends", "nosuch"]) == 1
+    assert "aotkit check: error: " in capsys.readouterr().err
 
 
 def test_values_are_used_and_specs_get_seeded_data(register):

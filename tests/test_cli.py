@@ -1423,3 +1423,21 @@ def test_arguments_with_defaults_are_counted_as_optional(tmp_path, capsys):
         f"aotkit lower: error: --shapes: {user}:k takes 2 to 3 array argument(s) (x, y, "
         "gamma=default) but got 1 spec(s): f32[3]; add a spec for y (or --static NAME=VALUE)\n"
     )
+
+
+@pytest.mark.parametrize("code", [0, 5])
+def test_sys_exit_in_the_traced_function_is_an_error(tmp_path, code):
+    user = tmp_path / "quits.py"
+    user.write_text(f"import sys\n\ndef f(x):\n    sys.exit({code})\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "aotkit", "lower", f"{user}:f", "--shapes", "f32[]"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == (
+        f"aotkit lower: error: lowering {user}:f: the function called sys.exit({code}) while "
+        "it was traced; a traced function must return its result (raise an exception to "
+        "report an error)\n"
+    )

@@ -62,6 +62,20 @@ def _startable() -> list[str]:
     return names
 
 
+def known(name: str) -> bool:
+    """Whether `name` names a backend aotkit knows, started or not (cpu, interpreter, iree,
+    the PJRT plugin platforms, entry points, and backends loaded or registered)."""
+    from aotkit.backends import plugin
+
+    return (
+        name in _BUILTIN
+        or name == "iree"
+        or name in plugin.KNOWN
+        or name in _started
+        or name in _entry_points()
+    )
+
+
 def _from_entry_point(name: str, ep: importlib.metadata.EntryPoint) -> Backend:
     obj = ep.load()
     if isinstance(obj, type) and issubclass(obj, Backend):

@@ -36,7 +36,7 @@ from jax import tree_util
 from aotkit import backends
 from aotkit._traceback import api_boundary
 from aotkit.compiled import Compiled
-from aotkit.errors import ArtifactError, ArtifactWarning, CompileError
+from aotkit.errors import ArtifactError, ArtifactWarning, CompileError, printable
 from aotkit.specs import spec
 
 MAGIC = b"\x89AOT\r\n\x1a\n"
@@ -394,7 +394,7 @@ def _check_header(header, label: str, where: str, fix: str) -> Artifact:
     if fmt is not None and EXECUTABLE not in seen:
         raise bad("sections", f"has no {EXECUTABLE!r} section for executable_format {fmt!r}")
     artifact = Artifact(label, header, {}, {})
-    artifact.name = header["name"]
+    artifact.name = printable(header["name"])  # shown in reprs and `aotkit inspect`
     artifact.in_specs = flat["in_specs"]
     artifact.out_specs = flat["out_specs"]
     artifact.in_tree = in_tree

@@ -72,3 +72,12 @@ class CacheWarning(UserWarning):
 class InPlaceWriteWarning(UserWarning):
     """A traced function wrote into one of its array arguments in place and did not return
     it: aotkit's arrays are values, so the caller's array does not change (NumPy's would)."""
+
+
+def printable(text: str) -> str:
+    """`text` with every non-printable character escaped (`\x1b`, `\n`): names read from
+    files reach terminals through reprs, `aotkit inspect` and `run -v`, and a name holding
+    an escape sequence or a newline must not rewrite what the user sees."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)

@@ -17,6 +17,7 @@ from jaxlib.mlir import ir
 
 from aotkit import _context, modules, spmd
 from aotkit._context import IR_LOCK
+from aotkit.errors import printable
 from aotkit.specs import ShapeDtype
 
 # Argument and result attributes that only describe placement on a mesh. A single-device
@@ -173,7 +174,9 @@ def adopt(
     verified (the edits here keep it valid), so the final verification is skipped.
     `sharded=True` keeps the annotations of a module for one partition too (the user asked
     for shardings); `mesh` is the concrete Mesh the module was lowered for, if known.
+    A name from a file is escaped for printing (`errors.printable`).
     """
+    name = printable(name)
     with IR_LOCK, _context.of(module) as lc:
         main = modules.main_function(module)
         if main is None:

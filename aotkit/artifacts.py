@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
 import tempfile
 import warnings
@@ -340,6 +341,12 @@ def _check_header(header, label: str, where: str, fix: str) -> Artifact:
     for key, value in options.items():
         if not isinstance(value, bool | int | float | str):
             raise bad("options", f"has {key!r} = {_short(value)}, not a bool, number or string")
+        if writes_files(key):
+            raise bad(
+                "options",
+                f"has {printable(key)!r}, an option that names a path or makes the compiler "
+                "write files; a file may carry only options that change what is compiled",
+            )
     flat = {}
     for name in ("in_specs", "out_specs"):
         texts = field(name, (list,), "a list of specs")
@@ -441,6 +448,20 @@ def _versions() -> dict[str, str]:
     }
 
 
+# Compile options that make XLA or iree-compile read or write files (`xla_dump_to`,
+# `xla_dump_hlo_as_text`, `iree-hal-dump-executable-files-to`, a linker path, profiles):
+# they say where output goes, not what is compiled, so an artifact neither keeps nor obeys
+# them (a file that could would make `aotkit.load(...)(x)` write wherever it names).
+_WRITES_FILES = re.compile(
+    r"dump|profil|trace|[-_](to|path|dir|file|files|directory|prefix)($|[-_])"
+)
+
+
+def writes_files(option: str) -> bool:
+    """Whether the compile option `option` names a path or makes the compiler write files."""
+    return _WRITES_FILES.search(option.lower()) is not None
+
+
 def pack_compiled(
     *,
     name: str,
@@ -472,7 +493,7 @@ def pack_compiled(
         "in_tree": in_tree,
         "out_tree": out_tree,
         "donated": [bool(d) for d in donated],
-        "options": dict(options or {}),
+        "options": {k: v for k, v in (options or {}).items() if not writes_files(k)},
     }
     return pack(header, sections)
 

@@ -57,3 +57,32 @@ def test_a_module_files_name_is_escaped(tmp_path):
     )
     lowered = aotkit.load_module(str(path))
     assert lowered.name == "evil\\x1b[2Jname" and "\x1b" not in repr(lowered)
+
+
+@pytest.mark.parametrize("option", ["xla_dump_to", "xla_dump_hlo_as_text", "xla_gpu_cuda_data_dir"])
+def test_header_options_that_write_files_are_refused(tmp_path, option):
+    data = aotkit.jit(lambda x: x * 3.0).lower(aotkit.spec("f32[2]")).compile().serialize()
+    artifact = artifacts.unpack(data)
+    header = {k: v for k, v in artifact.header.items() if k != "sections"}
+    target = tmp_path / "dumps"
+    header["options"] = {option: str(target)}
+    forged = artifacts.pack(header, {n: bytes(v) for n, v in artifact.sections.items()})
+    with pytest.raises(aotkit.ArtifactError) as e:
+        aotkit.load(forged)
+    assert str(e.value) == (
+        f"aotkit.load: <bytes>: header field 'options' has {option!r}, an option that names "
+        "a path or makes the compiler write files; a file may carry only options that change "
+        "what is compiled; the file is not one aotkit wrote, or was changed: write it again"
+    )
+    assert not target.exists()
+
+
+def test_saving_drops_options_that_write_files(tmp_path):
+    dumps = tmp_path / "dumps"
+    lowered = aotkit.jit(lambda x: x * 3.0).lower(aotkit.spec("f32[2]"))
+    compiled = lowered.compile(
+        options={"xla_dump_to": str(dumps), "xla_cpu_enable_fast_math": False}
+    )
+    header = artifacts.unpack(compiled.serialize()).header
+    assert header["options"] == {"xla_cpu_enable_fast_math": False}
+    aotkit.load(compiled.serialize())

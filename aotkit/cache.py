@@ -155,15 +155,31 @@ def _claim(folder: Path) -> bool:
     return True
 
 
+_unusable_settings: set[str] = set()
+
+
 def _default_directory() -> Path | None:
     text = os.environ.get(ENV, "").strip()
     if text.lower() == "off":
         return None
-    if text:
-        return Path(text).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "aotkit"
+    try:
+        if text:
+            return Path(text).expanduser()
+        xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+        base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+        return base / "aotkit"
+    except RuntimeError as e:  # `~nosuchuser/...`, or no home directory at all
+        # The cache must never fail a compile: it is off, said once per setting.
+        if text not in _unusable_settings:
+            _unusable_settings.add(text)
+            shown = f"{ENV}={text!r}" if text else "the default folder (~/.cache/aotkit)"
+            warnings.warn(
+                f"aotkit cache: {shown} cannot be used ({e}); running without the persistent "
+                f"cache: set {ENV} to an absolute folder path, or {ENV}=off",
+                CacheWarning,
+                stacklevel=5,
+            )
+        return None
 
 
 def directory() -> Path | None:
@@ -196,7 +212,12 @@ def configure(*, dir=_ENV_DEFAULT, max_bytes: int | None = None) -> None:  # noq
     elif dir == "off":
         new_dir = None
     elif isinstance(dir, str | os.PathLike):
-        new_dir = Path(dir).expanduser()
+        try:
+            new_dir = Path(dir).expanduser()
+        except RuntimeError as e:
+            raise ValueError(
+                f"aotkit.cache.configure: dir={dir!r}: {e}; give a folder path"
+            ) from None
     else:
         raise TypeError(
             f"aotkit.cache.configure: dir={dir!r}; give a folder path, 'off', or None for "
@@ -418,7 +439,18 @@ def put(cache_key: str, lowered, executable, options) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         if not _claim(folder):
             return
-        artifacts.write_atomic(folder / (cache_key + SUFFIX), data)
+        path = folder / (cache_key + SUFFIX)
+        if os.path.lexists(path) and not path.is_file():
+            # Not an entry (a folder, a link, a FIFO): this one key stays uncached; the
+            # cache itself still works.
+            warnings.warn(
+                f"aotkit cache: {path} is not a regular file, so {lowered.name!r} stays "
+                "uncached; remove it to cache this program",
+                CacheWarning,
+                stacklevel=4,
+            )
+            return
+        artifacts.write_atomic(path, data)
     except OSError as e:
         _give_up(folder, e)
         return

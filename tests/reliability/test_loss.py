@@ -112,3 +112,43 @@ def test_a_fifo_or_dev_zero_at_an_entry_name_is_a_miss_not_a_hang(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:2] == ["[2. 2. 2.]", "[2. 2. 2.]"]
+
+
+def test_an_unusable_cache_setting_never_fails_a_compile(tmp_path):
+    script = textwrap.dedent(
+        """
+        import warnings, numpy as np, aotkit
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                out = aotkit.jit(lambda x: x + 1).lower(np.ones(2, np.float32)).compile()
+        print(out(np.ones(2, np.float32)))
+        print(len(seen), seen[0].message)
+        """
+    )
+    env = {**os.environ, "AOTKIT_CACHE_DIR": "~nosuchuser-aotkit/c"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "[2. 2.]"
+    assert lines[1] == (
+        "1 aotkit cache: AOTKIT_CACHE_DIR='~nosuchuser-aotkit/c' cannot be used (Could not "
+        "determine home directory.); running without the persistent cache: set "
+        "AOTKIT_CACHE_DIR to an absolute folder path, or AOTKIT_CACHE_DIR=off"
+    )
+    with pytest.raises(ValueError, match=r"configure: dir='~nosuchuser-aotkit/c': Could not"):
+        cache.configure(dir="~nosuchuser-aotkit/c")
+
+
+def test_a_folder_at_an_entry_name_leaves_the_rest_of_the_cache_working(folder):
+    cache.configure(dir=folder)
+    _compile(1.0)
+    (entry,) = folder.glob("*.aotx")
+    entry.unlink()
+    entry.mkdir()
+    with pytest.warns(CacheWarning, match=r"is not a regular file, so 'lambda' stays uncached"):
+        _compile(1.0)
+    _compile(5.0)  # another program still caches
+    assert cache.stats().entries == 1 and entry.is_dir()

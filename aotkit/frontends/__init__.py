@@ -5,8 +5,9 @@
 - files: StableHLO text, bytecode, portable artifacts, jax.export artifacts
   (`aotkit.frontends.files.load_module`).
 
-`frontend="auto"` picks between the first two by looking at what the function refers to;
-`choose(fn)` returns the choice with the reason, which the CLI prints with `-v`.
+`frontend="auto"`, the default of `aotkit.jit`, `aotkit.lower` and the CLI, picks between
+the first two by looking at what the function refers to; `choose(fn)` returns the choice
+with the reason, which the CLI prints with `-v`.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ ops (`elementwise.py`, `shape.py`, ...).
 
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 import threading
@@ -190,9 +191,18 @@ def is_tracing() -> bool:
 
 
 def _control_flow_error(what: str, suggestion: str) -> TypeError:
+    frame = _user_frame()
+    note = ""
+    if frame is not None and not linecache.getline(frame.f_code.co_filename, frame.f_lineno):
+        note = (
+            "; autograph, which turns Python control flow on traced values into StableHLO, "
+            f"could not read this function's source ({frame.f_code.co_filename}: code from "
+            "python -c, exec or an interactive prompt), so it ran as written: define the "
+            "function in a .py file"
+        )
     return TypeError(
         f"{what} (at {user_site()}): the value is traced, so Python control flow and "
-        f"conversions cannot see it; {suggestion}"
+        f"conversions cannot see it; {suggestion}{note}"
     )
 
 

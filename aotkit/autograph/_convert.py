@@ -283,8 +283,15 @@ _FUTURE_FLAGS = _future_flags()
 def _build(fn: types.FunctionType, new: types.CodeType, infos) -> types.FunctionType:
     cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True))
     own = {PREFIX: types.CellType(_runtime), f"{PREFIX}info": types.CellType(infos)}
-    closure = tuple(own[n] if n in own else cells[n] for n in new.co_freevars)
+    # The rewritten def binds the function's own name in the scope it is compiled in, so a
+    # recursive function (`tower` calling `tower`) reads that name from a cell: what the
+    # module's global of that name holds now (a decorated wrapper stays in the way), else
+    # the converted function itself.
+    itself = types.CellType()
+    own.setdefault(fn.__code__.co_name, itself)
+    closure = tuple(cells[n] if n in cells else own[n] for n in new.co_freevars)
     out = types.FunctionType(new, fn.__globals__, fn.__name__, fn.__defaults__, closure)
+    itself.cell_contents = fn.__globals__.get(fn.__code__.co_name, out)
     out.__kwdefaults__ = fn.__kwdefaults__
     out.__qualname__ = fn.__qualname__
     out.__doc__ = fn.__doc__

@@ -46,3 +46,43 @@ def test_a_function_with_source_gets_no_such_note():
     with pytest.raises(TypeError) as e:
         aotkit.jit(f)(np.float32(1))
     assert "could not read this function's source" not in str(e.value)
+
+
+_RECURSIVE = """
+import aotkit.numpy as anp
+
+
+def tower(x, d):
+    return x if d == 0 else tower(anp.sin(x), d - 1)
+
+
+def endless(x):
+    return endless(x + 1)
+"""
+
+
+def test_recursion_under_autograph(tmp_path):
+    import importlib.util
+
+    path = tmp_path / "recursive.py"
+    path.write_text(_RECURSIVE)
+    spec = importlib.util.spec_from_file_location("recursive", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    got = aotkit.jit(module.tower, static_argnums=1)(np.float32(1), 3)  # was KeyError 'tower'
+    np.testing.assert_allclose(got, np.sin(np.sin(np.sin(np.float32(1)))), rtol=1e-6)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aotkit", "lower", f"{path}:endless", "--shapes", "f32[]"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.splitlines()[-1]
+        == (
+            f"aotkit lower: error: lowering {path}:endless failed: RecursionError: maximum "
+            "recursion depth exceeded"
+        )
+        or "RecursionError: maximum recursion depth exceeded" in proc.stderr.splitlines()[-1]
+    )

@@ -78,11 +78,6 @@ def test_recursion_under_autograph(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 1
-    assert (
-        proc.stderr.splitlines()[-1]
-        == (
-            f"aotkit lower: error: lowering {path}:endless failed: RecursionError: maximum "
-            "recursion depth exceeded"
-        )
-        or "RecursionError: maximum recursion depth exceeded" in proc.stderr.splitlines()[-1]
-    )
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith(f"aotkit lower: error: lowering {path}:endless failed: RecursionError: ")
+    assert "maximum recursion depth exceeded" in last  # Python's own, never a KeyError

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import tree_util
 
 import aotkit
 import aotkit.numpy as anp
@@ -337,3 +338,10 @@ def test_a_pytree_mismatch_shows_the_compiled_signature():
         "; call it with the structure it was compiled for: _layer(args[0]['w']: f32[4,3], "
         "args[1]: f32[3], scale: f32[]) -> (out['y']: f32[4])"
     )
+
+
+def test_jax_pytree_utilities_do_not_choose_jax():
+    def tree_sum(tree):
+        return sum(tree_util.tree_leaves(tree_util.tree_map(np.sin, tree)))
+
+    assert aotkit.lower(tree_sum, {"a": X4, "b": X4}).frontend == "aotkit"

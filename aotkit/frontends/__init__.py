@@ -92,14 +92,14 @@ def choose(fn) -> Choice:
     aotkit_names = sorted(n for n, v in used.items() if _is_aotkit(v))
     if aotkit_names:
         return Choice("aotkit", f"{label} uses {', '.join(aotkit_names)} from aotkit")
-    jax_names = sorted(n for n, v in used.items() if _is_jax(v))
+    jax_names = sorted(n for n, v in used.items() if _is_jax(v) and not _neutral(v))
     if jax_names:
         return Choice("jax", f"{label} uses {', '.join(jax_names)} from JAX")
     module = sys.modules.get(getattr(target, "__module__", None) or "")
     if module is not None:
         values = vars(module)
         module_aotkit = sorted(k for k, v in values.items() if _is_aotkit(v))
-        module_jax = sorted(k for k, v in values.items() if _is_jax(v))
+        module_jax = sorted(k for k, v in values.items() if _is_jax(v) and not _neutral(v))
         if module_jax and not module_aotkit:
             return Choice(
                 "jax",
@@ -111,6 +111,24 @@ def choose(fn) -> Choice:
                 "aotkit", f"module {module.__name__} imports {', '.join(module_aotkit)} from aotkit"
             )
     return Choice("aotkit", f"{label} uses neither JAX nor aotkit directly (NumPy code)")
+
+
+@functools.cache
+def _neutral_ids() -> frozenset[int]:
+    """JAX's pytree and sharding utilities (modules and what they export): aotkit's tracer
+    runs code that uses them (`jax.tree_util.tree_map` over traced values, shardings given
+    with JAX's types), so they say nothing about who should trace."""
+    import jax
+
+    found = {id(jax.ShapeDtypeStruct)}
+    for module in (jax.tree_util, jax.tree, jax.sharding):
+        found.add(id(module))
+        found.update(id(v) for k, v in vars(module).items() if not k.startswith("_"))
+    return frozenset(found)
+
+
+def _neutral(obj) -> bool:
+    return id(obj) in _neutral_ids()
 
 
 def _unwrap(fn):

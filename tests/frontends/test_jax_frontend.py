@@ -524,3 +524,15 @@ def _import(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_auto_does_not_take_jax_tree_util_for_a_jax_program():
+    from jax import tree_util as tu
+
+    from aotkit import frontends
+
+    def f(x):
+        return tu.tree_map(lambda v: v * 2, {"a": x})["a"]
+
+    choice = frontends.choose(f)
+    assert choice.name == "aotkit", choice

@@ -466,7 +466,7 @@ def _entry_signature(exe) -> tuple[list[str], list[str]] | None:
     while i < len(head) and depth:
         depth += {"{": 1, "}": -1}.get(head[i], 0)
         i += 1
-    layout = head[start + len(key) : i - 1]
+    layout = re.sub(r"/\*.*?\*/", "", head[start + len(key) : i - 1])  # `/*index=5*/`
     params, _, result = layout.partition(")->")
     strip = functools.partial(re.sub, r"\{[^{}]*\}", "")
     ins = [strip(p) for p in _split_top(params.removeprefix("("))]

@@ -68,3 +68,11 @@ def test_header_json_is_still_checked_as_json(saved):
     with pytest.raises(ArtifactError, match="in_specs"):
         aotkit.load(data)
     assert json.loads(json.dumps(artifacts.unpack(saved).header))  # the fixture is sound
+
+
+def test_many_arguments_and_results_load_as_they_are(tmp_path):
+    """XLA numbers long entry layouts with `/*index=5*/` comments; they are not types."""
+    specs = [aotkit.spec(s) for s in ["f32[2]", "i32[]", "bf16[3,1]", "bool[2]", "f64[]"] * 2]
+    compiled = aotkit.jit(lambda *a: a[::-1]).lower(*specs).compile()
+    loaded = aotkit.load(compiled.serialize(), recompile=False)
+    assert [str(s) for s in loaded.out_specs] == [str(s) for s in specs[::-1]]

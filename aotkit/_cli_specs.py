@@ -19,6 +19,7 @@ import re
 
 from jax import tree_util
 
+from aotkit.frontends import signature
 from aotkit.specs import ShapeDtype, spec
 
 PYTREE_SYNTAX = 'a pytree is JSON with specs as leaves: {"w": "f32[4,3]"}, ["f32[2]"], ("f32[2]",)'
@@ -174,37 +175,10 @@ def format_tree(tree) -> str:
     return str(tree)
 
 
-# --- Leaf names --------------------------------------------------------------------------------
+# --- Leaf names: one naming for the CLI and the stages' reprs (aotkit.frontends.signature) --
 
-
-def leaf_names(in_tree, params: list[str] | None = None) -> list[str]:
-    """Each flat leaf of the `((args), {kwargs})` tree `in_tree`, named by its path.
-
-    `params[i]` names positional argument i (`params['w']`); without it, `args[i]['w']`.
-    A keyword argument is named by its keyword.
-    """
-    dummy = tree_util.tree_unflatten(in_tree, range(in_tree.num_leaves))
-    names = []
-    for path, _ in tree_util.tree_flatten_with_path(dummy)[0]:
-        names.append(_name(path, params))
-    return names
-
-
-def _name(path, params: list[str] | None) -> str:
-    if len(path) < 2:
-        return "args"
-    (group, head), rest = path[:2], tree_util.keystr(tuple(path[2:]))
-    if getattr(group, "idx", None) == 1:
-        return f"{head.key}{rest}"
-    if params is not None and head.idx < len(params):
-        return f"{params[head.idx]}{rest}"
-    return f"args[{head.idx}]{rest}"
-
-
-def output_names(out_tree) -> list[str]:
-    """Each flat output leaf named as `aotkit run` prints it: `out`, `out['s']`, `out[0]`."""
-    dummy = tree_util.tree_unflatten(out_tree, range(out_tree.num_leaves))
-    return ["out" + tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(dummy)[0]]
+leaf_names = signature.leaf_names
+output_names = signature.output_names
 
 
 _KEY_PART = re.compile(r"\[\s*(?:(\d+)|'([^']*)'|\"([^\"]*)\")\s*\]|\.([A-Za-z_][A-Za-z0-9_]*)")

@@ -785,6 +785,24 @@ def _signature(obj) -> str:
 # --- inspection ----------------------------------------------------------------------------
 
 
+def _leaf_signature(artifact: Artifact) -> str:
+    """The artifact's signature with its leaves named by path, as stage reprs print it."""
+    from types import SimpleNamespace
+
+    # Imported here: only `aotkit inspect` needs it, not the cheap `aotkit.load` path.
+    from aotkit.frontends.signature import format_signature
+
+    return format_signature(
+        SimpleNamespace(
+            name=artifact.name,
+            in_tree=artifact.in_tree,
+            out_tree=artifact.out_tree,
+            flat_in_specs=artifact.in_specs,
+            flat_out_specs=artifact.out_specs,
+        )
+    )
+
+
 def describe(data, label: str) -> str:
     """What `aotkit inspect` prints for an artifact: the header, the sections with their
     sizes and checksum status, and whether it loads here as it is."""
@@ -792,7 +810,7 @@ def describe(data, label: str) -> str:
     header = {k: v for k, v in artifact.header.items() if k != "sections"}
     lines = [
         f"{label}: aotkit artifact, format {FORMAT_VERSION}, {len(data)} bytes",
-        f"function: {artifact.name}{_signature(artifact)}",
+        f"function: {_leaf_signature(artifact)}",
         "header:",
         *(f"  {k}: {json.dumps(header[k], separators=(', ', ': '))}" for k in sorted(header)),
         "sections:",

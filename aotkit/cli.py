@@ -1395,13 +1395,9 @@ def cmd_inspect(args) -> int:
 
 def _signature_line(stage, params: list[str] | None = None) -> str:
     """`f(x: f32[3], params['w']: f32[4,3]) -> (out: f32[3])`: every leaf named by its path."""
-    from aotkit._cli_specs import leaf_names, output_names
+    from aotkit.frontends.signature import format_signature
 
-    ins = zip(leaf_names(stage.in_tree, params), stage.flat_in_specs, strict=True)
-    outs = zip(output_names(stage.out_tree), stage.flat_out_specs, strict=True)
-    text_in = ", ".join(f"{n}: {s}" for n, s in ins)
-    text_out = ", ".join(f"{n}: {s}" for n, s in outs)
-    return f"{stage.name}({text_in}) -> ({text_out})"
+    return format_signature(stage, params)
 
 
 def cmd_backends(args) -> int:

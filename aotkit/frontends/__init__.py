@@ -188,16 +188,8 @@ def is_jax_function(fn) -> bool:
     return _is_jax(_unwrap(fn))
 
 
-# Parts of JAX that build no program: aotkit's own tracer uses them too (pytrees, shardings),
-# so a function that names only these is not a JAX program.
-_JAX_NEUTRAL = ("jax.tree_util", "jax.tree", "jax._src.tree_util", "jax.sharding")
-
-
 def _is_jax(obj) -> bool:
     if obj is None or isinstance(obj, bool | int | float | str):
-        return False
-    module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "")
-    if isinstance(module, str) and module.startswith(_JAX_NEUTRAL):
         return False
     return not _packages(obj).isdisjoint(("jax", "jaxlib"))
 

@@ -75,7 +75,13 @@ def encode_tree(tree, where: str, what: str) -> object:
             return ("args", "kwargs")[i]
         return f"{path}[{key!r}]" if node_kind is dict else f"{path}[{i}]"
 
-    def encode(node, path: str):
+    def encode(node, path: str, depth: int = 0):
+        if depth > MAX_TREE_DEPTH:  # the limit `decode_tree` reads back: refuse it here
+            counted = " (the (args, kwargs) pair counts as two)" if what == "argument" else ""
+            raise ValueError(
+                f"{where}: the {what} pytree nests deeper than {MAX_TREE_DEPTH} levels"
+                f"{counted}, which an artifact cannot hold; flatten part of it"
+            )
         data = node.node_data()
         if data is None:
             return _LEAF
@@ -93,7 +99,7 @@ def encode_tree(tree, where: str, what: str) -> object:
                         f"{where}: {label} is a dict with key {key!r} ({type(key).__name__}); "
                         "artifacts keep dict keys that are str or int: use such keys"
                     )
-                encoded = encode(child, child_path(path, kind, key, i))
+                encoded = encode(child, child_path(path, kind, key, i), depth + 1)
                 items.append([key, encoded] if kind is dict else encoded)
             return {kind.__name__: items}
         raise TypeError(

@@ -76,3 +76,24 @@ def test_many_arguments_and_results_load_as_they_are(tmp_path):
     compiled = aotkit.jit(lambda *a: a[::-1]).lower(*specs).compile()
     loaded = aotkit.load(compiled.serialize(), recompile=False)
     assert [str(s) for s in loaded.out_specs] == [str(s) for s in specs[::-1]]
+
+
+def _nested(depth: int):
+    tree = np.float32(1)
+    for _ in range(depth):
+        tree = [tree]
+    return tree
+
+
+def test_save_and_load_agree_on_how_deep_a_pytree_may_nest():
+    ok = aotkit.jit(lambda t: 0.0).lower(_nested(254)).compile()
+    aotkit.load(ok.serialize())  # the deepest tree that saves also loads
+    for depth in (255, 500):  # 500 was a raw RecursionError
+        deep = aotkit.jit(lambda t: 0.0).lower(_nested(depth)).compile()
+        with pytest.raises(ValueError) as e:
+            deep.serialize()
+        assert str(e.value) == (
+            "Compiled 'lambda': serialize: the argument pytree nests deeper than 256 levels "
+            "(the (args, kwargs) pair counts as two), which an artifact cannot hold; flatten "
+            "part of it"
+        )

@@ -116,7 +116,30 @@ def find_mesh(where: str, *shardings):
                         f"{mesh_text(leaf.mesh)} (or the same axes on other devices); a program "
                         "runs on one mesh: build every NamedSharding from the same Mesh"
                     )
+    if found is not None:
+        _check_distinct_devices(where, found)
     return found
+
+
+def _check_distinct_devices(where: str, mesh) -> None:
+    """A concrete mesh names each device once: XLA partitions over distinct devices, and a
+    repeated one compiled, then failed at the call ("Number of processed shards ...")."""
+    if isinstance(mesh, AbstractMesh):
+        return  # devices are chosen at compile time
+    devices = getattr(mesh, "devices", None)
+    if devices is None:
+        return
+    flat = devices.flat if hasattr(devices, "flat") else devices
+    seen = set()
+    for device in flat:
+        key = (getattr(device, "platform", None), getattr(device, "id", id(device)))
+        if key in seen:
+            raise ValueError(
+                f"{where}: the mesh {mesh_text(mesh)} names device {device} more than once; "
+                "each device can hold one shard: build the mesh from distinct devices (e.g. "
+                "aotkit.sharding.mesh('data=4'))"
+            )
+        seen.add(key)
 
 
 def flat_shardings(

@@ -81,3 +81,30 @@ def test_recursion_under_autograph(tmp_path):
     last = proc.stderr.splitlines()[-1]
     assert last.startswith(f"aotkit lower: error: lowering {path}:endless failed: RecursionError: ")
     assert "maximum recursion depth exceeded" in last  # Python's own, never a KeyError
+
+
+_REPEATED_DEVICE = """
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import numpy as np, aotkit
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+d = jax.devices()
+m = Mesh(np.array([d[0], d[0]]), ("data",))
+try:
+    aotkit.jit(lambda x: x + 1, in_shardings=NamedSharding(m, P("data"))).lower(
+        aotkit.spec("f32[4]"))
+except ValueError as e:
+    print(e)
+"""
+
+
+def test_a_mesh_that_repeats_a_device_is_refused_when_used():
+    proc = subprocess.run(
+        [sys.executable, "-c", _REPEATED_DEVICE], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "trace(lambda): the mesh ('data': 2) names device cpu:0 more than once; each device "
+        "can hold one shard: build the mesh from distinct devices (e.g. "
+        "aotkit.sharding.mesh('data=4'))"
+    )

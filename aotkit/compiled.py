@@ -165,7 +165,7 @@ class Compiled(Stage):
             self._init(_paths=_leaf_paths(self.in_tree))
         message = f"Compiled {self.name!r}: argument {self._paths[mismatch.index]} "
         message += mismatch.reason
-        if mismatch.kind is TypeError:
+        if mismatch.kind is TypeError and not mismatch.says_fix:
             message += (
                 "; pass an array of the compiled shape and dtype, or lower and compile again "
                 "for the new one"

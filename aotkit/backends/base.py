@@ -38,11 +38,14 @@ from aotkit.specs import ShapeDtype
 class ArgumentMismatch(Exception):
     """Internal: leaf `index` does not fit its slot; `Compiled` turns it into a user error."""
 
-    def __init__(self, index: int, reason: str, kind: type[Exception] = TypeError):
+    def __init__(
+        self, index: int, reason: str, kind: type[Exception] = TypeError, says_fix: bool = False
+    ):
         super().__init__(index, reason)
         self.index = index
         self.reason = reason
         self.kind = kind
+        self.says_fix = says_fix  # `reason` already says what to do
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,8 +252,22 @@ def host_value(index: int, leaf, spec: ShapeDtype) -> np.ndarray:
         raise ArgumentMismatch(
             index, f"is the spec {leaf}; a compiled function runs on arrays, not specs"
         )
-    raise ArgumentMismatch(index, _expected(spec, leaf))
+    raise ArgumentMismatch(index, _expected(spec, leaf), says_fix=_is_jax_tracer(leaf))
 
 
 def _expected(spec: ShapeDtype, leaf) -> str:
+    if _is_jax_tracer(leaf):
+        return (
+            f"expected {spec}, got a JAX tracer of {describe(leaf)} (the Compiled was called "
+            "inside jax.jit, jax.grad or jax.vmap, or with a value leaked from one); a "
+            "Compiled runs on concrete arrays and JAX cannot trace into it: call it outside "
+            "JAX's transformations, or give JAX the Python function itself"
+        )
     return f"expected {spec}, got {describe(leaf)}"
+
+
+def _is_jax_tracer(leaf) -> bool:
+    """Whether `leaf` is a `jax.core.Tracer` (read from its type, so JAX is not imported)."""
+    return any(
+        c.__name__ == "Tracer" and c.__module__.startswith("jax") for c in type(leaf).__mro__
+    )

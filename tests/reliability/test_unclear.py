@@ -108,3 +108,24 @@ def test_a_mesh_that_repeats_a_device_is_refused_when_used():
         "can hold one shard: build the mesh from distinct devices (e.g. "
         "aotkit.sharding.mesh('data=4'))"
     )
+
+
+@pytest.mark.parametrize("transform", ["grad", "jit", "vmap"])
+def test_a_compiled_traced_by_jax_names_the_tracer(transform):
+    import jax
+
+    compiled = aotkit.jit(lambda x: (x * x).sum()).lower(aotkit.spec("f32[4,4]")).compile()
+    x = np.ones((4, 4), np.float32)
+    call = {
+        "grad": lambda: jax.grad(compiled)(x),
+        "jit": lambda: jax.jit(lambda v: compiled(v))(x),
+        "vmap": lambda: jax.vmap(compiled)(np.stack([x, x])),
+    }[transform]
+    with pytest.raises(TypeError) as e:
+        call()
+    assert str(e.value) == (
+        "Compiled 'lambda': argument args[0] expected f32[4,4], got a JAX tracer of f32[4,4] "
+        "(the Compiled was called inside jax.jit, jax.grad or jax.vmap, or with a value leaked "
+        "from one); a Compiled runs on concrete arrays and JAX cannot trace into it: call it "
+        "outside JAX's transformations, or give JAX the Python function itself"
+    )

@@ -22,9 +22,10 @@ from aotkit.specs import ShapeDtype
 
 
 class Stage:
-    """Immutable attributes for the stages: set once in `__init__`, read-only after."""
+    """Immutable attributes for the stages: set once in `__init__`, read-only after.
+    Stages can be weakly referenced, as JAX's can (a cache keyed on them, a finalizer)."""
 
-    __slots__ = ()
+    __slots__ = ("__weakref__",)
 
     def __setattr__(self, name, value):
         raise AttributeError(

@@ -129,3 +129,17 @@ def test_a_compiled_traced_by_jax_names_the_tracer(transform):
         "from one); a Compiled runs on concrete arrays and JAX cannot trace into it: call it "
         "outside JAX's transformations, or give JAX the Python function itself"
     )
+
+
+def test_stages_can_be_weakly_referenced():
+    import gc
+    import weakref
+
+    traced = aotkit.jit(lambda x: x + 1).trace(1.0)
+    lowered = traced.lower()
+    compiled = lowered.compile()
+    refs = [weakref.ref(s) for s in (traced, lowered, compiled)]
+    assert [r() for r in refs] == [traced, lowered, compiled]
+    del traced, lowered, compiled
+    gc.collect()
+    assert refs[0]() is None  # a weak reference keeps nothing alive

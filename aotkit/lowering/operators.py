@@ -89,6 +89,25 @@ for _dunder, _name in [
     setattr(Tracer, f"__{_dunder}__", lambda self, _n=_name: _lookup(_n)(self))
 
 
+def _round(self, ndigits=None):
+    """`round(x)`: NumPy's `round` (half to even, as Python's; the result keeps the array's
+    dtype, since a traced value cannot become a Python int)."""
+    return _lookup("round")(self, 0 if ndigits is None else ndigits)
+
+
+def _divmod(self, other):
+    return _lookup("floor_divide")(self, other), _lookup("remainder")(self, other)
+
+
+def _rdivmod(self, other):
+    return _lookup("floor_divide")(other, self), _lookup("remainder")(other, self)
+
+
+Tracer.__round__ = _round
+Tracer.__divmod__ = _divmod
+Tracer.__rdivmod__ = _rdivmod
+
+
 def _method(name: str):
     def method(self, *args, **kwargs):
         return _lookup(name)(self, *args, **kwargs)

@@ -143,3 +143,13 @@ def test_stages_can_be_weakly_referenced():
     del traced, lowered, compiled
     gc.collect()
     assert refs[0]() is None  # a weak reference keeps nothing alive
+
+
+def test_round_and_divmod_of_traced_values_follow_numpy():
+    x = np.array([2.5, -1.5, 7.25, -7.0], np.float32)
+    y = np.array([2.0, 2.0, -3.0, 4.0], np.float32)
+    got = aotkit.jit(lambda a, b: (round(a), round(a, 1), *divmod(a, b), *divmod(3.0, b)))(x, y)
+    want = (np.round(x), np.round(x, 1), *np.divmod(x, y), *np.divmod(np.float32(3.0), y))
+    for g, w in zip(got, want, strict=True):
+        assert np.asarray(g).dtype == w.dtype
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6)  # round(a, 1): 1 ulp

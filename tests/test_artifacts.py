@@ -891,8 +891,7 @@ def test_cli_inspect(cli_artifact, run_cli, tmp_path):
     lines = out.splitlines()
     assert lines[0] == f"{dest}: aotkit artifact, format 1, {dest.stat().st_size} bytes"
     assert lines[1] == (
-        "function: affine(args[0]: f32[2,3], args[1]: f32[3,4], args[2]: f32[4]) -> "
-        "(out: f32[2,4])"
+        "function: affine(args[0]: f32[2,3], args[1]: f32[3,4], args[2]: f32[4]) -> (out: f32[2,4])"
     )
     assert '  name: "affine"' in lines
     assert [line.split()[0] for line in lines if line.endswith("  ok")] == [

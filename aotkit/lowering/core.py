@@ -193,12 +193,17 @@ def is_tracing() -> bool:
 def _control_flow_error(what: str, suggestion: str) -> TypeError:
     frame = _user_frame()
     note = ""
-    if frame is not None and not linecache.getline(frame.f_code.co_filename, frame.f_lineno):
+    filename = frame.f_code.co_filename if frame is not None else ""
+    # autograph converts only functions defined in source files (`<string>`, `<stdin>` and
+    # the like are not: their source may be gone, and Python 3.13 keeps -c's lines).
+    if frame is not None and (
+        filename.startswith("<") or not linecache.getline(filename, frame.f_lineno)
+    ):
         note = (
             "; autograph, which turns Python control flow on traced values into StableHLO, "
-            f"could not read this function's source ({frame.f_code.co_filename}: code from "
-            "python -c, exec or an interactive prompt), so it ran as written: define the "
-            "function in a .py file"
+            f"converts only functions defined in a source file, and this one is not "
+            f"({filename}: code from python -c, exec or an interactive prompt), so it ran as "
+            "written: define the function in a .py file"
         )
     return TypeError(
         f"{what} (at {user_site()}): the value is traced, so Python control flow and "

@@ -32,9 +32,10 @@ def test_autograph_without_source_says_so():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith(
-        "; autograph, which turns Python control flow on traced values into StableHLO, could "
-        "not read this function's source (<string>: code from python -c, exec or an "
-        "interactive prompt), so it ran as written: define the function in a .py file"
+        "; autograph, which turns Python control flow on traced values into StableHLO, "
+        "converts only functions defined in a source file, and this one is not (<string>: "
+        "code from python -c, exec or an interactive prompt), so it ran as written: define "
+        "the function in a .py file"
     )
     assert proc.stdout.startswith("bool() of a traced bool[] array (at <string>:4)")
 
@@ -45,7 +46,7 @@ def test_a_function_with_source_gets_no_such_note():
 
     with pytest.raises(TypeError) as e:
         aotkit.jit(f)(np.float32(1))
-    assert "could not read this function's source" not in str(e.value)
+    assert "converts only functions defined in a source file" not in str(e.value)
 
 
 _RECURSIVE = """

@@ -26,11 +26,17 @@ _NO_SOURCE = textwrap.dedent(
 )
 
 
-def test_autograph_without_source_says_so():
+def _child(script: str) -> subprocess.CompletedProcess:
+    """`script` run as `python -c` in a child process, which must exit 0."""
     proc = subprocess.run(
-        [sys.executable, "-c", _NO_SOURCE], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_autograph_without_source_says_so():
+    proc = _child(_NO_SOURCE)
     assert proc.stdout.strip().endswith(
         "; autograph, which turns Python control flow on traced values into StableHLO, "
         "converts only functions defined in a source file, and this one is not (<string>: "
@@ -100,10 +106,7 @@ except ValueError as e:
 
 
 def test_a_mesh_that_repeats_a_device_is_refused_when_used():
-    proc = subprocess.run(
-        [sys.executable, "-c", _REPEATED_DEVICE], capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = _child(_REPEATED_DEVICE)
     assert proc.stdout.strip() == (
         "trace(lambda): the mesh ('data': 2) names device cpu:0 more than once; each device "
         "can hold one shard: build the mesh from distinct devices (e.g. "

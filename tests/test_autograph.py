@@ -423,7 +423,7 @@ def empty_range(x, n):
 
 
 def nested_dependent(n_outer):
-    acc = 0
+    acc = np.int64(0)  # a Python int would warn: a traced bound gives no bound on its growth
     for i in range(n_outer):
         for j in range(i):
             acc += i * j

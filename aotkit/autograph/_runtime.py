@@ -486,6 +486,7 @@ def _loop(info, vals, body, bounds, *, rows=None, test=None):
         pending = [n for n in info.live if _is_slot(n) and n not in names]
         record: dict = {}
         run = _body_runner(info, vals, body, names, record, rows, pending)
+        run = _watch_python_ints(info, init, run, bounds)
         try:
             results = _build_loop(info, vals, names, init, run, bounds, test)
         except _Discovered as d:
@@ -543,7 +544,10 @@ def _body_runner(info, vals, body, names, record, rows, pending=()):
                 raise _NotConvertible(f"{n!r} has no value at the end of the loop body")
             same = v is arg
             mutated = n in before and arg.value is not before[n]
-            if mutated and not same:
+            # A carry that began as a Python number has no other names (`k += 1` then
+            # `k = k + i` only rebinds it, as Python does); an array's in-place update
+            # must be the only update.
+            if mutated and not same and not _is_python_number(vals[n]):
                 raise _NotConvertible(
                     f"the loop body updates {n!r} in place and also assigns it a new array"
                 )
@@ -552,6 +556,152 @@ def _body_runner(info, vals, body, names, record, rows, pending=()):
         return new
 
     return run
+
+
+def _is_python_number(v) -> bool:
+    return type(v) in (int, float, complex, bool)
+
+
+# With a trip count unknown when tracing, a Python int that grows by at most this much per
+# iteration needs more than 10**14 iterations to wrap.
+_SLOW_GROWTH = 1 << 16
+_INT64_MAX = (1 << 63) - 1
+# How many ops deep the update of a carried int is followed before it counts as unknown.
+_UPDATE_DEPTH = 64
+
+
+def _watch_python_ints(info, init: dict, run, bounds):
+    """`run`, warning where a Python int carried through the loop could wrap.
+
+    A converted loop carries a Python int as an int64, which wraps past 2**63 - 1 where
+    Python's int grows. The warning is raised unless the body's update is provably small:
+    each iteration keeps the int, sets it to a constant or the loop variable, or adds a
+    constant or the loop variable to it (also under converted ifs), and the loop's trip
+    count bounds the total; with an unknown trip count, it may grow by at most 2**16 per
+    iteration, which wraps only after more than 10**14 iterations. A value that began as
+    `np.int64`, or that the body mixes with an int64 array, wraps in NumPy too and is not
+    watched, nor is the loop variable.
+    """
+    ints = {
+        n: v
+        for n, v in init.items()
+        if type(v) is int and n != info.target and abs(v) <= _INT64_MAX  # else no loop
+    }
+    if not ints:
+        return run
+    trips = index_bound = None
+    if bounds is not None and not any(
+        isinstance(b, Tracer) for b in (bounds.start, bounds.stop, bounds.step)
+    ):
+        trips = _trip_count(bounds)
+        index_bound = max(abs(bounds.start), abs(bounds.stop))
+
+    mixed: set[str] = set()
+
+    def watched(index, carry: dict) -> dict:
+        # the carries' values before the body runs (`k += 1` updates the tracer in place)
+        olds = {n: carry[n].value for n in ints if isinstance(carry[n], Tracer)}
+        new = run(index, carry)
+        at = index.value if isinstance(index, Tracer) else None
+        for n, k0 in ints.items():
+            if n not in olds:  # the probe trace, which runs the body on the int itself
+                if isinstance(new[n], Tracer) and not new[n].weak:
+                    mixed.add(n)  # `k0 + x[i]`: NumPy's value has x's dtype and wraps too
+                continue
+            if n in mixed:
+                continue
+            update = _int_update(new[n], olds[n], at, index_bound)
+            if update is None:
+                safe = False
+            elif trips is not None:
+                reset, step = update
+                safe = max(abs(k0), reset) + trips * step <= _INT64_MAX
+            else:
+                safe = update[1] <= _SLOW_GROWTH
+            if not safe:
+                _warn(
+                    info,
+                    f"{_what(info)} (at {info.site}): {n!r} is a Python int carried through "
+                    "the converted loop, which keeps it as an int64: it wraps past "
+                    "2**63 - 1, where Python's int keeps growing, and this loop's update of "
+                    f"{n!r} is not provably small; start it as a float ({n} = "
+                    f"{float(k0)!r}) for float64's range, as np.int64({k0}) if wrapping is "
+                    "what you mean, or mark the function with "
+                    "aotkit.autograph.do_not_convert to keep Python's int",
+                )
+        return new
+
+    return watched
+
+
+def _int_update(new, old, index, index_bound) -> tuple[int, int] | None:
+    """(reset, step) for one iteration's update of a carried int, from the IR that computes
+    it: the value is set to at most `reset` in magnitude or grows by at most `step`; None
+    when neither is a constant bound (a product, a value read from an array, ...)."""
+    if type(new) is int:
+        return (abs(new), 0)
+    if not isinstance(new, Tracer):
+        return None
+    return _value_update(new.value, old, index, index_bound)
+
+
+def _value_update(v, old, index, index_bound, depth=0):
+    """(reset, step) of `v`: |v| <= max(reset, |old| + step)."""
+    if v == old:
+        return (0, 0)
+    if depth > _UPDATE_DEPTH:
+        return None
+    bound = _magnitude(v, index, index_bound)
+    if bound is not None:
+        return (bound, 0)
+    op = v.owner
+    if not hasattr(op, "operation"):
+        return None  # a block argument other than the carry
+    name = op.operation.name
+    operands = list(op.operation.operands)
+    if name in ("stablehlo.add", "stablehlo.subtract"):
+        # |x + m| <= max(reset + m, |old| + step + m) for x's (reset, step) and |m| <= m
+        for x, m in (operands, operands[::-1]):
+            bound = _magnitude(m, index, index_bound)
+            update = None if bound is None else _value_update(x, old, index, index_bound, depth + 1)
+            if update is not None:
+                return (update[0] + bound, update[1] + bound)
+        return None
+    if name == "stablehlo.select":
+        choices = operands[1:]
+    elif name in ("stablehlo.if", "stablehlo.case"):
+        at = list(op.operation.results).index(v)
+        choices = []
+        for region in op.operation.regions:
+            ops = region.blocks[0].operations
+            choices.append(ops[len(ops) - 1].operands[at])
+    else:
+        return None
+    updates = [_value_update(w, old, index, index_bound, depth + 1) for w in choices]
+    if None in updates:
+        return None
+    return (max(r for r, _ in updates), max(s for _, s in updates))
+
+
+def _magnitude(v, index, index_bound) -> int | None:
+    """A bound on |v| for a constant or the loop variable, else None."""
+    if index is not None and v == index:
+        return index_bound
+    op = v.owner
+    if not hasattr(op, "operation"):
+        return None
+    name = op.operation.name
+    if name in ("stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape"):
+        return _magnitude(op.operation.operands[0], index, index_bound)
+    if name == "stablehlo.constant":
+        try:
+            values = np.asarray(op.operation.attributes["value"])
+        except Exception:  # noqa: BLE001 - an attribute NumPy cannot view: no bound
+            return None
+        if values.dtype.kind not in "iu" or values.size == 0:
+            return None
+        return max(abs(int(w)) for w in values.ravel())
+    return None
 
 
 def _build_loop(info, vals, names, init, run, bounds, test):

@@ -1409,3 +1409,77 @@ def test_cli_lowers_with_autograph_unless_told_not_to(tmp_path, capsys):
     assert "stablehlo.if" in capsys.readouterr().out
     assert cli.main(["lower", f"{path}:f", "--shapes", "f32[]", "-q", "--no-autograph"]) == 1
     assert "bool() of a traced bool[] array" in capsys.readouterr().err
+
+
+# --- Python's max and min on traced numbers ---------------------------------------------------
+
+
+def max_of_two(t):
+    return max(t[0], t[1])
+
+
+def max_with_a_python_float(t):
+    return max(1.0, t.max())
+
+
+def min_of_three(t):
+    return min(t[0], t[1], t[2])
+
+
+def max_of_a_vector(t):
+    return max(t)
+
+
+def min_of_a_list(t):
+    return min([t[0], t[1] * 2])
+
+
+def max_of_empty_with_default(t):
+    return max([], default=t[0])
+
+
+def clipped_in_a_loop(t):
+    out = 0.0
+    for i in range(8):
+        out = out + max(t[i % 3], 0.5) - min(t[i % 3], -0.5)
+    return out
+
+
+BUILTIN_EXTREMES = [
+    max_of_two,
+    max_with_a_python_float,
+    min_of_three,
+    max_of_a_vector,
+    min_of_a_list,
+    max_of_empty_with_default,
+    clipped_in_a_loop,
+]
+
+
+@pytest.mark.parametrize("fn", BUILTIN_EXTREMES, ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "t",
+    [
+        np.array([3.0, -1.0, 2.0], np.float32),
+        np.array([np.nan, 2.0, 1.0], np.float32),  # Python's comparisons decide NaN's fate
+        np.array([2.0, 2.0, -0.0], np.float64),  # ties keep the first
+        np.array([4, -7, 1], np.int32),
+    ],
+    ids=["f32", "nan", "ties", "i32"],
+)
+def test_builtin_max_and_min_of_traced_numbers_equal_python(fn, t):
+    expected = fn(t)
+    got = aotkit.jit(fn)(t)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+    # The items' promoted dtype (Python's result has the winner's type): NEP 50, so a
+    # Python float keeps float32 and turns int32 into float64.
+    floats = fn in (max_with_a_python_float, clipped_in_a_loop)
+    assert np.asarray(got).dtype == (np.result_type(t.dtype, 1.0) if floats else t.dtype)
+
+
+def test_builtin_max_with_a_key_runs_as_python():
+    def by_key(t):
+        return max([1, 2, 3], key=lambda i: -i) + t[0]
+
+    out = aotkit.jit(by_key)(np.array([1.0], np.float32))
+    assert np.asarray(out).tolist() == 2.0

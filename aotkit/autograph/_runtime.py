@@ -979,12 +979,53 @@ plain_types: set = {
 
 def call(f):
     """The function to call in place of `f`: its converted version when `f` is a Python
-    function from the user's own code, else `f` itself."""
+    function from the user's own code, `max`/`min` that take traced numbers, else `f`."""
     if type(f) in plain_types:
+        if f is builtins.max:
+            return _max
+        if f is builtins.min:
+            return _min
         return f
     from aotkit.autograph import _convert
 
     return _convert.converted(f)
+
+
+def _extreme(builtin, better):
+    """`builtin` (max or min) that also takes traced 0-d values, with Python's meaning: the
+    items are compared left to right and the first of equal ones is kept (`b > a` replaces
+    `a`), so NaN behaves as Python's comparisons make it. The result has the promoted
+    dtype of the items (Python's is the type of whichever item wins)."""
+
+    def converted(*args, **kwargs):
+        items = args[0] if len(args) == 1 else args
+        if kwargs.get("key") is not None:
+            return builtin(*args, **kwargs)
+        if isinstance(items, Tracer):
+            if items.ndim != 1:
+                return builtin(*args, **kwargs)  # Python's own error (not iterable, ambiguous)
+            items = list(items)
+        elif len(args) == 1:
+            items = list(items)
+            args = (items,)
+        if not any(isinstance(v, Tracer) for v in items):
+            return builtin(*args, **kwargs)
+        if not all(
+            isinstance(v, Tracer) and v.shape == () or isinstance(v, int | float | np.generic)
+            for v in items
+        ):
+            return builtin(*args, **kwargs)  # an array among them: Python's ambiguity error
+        best = items[0]
+        for v in items[1:]:
+            best = anp.where(better(v, best), v, best)
+        return best
+
+    converted.__name__ = builtin.__name__
+    return converted
+
+
+_max = _extreme(builtins.max, operator.gt)
+_min = _extreme(builtins.min, operator.lt)
 
 
 # --- item assignments (see _transform._ItemAssignments) -------------------------------------------

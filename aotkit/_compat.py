@@ -239,6 +239,18 @@ def runtime_error_type() -> type:
     return JaxRuntimeError
 
 
+def hlo_cost_analysis(client, bytecode: bytes) -> dict[str, float] | None:
+    """XLA's cost analysis of a StableHLO module before compilation (what `jax.jit(f).lower(x)
+    .cost_analysis()` computes): the module converted to HLO, then analysed for `client`.
+    Fallback: None (`Lowered.cost_analysis()` says the estimate is unavailable)."""
+    convert = _private("jaxlib._jax", "mlir.mlir_module_to_xla_computation")
+    analyse = _private("jaxlib._jax", "hlo_module_cost_analysis")
+    if convert is None or analyse is None:
+        return None
+    computation = convert(bytecode, use_tuple_args=False, return_tuple=False)
+    return dict(analyse(client, computation.as_hlo_module()))
+
+
 def single_device_sharding(device):
     from jax.sharding import SingleDeviceSharding
 

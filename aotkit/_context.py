@@ -15,10 +15,17 @@ taken `RETIRE_BYTES` of constant data or `RETIRE_LOWERINGS` lowerings; it is the
 Programs without large constants keep reusing one context; a program with weights gets a
 fresh one, freed when the user drops its stages.
 
-Threads: MLIR contexts are not safe to build IR in from several threads at once, so every
-stage that creates or rewrites IR holds `IR_LOCK` (re-entrant: a control-flow body is
-traced inside a trace). What a thread is tracing (its scope stack, in `lowering/core.py`)
-and which context it builds in are thread-local.
+Threads: an MLIR context is not safe to build IR in from several threads at once (a pass
+run invalidates the Python handles of operations in its context, a half-built module is
+visible to whoever prints the context's modules), so each `LoweringContext` has its own
+re-entrant lock, taken by `with lc:`; everything that creates, rewrites, prints or
+serializes IR does so inside `with lc:` for the context of the module it touches
+(`with of(module):`). Contexts are independent, so threads in different contexts never wait
+for each other. A trace holds its context for as long as the user's function runs, so a new
+lowering never waits for another thread's trace: `for_lowering` gives it a context no other
+thread holds (one of a small pool, or a fresh one), and a traced function that waits on a
+thread which lowers something cannot deadlock. What a thread is tracing (its scope stack,
+in `lowering/core.py`) and which context it builds in are thread-local.
 """
 
 from __future__ import annotations
@@ -30,7 +37,13 @@ from jaxlib.mlir import ir
 
 from aotkit import _compat
 
-IR_LOCK = threading.RLock()
+# Guards the pool of contexts new lowerings share and the table of contexts by MLIR context
+# (held only to pick or register a context, never while IR is built).
+_PICK = threading.Lock()
+# At most this many contexts are kept for new lowerings to share (one per thread lowering at
+# the same time); a lowering that finds all of them held by other threads gets a context of
+# its own, freed with its stages.
+POOL_SIZE = 8
 
 # A context is retired once it holds this many bytes of dense constants or has served this
 # many lowerings (types, locations and small attributes grow slowly with every program).
@@ -51,6 +64,7 @@ class LoweringContext:
         "pipelines",
         "constant_bytes",
         "lowerings",
+        "lock",
         "__weakref__",
     )
 
@@ -66,6 +80,7 @@ class LoweringContext:
         self.pipelines: dict = {}
         self.constant_bytes = 0
         self.lowerings = 0
+        self.lock = threading.RLock()
 
     @property
     def retired(self) -> bool:
@@ -75,14 +90,29 @@ class LoweringContext:
         self.constant_bytes += n
 
     def __enter__(self) -> LoweringContext:
-        stack = _stack()
-        stack.append(self)
-        self.mlir.__enter__()
+        self.lock.acquire()
+        try:
+            stack = _stack()
+            stack.append(self)
+            self.mlir.__enter__()
+        except BaseException:
+            self.lock.release()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
-        self.mlir.__exit__(*exc)
-        _state.stack.pop()
+        try:
+            self.mlir.__exit__(*exc)
+            _state.stack.pop()
+        finally:
+            self.lock.release()
+
+    def free(self) -> bool:
+        """Whether this thread can enter the context now (no other thread holds it)."""
+        if self.lock.acquire(blocking=False):
+            self.lock.release()
+            return True
+        return False
 
     def __repr__(self) -> str:
         return (
@@ -110,7 +140,7 @@ def cached(build):
 
 
 _state = threading.local()
-_current: LoweringContext | None = None
+_pool: list[LoweringContext] = []
 # The LoweringContext of each live MLIR context, for modules that reach aotkit without their
 # stage (a module a user parsed, a copy from `Lowered.module`). Weak both ways: a context is
 # kept alive by its modules, never by this table.
@@ -137,26 +167,31 @@ def active() -> LoweringContext:
 
 
 def for_lowering() -> LoweringContext:
-    """The context a new lowering builds in: the current one, or a fresh one once it retires.
-
-    The caller holds `IR_LOCK`.
-    """
-    global _current
-    lc = _current
-    if lc is None or lc.retired:
-        lc = _current = _register(LoweringContext())
-    lc.lowerings += 1
-    return lc
+    """The context a new lowering builds in: one of the pool that no other thread holds and
+    that has not retired, else a fresh one (added to the pool while it has room)."""
+    with _PICK:
+        _pool[:] = [lc for lc in _pool if not lc.retired]
+        for lc in _pool:
+            if lc.free():
+                break
+        else:
+            lc = _register(LoweringContext())
+            if len(_pool) < POOL_SIZE:
+                _pool.append(lc)
+        lc.lowerings += 1
+        return lc
 
 
 def of(module: ir.Module | ir.Operation) -> LoweringContext:
-    """The LoweringContext of the MLIR context `module` lives in (made if it has none)."""
+    """The LoweringContext of the MLIR context `module` lives in (made if it has none);
+    `with of(module):` before touching the module's IR."""
     mlir = module.context
-    ref = _by_mlir.get(id(mlir))
-    lc = ref() if ref is not None else None
-    if lc is None or lc.mlir is not mlir:
-        lc = _register(LoweringContext(mlir))
-    return lc
+    with _PICK:
+        ref = _by_mlir.get(id(mlir))
+        lc = ref() if ref is not None else None
+        if lc is None or lc.mlir is not mlir:
+            lc = _register(LoweringContext(mlir))
+        return lc
 
 
 def _register(lc: LoweringContext) -> LoweringContext:

@@ -28,13 +28,11 @@ import json
 import os
 import re
 import struct
-import tempfile
 import warnings
-from pathlib import Path
 
 from jax import tree_util
 
-from aotkit import backends
+from aotkit import _files, backends
 from aotkit._traceback import api_boundary
 from aotkit.compiled import Compiled
 from aotkit.errors import ArtifactError, ArtifactWarning, CompileError, printable
@@ -58,6 +56,10 @@ TEXT = "text"  # the backend's final program text, Compiled.as_text() (informati
 RECOMPILE_CHOICES = ("auto", True, False)
 _REWRITE = "the file is not one aotkit wrote, or was changed: write it again"
 _LEGALIZE_CHLO = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
+# Strings from a header reach terminals (`aotkit inspect`, warnings, errors, reprs) and
+# compilers, whose own messages echo them: all but the function's name (escaped wherever it
+# is shown) must be printable, so that no escape sequence or line break comes from a file.
+_UNPRINTABLE = "a control or other unprintable character"
 
 
 # --- pytrees as data -----------------------------------------------------------------------
@@ -99,6 +101,12 @@ def encode_tree(tree, where: str, what: str) -> object:
                         f"{where}: {label} is a dict with key {key!r} ({type(key).__name__}); "
                         "artifacts keep dict keys that are str or int: use such keys"
                     )
+                if kind is dict and isinstance(key, str) and not key.isprintable():
+                    raise ValueError(
+                        f"{where}: {label} is a dict with key {key!r}, which holds "
+                        f"{_UNPRINTABLE}; artifacts keep printable dict keys (a file's names "
+                        "reach terminals): rename it"
+                    )
                 encoded = encode(child, child_path(path, kind, key, i), depth + 1)
                 items.append([key, encoded] if kind is dict else encoded)
             return {kind.__name__: items}
@@ -139,6 +147,8 @@ def decode_tree(data, where: str, field: str, fix: str | None = None, path: str 
                     key, child = item
                     if isinstance(key, bool) or not isinstance(key, str | int):
                         raise bad(f"has a dict key {_short(key)} that is not a str or int")
+                    if isinstance(key, str) and not key.isprintable():
+                        raise bad(f"has a dict key {_short(key)}, which holds {_UNPRINTABLE}")
                     if key in out:
                         raise bad(f"repeats the dict key {key!r}")
                     out[key] = decode(child, depth + 1)
@@ -334,25 +344,37 @@ def _check_header(header, label: str, where: str, fix: str) -> Artifact:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             raise bad(name, "must map strings to strings")
 
+    def text(name: str, value: str, what: str) -> None:
+        if not value.isprintable():
+            raise bad(name, f"{what} {_short(value)}, which holds {_UNPRINTABLE}")
+
+    for key in header:  # unknown keys too: `aotkit inspect` prints them
+        if not key.isprintable():
+            raise ArtifactError(
+                f"{where}: the header has a key {_short(key)}, which holds {_UNPRINTABLE}; {fix}",
+                path=label,
+            )
     for name in ("aotkit", "jaxlib", "stablehlo", "name"):
         field(name, (str,), "a string")
+    for name in ("aotkit", "jaxlib", "stablehlo"):
+        text(name, header[name], "is")
     target = field("target", (dict,), "an object")
     strings("target", target)
+    for key, value in target.items():
+        text("target", key, "has the key")
+        text("target", value, f"has {key} =")
     if not isinstance(target.get("backend"), str):
         raise bad("target", "has no backend name")
     fmt = header.get("executable_format")
     if fmt is not None and not isinstance(fmt, str):
         raise bad("executable_format", f"is {_short(fmt)}, not a string or null")
+    if fmt is not None:
+        text("executable_format", fmt, "is")
     options = field("options", (dict,), "an object")
     for key, value in options.items():
-        if not isinstance(value, bool | int | float | str):
-            raise bad("options", f"has {key!r} = {_short(value)}, not a bool, number or string")
-        if writes_files(key):
-            raise bad(
-                "options",
-                f"has {printable(key)!r}, an option that names a path or makes the compiler "
-                "write files; a file may carry only options that change what is compiled",
-            )
+        fault = option_fault(key, value)
+        if fault is not None:
+            raise bad("options", f"has {fault}")
     flat = {}
     for name in ("in_specs", "out_specs"):
         texts = field(name, (list,), "a list of specs")
@@ -399,6 +421,7 @@ def _check_header(header, label: str, where: str, fix: str) -> Artifact:
             and len(entry["sha256"]) == 64
         ):
             raise bad("sections", f"has an entry {_short(entry)} without name, size, sha256")
+        text("sections", entry["name"], "names a section")
         if entry["name"] in seen:
             raise bad("sections", f"lists section {entry['name']!r} twice")
         seen.add(entry["name"])
@@ -433,9 +456,8 @@ def portable_artifact(lowered) -> bytes:
     from jaxlib.mlir import ir, passmanager
 
     from aotkit import modules
-    from aotkit._context import IR_LOCK
 
-    with IR_LOCK, lowered._lc:
+    with lowered._lc:
         module = ir.Module.parse(modules.bytecode(lowered._module))
         passmanager.PassManager.parse(_LEGALIZE_CHLO).run(module.operation)
     return modules.portable_artifact(module)
@@ -455,17 +477,47 @@ def _versions() -> dict[str, str]:
 
 
 # Compile options that make XLA or iree-compile read or write files (`xla_dump_to`,
-# `xla_dump_hlo_as_text`, `iree-hal-dump-executable-files-to`, a linker path, profiles):
-# they say where output goes, not what is compiled, so an artifact neither keeps nor obeys
-# them (a file that could would make `aotkit.load(...)(x)` write wherever it names).
+# `xla_dump_hlo_as_text`, `iree-hal-dump-executable-files-to`, a linker path, profiles,
+# `xla_gpu_load_autotune_results_from`, `xla_gpu_target_config_filename`, the buffer
+# saver): they say where output goes, not what is compiled, so an artifact neither keeps nor
+# obeys them (a file that could would make `aotkit.load(...)(x)` write wherever it names).
 _WRITES_FILES = re.compile(
-    r"dump|profil|trace|[-_](to|path|dir|file|files|directory|prefix)($|[-_])"
+    r"dump|profil|trace|filename|saver|[-_](to|from|path|dir|file|files|directory|prefix)($|[-_])"
 )
+# A compile option's name as the backends take it: XLA's flags (`xla_cpu_enable_fast_math`)
+# and iree-compile's (`iree-opt-level`, with or without its leading dashes).
+_OPTION_NAME = re.compile(r"-{0,2}[A-Za-z][A-Za-z0-9_.-]*")
+_INT64 = range(-(2**63), 2**63)
 
 
 def writes_files(option: str) -> bool:
     """Whether the compile option `option` names a path or makes the compiler write files."""
     return _WRITES_FILES.search(option.lower()) is not None
+
+
+def option_fault(key: str, value) -> str | None:
+    """What keeps the compile option `key` = `value` out of an artifact (worded to follow
+    "has"), or None. A file carries only options that change what is compiled, with names
+    and values a backend's bindings can carry: nothing that names a path or writes files,
+    no name that is not a flag's (a control character, `=`, a space), no int past 64 bits
+    (the bindings raise a bare TypeError) and no unprintable text (compilers echo it)."""
+    if not _OPTION_NAME.fullmatch(key):
+        return (
+            f"an option named {_short(key)}, which is not a compile option's name (an XLA "
+            "or iree-compile flag such as 'xla_cpu_enable_fast_math')"
+        )
+    if not isinstance(value, bool | int | float | str):
+        return f"{key!r} = {_short(value)}, not a bool, number or string"
+    if writes_files(key):
+        return (
+            f"{key!r}, an option that names a path or makes the compiler write files; a file "
+            "may carry only options that change what is compiled"
+        )
+    if isinstance(value, int) and value not in _INT64:
+        return f"{key!r} = {_short(value)}, an int outside the 64-bit range options take"
+    if isinstance(value, str) and not value.isprintable():
+        return f"{key!r} = {_short(value)}, which holds {_UNPRINTABLE}"
+    return None
 
 
 def pack_compiled(
@@ -499,7 +551,9 @@ def pack_compiled(
         "in_tree": in_tree,
         "out_tree": out_tree,
         "donated": [bool(d) for d in donated],
-        "options": {k: v for k, v in (options or {}).items() if not writes_files(k)},
+        # What a reader refuses is not written: the executable was compiled with it, and a
+        # recompile goes without it.
+        "options": {k: v for k, v in (options or {}).items() if option_fault(k, v) is None},
     }
     return pack(header, sections)
 
@@ -539,20 +593,8 @@ def serialize(compiled: Compiled, *, text: bool = True) -> bytes:
 
 
 def write_atomic(path, data: bytes) -> None:
-    """Writes `data` to `path` through a temporary file in the same folder and a rename, so
-    that a reader sees the old file or the whole new one, never a part."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Writes `data` to `path` atomically (`aotkit._files.write_atomic`)."""
+    _files.write_atomic(path, data)
 
 
 def save(compiled: Compiled, path) -> None:
@@ -569,7 +611,10 @@ def save(compiled: Compiled, path) -> None:
 
 
 def read(source, where: str = "aotkit.load") -> tuple[bytes, str]:
-    """(bytes, label) of a path or of bytes; FileNotFoundError/TypeError worded for `where`."""
+    """(bytes, label) of a path or of bytes; FileNotFoundError/TypeError worded for `where`.
+
+    A path is read by `aotkit._files`: a FIFO, a device, a directory, a file over 4 GiB or an
+    artifact with bytes after its last section is an ArtifactError before it is read."""
     if isinstance(source, bytes | bytearray | memoryview):
         return bytes(source), "<bytes>"
     if not isinstance(source, str | os.PathLike):
@@ -579,16 +624,49 @@ def read(source, where: str = "aotkit.load") -> tuple[bytes, str]:
         )
     label = os.fspath(source)
     try:
-        return Path(source).read_bytes(), label
+        with _files.opened(
+            source, where=f"{where}: {label}", fix="pass the path of an artifact file"
+        ) as f:
+            check_length(f, label, where)
+            return f.read(), label
+    except ArtifactError:
+        raise
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{where}: no such file {label!r}; pass the path of an artifact written by "
             "Compiled.save or `aotkit compile ... -o FILE.aotx`"
         ) from None
-    except IsADirectoryError:
+    except ValueError as e:  # not a regular file, or too large: refused before reading
+        raise ArtifactError(str(e), path=label) from None
+
+
+def check_length(f: _files.Regular, label: str, where: str) -> None:
+    """Refuses, before the file is read, an artifact longer than its header says (the
+    ArtifactError `unpack` would raise after reading it all): the prefix and header are read
+    on their own. Anything else wrong with them is left to `unpack`, which names it."""
+    prefix = f.head(PREFIX_SIZE)
+    if len(prefix) < PREFIX_SIZE:
+        return
+    magic, version, header_size, digest = _PREFIX.unpack(prefix)
+    if magic != MAGIC or version != FORMAT_VERSION or header_size > MAX_HEADER_BYTES:
+        return
+    raw = f.head(header_size, PREFIX_SIZE)
+    if len(raw) < header_size or hashlib.sha256(raw).digest() != digest:
+        return
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+        sizes = [entry["size"] for entry in header["sections"]]
+    except (UnicodeDecodeError, ValueError, RecursionError, TypeError, KeyError):
+        return
+    if not all(type(size) is int and size >= 0 for size in sizes):
+        return
+    total = PREFIX_SIZE + header_size + sum(sizes)
+    if f.size > total:
         raise ArtifactError(
-            f"{where}: {label} is a directory; pass the path of an artifact file", path=label
-        ) from None
+            f"{where}: {label} has {f.size - total} bytes after its last section (it should "
+            f"end at byte {total}); {_REWRITE}",
+            path=label,
+        )
 
 
 def is_artifact(data) -> bool:
@@ -597,7 +675,9 @@ def is_artifact(data) -> bool:
 
 
 @api_boundary
-def load(source, *, backend: str | None = None, recompile="auto") -> Compiled:
+def load(
+    source, *, backend: str | None = None, recompile="auto", portable_only: bool = False
+) -> Compiled:
     """Loads an AOT artifact (a path or its bytes) as a `Compiled`.
 
     The result is called exactly like the `Compiled` that was saved (same pytrees, specs,
@@ -606,9 +686,21 @@ def load(source, *, backend: str | None = None, recompile="auto") -> Compiled:
     loaded as it is (no compile). Otherwise `recompile="auto"` compiles the portable
     StableHLO with an `ArtifactWarning`, `recompile=False` raises `ArtifactError` naming
     both versions, and `recompile=True` always compiles (without a warning).
+
+    The executable is native code that the backend runs as it is, so it is as trusted as
+    whoever wrote the file. `portable_only=True` never loads it: the portable StableHLO
+    passes the trust check that modules from files pass (aotkit/frontends/trust.py) and is
+    compiled here, whatever the targets say (`recompile=False` then cannot hold).
     """
     if not any(recompile is choice for choice in RECOMPILE_CHOICES):
         raise ValueError(f"aotkit.load: recompile={recompile!r}; expected 'auto', True or False")
+    if not isinstance(portable_only, bool):
+        raise TypeError(f"aotkit.load: portable_only must be True or False, got {portable_only!r}")
+    if portable_only and recompile is False:
+        raise ValueError(
+            "aotkit.load: portable_only=True compiles the portable StableHLO, which "
+            "recompile=False forbids; drop one of them"
+        )
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"aotkit.load: backend must be a name such as 'cpu', got {backend!r}")
     data, label = read(source)
@@ -621,7 +713,9 @@ def load(source, *, backend: str | None = None, recompile="auto") -> Compiled:
             "Compiled.save",
             path=label,
         )
-    return to_compiled(unpack(data, label), backend=backend, recompile=recompile)
+    return to_compiled(
+        unpack(data, label), backend=backend, recompile=recompile, portable_only=portable_only
+    )
 
 
 # The first bytes of MLIR bytecode (StableHLO portable artifacts are bytecode too).
@@ -653,7 +747,12 @@ def _differences(saved: dict, here: dict) -> str:
 
 
 def to_compiled(
-    artifact: Artifact, *, backend: str | None = None, recompile="auto", where="aotkit.load"
+    artifact: Artifact,
+    *,
+    backend: str | None = None,
+    recompile="auto",
+    where="aotkit.load",
+    portable_only: bool = False,
 ) -> Compiled:
     """The `Compiled` of a checked artifact (see `load`)."""
     place = f"{where}: {artifact.label}"
@@ -675,11 +774,13 @@ def to_compiled(
     if target_backend.executable_format is not None:
         here["executable_format"] = target_backend.executable_format
     same = saved == here
-    if same and recompile is not True:
+    if portable_only:
+        pass  # the executable section is never read: compiled below, without a warning
+    elif same and recompile is not True:
         if target_backend.executable_format is None:
             # This backend's "executable" is the module itself: loading it is compiling it.
             executable = _compile_portable(artifact, target_backend, place)
-            return _compiled(artifact, executable, "artifact")
+            return _compiled(artifact, executable, "artifact", place)
         try:
             executable = target_backend.deserialize(
                 artifact.section(EXECUTABLE),
@@ -703,7 +804,7 @@ def to_compiled(
                 stacklevel=3,
             )
         else:
-            return _compiled(artifact, executable, "artifact")
+            return _compiled(artifact, executable, "artifact", place)
     elif not same:
         differences = _differences(saved, here)
         if recompile is False:
@@ -720,11 +821,22 @@ def to_compiled(
                 ArtifactWarning,
                 stacklevel=3,
             )
-    executable = _compile_portable(artifact, target_backend, place)
-    return _compiled(artifact, executable, "recompiled")
+    executable = _compile_portable(artifact, target_backend, place, check=portable_only)
+    return _compiled(artifact, executable, "recompiled", place)
 
 
-def _compiled(artifact: Artifact, executable, origin: str) -> Compiled:
+def _compiled(artifact: Artifact, executable, origin: str, place: str) -> Compiled:
+    aliased = executable.aliased_arguments()
+    undeclared = sorted(i for i in aliased or () if not artifact.donated[i])
+    if undeclared:
+        # The executable writes its results into these arguments' buffers: called as the
+        # header says (not donated), the caller's arrays would be consumed without a word.
+        raise ArtifactError(
+            f"{place}: its executable reuses the buffers of arguments "
+            f"{', '.join(map(str, undeclared))} for its results, but its header says they are "
+            f"not donated; {_REWRITE}",
+            path=artifact.label,
+        )
     return Compiled(
         executable,
         in_tree=artifact.in_tree,
@@ -745,34 +857,48 @@ def parse_portable(artifact: Artifact, place: str):
     from jaxlib.mlir.dialects import stablehlo
 
     from aotkit import _context, modules
-    from aotkit._context import IR_LOCK
 
     data = artifact.section(PORTABLE)
-    with IR_LOCK:
-        lc = _context.for_lowering()
-        with lc:
-            try:
-                module = stablehlo.deserialize_portable_artifact(lc.mlir, data)
-            except (ValueError, ir.MLIRError) as e:
-                raise ArtifactError(
-                    f"{place}: its portable StableHLO (version {artifact.header['stablehlo']}) "
-                    f"does not load here (StableHLO {stablehlo.get_current_version()}): "
-                    f"{modules.diagnostic(e)}; write the artifact again with this version",
-                    path=artifact.label,
-                ) from None
-            if modules.main_function(module) is None:
-                raise ArtifactError(
-                    f"{place}: its portable StableHLO has no @main function; {_REWRITE}",
-                    path=artifact.label,
-                )
+    lc = _context.for_lowering()
+    with lc:
+        try:
+            module = stablehlo.deserialize_portable_artifact(lc.mlir, data)
+        except (ValueError, ir.MLIRError) as e:
+            raise ArtifactError(
+                f"{place}: its portable StableHLO (version {artifact.header['stablehlo']}) "
+                f"does not load here (StableHLO {stablehlo.get_current_version()}): "
+                f"{modules.diagnostic(e)}; write the artifact again with this version",
+                path=artifact.label,
+            ) from None
+        if modules.main_function(module) is None:
+            raise ArtifactError(
+                f"{place}: its portable StableHLO has no @main function; {_REWRITE}",
+                path=artifact.label,
+            )
         lc.add_constant_bytes(len(data))
     return module, lc
 
 
-def _compile_portable(artifact: Artifact, backend, place: str):
+def _compile_portable(artifact: Artifact, backend, place: str, *, check: bool = False):
+    """The portable StableHLO compiled on `backend`; with `check`, after the trust check that
+    modules from files pass (the file is not trusted: `load(..., portable_only=True)`)."""
     module, _ = parse_portable(artifact, place)
+    if check:
+        from aotkit.frontends import trust
+
+        trust.check(module, place)
     options = artifact.options if backend.name == artifact.target["backend"] else None
-    executable = backend.compile(module, options)
+    try:
+        executable = backend.compile(module, options)
+    except (ValueError, CompileError) as e:
+        if not options:
+            raise
+        # The options are the file's: a backend refusing them refuses the file.
+        raise ArtifactError(
+            f"{place}: its compile options {printable(repr(sorted(options)))} are refused here "
+            f"({e}); write the artifact again with options this backend takes",
+            path=artifact.label,
+        ) from None
     if (executable.in_specs, executable.out_specs) != (artifact.in_specs, artifact.out_specs):
         raise ArtifactError(
             f"{place}: its portable StableHLO takes {_signature(executable)} but its header "

@@ -48,6 +48,7 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
+from aotkit import _files
 from aotkit.errors import ArtifactError, CacheWarning, CompileError
 
 ENV = "AOTKIT_CACHE_DIR"
@@ -288,14 +289,17 @@ def key(lowered, backend, options) -> str | None:
     cache is off or the backend's executables do not serialize."""
     if backend.executable_format is None or _usable_directory() is None:
         return None
+    try:
+        shown_options = sorted((str(k), repr(v)) for k, v in (options or {}).items())
+    except ValueError:  # an int past Python's 4300 printable digits: the backend refuses it
+        return None
     import jaxlib
     from jaxlib.mlir import passmanager
 
     import aotkit
     from aotkit import modules
-    from aotkit._context import IR_LOCK
 
-    with IR_LOCK, lowered._lc as lc:
+    with lowered._lc as lc:
         copy = lowered._module.operation.clone()
         strip = lc.pipelines.get(_STRIP)
         if strip is None:
@@ -307,7 +311,7 @@ def key(lowered, backend, options) -> str | None:
         "jaxlib": jaxlib.__version__,
         "target": backend.target(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "options": sorted((str(k), repr(v)) for k, v in (options or {}).items()),
+        "options": shown_options,
         "donated": list(lowered.donated),
     }
     digest = hashlib.sha256(_KEY_VERSION)
@@ -377,27 +381,12 @@ def get(cache_key: str, lowered, backend, options):
 def _read_entry(path: Path) -> bytes | None:
     """The bytes of the entry at `path`, or None: absent, not a regular file (opened without
     following a link or blocking on a FIFO), or larger than the cap."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, flags)
-    except OSError:
+        return _files.read_regular(
+            path, where=f"aotkit cache: {path}", fix="", limit=_max_bytes, follow=False
+        )
+    except (OSError, ValueError):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _max_bytes:
-            return None
-        chunks, left = [], st.st_size
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 24))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def put(cache_key: str, lowered, executable, options) -> None:

@@ -24,6 +24,7 @@ import importlib.util
 import inspect
 import io
 import json
+import math
 import os
 import re
 import signal
@@ -37,6 +38,8 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+
+from aotkit import _files
 
 EXIT_OK, EXIT_USER, EXIT_USAGE = 0, 1, 2
 
@@ -373,9 +376,13 @@ def _split_target(target: str) -> tuple[Path, str]:
 
 def _import_file(path: Path):
     """Imports a Python file as a fresh module, with its folder on sys.path meanwhile."""
-    if not path.is_file():
-        what = "is a directory" if path.is_dir() else "does not exist"
-        raise UserError(f"file {str(path)!r} {what}; give the path of a Python file")
+    fix = "give the path of a Python file"
+    try:
+        _files.check_regular(path, where=f"file {str(path)!r}", fix=fix)
+    except FileNotFoundError:
+        raise UserError(f"file {str(path)!r} does not exist; {fix}") from None
+    except ValueError as e:  # a directory, a FIFO, /dev/zero: Python's importer would hang
+        raise UserError(str(e)) from None
     path = path.resolve()
     name = re.sub(r"\W", "_", path.stem)
     if not name or name[0].isdigit():
@@ -396,7 +403,9 @@ def _import_file(path: Path):
             f"importing {str(path)!r} called sys.exit({e.code!r}); put script code under "
             "`if __name__ == '__main__':`"
         ) from None
-    except Exception as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # a BaseException subclass of the user's is theirs too
         raise _user_code(f"importing {str(path)!r} failed", e) from e
     finally:
         sys.modules.pop(unique, None)
@@ -580,7 +589,9 @@ def _lower_python(args, specs: list | dict | None, source: str = "--shapes", inp
                 "traced; a traced function must return its result (raise an exception to "
                 "report an error)"
             ) from None
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # a BaseException subclass of the user's is theirs too
             if _user_frames(e):
                 raise _user_code(f"lowering {label} failed", e) from e
             raise
@@ -693,7 +704,9 @@ def _load_module_file(args, default_pipeline: str = "none"):
         )
     with _progress(args, f"reading {args.target}"):
         start = time.perf_counter()
-        source = sys.stdin.buffer.read() if args.target == "-" else args.target
+        source = args.target
+        if source == "-":
+            source = _files.read_stream(sys.stdin.buffer, where="stdin")
         traced = files.read_module(source)
         args.front_seconds = ("load", time.perf_counter() - start)
     pipeline = args.pipeline if args.pipeline is not None else default_pipeline
@@ -773,11 +786,7 @@ def _file_kind(path: Path) -> str | None:
 
     if path.suffix == ".py":
         return "python"
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-    except OSError:
-        return None
+    head = _files.peek(path, 8)  # b"" for a FIFO or a device: nothing to wait for or read
     if artifacts.is_artifact(head[: len(artifacts.MAGIC)]):
         return "artifact"
     if head.startswith(b"ML\xefR"):
@@ -805,8 +814,25 @@ def _write_file(args, dest: str, data: bytes, kind: str, flag: str = "-o") -> No
     `os.replace`, as `Compiled.save` does): a reader sees the old file or the whole new one.
 
     Refuses, unless --force, to replace a file the command read or a file of another kind.
+    A FIFO or a device (`/dev/null`, a terminal) is written into, as a shell redirection
+    writes: renaming a file over it would replace the device itself.
     """
     path = Path(dest)
+    try:
+        special = _files.not_regular(os.stat(path).st_mode)
+    except OSError:
+        special = None  # absent (or unreadable: the write below says why)
+    # /dev/stdout and the like are links to what the shell opened: written through, as a
+    # redirection writes (renaming over one would replace the link in /dev).
+    if special not in (None, "a directory") or (dest.startswith("/dev/") and path.is_symlink()):
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise UserError(
+                f"{flag}: cannot write {dest!r}: {e.strerror or e}; pick a writable path"
+            ) from None
+        return
     force = getattr(args, "force", False)
     if path.exists() and not force:
         for source, how in _input_files(args) if args is not None else ():
@@ -823,32 +849,11 @@ def _write_file(args, dest: str, data: bytes, kind: str, flag: str = "-o") -> No
                 "another path (or pass --force to replace it)"
             )
     try:
-        mode = path.stat().st_mode & 0o777 if path.exists() else _default_mode()
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        _files.write_atomic(path, data)
     except OSError as e:
         raise UserError(
             f"{flag}: cannot write {dest!r}: {e.strerror or e}; pick a writable path"
         ) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise UserError(
-                f"{flag}: cannot write {dest!r}: {e.strerror or e}; pick a writable path"
-            ) from None
-        raise
-
-
-def _default_mode() -> int:
-    """The mode a new file gets from open(): 0o666 less the umask."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def _emit_module(args, lowered) -> None:
@@ -1012,11 +1017,8 @@ def _is_artifact_file(target: str) -> bool:
         return False
     from aotkit import artifacts
 
-    try:
-        with open(target, "rb") as f:
-            return artifacts.is_artifact(f.read(len(artifacts.MAGIC)))
-    except OSError:
-        return False
+    # A FIFO or a device is no artifact; the module reader then says what it is.
+    return artifacts.is_artifact(_files.peek(target, len(artifacts.MAGIC)))
 
 
 def _load_artifact_target(args):
@@ -1037,7 +1039,9 @@ def _load_artifact_target(args):
             )
     with _progress(args, f"loading {args.target}"):
         start = time.perf_counter()
-        compiled = artifacts.load(args.target, backend=args.backend)
+        compiled = artifacts.load(
+            args.target, backend=args.backend, portable_only=args.portable_only
+        )
         args.front_seconds = ("load", time.perf_counter() - start)
     how = {
         "artifact": "its executable loaded as it is (no compile)",
@@ -1056,6 +1060,34 @@ INPUTS_HELP = (
 INPUTS_FIX = "one .npy file per array leaf, in flat order, or one .npz file keyed by leaf path"
 
 
+_NPZ_MAGIC = b"PK\x03\x04"
+
+
+def _check_npy_size(file, size: int, label: str) -> None:
+    """Refuses a `.npy` stream of `size` bytes whose header declares more data than follows
+    it: NumPy allocates the declared array before it reads (80 GB for a 128-byte file)."""
+    from numpy.lib import format as npy
+
+    readers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+    try:
+        read_header = readers.get(npy.read_magic(file))
+        if read_header is None:
+            return  # a version NumPy itself names in its error
+        shape, _, dtype = read_header(file)
+        held = size - file.tell()
+    except ValueError:
+        return  # not a .npy header: NumPy's own error says so
+    finally:
+        file.seek(0)
+    declared = math.prod(shape) * dtype.itemsize
+    if not dtype.hasobject and declared > held:
+        raise UserError(
+            f"--inputs: {label} declares a {dtype} array of shape {tuple(shape)} ({declared} "
+            f"bytes) but holds {held} bytes of data; the file is truncated or was not written "
+            "by numpy.save: save inputs with numpy.save or numpy.savez"
+        )
+
+
 class _Inputs:
     """`--inputs`: `.npy` files, one per array leaf in flat order, or one `.npz` file whose
     keys are leaf paths (`params['w']`, as `aotkit run` names them; `args[0]['w']` works too)."""
@@ -1072,8 +1104,7 @@ class _Inputs:
                 self.arrays.append(data)
             else:
                 archives.append(p)
-                with data:
-                    self.named = {k: data[k] for k in data.files}
+                self.named = data
         if archives and (len(archives) > 1 or self.arrays):
             raise UserError(
                 f"--inputs: got {len(archives)} .npz and {len(self.arrays)} .npy file(s); give "
@@ -1082,16 +1113,43 @@ class _Inputs:
         self.npz = archives[0] if archives else None
 
     @staticmethod
-    def _read(p: str):
+    def _read(p: str) -> np.ndarray | dict[str, np.ndarray]:
+        """The array of a `.npy` file, or the arrays of an `.npz` file by key.
+
+        Read from one descriptor, opened only if `p` is a regular file (a FIFO would block
+        NumPy's open); no size limit, since inputs are as large as the program's arguments."""
+        fix = "save inputs with numpy.save or numpy.savez"
         try:
-            return np.load(p, allow_pickle=False)
+            with _files.opened(p, where=f"--inputs: {p!r}", fix=fix, limit=None) as f:
+                with open(f.fd, "rb", closefd=False) as file:
+                    try:
+                        return _Inputs._load(file, f.size, p)
+                    except (OSError, ValueError, EOFError) as e:
+                        raise UserError(
+                            f"--inputs: cannot read {p!r} as a .npy or .npz file ({e}); {fix}"
+                        ) from None
         except FileNotFoundError:
             raise UserError(f"--inputs: file {p!r} does not exist; give {INPUTS_FIX}") from None
-        except (OSError, ValueError) as e:
+        except OSError as e:
             raise UserError(
-                f"--inputs: cannot read {p!r} as a .npy or .npz file ({e}); save inputs with "
-                "numpy.save or numpy.savez"
+                f"--inputs: cannot read {p!r} as a .npy or .npz file ({e}); {fix}"
             ) from None
+        except ValueError as e:  # not a regular file: refused before it was opened
+            raise UserError(str(e)) from None
+
+    @staticmethod
+    def _load(file, size: int, p: str) -> np.ndarray | dict[str, np.ndarray]:
+        if file.read(len(_NPZ_MAGIC)) != _NPZ_MAGIC:
+            file.seek(0)
+            _check_npy_size(file, size, repr(p))
+            return np.load(file, allow_pickle=False)
+        file.seek(0)
+        with np.load(file, allow_pickle=False) as data:
+            for info in data.zip.infolist():
+                key = info.filename.removesuffix(".npy")
+                with data.zip.open(info) as member:
+                    _check_npy_size(member, info.file_size, f"{p!r}[{key!r}]")
+            return {key: data[key] for key in data.files}
 
     def specs(self, where: str) -> list | dict:
         """The argument specs the files imply: one per `.npy` file, or by name from `.npz` keys."""
@@ -1359,7 +1417,8 @@ def cmd_inspect(args) -> int:
     from aotkit import artifacts
 
     if _is_artifact_file(args.target):
-        data, label = artifacts.read(args.target, "aotkit inspect")
+        # Worded as aotkit.load, as `describe`'s own checks are: the same file, the same text.
+        data, label = artifacts.read(args.target)
         _write_text(None, artifacts.describe(data, label))
         return EXIT_OK
     if _is_python_target(args.target):
@@ -1521,6 +1580,15 @@ def _add_backend_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", metavar="NAME", help="backend to compile for (default: cpu)")
 
 
+def _add_portable_only_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--portable-only",
+        action="store_true",
+        help="for an artifact target: never load its native executable (code run as it is, "
+        "as trusted as the file's writer); compile its portable StableHLO here",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from aotkit import __version__
 
@@ -1545,6 +1613,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(p, files=True)
     _add_pipeline_args(p)
     _add_backend_arg(p)
+    _add_portable_only_arg(p)
     p.add_argument(
         "--emit",
         choices=COMPILE_EMITS,
@@ -1561,8 +1630,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(p, files=True)
     _add_pipeline_args(p)
     _add_backend_arg(p)
-    p.add_argument("--inputs", nargs="+", metavar="FILE", help=INPUTS_HELP)
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _add_portable_only_arg(p)
+    # extend: `--inputs a.npy --inputs b.npy` is both files, not silently the last one
+    p.add_argument("--inputs", nargs="+", action="extend", metavar="FILE", help=INPUTS_HELP)
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (default 0)")
     p.add_argument(
         "--repeat",
         type=_positive_int,
@@ -1595,8 +1666,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--backends", nargs="+", metavar="NAME", help="backends to compare (default: all)"
     )
     p.add_argument("--reference", default="cpu", metavar="NAME", help="the oracle (default cpu)")
-    p.add_argument("--inputs", nargs="+", metavar="FILE", help=INPUTS_HELP)
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    # extend: `--inputs a.npy --inputs b.npy` is both files, not silently the last one
+    p.add_argument("--inputs", nargs="+", action="extend", metavar="FILE", help=INPUTS_HELP)
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--rtol", type=float, help="relative tolerance of floats (default per dtype)")
     p.add_argument("--atol", type=float, help="absolute tolerance of floats (default per dtype)")
     _add_common_args(p)
@@ -1640,6 +1712,16 @@ def _positive_int(text: str) -> int:
         n = 0
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def _seed(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:  # NumPy's generators take no negative seed
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
     return n
 
 

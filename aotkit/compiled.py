@@ -189,6 +189,28 @@ class Compiled(Stage):
         'devices' says how many devices run it."""
         return self._executable.cost_analysis()
 
+    @property
+    def input_shardings(self):
+        """Where each argument leaf must live, as JAX's `Compiled.input_shardings`: the input
+        pytree `((args...), {kwargs})` of `jax.sharding` shardings (the compiled ones for a
+        sharded program, the device's `SingleDeviceSharding` otherwise), or None on a
+        backend whose arrays are not JAX's (interpreter, iree)."""
+        flat = self._flat_shardings(self.flat_in_specs, "in_shardings")
+        return None if flat is None else tree_util.tree_unflatten(self.in_tree, flat)
+
+    @property
+    def output_shardings(self):
+        """Where each result leaf lives, as JAX's `Compiled.output_shardings` (see
+        `input_shardings`)."""
+        flat = self._flat_shardings(self.flat_out_specs, "out_shardings")
+        return None if flat is None else tree_util.tree_unflatten(self.out_tree, flat)
+
+    def _flat_shardings(self, specs, side: str):
+        if self.partitioning is not None:
+            return list(getattr(self.partitioning, side))
+        sharding = self._executable.backend.input_sharding()
+        return None if sharding is None else [sharding] * len(specs)
+
     def memory_analysis(self) -> MemoryAnalysis | None:
         """Argument, output, alias, temp and generated-code sizes in bytes, or None.
 

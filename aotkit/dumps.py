@@ -26,7 +26,7 @@ from pathlib import Path
 
 from jaxlib.mlir import ir
 
-from aotkit._context import IR_LOCK
+from aotkit import _context
 
 ENV_DUMP_DIR = "AOTKIT_DUMP_DIR"
 ENV_PRINT_IR_AFTER_ALL = "AOTKIT_PRINT_IR_AFTER_ALL"
@@ -175,7 +175,7 @@ class Dumper:
 
     def write_module(self, stage: str, module: ir.Module | ir.Operation) -> Path:
         """Prints `module` (verified or not: MLIR falls back to the generic form) to a file."""
-        with IR_LOCK:
+        with _context.of(module):
             text = str(module)
         return self.write(stage, text)
 

@@ -13,8 +13,7 @@ import re
 
 from jaxlib.mlir import ir
 
-from aotkit import dtypes
-from aotkit._context import IR_LOCK
+from aotkit import _context, dtypes
 from aotkit.specs import ShapeDtype
 
 _LOCATION = re.compile(r'^(?:loc\()?"[^"]*":(\d+):(\d+)\)?:?\s*')
@@ -35,7 +34,7 @@ def module_name(module: ir.Module) -> str:
 
 
 def sym_name(module: ir.Module) -> str | None:
-    with IR_LOCK:
+    with _context.of(module):
         attrs = module.operation.attributes
         if "sym_name" in attrs:
             return ir.StringAttr(attrs["sym_name"]).value
@@ -43,7 +42,8 @@ def sym_name(module: ir.Module) -> str | None:
 
 
 def functions(module: ir.Module) -> dict[str, ir.Operation]:
-    """The module's top-level `func.func` ops by symbol name (caller holds IR_LOCK)."""
+    """The module's top-level `func.func` ops by symbol name (the caller is inside
+    `with _context.of(module):`)."""
     found = {}
     for op in module.body.operations:
         if op.operation.name == "func.func" and "sym_name" in op.attributes:
@@ -52,7 +52,7 @@ def functions(module: ir.Module) -> dict[str, ir.Operation]:
 
 
 def main_function(module: ir.Module):
-    """The `@main` func.func of `module`, or None (caller holds IR_LOCK)."""
+    """The `@main` func.func of `module`, or None (caller is inside `with _context.of(module):`)."""
     return functions(module).get("main")
 
 
@@ -62,7 +62,7 @@ def function_type(func_op) -> ir.FunctionType:
 
 def signature(module: ir.Module, where: str) -> tuple[tuple[ShapeDtype, ...], tuple]:
     """The flat argument and result specs of `@main`; TypeError for types aotkit cannot carry."""
-    with IR_LOCK:
+    with _context.of(module):
         main = main_function(module)
         if main is None:
             raise ValueError(f"{where}: module has no @main function; lower with aotkit.lower")
@@ -70,6 +70,28 @@ def signature(module: ir.Module, where: str) -> tuple[tuple[ShapeDtype, ...], tu
         return (
             tuple(spec_of_type(t, where) for t in ftype.inputs),
             tuple(spec_of_type(t, where) for t in ftype.results),
+        )
+
+
+# What marks an argument of `@main` as donated: `tf.aliasing_output = k` pairs it with
+# result k, `jax.buffer_donor` leaves the pairing to XLA.
+DONATION_ATTRS = ("tf.aliasing_output", "jax.buffer_donor")
+
+
+def donates(module: ir.Module) -> bool:
+    """Whether `@main` donates any argument.
+
+    Names only: `NamedAttribute.attr` of a complex dense value (a file may hold one) ends
+    the process in jaxlib 0.10.2, so no value is read.
+    """
+    with _context.of(module):
+        main = main_function(module)
+        if main is None or "arg_attrs" not in main.attributes:
+            return False
+        return any(
+            a.name in DONATION_ATTRS
+            for d in ir.ArrayAttr(main.attributes["arg_attrs"])
+            for a in ir.DictAttr(d)
         )
 
 
@@ -102,7 +124,7 @@ def op_location(op: ir.Operation) -> str:
 def bytecode(module: ir.Module) -> bytes:
     """The module as MLIR bytecode (what PJRT compiles, and what survives its context)."""
     buffer = io.BytesIO()
-    with IR_LOCK:
+    with _context.of(module):
         module.operation.write_bytecode(buffer)
     return buffer.getvalue()
 
@@ -149,7 +171,7 @@ def portable_artifact(module: ir.Module, target_version: str | None = None) -> b
         found.append(d.message)
         return True
 
-    with IR_LOCK:
+    with _context.of(module):
         handle = module.context.attach_diagnostic_handler(handler)
         try:
             return stablehlo.serialize_portable_artifact(module, target)

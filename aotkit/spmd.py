@@ -357,8 +357,8 @@ def _check_axis_names(where: str, mesh) -> None:
 
 def annotate(module: ir.Module, partitioning: Partitioning, in_specs, out_specs) -> None:
     """Writes `partitioning` into a traced module: `mhlo.num_partitions`, the `sdy.mesh`, and
-    `sdy.sharding` on `@main`'s arguments and constrained results. The caller holds IR_LOCK
-    with the module's context active."""
+    `sdy.sharding` on `@main`'s arguments and constrained results. The caller is inside
+    `with lc:` for the module's context."""
     from aotkit import modules
 
     mesh = partitioning.mesh
@@ -423,8 +423,8 @@ class ModuleLayout:
 
 def read_module(where: str, module: ir.Module) -> ModuleLayout:
     """The device count, mesh and `@main` shardings a partitioned module states; ValueError
-    for a mesh aotkit cannot place (several meshes, devices out of order). The caller holds
-    IR_LOCK with the module's context active."""
+    for a mesh aotkit cannot place (several meshes, devices out of order). The caller is inside
+    `with lc:` for the module's context."""
     from jaxlib.mlir.dialects import sdy
 
     from aotkit import modules

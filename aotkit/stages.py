@@ -38,7 +38,6 @@ from aotkit import (
     spmd,
 )
 from aotkit import cache as persistent_cache
-from aotkit._context import IR_LOCK
 from aotkit._traceback import api_boundary, filter_exception, user_stacklevel
 from aotkit.backends.base import Backend
 from aotkit.backends.pjrt import native_dispatcher
@@ -52,10 +51,6 @@ from aotkit.traced import ModuleStage, Traced
 # The tracer dispatches plain NumPy calls through the op families' registry: load them all
 # (`import aotkit` alone no longer does; see aotkit/__init__.py).
 lowering.load_families()
-
-# What marks an argument as donated: `tf.aliasing_output = k` pairs it with result k,
-# `jax.buffer_donor` leaves the pairing to XLA.
-DONATION_ATTRS = ("tf.aliasing_output", "jax.buffer_donor")
 
 
 class Lowered(ModuleStage):
@@ -138,6 +133,16 @@ class Lowered(ModuleStage):
         """
         return compile_lowered(self, backend, options, target=target, target_options=target_options)
 
+    @api_boundary
+    def cost_analysis(self, backend: str | None = None) -> dict[str, float] | None:
+        """XLA's cost estimate of the module before compiling ('flops', 'bytes accessed',
+        ...; what JAX's `Lowered.cost_analysis()` gives), for `backend` (default: the jit's,
+        else the default backend), or None where the backend has none (interpreter, iree).
+        `Compiled.cost_analysis()` is the estimate of the optimized program."""
+        chosen = backends.get(backend if backend is not None else self.backend)
+        with self._lc:
+            return chosen.estimate_cost(self._module)
+
     @property
     def dump_paths(self) -> tuple:
         """The files dumped for this lowering so far (its compiles add theirs), or ()."""
@@ -172,6 +177,15 @@ def lower_traced(
     return _lower(traced, pipeline, dump_dir, print_ir_after_all, consume)
 
 
+def default_pipeline(frontend: str) -> str:
+    """The pipeline a stage runs unless told otherwise: "default" for programs aotkit's
+    tracer wrote, "none" for modules JAX lowered. JAX already ran its own passes, and any
+    rewrite (even `cse`, which merges only identical ops) changes XLA's fusion choices and
+    with them floating-point results; run as written, a JAX module compiles to what jax.jit
+    compiles, bit for bit."""
+    return "none" if frontend == "jax" else "default"
+
+
 def _cached_lowering(cache: _FunctionCache, key: tuple, build) -> Lowered:
     with cache.lock:
         lowered = cache.lowered.get(key)
@@ -188,7 +202,9 @@ def _cached_lowering(cache: _FunctionCache, key: tuple, build) -> Lowered:
 def _lower(traced: Traced, pipeline, dump_dir, print_ir_after_all, consume: bool) -> Lowered:
     defaults = traced._defaults
     if pipeline is None:
-        pipeline = defaults.get("pipeline", "default")
+        pipeline = defaults.get("pipeline")
+    if pipeline is None:
+        pipeline = default_pipeline(traced.frontend)
     passes.check_pipeline(pipeline)
     if dump_dir is None:
         dump_dir = defaults.get("dump_dir")
@@ -197,7 +213,7 @@ def _lower(traced: Traced, pipeline, dump_dir, print_ir_after_all, consume: bool
     name = traced.name
     dumper = dumps.Dumper.create(name, dump_dir, print_ir_after_all=print_ir_after_all)
     lc = traced._lc
-    with IR_LOCK, lc:
+    with lc:
         module = traced._module if consume else traced._module.operation.clone()
         if dumper is not None:
             dumper.write_module("traced", module)
@@ -253,7 +269,7 @@ def _mark_donated(
     spec no other argument aliases (XLA then writes that result into the argument's
     buffer), or `jax.buffer_donor = true` when no result matches: XLA reuses a donated
     buffer only for a result of its shape and dtype, so such a donation is unusable. The
-    caller holds IR_LOCK with the module's context active.
+    caller is inside `with lc:` for the module's context.
     """
     main = modules.main_function(module)
     unusable: list[int] = []
@@ -268,7 +284,7 @@ def _mark_donated(
     names = [
         [a.name for a in ir.DictAttr(old[i])] if i < len(old) else [] for i in range(len(in_specs))
     ]
-    present = [any(k in n for k in DONATION_ATTRS) for n in names]
+    present = [any(k in n for k in modules.DONATION_ATTRS) for n in names]
     wanted = [f and not p for f, p in zip(flags, present, strict=True)]
     if any(wanted):
         entries = [{k: ir.DictAttr(old[i])[k] for k in n} for i, n in enumerate(names)]
@@ -398,7 +414,7 @@ def lower_function(
     static_argnums=(),
     static_argnames=(),
     donate_argnums=(),
-    pipeline: str = "default",
+    pipeline: str | None = None,
     backend: str | None = None,
     dump_dir: str | os.PathLike | None = None,
     frontend: str = "auto",
@@ -414,7 +430,8 @@ def lower_function(
     tracer) or "jax" (JAX lowers; see aotkit.frontends.jax). `autograph`
     converts Python control flow on traced values (see aotkit.autograph).
     `in_shardings`/`out_shardings` shard the program (see `jit`)."""
-    passes.check_pipeline(pipeline)
+    if pipeline is not None:
+        passes.check_pipeline(pipeline)
     defaults = dict(
         pipeline=pipeline,
         backend=backend,
@@ -445,7 +462,7 @@ def lower(
     static_argnames=(),
     donate_argnums=(),
     backend: str | None = None,
-    pipeline: str = "default",
+    pipeline: str | None = None,
     dump_dir: str | os.PathLike | None = None,
     frontend: str = "auto",
     autograph: bool = True,
@@ -482,17 +499,21 @@ def lower(
 
 
 @api_boundary
-def load_module(source, *, name: str | None = None) -> Lowered:
+def load_module(source, *, name: str | None = None, platform: str | None = None) -> Lowered:
     """Loads a StableHLO module (text, bytecode, portable artifact, jax.export artifact).
 
     `source` is a path (str or os.PathLike) or the file's bytes. `name` overrides the module
     name (default: the exported function's name, the module's own `sym_name`, or the file
     stem). Returns a `Lowered` whose `in_specs`/`out_specs` come from `@main`, with the
     pipeline "none": the module runs as written. Compile it with `.compile(backend=...)`.
+    A jax.export artifact exported for several platforms (`platforms=("cpu", "cuda")`)
+    keeps the lowering for `platform` ("cpu", "cuda", ...; default: the default backend's
+    platform): compile it for a backend of that platform.
     """
     from aotkit.frontends import files
 
-    return lower_traced(files.read_module(source, name=name), pipeline="none", consume=True)
+    traced = files.read_module(source, name=name, platform=platform)
+    return lower_traced(traced, pipeline="none", consume=True)
 
 
 # --- compile and jit: the staged calls and their caches --------------------------------------
@@ -812,7 +833,7 @@ class Options:
     static_argnames: tuple[str, ...] = ()
     donate_argnums: tuple[int, ...] = ()
     backend: str | None = None
-    pipeline: str = "default"
+    pipeline: str | None = None
     dump_dir: str | os.PathLike | None = None
     frontend: str = "auto"
     autograph: bool = True
@@ -843,7 +864,8 @@ def check_options(where: str, fn: Callable, **given) -> Options:
     backend = options.backend
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"{where}: backend must be a name such as 'cpu', got {backend!r}")
-    passes.check_pipeline(options.pipeline)
+    if options.pipeline is not None:
+        passes.check_pipeline(options.pipeline)
     if not isinstance(options.autograph, bool):
         raise TypeError(f"{where}: autograph must be True or False, got {options.autograph!r}")
     return dataclasses.replace(
@@ -869,7 +891,7 @@ class Jitted:
         static_argnames=(),
         donate_argnums=(),
         backend: str | None = None,
-        pipeline: str = "default",
+        pipeline: str | None = None,
         dump_dir: str | os.PathLike | None = None,
         frontend: str = "auto",
         autograph: bool = True,
@@ -994,6 +1016,23 @@ class Jitted:
         return self._trace(args, kwargs, key)
 
     @api_boundary
+    def eval_shape(self, *args, **kwargs):
+        """The result pytree for these arguments with ShapeDtype leaves (`.shape`, `.dtype`,
+        as JAX's `ShapeDtypeStruct`), from a trace: nothing is lowered, compiled or run."""
+        return self.trace(*args, **kwargs).out_specs
+
+    def clear_cache(self) -> None:
+        """Forgets every lowering and executable cached for this function (by every jit of
+        it, as JAX's `clear_cache` does), and the native dispatch's entries; the next call
+        traces again. The persistent cache on disk is kept (`aotkit.cache.clear()`)."""
+        cache = self._cache
+        with cache.lock:
+            cache.lowered.items.clear()
+            cache.compiled.items.clear()
+            for jitted in list(cache.jitted):
+                jitted._clear_native_cache()
+
+    @api_boundary
     def lower(self, *args, **kwargs) -> Lowered:
         """The `Lowered` stage for these arguments (concrete values or ShapeDtype specs)."""
         _, key = self._keys(args, kwargs)
@@ -1091,7 +1130,7 @@ def jit(
     static_argnames=(),
     donate_argnums=(),
     backend: str | None = None,
-    pipeline: str = "default",
+    pipeline: str | None = None,
     dump_dir: str | os.PathLike | None = None,
     frontend: str = "auto",
     autograph: bool = True,
@@ -1104,9 +1143,11 @@ def jit(
     `static_argnames` are Python values baked into the trace (hashable); `donate_argnums`
     marks arguments whose buffers the computation may reuse for its results. Python scalar
     arguments are weakly typed 32-bit values (see `aotkit.config`). `pipeline` is a named or
-    MLIR pass pipeline, `dump_dir` turns on per-stage dumps, and `frontend` says who traces:
-    "auto" (the default, as in the CLI: JAX lowers `fn` when it uses JAX and not aotkit, see
-    `aotkit.frontends.choose`), "aotkit" (the tracer) or "jax" (JAX lowers `fn`). A function
+    MLIR pass pipeline (by default "default" for traced programs and "none" for modules JAX
+    lowers, which then equal jax.jit's bit for bit; see `default_pipeline`), `dump_dir`
+    turns on per-stage dumps, and `frontend` says who traces: "auto" (the default, as in
+    the CLI: JAX lowers `fn` when it uses JAX and not aotkit, see `aotkit.frontends.choose`),
+    "aotkit" (the tracer) or "jax" (JAX lowers `fn`). A function
     the tracer runs that calls jax.numpy on traced values is a TypeError that says to pass
     `frontend="jax"`. `autograph` (on by default)
     turns Python loops and branches on traced values into StableHLO control flow (see

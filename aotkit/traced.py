@@ -12,13 +12,26 @@ for writing (`as_text()` prints it; `Lowered.module` returns a copy).
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit._context import IR_LOCK, LoweringContext
+from aotkit._context import LoweringContext
 from aotkit._traceback import api_boundary
 from aotkit.frontends import signature
 from aotkit.specs import ShapeDtype
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgInfo:
+    """One argument leaf of a stage (`args_info`): its shape, dtype and whether it is
+    donated, as in JAX's `Lowered.args_info` (a pytree leaf, as JAX's is)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    donated: bool
 
 
 class Stage:
@@ -49,6 +62,42 @@ class Stage:
     def out_specs(self):
         """The output pytree with ShapeDtype leaves."""
         return tree_util.tree_unflatten(self.out_tree, self.flat_out_specs)
+
+    # -- JAX's names for the same things (docs/stages.md has the table)
+
+    @property
+    def in_avals(self):
+        """`in_specs` under JAX's name: the input pytree `((args...), {kwargs})` of
+        ShapeDtype leaves, which have `.shape` and `.dtype` as JAX's avals do."""
+        return self.in_specs
+
+    @property
+    def args_info(self):
+        """The input pytree `((args...), {kwargs})` with one `ArgInfo(shape, dtype, donated)`
+        per leaf, as JAX's `Lowered.args_info`."""
+        infos = [
+            ArgInfo(s.shape, s.dtype, d)
+            for s, d in zip(self.flat_in_specs, self.donated, strict=True)
+        ]
+        return tree_util.tree_unflatten(self.in_tree, infos)
+
+    @property
+    def out_info(self):
+        """`out_specs` under JAX's name: the output pytree of ShapeDtype leaves."""
+        return self.out_specs
+
+    @property
+    def donate_argnums(self) -> tuple[int, ...]:
+        """The positional arguments with a donated leaf, as JAX's `Lowered.donate_argnums`
+        (`donated` says it per leaf)."""
+        args_tree = tree_util.tree_structure(self.in_specs[0])
+        counts = [child.num_leaves for child in args_tree.children()]
+        found, start = [], 0
+        for i, n in enumerate(counts):
+            if any(self.donated[start : start + n]):
+                found.append(i)
+            start += n
+        return tuple(found)
 
     @property
     def in_shardings(self):
@@ -83,7 +132,7 @@ class ModuleStage(Stage):
 
     def as_text(self, debug_info: bool = False) -> str:
         """The module as MLIR text; `debug_info=True` adds the `file:line` locations."""
-        with IR_LOCK:
+        with self._lc:
             return self._module.operation.get_asm(enable_debug_info=debug_info)
 
     def as_bytecode(self) -> bytes:
@@ -106,8 +155,20 @@ class ModuleStage(Stage):
         from aotkit import modules
 
         data = modules.bytecode(self._module)
-        with IR_LOCK, self._lc:
+        with self._lc:
             return ir.Module.parse(data)
+
+    def compiler_ir(self, dialect: str | None = "stablehlo") -> ir.Module:
+        """The module as JAX's `compiler_ir` gives it: a copy of the StableHLO `ir.Module`
+        (`Lowered.module`). Other dialects have no meaning before compiling: the optimized
+        HLO is `Compiled.as_text()`."""
+        if dialect not in (None, "stablehlo"):
+            raise ValueError(
+                f"compiler_ir: dialect {dialect!r} is not available here; aotkit's stages hold "
+                "StableHLO (dialect='stablehlo'); the backend's optimized HLO is "
+                "Compiled.as_text()"
+            )
+        return self.module
 
     def __str__(self) -> str:
         return self.as_text()

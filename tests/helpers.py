@@ -17,8 +17,8 @@ from aotkit.errors import CompileError
 
 @contextlib.contextmanager
 def ir_context():
-    """A fresh lowering context, active under IR_LOCK, for tests that parse or build IR."""
-    with _context.IR_LOCK, _context.LoweringContext() as lc:
+    """A fresh lowering context, held, for tests that parse or build IR."""
+    with _context.LoweringContext() as lc:
         yield lc
 
 

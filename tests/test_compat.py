@@ -53,6 +53,8 @@ PRIVATE = {
     ("jaxlib._jax", "GSPMDSharding"): "sharded results",
     ("jax._src.sharding_impls", "parse_flatten_op_sharding"): "mesh specs",
     ("jax._src.xla_bridge", "backends_are_initialized"): "backend state",
+    ("jaxlib._jax", "mlir.mlir_module_to_xla_computation"): None,
+    ("jaxlib._jax", "hlo_module_cost_analysis"): None,
 }
 CLOSURES = [(key,) for key in PRIVATE] + [tuple(PRIVATE)]
 CLOSURE_IDS = [f"{m}.{n}".rstrip(".") for m, n in PRIVATE] + ["all"]
@@ -502,3 +504,13 @@ def test_lapack_fallback_loads_the_kernels_in_a_fresh_process():
     cholesky, eigenvalues = (eval(line) for line in done.stdout.splitlines())
     np.testing.assert_allclose(cholesky, np.linalg.cholesky(a), rtol=1e-6)
     np.testing.assert_allclose(eigenvalues, np.linalg.eigvalsh(a), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "name", ["mlir.mlir_module_to_xla_computation", "hlo_module_cost_analysis"]
+)
+def test_lowered_cost_analysis_without_xlas_analysis_is_none(monkeypatch, name):
+    lowered = aotkit.jit(lambda x: x @ x).lower(np.ones((4, 4), np.float32))
+    assert lowered.cost_analysis()["flops"] == 128.0
+    close(monkeypatch, ("jaxlib._jax", name))
+    assert lowered.cost_analysis() is None

@@ -46,7 +46,7 @@ def test_lowers_to_the_expected_stablehlo(lowered):
     assert "stablehlo.sqrt" in text
     assert re.search(r"stablehlo\.add .* : tensor<f32>", text), text
     assert re.search(r"return %\w+ : tensor<f32>", text), text
-    with _context.IR_LOCK, _context.LoweringContext():
+    with _context.LoweringContext():
         reparsed = ir.Module.parse(text)
         assert reparsed.operation.verify()
 

@@ -111,6 +111,12 @@ class Executable(abc.ABC):
         none: an artifact then holds only the portable StableHLO, which loading compiles."""
         return None
 
+    def aliased_arguments(self) -> frozenset[int] | None:
+        """The arguments whose buffers the executable writes its results into (the donated
+        ones XLA used), or None where the backend does not say. A loaded artifact is checked
+        against it: an argument the executable consumes must be marked donated."""
+        return None
+
     def compiled_for(self) -> dict[str, str]:
         """The `Backend.target()` this executable was compiled for (a cross-compiling
         backend's executable may be for another target than its backend's default)."""
@@ -193,6 +199,17 @@ class Backend(abc.ABC):
             f"{modules.module_name(module)!r} is partitioned over {partitioning.describe()}; "
             "compile it on a PJRT backend such as 'cpu'"
         )
+
+    def estimate_cost(self, module: ir.Module) -> dict[str, float] | None:
+        """The compiler's cost estimate of a module before it is compiled (`Lowered.
+        cost_analysis`), or None where this backend has none."""
+        return None
+
+    def input_sharding(self):
+        """The sharding a single-device executable's arguments and results have on this
+        backend (a `jax.sharding.SingleDeviceSharding`), or None where its arrays are not
+        JAX's (the interpreter's and iree's results are NumPy arrays)."""
+        return None
 
     def __repr__(self) -> str:
         return f"<aotkit backend {self.name!r} platform={self.platform!r}>"

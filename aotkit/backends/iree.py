@@ -21,6 +21,15 @@ device being present; the runtime starts when the executable first runs, and a t
 machine cannot run is a RuntimeError then. The executable's bytes are `executable.vmfb`,
 and `IreeBackend.load_executable` rebuilds an executable from them.
 
+Trust. A vmfb is executable code. Reading one runs IREE's verifier over its flatbuffer and
+the VM bytecode of every function; `deserialize` (artifacts, the persistent cache) then
+loads a vmfb meant for this machine into the runtime, where IREE checks the flatbuffers
+and ELF headers of its HAL executables. A refusal at either step is a CompileError, so that
+`aotkit.load` compiles the portable module instead. Nothing checks the machine code inside
+those ELF files: a vmfb that verifies may still crash the process or compute anything at
+all, so it is as trusted as whoever wrote it (`aotkit.load(..., portable_only=True)` never
+loads one).
+
 Views. `as_text()` is the module after IREE's `flow` phase, where dispatch regions (IREE's
 fusions) are formed; it is compiled on first request. `cost_analysis()` is None: IREE has
 no cost model. `memory_analysis()` reports IREE's scheduling statistics (transient memory)
@@ -33,6 +42,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -44,8 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import dtypes, modules
-from aotkit._context import IR_LOCK
+from aotkit import _context, dtypes, modules
 from aotkit.backends import _iree_rewrites
 from aotkit.backends.base import (
     ArgumentMismatch,
@@ -55,7 +64,7 @@ from aotkit.backends.base import (
     describe,
     host_value,
 )
-from aotkit.errors import CompileError
+from aotkit.errors import CompileError, printable
 from aotkit.specs import ShapeDtype
 
 INSTALL_HINT = "pip install 'aotkit[iree]' (iree-base-compiler and iree-base-runtime)"
@@ -173,6 +182,24 @@ def create() -> IreeBackend:
     return IreeBackend(compiler, linker, runtime_version.VERSION)
 
 
+# platform.machine() and LLVM triples name some architectures differently.
+_ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+
+
+def _arch(name: str) -> str:
+    name = name.lower()
+    return _ARCH_ALIASES.get(name, name)
+
+
+def runs_here(target: str, target_options: Mapping[str, str]) -> bool:
+    """Whether a vmfb for `target` is meant for this machine: llvm-cpu for the host, or for a
+    triple of the host's architecture. Only then is a vmfb that will not load at fault."""
+    if target != "llvm-cpu":
+        return False
+    triple = target_options.get("triple")
+    return triple is None or _arch(triple.split("-", 1)[0]) == _arch(platform.machine())
+
+
 def _driver_error_line(e: BaseException) -> str:
     """IREE's status text without the C source location prefix."""
     line = modules.diagnostic(e)
@@ -250,7 +277,7 @@ class IreeBackend(Backend):
             item.split("=", 1) for item in saved.get("target_options", "").split(",") if item
         )
         try:
-            return self.load_executable(
+            executable = self.load_executable(
                 data,
                 in_specs,
                 out_specs,
@@ -264,6 +291,14 @@ class IreeBackend(Backend):
                 backend=self.name,
                 module_name=name,
             ) from e
+        if runs_here(executable.target, executable.target_options):
+            # Loaded into the runtime now, so that HAL executables IREE refuses make this
+            # load fail (and aotkit.load compile the portable module), not the first call.
+            try:
+                executable.runtime_executable()
+            except RuntimeError as e:
+                raise CompileError(str(e), backend=self.name, module_name=name) from e
+        return executable
 
     def normalize_target(self, target=None, target_options=None) -> tuple:
         """Validates `target` and `target_options`; returns a hashable key for compile caches.
@@ -365,7 +400,7 @@ class IreeBackend(Backend):
         name = modules.module_name(module)
         where = f"backend 'iree': module {name!r}"
         in_specs, out_specs = modules.signature(module, where)
-        with IR_LOCK:
+        with _context.of(module):
             try:
                 module.operation.verify()
             except ir.MLIRError as e:
@@ -482,8 +517,12 @@ class IreeBackend(Backend):
                     device = self._devices[driver] = rt.get_driver(driver).create_default_device()
         return device
 
-    def _load(self, vmfb: bytes, target: Target, name: str):
-        """(context, function, device) for running `vmfb`; RuntimeError if it cannot run here."""
+    def _load(self, vmfb: bytes, target: Target, name: str, target_options: Mapping[str, str]):
+        """(context, function, device) for running `vmfb`; RuntimeError if it cannot run here.
+
+        Making the context runs the module's initializer, which loads its HAL executables:
+        IREE verifies their flatbuffers and their ELF headers then, not their machine code.
+        """
         rt, instance = self._runtime()
         where = f"backend 'iree': module {name!r} was compiled for target {target.name!r}"
         try:
@@ -494,20 +533,30 @@ class IreeBackend(Backend):
                 f"no device here: {_driver_error_line(e)}; run it on a machine with that "
                 "device, or compile with target='llvm-cpu' to run here"
             ) from e
-        module = rt.VmModule.copy_buffer(instance, vmfb)
         with self._lock:
             hal = self._hal_modules.get(target.driver)
             if hal is None:
                 hal = self._hal_modules[target.driver] = rt.create_hal_module(instance, device)
+        # IREE's statuses surface as several exception types (OUT_OF_RANGE as IndexError).
         try:
+            module = rt.VmModule.copy_buffer(instance, vmfb)
             vm_context = rt.VmContext(instance, modules=[hal, module])
-        except (RuntimeError, ValueError) as e:
+            function = module.lookup_function("main")
+        except Exception as e:
+            if not runs_here(target.name, target_options):
+                raise RuntimeError(
+                    f"{where}, which this machine's {target.driver!r} device cannot run: "
+                    f"{_driver_error_line(e)}; run it on a machine of that target (for "
+                    f"llvm-cpu: the target_options triple/cpu), or compile for this one"
+                ) from e
+            # Its target is this machine's: the file, not the machine, is at fault.
             raise RuntimeError(
-                f"{where}, which this machine's {target.driver!r} device cannot run: "
-                f"{_driver_error_line(e)}; run it on a machine of that target (for "
-                f"llvm-cpu: the target_options triple/cpu), or compile for this one"
+                f"backend 'iree': module {name!r} does not load on this machine's "
+                f"{target.driver!r} device, although its target ({target.name} for this "
+                f"host) runs here: {_driver_error_line(e)}; the vmfb is damaged or was not "
+                "written by iree-compile: compile the module again"
             ) from e
-        return vm_context, module.lookup_function("main"), device
+        return vm_context, function, device
 
     def load_executable(
         self,
@@ -539,25 +588,30 @@ class IreeBackend(Backend):
                     "aotkit.spec('f32[3]')"
                 )
         rt, instance = self._runtime()
+        # Making a VmModule runs IREE's verifier over the flatbuffer and every function's
+        # bytecode. Its statuses surface as several exception types (OUT_OF_RANGE as
+        # IndexError), and names read from the bytes may not decode: all mean the same.
         try:
             module = rt.VmModule.copy_buffer(instance, vmfb)
-        except (RuntimeError, ValueError) as e:
+            function = module.lookup_function("main")
+            names = None if function is not None else (module.name, module.function_names)
+            declared = None if function is None else _declared_signature(function)
+        except Exception as e:
             raise ValueError(
                 f"{where}: the bytes are not an IREE module: {_driver_error_line(e)}; pass "
                 "the bytes of IreeExecutable.vmfb"
             ) from e
-        function = module.lookup_function("main")
-        if function is None:
+        if names is not None:
             raise ValueError(
-                f"{where}: the IREE module {module.name!r} has no function 'main' (it has "
-                f"{', '.join(module.function_names)}); pass a vmfb compiled by aotkit"
+                f"{where}: the IREE module {printable(names[0])!r} has no function 'main' (it "
+                f"has {', '.join(map(printable, names[1]))}); pass a vmfb compiled by aotkit"
             )
-        declared = _declared_signature(function)
         wanted = ([_abi_type(s) for s in in_specs], [_abi_type(s) for s in out_specs])
         if declared is not None and declared != wanted:
             raise ValueError(
-                f"{where}: the vmfb's main is ({', '.join(declared[0])}) -> "
-                f"({', '.join(declared[1])}), but the specs say ({', '.join(wanted[0])}) -> "
+                f"{where}: the vmfb's main is ({printable(', '.join(declared[0]))}) -> "
+                f"({printable(', '.join(declared[1]))}), but the specs say "
+                f"({', '.join(wanted[0])}) -> "
                 f"({', '.join(wanted[1])}); pass the specs it was compiled with"
             )
         spec = self._target(target)
@@ -737,7 +791,9 @@ class IreeExecutable(Executable):
         if state is None:
             with self._lock:
                 if self._loaded is None:
-                    self._loaded = self.backend._load(self._vmfb, TARGETS[self.target], self.name)
+                    self._loaded = self.backend._load(
+                        self._vmfb, TARGETS[self.target], self.name, self.target_options
+                    )
                 state = self._loaded
         return state
 

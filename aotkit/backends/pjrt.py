@@ -28,8 +28,7 @@ import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit import _compat, dtypes, modules
-from aotkit._context import IR_LOCK
+from aotkit import _compat, _context, dtypes, modules
 from aotkit._traceback import filter_exception
 from aotkit.backends.base import (
     ArgumentMismatch,
@@ -66,8 +65,35 @@ def check_options(options: Mapping[str, object] | None, where: str) -> dict[str,
                 f"{where}: option {key!r} has a {type(value).__name__} value {value!r}; "
                 "XLA options take bool, int, float or str"
             )
+        # What the bindings cannot carry is refused here: they would raise a bare TypeError
+        # (an int past 64 bits, a str that is not UTF-8) or cut a str at its first NUL.
+        big = isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX
+        if big:
+            bits = value.bit_length()  # str() of a huge int is itself refused past 4300 digits
+            shown = repr(value) if bits <= 100 else f"of {bits} bits"
+            raise ValueError(
+                f"{where}: option {key!r} has an int value {shown}, outside the 64-bit range "
+                "XLA options take (-2**63 to 2**63 - 1)"
+            )
+        for what, text in (("name", key), ("value", value)):
+            if isinstance(text, str) and ("\0" in text or not _utf8(text)):
+                raise ValueError(
+                    f"{where}: option {key!r} has a {what} holding a NUL or a character "
+                    "UTF-8 cannot encode; XLA options take plain text"
+                )
         checked[key] = value
     return checked
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class PjrtBackend(Backend):
@@ -93,6 +119,16 @@ class PjrtBackend(Backend):
 
     def devices(self) -> list:
         return list(self._client.local_devices())
+
+    def input_sharding(self):
+        return self._sharding
+
+    def estimate_cost(self, module: ir.Module) -> dict[str, float] | None:
+        runtime_error = _compat.runtime_error_type()
+        try:
+            return _compat.hlo_cost_analysis(self._client, modules.bytecode(module))
+        except runtime_error:  # XLA has no estimate for it (a custom call, ...)
+            return None
 
     def global_devices(self) -> list:
         return list(self._client.devices())
@@ -172,7 +208,7 @@ class PjrtBackend(Backend):
         overrides = check_options(options, f"{where}: compile")
         name = modules.module_name(module)
         in_specs, out_specs = modules.signature(module, f"{where}: module {name!r}")
-        with IR_LOCK:
+        with _context.of(module):
             try:
                 module.operation.verify()
             except ir.MLIRError as e:
@@ -447,18 +483,14 @@ def _split_top(text: str) -> list[str]:
     return [*parts, tail] if tail else parts
 
 
-def _entry_signature(exe) -> tuple[list[str], list[str]] | None:
-    """(parameter types, result types) of a loaded executable, as `f32[4,3]` strings, from
-    the `entry_computation_layout` of its HLO module; None where it prints none.
-
-    A deserialized executable is checked against the signature the file declares for it:
-    PJRT reads its arguments' bytes by the executable's own shapes, so a header that said
-    `i32[4]` for an `f32[4]` executable would return float bits read as ints."""
+def _head_field(exe, name: str) -> str | None:
+    """What `name={...}` holds in the first line of a loaded executable's HLO module (its
+    `HloModule ...` header), without the outer braces; None where it prints no such field."""
     modules_ = exe.hlo_modules()
     if len(modules_) != 1:
         return None
     head = modules_[0].to_string().split("\n", 1)[0]
-    key = "entry_computation_layout={"
+    key = f"{name}={{"
     start = head.find(key)
     if start < 0:
         return None
@@ -466,7 +498,26 @@ def _entry_signature(exe) -> tuple[list[str], list[str]] | None:
     while i < len(head) and depth:
         depth += {"{": 1, "}": -1}.get(head[i], 0)
         i += 1
-    layout = re.sub(r"/\*.*?\*/", "", head[start + len(key) : i - 1])  # `/*index=5*/`
+    return head[start + len(key) : i - 1]
+
+
+def _aliased_parameters(exe) -> frozenset[int]:
+    """The parameter numbers in `input_output_alias={ {0}: (1, {}, may-alias), ... }`."""
+    field = _head_field(exe, "input_output_alias")
+    return frozenset(int(n) for n in re.findall(r":\s*\((\d+),", field or ""))
+
+
+def _entry_signature(exe) -> tuple[list[str], list[str]] | None:
+    """(parameter types, result types) of a loaded executable, as `f32[4,3]` strings, from
+    the `entry_computation_layout` of its HLO module; None where it prints none.
+
+    A deserialized executable is checked against the signature the file declares for it:
+    PJRT reads its arguments' bytes by the executable's own shapes, so a header that said
+    `i32[4]` for an `f32[4]` executable would return float bits read as ints."""
+    field = _head_field(exe, "entry_computation_layout")
+    if field is None:
+        return None
+    layout = re.sub(r"/\*.*?\*/", "", field)  # `/*index=5*/`
     params, _, result = layout.partition(")->")
     strip = functools.partial(re.sub, r"\{[^{}]*\}", "")
     ins = [strip(p) for p in _split_top(params.removeprefix("("))]
@@ -591,6 +642,9 @@ class PjrtExecutable(Executable):
 
     def as_text(self) -> str:
         return "\n".join(m.to_string() for m in self._exe.hlo_modules())
+
+    def aliased_arguments(self) -> frozenset[int] | None:
+        return _aliased_parameters(self._exe)
 
     def cost_analysis(self) -> dict[str, float] | None:
         try:

@@ -31,8 +31,7 @@ from jax import tree_util
 from jax.sharding import Mesh, NamedSharding
 from jaxlib.mlir import ir
 
-from aotkit import _compat, spmd
-from aotkit._context import IR_LOCK
+from aotkit import _compat, _context, modules, spmd
 from aotkit.backends.base import ArgumentMismatch, MemoryAnalysis, describe, host_value
 from aotkit.backends.pjrt import (
     PjrtBackend,
@@ -59,12 +58,13 @@ def compile_spmd(
     overrides, name, in_specs, out_specs, data = backend._prepare(module, options, where)
     devices = _devices(backend, partitioning, name, where)
     partitioning = _bind(partitioning, devices)
-    with IR_LOCK:
+    with _context.of(module):
         shardy = any(op.operation.name == "sdy.mesh" for op in module.body.operations)
     compile_options = _compat.spmd_compile_options(overrides, [d.id for d in devices], shardy)
     exe = backend._compile_and_load(data, devices, compile_options, overrides, name, where)
     _refuse_manual(exe, backend, name, where)
-    return SpmdExecutable(backend, name, exe, in_specs, out_specs, partitioning)
+    donates = modules.donates(module)
+    return SpmdExecutable(backend, name, exe, in_specs, out_specs, partitioning, donates)
 
 
 def _refuse_manual(exe, backend: PjrtBackend, name: str, where: str) -> None:
@@ -171,8 +171,9 @@ def _compiled_sharding(asked, hlo, spec: ShapeDtype, partitioning: spmd.Partitio
 class SpmdExecutable(PjrtExecutable):
     """A PJRT executable partitioned over several devices, with sharded argument slots."""
 
-    def __init__(self, backend, name, exe, in_specs, out_specs, partitioning):
+    def __init__(self, backend, name, exe, in_specs, out_specs, partitioning, donates=False):
         self.backend = backend
+        self.donates = donates
         self._serialized = None
         self.name = name
         self.in_specs = tuple(in_specs)
@@ -237,7 +238,13 @@ class SpmdExecutable(PjrtExecutable):
         """What jaxlib's C++ dispatch caches for this argument signature, or None: every
         argument must be a jax.Array with exactly the compiled sharding, or a host value its
         transfer turns into the compiled buffers (then placed by the compiled sharding, as
-        `jax.jit` places it; the single-device fast path does the same)."""
+        `jax.jit` places it; the single-device fast path does the same).
+
+        Never for an executable that donates: jaxlib's sharded C++ call of an array donated
+        to an earlier call ends the process (a segfault, where the single-device call
+        raises), so such calls take the checked path, which refuses a donated array."""
+        if self.donates:
+            return None
         array_type = _compat.array_type()
         shardings = self.partitioning.in_shardings
         leaves = tree_util.tree_leaves((args, kwargs))

@@ -16,7 +16,6 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from aotkit import _context, modules, spmd
-from aotkit._context import IR_LOCK
 from aotkit.errors import printable
 from aotkit.specs import ShapeDtype
 
@@ -32,9 +31,6 @@ _PLACEMENT_ATTRS = frozenset(
         "mhlo.is_same_data_across_replicas",
     }
 )
-# What marks an argument as donated: JAX writes `tf.aliasing_output = k` when it pairs the
-# argument with result k, `jax.buffer_donor` when it leaves the pairing to XLA.
-_DONATION_ATTRS = ("tf.aliasing_output", "jax.buffer_donor")
 
 
 class Adopted:
@@ -70,7 +66,7 @@ def _clean_attrs(array: ir.ArrayAttr, keep: bool, where: str) -> tuple[ir.ArrayA
     for d in array:
         d = ir.DictAttr(d)
         names = [a.name for a in d]
-        donated.append(any(k in names for k in _DONATION_ATTRS))
+        donated.append(any(k in names for k in modules.DONATION_ATTRS))
         if keep or not any(n in _PLACEMENT_ATTRS for n in names):
             dicts.append(d)
             continue
@@ -149,10 +145,9 @@ def _one_device_mesh(meshes: list[ir.Operation]) -> bool:
 def parse(data: bytes) -> tuple[ir.Module, _context.LoweringContext]:
     """Parses MLIR `data` that is known to parse (bytecode MLIR itself wrote) into a
     lowering context; its size counts toward retiring the context (constants dominate)."""
-    with IR_LOCK:
-        lc = _context.for_lowering()
-        with lc:
-            module = ir.Module.parse(data)
+    lc = _context.for_lowering()
+    with lc:
+        module = ir.Module.parse(data)
         lc.add_constant_bytes(len(data))
     return module, lc
 
@@ -177,7 +172,7 @@ def adopt(
     A name from a file is escaped for printing (`errors.printable`).
     """
     name = printable(name)
-    with IR_LOCK, _context.of(module) as lc:
+    with _context.of(module) as lc:
         main = modules.main_function(module)
         if main is None:
             found = ", ".join("@" + n for n in modules.functions(module)) or "none"

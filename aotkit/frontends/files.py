@@ -36,10 +36,9 @@ from pathlib import Path
 
 from jax import tree_util
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import func
+from jaxlib.mlir.dialects import func, stablehlo
 
-from aotkit import _compat, artifacts, dtypes, modules
-from aotkit._context import IR_LOCK
+from aotkit import _compat, _files, artifacts, dtypes, modules
 from aotkit.frontends import _module, _probe, trust
 from aotkit.traced import Traced
 
@@ -64,19 +63,21 @@ _PICKLE_PROTOCOLS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 _OP_DIAGNOSTIC = re.compile(r"'[\w.]+' op ")
 
 
-def read_module(source, *, name: str | None = None) -> Traced:
+def read_module(source, *, name: str | None = None, platform: str | None = None) -> Traced:
     """Reads a StableHLO module (text, bytecode, portable artifact, jax.export artifact).
 
     `source` is a path (str or os.PathLike) or the file's bytes. `name` overrides the module
     name (default: the exported function's name, the module's own `sym_name`, or the file
     stem). The `Traced` stage's signature is `@main`'s (a jax.export artifact's pytrees).
+    `platform` picks the lowering of a jax.export artifact exported for several platforms
+    (default: the default backend's platform).
     """
     data, label = _read(source)
     if data.startswith(artifacts.MAGIC):
         return _from_artifact(data, label, name)
     kind = sniff(data, label)
     if kind == "jax.export":
-        return _from_exported(data, label, name)
+        return _from_exported(data, label, name, platform)
     where = f"load_module: {label}"
 
     def adopt(module, lc, shardy):
@@ -130,12 +131,12 @@ def _read(source) -> tuple[bytes, str]:
             f"load_module: expected a path or bytes, got {type(source).__name__}; pass the "
             "file's path or its contents as bytes"
         )
-    path = Path(source)
     label = str(source)
-    if path.is_dir():
-        raise ValueError(f"load_module: {label} is a directory; pass a file holding {FORMATS}")
+    where = f"load_module: {label}"
     try:
-        return path.read_bytes(), label
+        with _files.opened(source, where=where, fix=f"pass a file holding {FORMATS}") as f:
+            artifacts.check_length(f, label, "load_module")
+            return f.read(), label
     except FileNotFoundError:
         raise FileNotFoundError(
             f"load_module: no such file {label!r}; pass the path of a file holding {FORMATS}, "
@@ -529,16 +530,18 @@ def _last_line(message: str) -> str:
 # --- jax.export artifacts ------------------------------------------------------------------
 
 
-def _from_exported(data: bytes, label: str, name: str | None) -> Traced:
+def _from_exported(data: bytes, label: str, name: str | None, platform: str | None) -> Traced:
     where = f"load_module: {label}"
     exported = _deserialize(data, where)
     _check_exported(exported, where)
+    index = _platform_index(exported, platform, where)
     module, lc, _ = parse_untrusted(
         bytes(exported.mlir_module_serialized), "portable", f"{label} (its embedded module)"
     )
     kept = tuple(exported.module_kept_var_idx)
-    if len(kept) != len(exported.in_avals):
-        restore_unused_arguments(module, lc, [_aval_spec(a) for a in exported.in_avals], kept)
+    if len(kept) != len(exported.in_avals) or index is not None:
+        in_specs = [_aval_spec(a) for a in exported.in_avals]
+        restore_unused_arguments(module, lc, in_specs, kept, platform_index=index)
     adopted = _module.adopt(module, name=name or exported.fun_name, where=where)
     trust.check(adopted.module, where)
     expected_in = tuple(_aval_spec(a) for a in exported.in_avals)
@@ -597,11 +600,29 @@ def _check_exported(exported, where: str) -> None:
             f"{where} was exported with effects ({', '.join(map(str, effects))}); aotkit runs "
             "pure functions: export a function without callbacks or effects"
         )
-    if len(exported.platforms) != 1:
-        raise ValueError(
-            f"{where} was exported for several platforms ({', '.join(exported.platforms)}); "
-            "export for one: jax.export.export(fn, platforms=['cpu'])"
+
+
+def _platform_index(exported, platform: str | None, where: str) -> int | None:
+    """The index of the lowering to run in an artifact exported for several platforms (its
+    `@main` then takes that index first), or None for one exported for one platform."""
+    platforms = tuple(exported.platforms)
+    asked = platform
+    if platform is None:
+        from aotkit import backends
+
+        platform = backends.get(None).platform
+    if platform not in platforms:
+        how = (
+            f"platform={asked!r} was asked"
+            if asked is not None
+            else (f"the default backend runs {platform!r}")
         )
+        raise ValueError(
+            f"{where} was exported for {', '.join(map(repr, platforms))}, and {how}; pass "
+            f"load_module(..., platform=...) one of those, or export for {platform!r} too: "
+            f"jax.export.export(fn, platforms=[..., {platform!r}])"
+        )
+    return platforms.index(platform) if len(platforms) > 1 else None
 
 
 def _static(shape) -> bool:
@@ -614,15 +635,18 @@ def _aval_spec(aval):
     return ShapeDtype(tuple(aval.shape), aval.dtype)
 
 
-def restore_unused_arguments(module: ir.Module, lc, in_specs, kept: tuple[int, ...]) -> None:
+def restore_unused_arguments(
+    module: ir.Module, lc, in_specs, kept: tuple[int, ...], *, platform_index: int | None = None
+) -> None:
     """Gives `@main` back the arguments JAX pruned as unused, so it takes every leaf.
 
     `jax.jit` and `jax.export` drop unused arguments from the module (`kept` lists the
     arguments that remain); aotkit's calling convention is one `@main` argument per input
     leaf. The body becomes a private function that the new `@main` calls with the kept
-    arguments.
+    arguments, after `platform_index` (a constant) for a module exported for several
+    platforms, whose `@main` takes the index of the platform's lowering first.
     """
-    with IR_LOCK, lc, ir.Location.unknown():
+    with lc, ir.Location.unknown():
         old = modules.main_function(module)
         old_type = modules.function_type(old)
         inner = "main_kept_arguments"
@@ -634,14 +658,23 @@ def restore_unused_arguments(module: ir.Module, lc, in_specs, kept: tuple[int, .
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
         block = main.add_entry_block()
         with ir.InsertionPoint(block):
-            call = func.CallOp(old_type.results, inner, [block.arguments[i] for i in kept])
+            operands = [block.arguments[i] for i in kept]
+            if platform_index is not None:
+                index_type = old_type.inputs[0]
+                value = ir.IntegerAttr.get(
+                    ir.RankedTensorType(index_type).element_type, platform_index
+                )
+                index = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(index_type, value))
+                operands.insert(0, index.result)
+            call = func.CallOp(old_type.results, inner, operands)
             func.ReturnOp(call.results)
         # Donation and result names only mean something on the entry function.
         empty = ir.DictAttr.get({})
         if "arg_attrs" in old.attributes:
             old_attrs = list(ir.ArrayAttr(old.attributes["arg_attrs"]))
             new_attrs = [empty] * len(in_specs)
-            for position, index in enumerate(kept):
+            first = 0 if platform_index is None else 1  # the platform index's own attributes
+            for position, index in enumerate(kept, first):
                 new_attrs[index] = old_attrs[position]
             main.attributes["arg_attrs"] = ir.ArrayAttr.get(new_attrs)
             del old.attributes["arg_attrs"]

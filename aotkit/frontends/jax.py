@@ -25,8 +25,7 @@ from jax import tree_util
 from jaxlib.mlir import ir
 
 import aotkit
-from aotkit import _compat, dtypes, frontends, modules, spmd
-from aotkit._context import IR_LOCK
+from aotkit import _compat, _context, dtypes, frontends, modules, spmd
 from aotkit.frontends import _module, signature, trust
 from aotkit.specs import ShapeDtype
 from aotkit.traced import Traced
@@ -246,7 +245,7 @@ def _import_module(jax_module: ir.Module, where: str):
 
 
 def _main_arity(module: ir.Module) -> int:
-    with IR_LOCK:
+    with _context.of(module):
         main = modules.main_function(module)
         if main is None:
             return -1

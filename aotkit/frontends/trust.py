@@ -40,7 +40,6 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from aotkit import _context, dtypes, modules, specs
-from aotkit._context import IR_LOCK
 from aotkit.errors import UnsupportedModuleError
 
 # Custom calls through which a JAX program calls back into the Python process that lowered
@@ -368,7 +367,7 @@ def allowlist() -> str:
 def check(module: ir.Module, where: str) -> None:
     """Refuses (`UnsupportedModuleError`) what `module` must not ask a backend to run; see
     the module docstring. `where` starts every message (`load_module: model.mlir`)."""
-    with IR_LOCK, _context.of(module):
+    with _context.of(module):
         _Checker(where).run(module)
 
 

@@ -17,7 +17,6 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
 from aotkit import _context, dtypes, modules, spmd
-from aotkit._context import IR_LOCK
 from aotkit.errors import InPlaceWriteWarning, InvalidModuleError
 from aotkit.frontends import signature
 from aotkit.lowering.core import (
@@ -135,12 +134,11 @@ def trace(
         flat = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
         return [signature.arg_path(p) for p, _ in flat]
 
-    with IR_LOCK:
-        lc = _context.for_lowering()
-        with spmd.tracing(mesh, where) as layout:
-            module, out_tree, out_specs, facts = trace_to_module(
-                lc, body, name, specs, weak=weak, arg_names=paths, finish=annotate
-            )
+    lc = _context.for_lowering()
+    with spmd.tracing(mesh, where) as layout:
+        module, out_tree, out_specs, facts = trace_to_module(
+            lc, body, name, specs, weak=weak, arg_names=paths, finish=annotate
+        )
     return Traced(
         module,
         lc,
@@ -176,7 +174,7 @@ def trace_to_module(
     is an aotkit bug: `InvalidModuleError` carries it, so the stages can dump it.
     """
     weak = weak or (False,) * len(flat_in_specs)
-    with IR_LOCK, lc, ir.Location.unknown():
+    with lc, ir.Location.unknown():
         module = ir.Module.create()
         module.operation.attributes["sym_name"] = ir.StringAttr.get(modules.symbol_name(name))
         in_types = [dtypes.tensor_type(s.shape, s.dtype) for s in flat_in_specs]

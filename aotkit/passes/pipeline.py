@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir, passmanager
 
 from aotkit import _context
-from aotkit._context import IR_LOCK
 
 PassFn = Callable[[ir.Module], bool]
 
@@ -67,7 +66,7 @@ def register_pass(name: str, *, description: str = "") -> Callable[[PassFn], Pas
 
     The pass runs on the whole module wherever it appears in a pipeline (inside
     `func.func(...)` too) and returns True when it changed the module. The caller holds
-    `IR_LOCK` and the module's context is current.
+    is inside `with lc:` for the module's context.
     """
     if not isinstance(name, str) or not _PASS_NAME.match(name):
         raise ValueError(
@@ -106,7 +105,7 @@ def _checking_context() -> _context.LoweringContext:
 
 
 def _is_mlir_pass(name: str) -> bool:
-    with IR_LOCK, _checking_context():
+    with _checking_context():
         for text in (f"builtin.module({name})", f"builtin.module(func.func({name}))"):
             try:
                 passmanager.PassManager.parse(text)
@@ -212,7 +211,7 @@ def _flatten(text: str, anchors: tuple[str, ...], pipeline: str) -> list[Step]:
 
 
 def _checked_text(name: str, element: str, anchors: tuple[str, ...], pipeline: str) -> str:
-    """The full MLIR pipeline text of one pass, checked by parsing it (caller holds IR_LOCK
+    """The full MLIR pipeline text of one pass, checked by parsing it (caller is inside a context
     in the checking context)."""
     text = _nested(anchors, element)
     try:
@@ -287,7 +286,7 @@ def _stderr_captured():
 
 
 def manager(lc: _context.LoweringContext, text: str) -> passmanager.PassManager:
-    """The PassManager for checked pipeline `text` in `lc` (caller holds IR_LOCK, `lc` active)."""
+    """The PassManager for checked pipeline `text` in `lc` (caller is inside `with lc:`)."""
     pm = lc.pipelines.get(text)
     if pm is None:
         pm = lc.pipelines[text] = passmanager.PassManager.parse(text)
@@ -340,7 +339,7 @@ def plan(pipeline: str) -> tuple[Step, ...]:
         name, options, body = _parse_element(parts[0], pipeline)
         if name == "builtin.module" and body is not None and not options:
             text = body
-    with IR_LOCK, _checking_context():
+    with _checking_context():
         return tuple(_flatten(text, (), pipeline))
 
 

@@ -3,7 +3,7 @@
 `aotkit-simplify` (identities and constant folding in one sweep), `aotkit-algebraic-simplify`,
 `aotkit-fold-constants`, `aotkit-dce` and `aotkit-inline` (jaxlib does not register func's
 inliner extension, so MLIR's `inline` leaves every func.call in place). Each is
-`fn(module) -> bool`, True when it changed the module; the caller holds `IR_LOCK` with the
+`fn(module) -> bool`, True when it changed the module; the caller is inside `with lc:` for the
 module's context current.
 
 They never change what the module computes, with one exception shared with XLA's algebraic

@@ -12,7 +12,6 @@ import time
 from jaxlib.mlir import ir
 
 from aotkit import _context, dumps, modules
-from aotkit._context import IR_LOCK
 from aotkit.errors import CompileError
 from aotkit.passes.pipeline import Step, manager, plan
 
@@ -93,7 +92,7 @@ def run_pipeline(
     """
     steps = plan(pipeline)
     timings: list[tuple[str, float]] = []
-    with IR_LOCK, _context.of(module) as lc:
+    with _context.of(module) as lc:
         if not verified:
             try:
                 module.operation.verify()
@@ -129,7 +128,7 @@ def run_pipeline(
 
 def verify_result(module, pipeline: str, *, name: str, dumper: dumps.Dumper | None) -> None:
     """Verifies a pipeline's result; CompileError (after dumping it as `invalid`) if not."""
-    with IR_LOCK:
+    with _context.of(module):
         try:
             module.operation.verify()
         except ir.MLIRError as e:

@@ -292,7 +292,7 @@ def test_missing_compiler_is_a_compile_error(iree, monkeypatch):
 def test_module_that_does_not_verify_is_a_compile_error(iree):
     module = modules.identity((3,), "f32")
     main = module.body.operations[0]
-    with _context.IR_LOCK, _context.of(module):
+    with _context.of(module):
         f32 = [ir.Type.parse("tensor<3xf32>")]
         f32x4 = [ir.Type.parse("tensor<4xf32>")]
         main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(f32, f32x4))

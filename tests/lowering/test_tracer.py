@@ -249,7 +249,7 @@ def test_tracer_is_a_tracer():
 
 
 def test_concurrent_lowering_from_threads():
-    # One MLIR context serves every thread; IR_LOCK serializes tracing (see _context.py).
+    # Each trace holds its lowering context; other threads get others (see _context.py).
     results, errors = {}, []
 
     def work(i):

@@ -152,3 +152,75 @@ def test_a_folder_at_an_entry_name_leaves_the_rest_of_the_cache_working(folder):
         _compile(1.0)
     _compile(5.0)  # another program still caches
     assert cache.stats().entries == 1 and entry.is_dir()
+
+
+# --- saving: atomic, the umask's mode, links replaced not written through ---------------------
+
+
+@pytest.fixture
+def umask_027():
+    old = os.umask(0o027)
+    yield
+    os.umask(old)
+
+
+def test_a_new_artifact_gets_the_mode_the_umask_gives(tmp_path, umask_027):
+    path = tmp_path / "new.aotx"
+    _compile(2.0).save(path)
+    assert (path.stat().st_mode & 0o777) == 0o640
+    assert np.asarray(aotkit.load(path)(X)).tolist() == (X * 2.0).tolist()
+
+
+def test_saving_over_a_file_keeps_its_mode(tmp_path):
+    path = tmp_path / "shared.aotx"
+    _compile(2.0).save(path)
+    path.chmod(0o604)
+    _compile(3.0).save(path)
+    assert (path.stat().st_mode & 0o777) == 0o604
+    assert np.asarray(aotkit.load(path)(X)).tolist() == (X * 3.0).tolist()
+
+
+def test_saving_over_a_link_replaces_the_link_and_leaves_its_target(tmp_path, umask_027):
+    target = tmp_path / "elsewhere" / "production.aotx"
+    target.parent.mkdir()
+    _compile(2.0).save(target)
+    before = target.read_bytes()
+    link = tmp_path / "latest.aotx"
+    link.symlink_to(target)
+    _compile(3.0).save(link)
+    assert not link.is_symlink() and (link.stat().st_mode & 0o777) == 0o640
+    assert target.read_bytes() == before  # never written through the link
+    assert np.asarray(aotkit.load(link)(X)).tolist() == (X * 3.0).tolist()
+
+
+def test_a_failed_save_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "good.aotx"
+    _compile(2.0).save(path)
+    before = path.read_bytes()
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        _compile(3.0).save(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.aotx"]
+
+
+@pytest.mark.skipif(not os.path.islink("/dev/stdout"), reason="no /dev/stdout link here")
+def test_cli_output_to_dev_stdout_writes_through_the_link(tmp_path):
+    source = tmp_path / "inc.py"
+    source.write_text("def f(x):\n    return x + 1\n")
+    out = tmp_path / "out.mlir"
+    with open(out, "wb") as stdout:
+        done = subprocess.run(
+            [sys.executable, "-m", "aotkit", "lower", f"{source}:f", "--shapes", "f32[]"]
+            + ["-o", "/dev/stdout"],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().startswith("module @f {")
+    assert os.path.islink("/dev/stdout")  # the link in /dev is still a link

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -157,3 +158,116 @@ def test_round_and_divmod_of_traced_values_follow_numpy():
     for g, w in zip(got, want, strict=True):
         assert np.asarray(g).dtype == w.dtype
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6)  # round(a, 1): 1 ulp
+
+
+def _cli(*argv) -> subprocess.CompletedProcess:
+    """`aotkit ARGV` in a child process (a target that blocks must not stall the test run)."""
+    return subprocess.run(
+        [sys.executable, "-m", "aotkit", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def double(tmp_path):
+    path = tmp_path / "user.py"
+    path.write_text("def double(x):\n    return x * 2\n")
+    return f"{path}:double"
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_a_negative_seed_names_the_flag(double, command):
+    proc = _cli(command, double, "--shapes", "f32[3]", "--seed", "-1")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == (
+        f"aotkit {command}: error: argument --seed: expected a non-negative integer, got '-1'"
+    )
+
+
+def test_inputs_given_twice_are_all_read(double, tmp_path):
+    # `--inputs a.npy --inputs b.npy` ran on b.npy alone: the second flag replaced the first.
+    paths = [tmp_path / "a.npy", tmp_path / "b.npy"]
+    for p in paths:
+        np.save(p, np.ones(3, np.float32))
+    proc = _cli("run", double, "--inputs", paths[0], "--inputs", paths[1])
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        f"aotkit run: error: --inputs: {double} takes 1 array argument(s) (x) but got 2 file(s) "
+        "(f32[3], f32[3]); give one .npy file per array argument (or one .npz keyed by leaf "
+        "path)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (10**400, "of 1329 bits"),
+        (2**63, "9223372036854775808"),
+        (-(2**63) - 1, "-9223372036854775809"),
+    ],
+    ids=["10**400", "2**63", "-2**63-1"],
+)
+def test_an_option_value_past_64_bits_is_refused_before_the_bindings(value, shown):
+    lowered = aotkit.jit(lambda x: x + 1).lower(aotkit.spec("f32[3]"))
+    with pytest.raises(ValueError) as e:  # was nanobind's TypeError: incompatible arguments
+        lowered.compile(options={"xla_backend_optimization_level": value})
+    assert str(e.value) == (
+        f"backend 'cpu': compile: option 'xla_backend_optimization_level' has an int value "
+        f"{shown}, outside the 64-bit range XLA options take (-2**63 to 2**63 - 1)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "what"),
+    [({"xla_dump_hlo_pass_re": "a\0b"}, "value"), ({"xla_\udcff": True}, "name")],
+    ids=["nul-value", "surrogate-name"],
+)
+def test_option_text_the_bindings_cannot_carry_is_refused(options, what):
+    lowered = aotkit.jit(lambda x: x + 1).lower(aotkit.spec("f32[3]"))
+    with pytest.raises(ValueError) as e:
+        lowered.compile(options=options)
+    (key,) = options
+    assert str(e.value) == (
+        f"backend 'cpu': compile: option {key!r} has a {what} holding a NUL or a character "
+        "UTF-8 cannot encode; XLA options take plain text"
+    )
+
+
+@pytest.mark.parametrize("kind", ["link to /dev/zero", "FIFO"])
+def test_a_python_target_that_is_not_a_regular_file_says_what_it_is(tmp_path, kind):
+    # A .py linked to /dev/zero was said "not to exist".
+    path = tmp_path / "user.py"
+    if kind == "FIFO":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("needs FIFOs")
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    what = "a FIFO (named pipe)" if kind == "FIFO" else "a character device"
+    proc = _cli("lower", f"{path}:f", "--shapes", "f32[3]")
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        f"aotkit lower: error: file {str(path)!r} is {what}, not a regular file; give the path "
+        "of a Python file\n"
+    )
+
+
+def test_a_base_exception_of_the_users_is_reported_as_their_error(tmp_path):
+    source = tmp_path / "halts.py"
+    source.write_text(
+        "class Stop(BaseException):\n    pass\n\n\ndef f(x):\n    raise Stop('halt')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "aotkit", "lower", f"{source}:f", "--shapes", "f32[]"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        f"aotkit lower: error: lowering {source}:f failed: Stop: halt"
+    )
+    assert "ag__" not in done.stderr and "aotkit/" not in done.stderr

@@ -30,7 +30,6 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import func, stablehlo
 
 from aotkit import _context, dtypes, modules
-from aotkit._context import IR_LOCK
 from aotkit.backends.base import ArgumentMismatch, Backend, Executable, describe, host_value
 from aotkit.backends.interpreter import checks, rewrites
 from aotkit.errors import CompileError
@@ -64,7 +63,7 @@ class InterpreterBackend(Backend):
                 "XLA options apply to backend='cpu'"
             )
         in_specs, out_specs = modules.signature(module, where)
-        with IR_LOCK:
+        with _context.of(module):
             try:
                 module.operation.verify()
             except ir.MLIRError as e:
@@ -75,7 +74,7 @@ class InterpreterBackend(Backend):
                     module_name=name,
                 ) from e
         data = modules.bytecode(module)
-        with IR_LOCK, _context.LoweringContext() as lc:
+        with _context.LoweringContext() as lc:
             runnable = ir.Module.parse(data)
             functions = checks.reachable(runnable, name)
             passmanager.PassManager.parse(_LEGALIZE).run(runnable.operation)
@@ -91,7 +90,8 @@ class InterpreterBackend(Backend):
 
 
 def _widen_results(module: ir.Module, out_specs) -> list[tuple[str, int]]:
-    """Rewrites `@main` to return bf16 as f32 and complex as (real, imag); caller holds IR_LOCK.
+    """Rewrites `@main` to return bf16 as f32 and complex as (real, imag); the caller is
+    inside `with lc:` for its context.
 
     Returns one decoder per original result: ('plain' | 'bf16' | 'complex', first index).
     """
@@ -126,7 +126,7 @@ def _widen_results(module: ir.Module, out_specs) -> list[tuple[str, int]]:
 
 
 def _to_attribute(x: np.ndarray, spec) -> ir.DenseElementsAttr:
-    """A DenseElementsAttr holding `x` bit for bit (caller holds IR_LOCK inside the context)."""
+    """A DenseElementsAttr holding `x` bit for bit (caller is inside `with lc:`)."""
     x = np.ascontiguousarray(x)
     dtype = spec.dtype
     if dtypes.is_bool(dtype):
@@ -166,15 +166,14 @@ class InterpreterExecutable(Executable):
 
     def execute(self, leaves: Sequence) -> list:
         hosts = [self._host(i, x, s) for i, (x, s) in enumerate(zip(leaves, self.in_specs))]
-        with IR_LOCK:
-            lc, module = self._loaded
-            if lc.constant_bytes >= RECONTEXT_BYTES:
-                lc = _context.LoweringContext()
-                with lc:
-                    module = ir.Module.parse(self._prepared)
-                self._loaded = (lc, module)
-            lc.add_constant_bytes(sum(x.nbytes for x in hosts))
-        with IR_LOCK, lc:
+        lc, module = self._loaded
+        if lc.constant_bytes >= RECONTEXT_BYTES:
+            lc = _context.LoweringContext()
+            with lc:
+                module = ir.Module.parse(self._prepared)
+            self._loaded = (lc, module)
+        lc.add_constant_bytes(sum(x.nbytes for x in hosts))
+        with lc:
             attrs = [_to_attribute(x, s) for x, s in zip(hosts, self.in_specs)]
             try:
                 raw = stablehlo.eval_module(module, attrs)

@@ -9,7 +9,7 @@ interpreter recurses on the C stack without a limit.
 
 An op the interpreter cannot run is an `aotkit.CompileError` naming the op and its location;
 an element type outside aotkit's dtypes is a `TypeError`. Every function here expects the
-caller to hold `IR_LOCK` inside the copy's context.
+caller to be inside `with lc:` for the copy's context.
 """
 
 from __future__ import annotations

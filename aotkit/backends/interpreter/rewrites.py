@@ -22,7 +22,7 @@
 
 Rewrites run after `checks.check_carried` (types and shapes are static and carried), on ops
 collected before any rewrite, so the ops they emit are never rewritten again. The caller
-holds `IR_LOCK` inside the copy's context.
+is inside `with lc:` for the copy's context.
 """
 
 from __future__ import annotations

@@ -400,14 +400,43 @@ def test_jax_export_with_symbolic_shapes():
         load_module(data)
 
 
-def test_jax_export_for_several_platforms():
-    exported = jax.export.export(jax.jit(jnp.sin), platforms=["cpu", "cuda"])
-    data = exported(np.ones(3, np.float32)).serialize()
+def _platform_dependent(x):
+    return jax.lax.platform_dependent(x, cpu=lambda x: x + 1, default=lambda x: x - 1)
+
+
+@pytest.mark.parametrize("platforms", [("cpu", "cuda"), ("cuda", "cpu")])
+def test_jax_export_for_several_platforms_runs_the_lowering_of_its_platform(platforms):
+    x = np.arange(3, dtype=np.float32)
+    exported = jax.export.export(jax.jit(_platform_dependent), platforms=platforms)(x)
+    data = exported.serialize()
+    lowered = load_module(data)  # the default backend is cpu
+    out = lowered.compile()(x)
+    assert out.dtype == np.float32 and np.asarray(out).tolist() == [1.0, 2.0, 3.0]
+    assert lowered.flat_in_specs == (aotkit.spec("f32[3]"),)
+    # The other platform's lowering (its `default` branch), compiled here to show the choice.
+    other = load_module(data, platform="cuda").compile()(x)
+    assert np.asarray(other).tolist() == [-1.0, 0.0, 1.0]
+    # Unused arguments are restored after the platform index, as for one platform.
+    both = jax.export.export(jax.jit(lambda x, y: _platform_dependent(x)), platforms=platforms)
+    lowered = load_module(both(x, np.ones(2, np.int32)).serialize())
+    assert lowered.flat_in_specs == (aotkit.spec("f32[3]"), aotkit.spec("i32[2]"))
+    out = lowered.compile()(x, np.ones(2, np.int32))
+    assert np.asarray(out).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_jax_export_for_other_platforms_names_them():
+    data = jax.export.export(jax.jit(jnp.sin), platforms=["cpu", "cuda"])(np.ones(3, np.float32))
     with pytest.raises(ValueError, match=(
-        where() + r" was exported for several platforms \(cpu, cuda\); export for one: "
-        r"jax.export.export\(fn, platforms=\['cpu'\]\)$"
+        where() + r" was exported for 'cpu', 'cuda', and platform='tpu' was asked; pass "
+        r"load_module\(..., platform=...\) one of those, or export for 'tpu' too: "
+        r"jax.export.export\(fn, platforms=\[..., 'tpu'\]\)$"
     )):  # fmt: skip
-        load_module(data)
+        load_module(data.serialize(), platform="tpu")
+    cuda = jax.export.export(jax.jit(jnp.sin), platforms=["cuda"])(np.ones(3, np.float32))
+    with pytest.raises(ValueError, match=(
+        where() + r" was exported for 'cuda', and the default backend runs 'cpu'; pass "
+    )):  # fmt: skip
+        load_module(cuda.serialize())
 
 
 def test_process_survives_every_bad_file():

@@ -592,11 +592,6 @@ def serialize(compiled: Compiled, *, text: bool = True) -> bytes:
     )
 
 
-def write_atomic(path, data: bytes) -> None:
-    """Writes `data` to `path` atomically (`aotkit._files.write_atomic`)."""
-    _files.write_atomic(path, data)
-
-
 def save(compiled: Compiled, path) -> None:
     """`Compiled.save(path)`."""
     if not isinstance(path, str | os.PathLike):
@@ -604,7 +599,7 @@ def save(compiled: Compiled, path) -> None:
             f"Compiled {compiled.name!r}: save: expected a path, got {type(path).__name__}; "
             "pass a file name such as 'model.aotx'"
         )
-    write_atomic(path, serialize(compiled))
+    _files.write_atomic(path, serialize(compiled))
 
 
 # --- reading -------------------------------------------------------------------------------

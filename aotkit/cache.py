@@ -56,7 +56,7 @@ DEFAULT_MAX_BYTES = 2 << 30
 SUFFIX = ".aotx"
 STALE_TMP_S = 3600.0
 _ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.aotx")
-# artifacts.write_atomic's temporary names: "." + the entry's name + "." + random + ".tmp"
+# _files.write_atomic's temporary names: "." + the entry's name + "." + random + ".tmp"
 _TMP_NAME = re.compile(r"\.[0-9a-f]{64}\.aotx\.[A-Za-z0-9_]+\.tmp")
 # The Cache Directory Tagging Specification's file: backup tools skip the folder, and
 # aotkit knows the folder is its own.
@@ -439,7 +439,7 @@ def put(cache_key: str, lowered, executable, options) -> None:
                 stacklevel=4,
             )
             return
-        artifacts.write_atomic(path, data)
+        _files.write_atomic(path, data)
     except OSError as e:
         _give_up(folder, e)
         return

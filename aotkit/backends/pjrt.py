@@ -181,6 +181,16 @@ class PjrtBackend(Backend):
                 backend=self.name,
                 module_name=name,
             )
+        kinds = _output_memory_kinds(exe)
+        if kinds is not None and len(kinds) != n_out:
+            # Its runtime metadata lost the results (a section cut short): PJRT loads it, and
+            # every call fails with "Unexpected number of outputs".
+            raise CompileError(
+                f"{where}: the serialized executable of {name!r} returns {n_out} results but "
+                f"its runtime metadata describes {len(kinds)}; the executable is damaged",
+                backend=self.name,
+                module_name=name,
+            )
         declared = _entry_signature(exe)
         given = ([_hlo_type(x) for x in in_specs], [_hlo_type(x) for x in out_specs])
         if declared is not None and declared != given:
@@ -481,6 +491,17 @@ def _split_top(text: str) -> list[str]:
             start = i + 1
     tail = text[start:].strip()
     return [*parts, tail] if tail else parts
+
+
+def _output_memory_kinds(exe) -> list | None:
+    """The memory kind of each result of a single-device executable, as its runtime metadata
+    says, or None where this jaxlib does not tell."""
+    get = getattr(exe, "get_output_memory_kinds", None)
+    try:
+        kinds = get() if get is not None else None
+    except Exception:  # noqa: BLE001 - no such metadata on this client: nothing to check
+        return None
+    return list(kinds[0]) if isinstance(kinds, list) and len(kinds) == 1 else None
 
 
 def _head_field(exe, name: str) -> str | None:

@@ -260,12 +260,7 @@ def test_a_base_exception_of_the_users_is_reported_as_their_error(tmp_path):
     source.write_text(
         "class Stop(BaseException):\n    pass\n\n\ndef f(x):\n    raise Stop('halt')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "aotkit", "lower", f"{source}:f", "--shapes", "f32[]"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _cli("lower", f"{source}:f", "--shapes", "f32[]")
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1] == (
         f"aotkit lower: error: lowering {source}:f failed: Stop: halt"

@@ -22,24 +22,23 @@ import os as _os
 # jaxlib's INFO lines ("PjRt-IFRT device count ...") to the user's stderr.
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
+from aotkit._version import __version__ as __version__  # noqa: E402
 from aotkit.errors import ArtifactError, CompileError  # noqa: E402
-
-__version__ = "0.1.0"
 
 # Public name -> the module that defines it, imported on first access.
 _LAZY = {
-    "CacheInfo": "aotkit.stages",
-    "Jitted": "aotkit.stages",
+    "CacheInfo": "aotkit.api",
+    "Jitted": "aotkit.api",
     "Lowered": "aotkit.stages",
-    "jit": "aotkit.stages",
-    "load_module": "aotkit.stages",
-    "lower": "aotkit.stages",
-    "Compiled": "aotkit.compiled",
-    "Traced": "aotkit.traced",
+    "jit": "aotkit.api",
+    "load_module": "aotkit.api",
+    "lower": "aotkit.api",
+    "Compiled": "aotkit.stages",
+    "Traced": "aotkit.stages",
     "UnsupportedModuleError": "aotkit.errors",
     "ShapeDtype": "aotkit.specs",
     "spec": "aotkit.specs",
-    "load": "aotkit.artifacts",
+    "load": "aotkit.compiling",
     "InPlaceWriteWarning": "aotkit.errors",
     "check": "aotkit.crosscheck",
     "cond": "aotkit.lax",
@@ -50,9 +49,9 @@ _LAZY = {
 }
 _SUBMODULES = frozenset(
     """
-    artifacts autograph backends cache cli compiled config crosscheck distributed dtypes
-    dumps errors frontends lax lowering modules nn numpy passes random sharding specs spmd
-    stages traced
+    api artifacts autograph backends cache cli compiling config crosscheck distributed dtypes
+    dumps errors frontends lax lowering modules nn numpy passes program random sharding specs
+    spmd stages
     """.split()
 )
 

@@ -19,7 +19,7 @@ import re
 
 from jax import tree_util
 
-from aotkit.frontends import signature
+from aotkit import arguments
 from aotkit.specs import ShapeDtype, spec
 
 PYTREE_SYNTAX = 'a pytree is JSON with specs as leaves: {"w": "f32[4,3]"}, ["f32[2]"], ("f32[2]",)'
@@ -175,10 +175,10 @@ def format_tree(tree) -> str:
     return str(tree)
 
 
-# --- Leaf names: one naming for the CLI and the stages' reprs (aotkit.frontends.signature) --
+# --- Leaf names: one naming for the CLI and the stages' reprs (aotkit.arguments) --
 
-leaf_names = signature.leaf_names
-output_names = signature.output_names
+leaf_names = arguments.leaf_names
+output_names = arguments.output_names
 
 
 _KEY_PART = re.compile(r"\[\s*(?:(\d+)|'([^']*)'|\"([^\"]*)\")\s*\]|\.([A-Za-z_][A-Za-z0-9_]*)")

@@ -1,9 +1,12 @@
-"""AOT artifacts: a `Compiled` as one file that loads in a fresh process without tracing.
+"""AOT artifacts, the container format: a `Compiled` as one file that loads in a fresh
+process without tracing.
 
-After the compile stage: `Compiled.serialize()` / `Compiled.save(path)` write one container
-(the format is docs/artifact-format.md), `aotkit.load(path_or_bytes)` reads it back into a
-`Compiled` called exactly like the original, built through the same constructor. The
-persistent compilation cache (aotkit/cache.py) stores the same containers.
+This module is the format only: writing a container (`Compiled.serialize()` /
+`Compiled.save(path)` call `serialize`/`save`), reading and checking one (`unpack`: magic,
+sizes, checksums, the header field by field, the pytrees), and describing one (`aotkit
+inspect`). The format is docs/artifact-format.md. Turning a checked artifact into a
+`Compiled` (`aotkit.load`) lives with compiling (aotkit/compiling.py); the persistent
+compilation cache (aotkit/cache.py) stores the same containers.
 
 What it promises:
 - Nothing is pickled or evaluated: the header is JSON checked field by field, pytrees are
@@ -17,8 +20,8 @@ What it promises:
   is compiled here. A checksum proves the file is the one written, not that its writer is
   trusted: an executable is machine code, so load artifacts from sources you trust.
 
-This module imports neither the tracer nor the pass pipeline: loading an artifact costs the
-imports of the backend it runs on, and nothing else.
+This module imports neither the tracer, the pass pipeline nor the stages: loading an
+artifact costs the imports of the backend it runs on, and nothing else.
 """
 
 from __future__ import annotations
@@ -28,14 +31,15 @@ import json
 import os
 import re
 import struct
-import warnings
 
 from jax import tree_util
+from jaxlib.mlir import ir
 
-from aotkit import _files, backends
-from aotkit._traceback import api_boundary
-from aotkit.compiled import Compiled
-from aotkit.errors import ArtifactError, ArtifactWarning, CompileError, printable
+from aotkit import _context, _files, backends, modules
+from aotkit._version import __version__
+from aotkit.arguments import format_signature
+from aotkit.errors import ArtifactError, printable
+from aotkit.program import Signature
 from aotkit.specs import spec
 
 MAGIC = b"\x89AOT\r\n\x1a\n"
@@ -54,7 +58,7 @@ EXECUTABLE = "executable"  # the backend's serialized executable (opaque bytes)
 TEXT = "text"  # the backend's final program text, Compiled.as_text() (informational)
 
 RECOMPILE_CHOICES = ("auto", True, False)
-_REWRITE = "the file is not one aotkit wrote, or was changed: write it again"
+REWRITE = "the file is not one aotkit wrote, or was changed: write it again"
 _LEGALIZE_CHLO = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
 # Strings from a header reach terminals (`aotkit inspect`, warnings, errors, reprs) and
 # compilers, whose own messages echo them: all but the function's name (escaped wherever it
@@ -122,7 +126,7 @@ def encode_tree(tree, where: str, what: str) -> object:
 def decode_tree(data, where: str, field: str, fix: str | None = None, path: str | None = None):
     """The PyTreeDef written by `encode_tree`; ArtifactError naming `field` otherwise."""
 
-    fix = fix or _REWRITE
+    fix = fix or REWRITE
 
     def bad(detail: str) -> ArtifactError:
         return ArtifactError(f"{where}: header field {field!r} {detail}; {fix}", path=path)
@@ -191,12 +195,7 @@ class Artifact:
         "header",
         "sections",
         "section_status",
-        "name",
-        "in_specs",
-        "out_specs",
-        "in_tree",
-        "out_tree",
-        "donated",
+        "signature",
         "options",
         "target",
         "executable_format",
@@ -213,6 +212,10 @@ class Artifact:
         data = self.sections.get(name)
         return None if data is None else bytes(data)
 
+    @property
+    def name(self) -> str:
+        return self.signature.name
+
     def __repr__(self) -> str:
         return f"<aotkit Artifact {self.name!r} from {self.label}>"
 
@@ -227,7 +230,7 @@ def unpack(
     Messages read `{where}: {label} ...; {fix}` (`fix` says what to do; default: write the
     file again).
     """
-    fix = fix or _REWRITE
+    fix = fix or REWRITE
     where = f"{where}: {label}"
     view = memoryview(data)
     n = len(view)
@@ -430,12 +433,14 @@ def _check_header(header, label: str, where: str, fix: str) -> Artifact:
     if fmt is not None and EXECUTABLE not in seen:
         raise bad("sections", f"has no {EXECUTABLE!r} section for executable_format {fmt!r}")
     artifact = Artifact(label, header, {}, {})
-    artifact.name = printable(header["name"])  # shown in reprs and `aotkit inspect`
-    artifact.in_specs = flat["in_specs"]
-    artifact.out_specs = flat["out_specs"]
-    artifact.in_tree = in_tree
-    artifact.out_tree = out_tree
-    artifact.donated = tuple(donated)
+    artifact.signature = Signature(
+        printable(header["name"]),  # shown in reprs and `aotkit inspect`
+        in_tree,
+        out_tree,
+        flat["in_specs"],
+        flat["out_specs"],
+        tuple(donated),
+    )
     artifact.options = dict(options)
     artifact.target = dict(target)
     artifact.executable_format = fmt
@@ -453,9 +458,7 @@ def portable_artifact(lowered) -> bytes:
         return lowered.as_portable_artifact()
     except ValueError:
         pass
-    from jaxlib.mlir import ir, passmanager
-
-    from aotkit import modules
+    from jaxlib.mlir import passmanager
 
     with lowered._lc:
         module = ir.Module.parse(modules.bytecode(lowered._module))
@@ -467,10 +470,8 @@ def _versions() -> dict[str, str]:
     import jaxlib
     from jaxlib.mlir.dialects import stablehlo
 
-    import aotkit
-
     return {
-        "aotkit": aotkit.__version__,
+        "aotkit": __version__,
         "jaxlib": jaxlib.__version__,
         "stablehlo": stablehlo.get_current_version(),
     }
@@ -558,7 +559,7 @@ def pack_compiled(
     return pack(header, sections)
 
 
-def serialize(compiled: Compiled, *, text: bool = True) -> bytes:
+def serialize(compiled, *, text: bool = True) -> bytes:
     """`Compiled.serialize()`: the artifact of `compiled` (with its program text if `text`)."""
     where = f"Compiled {compiled.name!r}: serialize"
     if compiled.partitioning is not None:
@@ -592,7 +593,7 @@ def serialize(compiled: Compiled, *, text: bool = True) -> bytes:
     )
 
 
-def save(compiled: Compiled, path) -> None:
+def save(compiled, path) -> None:
     """`Compiled.save(path)`."""
     if not isinstance(path, str | os.PathLike):
         raise TypeError(
@@ -659,7 +660,7 @@ def check_length(f: _files.Regular, label: str, where: str) -> None:
     if f.size > total:
         raise ArtifactError(
             f"{where}: {label} has {f.size - total} bytes after its last section (it should "
-            f"end at byte {total}); {_REWRITE}",
+            f"end at byte {total}); {REWRITE}",
             path=label,
         )
 
@@ -669,189 +670,12 @@ def is_artifact(data) -> bool:
     return bytes(data[: len(MAGIC)]) == MAGIC
 
 
-@api_boundary
-def load(
-    source, *, backend: str | None = None, recompile="auto", portable_only: bool = False
-) -> Compiled:
-    """Loads an AOT artifact (a path or its bytes) as a `Compiled`.
-
-    The result is called exactly like the `Compiled` that was saved (same pytrees, specs,
-    donation and errors); `lowered` is None. `backend` defaults to the one it was compiled
-    for. When that backend's platform and versions match the artifact's, its executable is
-    loaded as it is (no compile). Otherwise `recompile="auto"` compiles the portable
-    StableHLO with an `ArtifactWarning`, `recompile=False` raises `ArtifactError` naming
-    both versions, and `recompile=True` always compiles (without a warning).
-
-    The executable is native code that the backend runs as it is, so it is as trusted as
-    whoever wrote the file. `portable_only=True` never loads it: the portable StableHLO
-    passes the trust check that modules from files pass (aotkit/frontends/trust.py) and is
-    compiled here, whatever the targets say (`recompile=False` then cannot hold).
-    """
-    if not any(recompile is choice for choice in RECOMPILE_CHOICES):
-        raise ValueError(f"aotkit.load: recompile={recompile!r}; expected 'auto', True or False")
-    if not isinstance(portable_only, bool):
-        raise TypeError(f"aotkit.load: portable_only must be True or False, got {portable_only!r}")
-    if portable_only and recompile is False:
-        raise ValueError(
-            "aotkit.load: portable_only=True compiles the portable StableHLO, which "
-            "recompile=False forbids; drop one of them"
-        )
-    if backend is not None and not isinstance(backend, str):
-        raise TypeError(f"aotkit.load: backend must be a name such as 'cpu', got {backend!r}")
-    data, label = read(source)
-    module_kind = None if is_artifact(data) else _module_kind(data, label)
-    if module_kind is not None:
-        shown = repr(label) if label != "<bytes>" else "data"
-        raise ArtifactError(
-            f"aotkit.load: {label} is {module_kind}, not an aotkit artifact; load a module with "
-            f"aotkit.load_module({shown}) (then .compile() it), or save an artifact with "
-            "Compiled.save",
-            path=label,
-        )
-    return to_compiled(
-        unpack(data, label), backend=backend, recompile=recompile, portable_only=portable_only
-    )
-
-
-# The first bytes of MLIR bytecode (StableHLO portable artifacts are bytecode too).
-_MLIR_BYTECODE = b"ML\xefR"
-_MLIR_TEXT_START = ("module", "func.func", "#", "//")
-
-
-def _module_kind(data: bytes, label: str) -> str | None:
-    """What module file `data` is (for the error that points to `aotkit.load_module`), or
-    None when it does not look like one."""
-    if data.startswith(_MLIR_BYTECODE):
-        return "MLIR bytecode (a StableHLO module or portable artifact)"
-    head = data[:4096]
-    if b"\x00" not in head:
-        text = head.decode("utf-8", errors="replace").lstrip()
-        if text.startswith(_MLIR_TEXT_START) and ("module" in text or "func.func" in text):
-            return "StableHLO MLIR text"
-    if label.endswith((".mlir", ".mlirbc")):
-        return "a module file (.mlir)"
-    return None
-
-
-def _differences(saved: dict, here: dict) -> str:
-    parts = []
-    for key in sorted(set(saved) | set(here), key=lambda k: (k != "backend", k)):
-        if saved.get(key) != here.get(key):
-            parts.append(f"{key} {saved.get(key)!r} (here {here.get(key)!r})")
-    return ", ".join(parts)
-
-
-def to_compiled(
-    artifact: Artifact,
-    *,
-    backend: str | None = None,
-    recompile="auto",
-    where="aotkit.load",
-    portable_only: bool = False,
-) -> Compiled:
-    """The `Compiled` of a checked artifact (see `load`)."""
-    place = f"{where}: {artifact.label}"
-    saved = dict(artifact.target)
-    if artifact.executable_format is not None:
-        saved["executable_format"] = artifact.executable_format
-    explicit = backend is not None
-    try:
-        target_backend = backends.get(backend if explicit else saved["backend"])
-    except ValueError as e:
-        if explicit or recompile is False:
-            raise ArtifactError(
-                f"{place} was compiled for backend {saved['backend']!r}, which does not start "
-                f"here ({e})",
-                path=artifact.label,
-            ) from None
-        target_backend = backends.get(None)
-    here = dict(target_backend.target_for(artifact.target))
-    if target_backend.executable_format is not None:
-        here["executable_format"] = target_backend.executable_format
-    same = saved == here
-    if portable_only:
-        pass  # the executable section is never read: compiled below, without a warning
-    elif same and recompile is not True:
-        if target_backend.executable_format is None:
-            # This backend's "executable" is the module itself: loading it is compiling it.
-            executable = _compile_portable(artifact, target_backend, place)
-            return _compiled(artifact, executable, "artifact", place)
-        try:
-            executable = target_backend.deserialize(
-                artifact.section(EXECUTABLE),
-                name=artifact.name,
-                in_specs=artifact.in_specs,
-                out_specs=artifact.out_specs,
-                options=artifact.options,
-                target=artifact.target,
-            )
-        except (CompileError, ValueError) as e:
-            if recompile is False:
-                raise ArtifactError(
-                    f"{place}: its executable does not load ({e}); load it with "
-                    "recompile=True or 'auto' to compile its portable StableHLO",
-                    path=artifact.label,
-                ) from None
-            warnings.warn(
-                f"{place}: its executable does not load ({e}); compiling its portable "
-                "StableHLO instead",
-                ArtifactWarning,
-                stacklevel=3,
-            )
-        else:
-            return _compiled(artifact, executable, "artifact", place)
-    elif not same:
-        differences = _differences(saved, here)
-        if recompile is False:
-            raise ArtifactError(
-                f"{place} was compiled with {differences}; load it with recompile=True or "
-                "'auto' to compile its portable StableHLO here",
-                path=artifact.label,
-            )
-        if recompile == "auto" and not (explicit and saved["backend"] != target_backend.name):
-            warnings.warn(
-                f"{place} was compiled with {differences}; compiling its portable StableHLO "
-                f"for backend {target_backend.name!r} (recompile=True does so without this "
-                "warning)",
-                ArtifactWarning,
-                stacklevel=3,
-            )
-    executable = _compile_portable(artifact, target_backend, place, check=portable_only)
-    return _compiled(artifact, executable, "recompiled", place)
-
-
-def _compiled(artifact: Artifact, executable, origin: str, place: str) -> Compiled:
-    aliased = executable.aliased_arguments()
-    undeclared = sorted(i for i in aliased or () if not artifact.donated[i])
-    if undeclared:
-        # The executable writes its results into these arguments' buffers: called as the
-        # header says (not donated), the caller's arrays would be consumed without a word.
-        raise ArtifactError(
-            f"{place}: its executable reuses the buffers of arguments "
-            f"{', '.join(map(str, undeclared))} for its results, but its header says they are "
-            f"not donated; {_REWRITE}",
-            path=artifact.label,
-        )
-    return Compiled(
-        executable,
-        in_tree=artifact.in_tree,
-        out_tree=artifact.out_tree,
-        donated=artifact.donated,
-        options=artifact.options,
-        origin=origin,
-        portable=artifact.section(PORTABLE),
-    )
-
-
 def parse_portable(artifact: Artifact, place: str):
     """The portable StableHLO section as an `ir.Module` in a lowering context: (module, lc).
 
     The section's checksum has been checked, so it is the bytes aotkit wrote; it is parsed
     in this process."""
-    from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
-
-    from aotkit import _context, modules
 
     data = artifact.section(PORTABLE)
     lc = _context.for_lowering()
@@ -867,46 +691,20 @@ def parse_portable(artifact: Artifact, place: str):
             ) from None
         if modules.main_function(module) is None:
             raise ArtifactError(
-                f"{place}: its portable StableHLO has no @main function; {_REWRITE}",
+                f"{place}: its portable StableHLO has no @main function; {REWRITE}",
                 path=artifact.label,
             )
         lc.add_constant_bytes(len(data))
     return module, lc
 
 
-def _compile_portable(artifact: Artifact, backend, place: str, *, check: bool = False):
-    """The portable StableHLO compiled on `backend`; with `check`, after the trust check that
-    modules from files pass (the file is not trusted: `load(..., portable_only=True)`)."""
-    module, _ = parse_portable(artifact, place)
-    if check:
-        from aotkit.frontends import trust
-
-        trust.check(module, place)
-    options = artifact.options if backend.name == artifact.target["backend"] else None
-    try:
-        executable = backend.compile(module, options)
-    except (ValueError, CompileError) as e:
-        if not options:
-            raise
-        # The options are the file's: a backend refusing them refuses the file.
-        raise ArtifactError(
-            f"{place}: its compile options {printable(repr(sorted(options)))} are refused here "
-            f"({e}); write the artifact again with options this backend takes",
-            path=artifact.label,
-        ) from None
-    if (executable.in_specs, executable.out_specs) != (artifact.in_specs, artifact.out_specs):
-        raise ArtifactError(
-            f"{place}: its portable StableHLO takes {_signature(executable)} but its header "
-            f"says {_signature(artifact)}; {_REWRITE}",
-            path=artifact.label,
-        )
-    return executable
-
-
-def _signature(obj) -> str:
-    ins = ", ".join(map(str, obj.in_specs))
-    outs = ", ".join(map(str, obj.out_specs))
-    return f"({ins}) -> ({outs})"
+def differences(saved: dict, here: dict) -> str:
+    """Where two targets (`Backend.target()` plus the executable format) differ."""
+    parts = []
+    for key in sorted(set(saved) | set(here), key=lambda k: (k != "backend", k)):
+        if saved.get(key) != here.get(key):
+            parts.append(f"{key} {saved.get(key)!r} (here {here.get(key)!r})")
+    return ", ".join(parts)
 
 
 # --- inspection ----------------------------------------------------------------------------
@@ -914,20 +712,7 @@ def _signature(obj) -> str:
 
 def _leaf_signature(artifact: Artifact) -> str:
     """The artifact's signature with its leaves named by path, as stage reprs print it."""
-    from types import SimpleNamespace
-
-    # Imported here: only `aotkit inspect` needs it, not the cheap `aotkit.load` path.
-    from aotkit.frontends.signature import format_signature
-
-    return format_signature(
-        SimpleNamespace(
-            name=artifact.name,
-            in_tree=artifact.in_tree,
-            out_tree=artifact.out_tree,
-            flat_in_specs=artifact.in_specs,
-            flat_out_specs=artifact.out_specs,
-        )
-    )
+    return format_signature(artifact.signature)
 
 
 def describe(data, label: str) -> str:
@@ -968,4 +753,4 @@ def _here(artifact: Artifact) -> str:
     if saved == here:
         how = "its executable loads as it is" if backend.executable_format else "compiles"
         return f"here: backend {name!r} matches; {how}"
-    return f"here: recompiles ({_differences(saved, here)})"
+    return f"here: recompiles ({differences(saved, here)})"

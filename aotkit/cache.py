@@ -48,16 +48,17 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
-from aotkit import _files
+from aotkit import _files, artifacts, modules
+from aotkit._version import __version__
 from aotkit.errors import ArtifactError, CacheWarning, CompileError
 
 ENV = "AOTKIT_CACHE_DIR"
 DEFAULT_MAX_BYTES = 2 << 30
-SUFFIX = ".aotx"
+SUFFIX = artifacts.SUFFIX
 STALE_TMP_S = 3600.0
-_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.aotx")
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}" + re.escape(SUFFIX))
 # _files.write_atomic's temporary names: "." + the entry's name + "." + random + ".tmp"
-_TMP_NAME = re.compile(r"\.[0-9a-f]{64}\.aotx\.[A-Za-z0-9_]+\.tmp")
+_TMP_NAME = re.compile(r"\.[0-9a-f]{64}" + re.escape(SUFFIX) + r"\.[A-Za-z0-9_]+\.tmp")
 # The Cache Directory Tagging Specification's file: backup tools skip the folder, and
 # aotkit knows the folder is its own.
 TAG = "CACHEDIR.TAG"
@@ -296,9 +297,6 @@ def key(lowered, backend, options) -> str | None:
     import jaxlib
     from jaxlib.mlir import passmanager
 
-    import aotkit
-    from aotkit import modules
-
     with lowered._lc as lc:
         copy = lowered._module.operation.clone()
         strip = lc.pipelines.get(_STRIP)
@@ -307,7 +305,7 @@ def key(lowered, backend, options) -> str | None:
         strip.run(copy)
         data = modules.bytecode(copy)
     config = {
-        "aotkit": aotkit.__version__,
+        "aotkit": __version__,
         "jaxlib": jaxlib.__version__,
         "target": backend.target(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
@@ -334,8 +332,6 @@ def get(cache_key: str, lowered, backend, options):
         with _lock:
             _misses += 1
         return None
-    from aotkit import artifacts
-
     try:
         artifact = artifacts.unpack(
             data, str(path), where="aotkit cache: entry", fix="deleted it; compiling again"
@@ -343,7 +339,7 @@ def get(cache_key: str, lowered, backend, options):
         if (
             artifact.target != backend.target()
             or artifact.executable_format != backend.executable_format
-            or (artifact.in_specs, artifact.out_specs)
+            or (artifact.signature.flat_in_specs, artifact.signature.flat_out_specs)
             != (lowered.flat_in_specs, lowered.flat_out_specs)
         ):
             raise ArtifactError(
@@ -394,8 +390,6 @@ def put(cache_key: str, lowered, executable, options) -> None:
     folder = _usable_directory()
     if folder is None:
         return
-    from aotkit import artifacts
-
     n_in, n_out = len(lowered.flat_in_specs), len(lowered.flat_out_specs)
     try:
         serialized = executable.serialize()

@@ -49,6 +49,8 @@ _PROGRESS_EVERY_S = 0.25
 
 IR_EMITS = ("stablehlo", "bytecode", "portable")
 COMPILE_EMITS = ("hlo", "cost", "memory", "artifact")
+# `aotkit.artifacts.SUFFIX`, spelled here so that `aotkit --help` starts without importing
+# jax (tests/test_cli.py checks that the two agree).
 ARTIFACT_SUFFIX = ".aotx"
 
 
@@ -224,7 +226,7 @@ class _ShapesAction(argparse.Action):
 # `_targets_first`).
 _LIST_OPTIONS = ("--shapes", "--shardings", "--inputs", "--backends")
 _TARGET_COMMANDS = ("lower", "compile", "run", "check")
-_MODULE_SUFFIXES = (".mlir", ".mlirbc", ".bc", ".aotx")
+_MODULE_SUFFIXES = (".mlir", ".mlirbc", ".bc", ARTIFACT_SUFFIX)
 
 
 def _targets_first(argv: list[str]) -> list[str]:
@@ -544,7 +546,8 @@ def _lower_python(args, specs: list | dict | None, source: str = "--shapes", inp
     """
     from jax import tree_util
 
-    from aotkit import frontends, stages
+    import aotkit
+    from aotkit import frontends
     from aotkit._cli_specs import leaf_names
 
     path, qualname = _split_target(args.target)
@@ -571,18 +574,21 @@ def _lower_python(args, specs: list | dict | None, source: str = "--shapes", inp
     with _dumps(args) as dump_dir, _progress(args, f"lowering {label}"):
         start = time.perf_counter()
         try:
-            lowered = stages.lower_function(
-                fn,
-                call_args,
-                call_kwargs,
+            options.update(
                 static_argnums=argnums,
                 static_argnames=argnames,
                 dump_dir=dump_dir,
                 frontend=choice.name,
                 print_ir_after_all=args.print_ir_after_all or None,
                 autograph=getattr(args, "autograph", True),
-                **options,
             )
+            clash = sorted(set(call_kwargs) & set(options))
+            if clash:
+                raise UserError(
+                    f"{label}: its keyword argument {clash[0]!r} has the name of an option of "
+                    "aotkit.lower, which would take it; make it a positional parameter"
+                )
+            lowered = aotkit.lower(fn, *call_args, **options, **call_kwargs)
         except SystemExit as e:  # the traced function ended the process: not a success
             raise UserError(
                 f"lowering {label}: the function called sys.exit({e.code!r}) while it was "
@@ -689,8 +695,7 @@ def _load_module_file(args, default_pipeline: str = "none"):
     `@main`; the module runs as written unless `--pipeline` names a pipeline (`aotkit opt`
     runs the default one).
     """
-    from aotkit import stages
-    from aotkit.frontends import files
+    import aotkit
 
     if getattr(args, "shapes", None) is not None or getattr(args, "static", None):
         raise UserError(
@@ -702,27 +707,24 @@ def _load_module_file(args, default_pipeline: str = "none"):
             f"{args.target}: --mesh and --shardings apply to FILE.py:FN targets; a module "
             "file's shardings come from the module (its mesh goes on the first devices)"
         )
-    with _progress(args, f"reading {args.target}"):
+    pipeline = args.pipeline if args.pipeline is not None else default_pipeline
+    with _dumps(args) as dump_dir, _progress(args, f"reading {args.target}"):
         start = time.perf_counter()
         source = args.target
         if source == "-":
             source = _files.read_stream(sys.stdin.buffer, where="stdin")
-        traced = files.read_module(source)
-        args.front_seconds = ("load", time.perf_counter() - start)
-    pipeline = args.pipeline if args.pipeline is not None else default_pipeline
-    with _dumps(args) as dump_dir, _progress(args, f"running pipeline on {traced.name}"):
-        start = time.perf_counter()
-        lowered = stages.lower_traced(
-            traced,
+        lowered = aotkit.load_module(
+            source,
             pipeline=pipeline,
             dump_dir=dump_dir,
             print_ir_after_all=args.print_ir_after_all or None,
-            consume=True,
         )
+        args.front_seconds = ("load", time.perf_counter() - start)
         _print_ir_after_all(args, lowered.dump_paths)
-    if pipeline != "none":
-        seconds = time.perf_counter() - start
-        _say(args, f"pipeline {pipeline!r} on {traced.name} took {_time(seconds)}")
+    _say(
+        args,
+        f"loaded {lowered.name} with pipeline {pipeline!r} in {_time(args.front_seconds[1])}",
+    )
     return lowered
 
 
@@ -950,7 +952,7 @@ def cmd_compile(args) -> int:
     analysis = compiled.cost_analysis() if args.emit == "cost" else compiled.memory_analysis()
     if analysis is None:
         raise UserError(
-            f"--emit {args.emit}: backend {_backend_name(compiled)!r} gives no {args.emit} "
+            f"--emit {args.emit}: backend {compiled.backend.name!r} gives no {args.emit} "
             "analysis; use --backend cpu"
         )
     if hasattr(analysis, "to_dict"):
@@ -982,11 +984,6 @@ def _compile_emit(dest: str | None) -> str:
         f"-o {dest!r}: cannot tell the output form from {what}; add --emit "
         f"{'|'.join(COMPILE_EMITS)} (without --emit, -o picks by suffix: {known})"
     )
-
-
-def _backend_name(compiled) -> str:
-    backend = getattr(compiled, "backend", None)
-    return getattr(backend, "name", None) or str(backend)
 
 
 def _compile(args, lowered):
@@ -1025,7 +1022,7 @@ def _load_artifact_target(args):
     """The `Compiled` of an artifact target (`aotkit.load`), or None for other targets."""
     if not _is_artifact_file(args.target):
         return None
-    from aotkit import artifacts
+    import aotkit
 
     for flag, given in (
         ("--shapes and --static", args.shapes is not None or args.static),
@@ -1039,9 +1036,7 @@ def _load_artifact_target(args):
             )
     with _progress(args, f"loading {args.target}"):
         start = time.perf_counter()
-        compiled = artifacts.load(
-            args.target, backend=args.backend, portable_only=args.portable_only
-        )
+        compiled = aotkit.load(args.target, backend=args.backend, portable_only=args.portable_only)
         args.front_seconds = ("load", time.perf_counter() - start)
     how = {
         "artifact": "its executable loaded as it is (no compile)",
@@ -1426,12 +1421,13 @@ def cmd_inspect(args) -> int:
             f"{args.target} is Python source; inspect takes an artifact (.aotx) or a module "
             "file (lower a function with `aotkit lower` or `aotkit compile -o F.aotx`)"
         )
+    import aotkit
     from aotkit.frontends import files
 
     with _progress(args, f"reading {args.target}"):
         data, label = files._read(args.target)
         kind = files.sniff(data, label)
-        traced = files.read_module(data, name=None)
+        traced = aotkit.load_module(data)
     kinds = {
         "text": "StableHLO MLIR text",
         "bytecode": "MLIR bytecode",
@@ -1454,7 +1450,7 @@ def cmd_inspect(args) -> int:
 
 def _signature_line(stage, params: list[str] | None = None) -> str:
     """`f(x: f32[3], params['w']: f32[4,3]) -> (out: f32[3])`: every leaf named by its path."""
-    from aotkit.frontends.signature import format_signature
+    from aotkit.arguments import format_signature
 
     return format_signature(stage, params)
 

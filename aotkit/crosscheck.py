@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from jax import tree_util
 
-from aotkit import dtypes
+import aotkit.backends
+from aotkit import dtypes, dumps
+from aotkit.api import lower
+from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
 
 # (rtol, atol) by result dtype: XLA, the interpreter and IREE each have their own
@@ -137,7 +140,6 @@ def check(
     Arguments are values or `aotkit.ShapeDtype` specs; each spec becomes seeded random data
     (`seed`). `rtol`/`atol` override the per-dtype tolerances of floats (`TOLERANCES`).
     """
-    from aotkit.stages import lower
 
     lowered = lower(fn, *args, frontend=frontend, **kwargs)
     leaves = tree_util.tree_leaves((args, kwargs))
@@ -164,8 +166,6 @@ def check_lowered(
 ) -> CheckReport:
     """`check` for a `Lowered` (a traced function or a module file); `leaves` are its flat
     arguments, a spec or None taking seeded random data."""
-    import aotkit.backends
-
     where = f"check({lowered.name})"
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None and (
@@ -228,7 +228,6 @@ def _backend_names(where: str, backends, reference: str, registry) -> list[str]:
 
 def _run(lowered, backend: str, inputs: list, *, raise_errors: bool):
     """The backend's flat outputs as NumPy arrays, or (unless `raise_errors`) why there are none."""
-    from aotkit.errors import CompileError
 
     try:
         compiled = lowered.compile(backend)
@@ -249,7 +248,6 @@ def _run(lowered, backend: str, inputs: list, *, raise_errors: bool):
 
 
 def _first_line(e: BaseException) -> str:
-    from aotkit import dumps
 
     text = str(e).strip().replace("; " + dumps.HOW_TO_DUMP, "")
     return text.splitlines()[0] if text else type(e).__name__

@@ -19,6 +19,8 @@ is the whole value).
 
 from __future__ import annotations
 
+from aotkit import _compat
+
 CPU_COLLECTIVES = ("gloo", "mpi")
 
 
@@ -66,7 +68,6 @@ def initialize(
             f"{where}: cpu_collectives={cpu_collectives!r}; choose one of "
             f"{', '.join(map(repr, CPU_COLLECTIVES))}"
         )
-    from aotkit import _compat
 
     if _compat.backends_started():
         raise RuntimeError(

@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import _context
+from aotkit import _context, config
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -70,7 +70,6 @@ _SCALAR_ARGUMENT = {
 def scalar_argument_dtype(kind: type) -> np.dtype:
     """The dtype of a Python scalar of `kind` passed as a top-level argument: 32-bit unless
     `aotkit.config` x64_scalars is on (a weak type: it promotes like the Python scalar)."""
-    from aotkit import config
 
     return _SCALAR_ARGUMENT[config.get("x64_scalars")][kind]
 

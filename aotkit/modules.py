@@ -1,9 +1,11 @@
-"""Reading StableHLO modules: the entry function, its signature, names and diagnostics.
+"""Reading StableHLO modules: the entry function, its signature, names, donation and
+diagnostics.
 
 Shared, downward, by the front ends (tracer, JAX, files), the stages and the backends: what
 aotkit needs to know about an `ir.Module` it did not build itself, and the one way an MLIR
-diagnostic becomes one line of an error message. Nothing here builds IR, so nothing here
-needs a lowering context to be active.
+diagnostic becomes one line of an error message. The one writer here is `mark_donated`,
+which gives `@main`'s donated arguments their aliasing attributes (where donation is read,
+it is also written); it runs inside the module's lowering context.
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ def functions(module: ir.Module) -> dict[str, ir.Operation]:
     return found
 
 
+def int_attr(module: ir.Module, key: str) -> int | None:
+    """An integer attribute of the module (`mhlo.num_partitions`, ...), or None."""
+    attrs = module.operation.attributes
+    return ir.IntegerAttr(attrs[key]).value if key in attrs else None
+
+
 def main_function(module: ir.Module):
     """The `@main` func.func of `module`, or None (caller is inside `with _context.of(module):`)."""
     return functions(module).get("main")
@@ -93,6 +101,60 @@ def donates(module: ir.Module) -> bool:
             for d in ir.ArrayAttr(main.attributes["arg_attrs"])
             for a in ir.DictAttr(d)
         )
+
+
+def mark_donated(
+    module, flags: tuple[bool, ...], in_specs, name: str
+) -> tuple[tuple[bool, ...], list[int]]:
+    """Gives each donated argument of `@main` its aliasing attribute; returns the donated
+    flags of the module (attributes a front end already wrote count too) and the arguments
+    it could pair with no result.
+
+    A donated argument without one gets `tf.aliasing_output = k` for the first result of its
+    spec no other argument aliases (XLA then writes that result into the argument's
+    buffer), or `jax.buffer_donor = true` when no result matches: XLA reuses a donated
+    buffer only for a result of its shape and dtype, so such a donation is unusable. The
+    caller is inside `with lc:` for the module's context.
+    """
+    main = main_function(module)
+    unusable: list[int] = []
+    if "arg_attrs" not in main.attributes:
+        if not any(flags):
+            return flags, unusable  # the common case: nothing donated, by the caller or module
+        old = []
+    else:
+        old = list(ir.ArrayAttr(main.attributes["arg_attrs"]))
+    # Names first: the values are read (by name) only when an attribute is added, since
+    # `NamedAttribute.attr` of a complex dense value (a file may hold one) ends the process.
+    names = [
+        [a.name for a in ir.DictAttr(old[i])] if i < len(old) else [] for i in range(len(in_specs))
+    ]
+    present = [any(k in n for k in DONATION_ATTRS) for n in names]
+    wanted = [f and not p for f, p in zip(flags, present, strict=True)]
+    if any(wanted):
+        entries = [{k: ir.DictAttr(old[i])[k] for k in n} for i, n in enumerate(names)]
+        out_specs = signature(module, f"module {name!r}")[1]
+        claimed = {
+            ir.IntegerAttr(e["tf.aliasing_output"]).value
+            for e in entries
+            if "tf.aliasing_output" in e
+        }
+        for i, spec in enumerate(in_specs):
+            if not wanted[i]:
+                continue
+            match = next(
+                (j for j, out in enumerate(out_specs) if out == spec and j not in claimed), None
+            )
+            if match is None:
+                entries[i]["jax.buffer_donor"] = ir.BoolAttr.get(True)
+                unusable.append(i)
+            else:
+                claimed.add(match)
+                entries[i]["tf.aliasing_output"] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(32), match
+                )
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get([ir.DictAttr.get(e) for e in entries])
+    return tuple(f or p for f, p in zip(flags, present, strict=True)), unusable
 
 
 def spec_of_type(t: ir.Type, where: str) -> ShapeDtype:

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
+
+from aotkit import backends
 
 P = PartitionSpec
 
@@ -43,9 +46,11 @@ def constrain(x, sharding):
     `PartitionSpec` over the program's mesh (the one its in/out shardings use). The
     partitioner then computes `x` with that layout, resharding (with collectives) as needed.
     """
-    from aotkit import spmd
+    # lazy: a constraint exists only inside a trace, and the tracer is not imported with
+    # `aotkit.sharding` (which `aotkit.load` of a sharded program needs)
+    from aotkit.lowering.sharding import constrain as bind_constraint
 
-    return spmd.constrain(x, sharding)
+    return bind_constraint(x, sharding)
 
 
 def parse_axes(text: str, where: str = "mesh") -> tuple[tuple[str, ...], tuple[int, ...]]:
@@ -77,10 +82,6 @@ def mesh(axes, *, backend: str | None = None) -> Mesh:
 
     In a run of several processes the devices are the global ones (every process's).
     """
-    import numpy as np
-
-    from aotkit import backends
-
     where = "aotkit.sharding.mesh"
     if isinstance(axes, dict):
         names, sizes = tuple(axes), tuple(axes.values())

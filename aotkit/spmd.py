@@ -13,7 +13,7 @@ module when it is compiled for the mesh's devices (aotkit/backends/pjrt_spmd.py)
 - While a function is traced, `constrain` emits `sdy.sharding_constraint`; `annotate` then
   writes `mhlo.num_partitions`, the `sdy.mesh` and every argument's and result's
   `sdy.sharding` into the traced module.
-- `read_module` reads what a module from JAX or a file says: its device count, its mesh
+- `read_layout` reads what a module from JAX or a file says: its device count, its mesh
   (axis names and sizes) and, where Shardy states them, the shardings of `@main`.
 - `Partitioning` carries the mesh and the flat shardings through the stages to the compile.
 """
@@ -27,6 +27,8 @@ import threading
 from jax import tree_util
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec, Sharding
 from jaxlib.mlir import ir
+
+from aotkit import arguments, modules
 
 MESH_SYMBOL = "mesh"
 _SHARDY_ATTR = "sdy.sharding"
@@ -282,55 +284,6 @@ def current_layout() -> TraceLayout | None:
     return stack[-1] if stack else None
 
 
-def constrain(x, sharding):
-    """`aotkit.sharding.constrain`: x, constrained to `sharding` (see there)."""
-    from aotkit.lowering import core
-
-    where = "aotkit.sharding.constrain"
-    if not isinstance(x, core.Tracer):
-        if not core.is_tracing():
-            raise core.no_trace_error(where)
-        raise TypeError(
-            f"{where} (at {core.user_site()}): x is a {type(x).__name__}, not a traced array; "
-            "constrain the arrays the function computes (or its arguments)"
-        )
-    layout = current_layout()
-    assert layout is not None, "every trace of a function runs under spmd.tracing"
-    where = core.where(where)
-    if isinstance(sharding, NamedSharding) and layout.mesh is None:
-        layout.mesh = sharding.mesh
-    label = "the sharding"
-    resolved = resolve(where, label, sharding, _spec(x), layout.mesh, default_replicated=True)
-    weak = x.weak
-    out = core.bind1("sharding_constraint", x, sharding=shardy_text(resolved, x.ndim))
-    return core.as_weak(out) if weak else out
-
-
-def _spec(x):
-    from aotkit.specs import ShapeDtype
-
-    return ShapeDtype(x.shape, x.dtype)
-
-
-def _same_aval(aval, **params):
-    return [aval]
-
-
-def _lower_constraint(ctx, x, *, sharding: str):
-    from aotkit.lowering.core import emit
-
-    return emit(ctx, "sdy.sharding_constraint", x, sharding=ir.Attribute.parse(sharding))
-
-
-def _register() -> None:
-    from aotkit.lowering.core import register
-
-    register("sharding_constraint", shape=_same_aval)(_lower_constraint)
-
-
-_register()
-
-
 # --- writing Shardy annotations ------------------------------------------------------------
 
 
@@ -359,8 +312,6 @@ def annotate(module: ir.Module, partitioning: Partitioning, in_specs, out_specs)
     """Writes `partitioning` into a traced module: `mhlo.num_partitions`, the `sdy.mesh`, and
     `sdy.sharding` on `@main`'s arguments and constrained results. The caller is inside
     `with lc:` for the module's context."""
-    from aotkit import modules
-
     mesh = partitioning.mesh
     _check_axis_names("lower", mesh)
     i32 = ir.IntegerType.get_signless(32)
@@ -399,14 +350,8 @@ def _attr_name(item) -> str:
     return item if isinstance(item, str) else item.name
 
 
-def int_attr(module: ir.Module, key: str) -> int | None:
-    """An integer attribute of the module (`mhlo.num_partitions`, ...), or None."""
-    attrs = module.operation.attributes
-    return ir.IntegerAttr(attrs[key]).value if key in attrs else None
-
-
 class ModuleLayout:
-    """What a module from JAX or a file says about its devices (see `read_module`)."""
+    """What a module from JAX or a file says about its devices (see `read_layout`)."""
 
     __slots__ = ("num_partitions", "num_replicas", "mesh", "in_shardings", "out_shardings")
 
@@ -421,13 +366,11 @@ class ModuleLayout:
         self.out_shardings = out_shardings
 
 
-def read_module(where: str, module: ir.Module) -> ModuleLayout:
+def read_layout(where: str, module: ir.Module) -> ModuleLayout:
     """The device count, mesh and `@main` shardings a partitioned module states; ValueError
     for a mesh aotkit cannot place (several meshes, devices out of order). The caller is inside
     `with lc:` for the module's context."""
     from jaxlib.mlir.dialects import sdy
-
-    from aotkit import modules
 
     meshes = []
     for op in module.body.operations:
@@ -464,8 +407,8 @@ def read_module(where: str, module: ir.Module) -> ModuleLayout:
     n_in = len(modules.function_type(main).inputs)
     n_out = len(modules.function_type(main).results)
     return ModuleLayout(
-        int_attr(module, "mhlo.num_partitions"),
-        int_attr(module, "mhlo.num_replicas"),
+        modules.int_attr(module, "mhlo.num_partitions"),
+        modules.int_attr(module, "mhlo.num_replicas"),
         mesh,
         _read_attrs(main, "arg_attrs", n_in, symbol),
         _read_attrs(main, "res_attrs", n_out, symbol),
@@ -556,10 +499,8 @@ def from_module(where: str, layout: ModuleLayout, in_specs, out_specs, mesh=None
 
 def arg_labels(in_tree) -> list[str]:
     """`args[0]`, `args[1]['w']`, `kwargs['x']`: each leaf of an `(args, kwargs)` tree."""
-    from aotkit.frontends import signature
-
     dummy = tree_util.tree_unflatten(in_tree, [0] * in_tree.num_leaves)
-    return [signature.arg_path(path) for path, _ in tree_util.tree_flatten_with_path(dummy)[0]]
+    return [arguments.arg_path(path) for path, _ in tree_util.tree_flatten_with_path(dummy)[0]]
 
 
 def result_labels(out_tree) -> list[str]:

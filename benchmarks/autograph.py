@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from aotkit.stages import lower_function  # noqa: E402
+from aotkit.api import lower_function  # noqa: E402
 from tests.programs.kernels import KERNELS  # noqa: E402
 
 SIZES = {

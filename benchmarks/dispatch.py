@@ -27,7 +27,7 @@ import numpy as np
 import aotkit
 import aotkit.numpy as anp
 from aotkit import _compat
-from aotkit.stages import jit
+from aotkit.api import jit
 
 
 def measure(variants: dict, calls: int, rounds: int) -> dict[str, list[float]]:

@@ -27,13 +27,13 @@ from jaxlib.mlir.dialects import stablehlo
 import aotkit
 import aotkit.numpy as anp
 from aotkit import artifacts, backends
-from aotkit.compiled import Compiled
 from aotkit.errors import ArtifactError, ArtifactWarning
+from aotkit.stages import Compiled
 from tests import artifact_child
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = ROOT / "tests" / "artifact_child.py"
-REWRITE = re.escape(artifacts._REWRITE) + "$"
+REWRITE = re.escape(artifacts.REWRITE) + "$"
 
 
 # --- programs ------------------------------------------------------------------------------
@@ -215,7 +215,7 @@ def test_lapack_custom_calls_run_after_a_fresh_load(tmp_path):
 def test_loading_imports_neither_the_tracer_nor_the_passes(round_trip):
     _, results = round_trip
     loaded = set(results["modules"])
-    for heavy in ("aotkit.lowering", "aotkit.passes", "aotkit.stages", "aotkit.numpy"):
+    for heavy in ("aotkit.lowering", "aotkit.passes", "aotkit.api", "aotkit.numpy"):
         assert heavy not in loaded
 
 
@@ -827,7 +827,7 @@ def test_cli_compile_writes_an_artifact_by_its_suffix(cli_artifact, run_cli, tmp
     user, dest, _ = cli_artifact
     assert artifacts.is_artifact(dest.read_bytes())
     art = artifacts.unpack(dest.read_bytes())
-    assert art.name == "affine" and [str(s) for s in art.in_specs] == [
+    assert art.name == "affine" and [str(s) for s in art.signature.flat_in_specs] == [
         "f32[2,3]",
         "f32[3,4]",
         "f32[4]",

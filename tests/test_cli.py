@@ -21,8 +21,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 import aotkit
-from aotkit import cli, stages
-from aotkit.frontends import signature
+from aotkit import api, arguments, cli
 from tests.helpers import ir_context
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +106,7 @@ def fails(result, code: int, *fragments: str):
     assert rc == code, err
     assert out == ""
     assert "internal error" not in err
-    assert "aotkit/cli.py" not in err and "aotkit/stages.py" not in err
+    assert "aotkit/cli.py" not in err and "aotkit/api.py" not in err
     for fragment in fragments:
         assert fragment in err
     return err
@@ -140,7 +139,7 @@ def test_lower_static_arguments_keep_their_positions(run_cli, user):
     code, out, err = run_cli(*argv, "--static", "n=2", "--static", "act='none'")
     assert code == 0, err
     x, y = specs("f32[3]", "f32[3]")
-    oracle = stages.lower_function(
+    oracle = api.lower_function(
         load(user).scaled,
         (x, 2, y),
         {"act": "none"},
@@ -466,7 +465,7 @@ def test_tracer_error_points_at_the_users_line(run_cli, user):
 def test_traceback_flag_shows_aotkits_frames(run_cli, user):
     rc, _, err = run_cli("lower", f"{user}:boom", "--shapes", "f32[]", "--traceback")
     assert rc == 1
-    assert "aotkit/stages.py" in err and "aotkit/cli.py" in err
+    assert "aotkit/api.py" in err and "aotkit/cli.py" in err
     assert error_line(err).endswith("ZeroDivisionError: division by zero")
 
 
@@ -490,7 +489,7 @@ def test_unknown_pass(run_cli, user):
 
 def test_internal_error_is_one_line(run_cli, user, monkeypatch):
     # A builtin raising inside aotkit's frames stands in for a bug in aotkit.
-    monkeypatch.setattr(signature, "function_name", {}.__getitem__)
+    monkeypatch.setattr(arguments, "function_name", {}.__getitem__)
     rc, out, err = run_cli("lower", f"{user}:double", "--shapes", "f32[]")
     assert (rc, out) == (1, "")
     assert err.startswith("aotkit lower: error: internal error: KeyError: <function double")
@@ -1441,3 +1440,9 @@ def test_sys_exit_in_the_traced_function_is_an_error(tmp_path, code):
         "it was traced; a traced function must return its result (raise an exception to "
         "report an error)\n"
     )
+
+
+def test_the_cli_spells_the_artifact_suffix_as_the_format_does():
+    from aotkit import artifacts, cache
+
+    assert cli.ARTIFACT_SUFFIX == artifacts.SUFFIX == cache.SUFFIX == ".aotx"

@@ -300,6 +300,7 @@ def test_without_cpp_dispatch_calls_take_the_checked_python_call(monkeypatch):
     compiled = _scale()
     assert compiled._call == compiled._python_call
     jitted = aotkit.jit(lambda x: x + 1)
+    jitted(1.0)  # the dispatcher is chosen at the first call
     assert jitted._dispatch == jitted._python_call
     assert native_dispatcher("f", None, None) is None
 

@@ -12,7 +12,7 @@ import aotkit
 import aotkit.numpy as anp
 from aotkit import ShapeDtype, backends
 from aotkit.backends import MemoryAnalysis
-from aotkit.compiled import Compiled
+from aotkit.stages import Compiled
 from tests.helpers import BACKENDS
 
 

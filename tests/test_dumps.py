@@ -11,7 +11,7 @@ from jaxlib.mlir import ir
 
 import aotkit
 from aotkit import dumps, passes
-from aotkit.stages import jit, lower_function
+from aotkit.api import jit, lower_function
 from tests.helpers import ir_context
 from tests.test_passes import DEFAULT_STEPS
 

@@ -19,8 +19,7 @@ from jax import tree_util
 
 import aotkit
 import aotkit.numpy as anp
-from aotkit import backends, config
-from aotkit.frontends import signature
+from aotkit import arguments, backends, config
 
 X4 = np.arange(4, dtype=np.float32)
 AOTKIT_DIR = os.path.dirname(os.path.abspath(aotkit.__file__)) + os.sep
@@ -325,7 +324,7 @@ def test_lowered_repr_names_leaves_by_path():
 
 def test_format_signature_takes_parameter_names():
     lowered = aotkit.lower(_layer, *LAYER_ARGS, scale=2.0)
-    assert signature.format_signature(lowered, ["params", "x"]) == (
+    assert arguments.format_signature(lowered, ["params", "x"]) == (
         "_layer(params['w']: f32[4,3], x: f32[3], scale: f32[]) -> (out['y']: f32[4])"
     )
 

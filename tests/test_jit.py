@@ -12,8 +12,8 @@ import pytest
 import aotkit
 import aotkit.numpy as anp
 from aotkit import ShapeDtype
+from aotkit.api import CacheInfo, Jitted, jit
 from aotkit.errors import CompileError
-from aotkit.stages import CacheInfo, Jitted, jit
 from tests.helpers import BACKENDS
 
 

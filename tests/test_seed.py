@@ -23,7 +23,7 @@ from jaxlib.mlir import ir
 import aotkit
 import aotkit.numpy as anp
 from aotkit import _context
-from aotkit.stages import jit
+from aotkit.api import jit
 
 f = lambda x: anp.sqrt(x**2) + 1.0  # noqa: E731  (the seed's own line)
 

@@ -17,7 +17,7 @@ from jaxlib.mlir import ir
 import aotkit
 import aotkit.numpy as anp
 from aotkit import Traced, _context
-from aotkit.stages import lower_function
+from aotkit.api import lower_function
 from tests.helpers import assert_matches
 
 F4 = aotkit.spec("f32[4]")
@@ -65,17 +65,28 @@ def test_trace_has_the_source_locations():
     assert "test_stages.py" in text
 
 
-def test_every_front_end_gives_a_traced_stage(tmp_path):
+def test_every_front_end_gives_a_program_that_the_stages_wrap(tmp_path):
     from aotkit.frontends import files
+    from aotkit.frontends.jax import trace_jax
+    from aotkit.frontends.tracer import trace
+    from aotkit.program import Program, Signature
 
     text = aotkit.lower(lambda x: x + x, F4).as_text()
     path = tmp_path / "m.mlir"
     path.write_text(text)
-    from_file = files.read_module(path)
+    programs = {
+        "file": files.read_module(path),
+        "jax": trace_jax(lambda x: jax.numpy.sin(x), (F4,), {}),
+        "aotkit": trace(lambda x: x * 2, (F4,), {}),
+    }
+    for frontend, program in programs.items():
+        assert isinstance(program, Program) and program.frontend == frontend
+        assert isinstance(program.signature, Signature)
+        assert program.signature.flat_in_specs == (F4,)
     from_jax = aotkit.jit(lambda x: jax.numpy.sin(x), frontend="jax").trace(F4)
-    assert (from_file.frontend, from_jax.frontend) == ("file", "jax")
-    assert isinstance(from_file, Traced) and isinstance(from_jax, Traced)
-    assert from_file.lower().pipeline == "none"  # a file runs as written by default
+    assert isinstance(from_jax, Traced) and from_jax.frontend == "jax"
+    assert from_jax.signature == programs["jax"].signature.replace(name=from_jax.name)
+    assert aotkit.load_module(path).pipeline == "none"  # a file runs as written by default
     assert from_jax.lower().pipeline == "none"  # so is a JAX module (jax.jit's, bit for bit)
 
 

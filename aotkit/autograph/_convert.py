@@ -350,6 +350,9 @@ def converted(f):
     return f
 
 
+_runtime.install_converter(converted)
+
+
 def is_converted(fn) -> bool:
     code = getattr(fn, "__code__", None)
     return code is not None and id(code) in _converted_codes

@@ -986,9 +986,22 @@ def call(f):
         if f is builtins.min:
             return _min
         return f
-    from aotkit.autograph import _convert
+    return _converter(f)
 
-    return _convert.converted(f)
+
+def _not_installed(f):
+    raise RuntimeError("aotkit.autograph._convert did not install its converter")
+
+
+# The function that converts a callee (`_convert.converted`): `_convert` sits above this
+# module (it builds the functions that call into it) and installs it when it is imported.
+_converter = _not_installed
+
+
+def install_converter(converter) -> None:
+    """Makes `call` convert user functions with `converter` (done by aotkit.autograph._convert)."""
+    global _converter
+    _converter = converter
 
 
 def _extreme(builtin, better):

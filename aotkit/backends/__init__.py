@@ -40,10 +40,22 @@ _lock = threading.RLock()
 _started: dict[str, Backend] = {}
 
 
-def _plugin_platforms() -> tuple[str, ...]:
+def _plugin():
+    """aotkit/backends/plugin.py, on first use."""
+    # lazy: plugin.py imports pjrt, hence jax (0.5-0.9 s measured here), which
+    # `get("interpreter")` and `get("iree")` do not need
     from aotkit.backends import plugin
 
-    return tuple(plugin.KNOWN)
+    return plugin
+
+
+def _iree():
+    """aotkit/backends/iree.py, on first use."""
+    # lazy: iree is an optional extra; its module (20-30 ms measured here) is imported only
+    # when it is asked for or listed
+    from aotkit.backends import iree
+
+    return iree
 
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
@@ -52,10 +64,9 @@ def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
 
 def _startable() -> list[str]:
     """Names `get` can start without error (plugins only when their package is installed)."""
-    from aotkit.backends import iree, plugin
-
+    plugin = _plugin()
     names = list(_BUILTIN)
-    names += ["iree"] if iree.installed() else []
+    names += ["iree"] if _iree().installed() else []
     names += [p for p in plugin.KNOWN if plugin.installed(p)]
     names += [n for n in _entry_points() if n not in names]
     names += [n for n in _started if n not in names]
@@ -65,12 +76,10 @@ def _startable() -> list[str]:
 def known(name: str) -> bool:
     """Whether `name` names a backend aotkit knows, started or not (cpu, interpreter, iree,
     the PJRT plugin platforms, entry points, and backends loaded or registered)."""
-    from aotkit.backends import plugin
-
     return (
         name in _BUILTIN
         or name == "iree"
-        or name in plugin.KNOWN
+        or name in _plugin().KNOWN
         or name in _started
         or name in _entry_points()
     )
@@ -93,24 +102,25 @@ def _from_entry_point(name: str, ep: importlib.metadata.EntryPoint) -> Backend:
 
 def _create(name: str) -> Backend:
     if name == "cpu":
+        # lazy: cpu.py imports pjrt, hence jax (0.5-0.9 s measured here); the interpreter
+        # and iree run without it
         from aotkit.backends import cpu
 
         return cpu.create()
     if name == "interpreter":
+        # lazy: the interpreter's module and rules (~30 ms measured here) load when it is asked for
         from aotkit.backends import interpreter
 
         return interpreter.create()
     if name == "iree":
-        from aotkit.backends import iree
-
+        iree = _iree()
         if not iree.installed():
             raise ValueError(
                 f"backends.get: backend 'iree' is not installed; get it with "
                 f"{iree.INSTALL_HINT}; available: {', '.join(_startable())}"
             )
         return iree.create()
-    from aotkit.backends import plugin
-
+    plugin = _plugin()
     if name in plugin.KNOWN:
         if not plugin.installed(name):
             raise ValueError(
@@ -170,13 +180,12 @@ def load_plugin(name: str, path: str) -> Backend:
         raise ValueError(
             f"load_plugin: backend name {name!r} must be an identifier such as 'mygpu'"
         )
+    plugin = _plugin()
     with _lock:
-        if name in _started or name in _RESERVED or name in _plugin_platforms():
+        if name in _started or name in _RESERVED or name in plugin.KNOWN:
             raise ValueError(
                 f"load_plugin: backend name {name!r} is taken; choose another name "
-                f"(taken: {', '.join(sorted({*_RESERVED, *_plugin_platforms(), *_started}))})"
+                f"(taken: {', '.join(sorted({*_RESERVED, *plugin.KNOWN, *_started}))})"
             )
-        from aotkit.backends import plugin
-
         backend = _started[name] = plugin.load(name, path)
     return backend

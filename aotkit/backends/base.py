@@ -5,6 +5,12 @@ returns an `Executable`. An `Executable` runs flat argument leaves to flat resul
 answers the inspection questions `Compiled` forwards (`as_text`, `cost_analysis`,
 `memory_analysis`, `runtime_executable`); a view it cannot give is `None`.
 
+Every optional capability is declared here with the default of a backend that lacks it, so
+callers ask the object and never probe it with `getattr`: cross-compiling
+(`Backend.cross_compiles`, `normalize_target`, the `target=`/`target_options=` keywords of
+`compile`), sharded programs (`Backend.compile_spmd`, `Executable.partitioning`), and native
+dispatch (`Backend.jit_dispatcher`, `Executable.dispatcher`, `Executable.fastpath`).
+
 Results. Every result of one backend's executables is of one type, `Backend.result_type`:
 `jax.Array` for PJRT backends (`cpu`, the plugins), where the result stays in the buffer
 the device wrote (no copy; the call returns before the device finishes); `numpy.ndarray`
@@ -25,13 +31,16 @@ scalar filling a 0-d slot whose dtype kind is its own or higher (NEP 50: `3.` fi
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+import functools
+import hashlib
+import platform
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import dtypes
+from aotkit import dtypes, modules
 from aotkit.specs import ShapeDtype
 
 
@@ -79,6 +88,10 @@ class Executable(abc.ABC):
     name: str
     in_specs: tuple[ShapeDtype, ...]
     out_specs: tuple[ShapeDtype, ...]
+    # A sharded executable's `aotkit.spmd.Partitioning`, bound to its devices and holding
+    # the shardings XLA compiled (what `Backend.compile_spmd` returns); None for an
+    # executable that runs on one device.
+    partitioning = None
 
     @abc.abstractmethod
     def execute(self, leaves: Sequence) -> list:
@@ -88,11 +101,18 @@ class Executable(abc.ABC):
     def as_text(self) -> str:
         """The backend's final program text (optimized HLO, or the final StableHLO)."""
 
-    def dispatcher(self, name: str, python_call):
+    def dispatcher(self, name: str, python_call: Callable) -> Callable | None:
         """An optional native callable in front of `python_call` (None: call Python directly).
 
         It must behave exactly like `python_call`, handing it every call it cannot run.
         """
+        return None
+
+    def fastpath(self, out, args: tuple, kwargs: dict, x64: bool):
+        """What the native dispatch of `Backend.jit_dispatcher` caches to run this executable
+        again for the argument signature of `args`/`kwargs` (just run, giving `out`, with
+        JAX's x64 mode `x64`), or None when it cannot run such calls exactly as the checked
+        Python call does (the call then stays in Python). None for backends without one."""
         return None
 
     def cost_analysis(self) -> dict[str, float] | None:
@@ -134,6 +154,10 @@ class Backend(abc.ABC):
     executable_format: str | None = None
     # The type of every result this backend's executables return (see the module docstring).
     result_type: type = np.ndarray
+    # Whether `compile` takes a `target=`/`target_options=` other than None, compiling for
+    # a device other than its own (iree); `normalize_target` checks them. Stages refuse the
+    # keywords for any other backend before compiling.
+    cross_compiles: bool = False
 
     @abc.abstractmethod
     def devices(self) -> list:
@@ -183,8 +207,33 @@ class Backend(abc.ABC):
         )
 
     @abc.abstractmethod
-    def compile(self, module: ir.Module, options: Mapping[str, object] | None = None) -> Executable:
-        """Compiles a verified module with a public `@main`; failures raise CompileError."""
+    def compile(
+        self,
+        module: ir.Module,
+        options: Mapping[str, object] | None = None,
+        *,
+        target: str | None = None,
+        target_options: Mapping[str, str] | None = None,
+    ) -> Executable:
+        """Compiles a verified module with a public `@main`; failures raise CompileError.
+
+        `target`/`target_options` choose another device to compile for; only a backend that
+        `cross_compiles` takes values other than None (others: `normalize_target` refuses)."""
+
+    def normalize_target(
+        self, target: str | None = None, target_options: Mapping[str, str] | None = None
+    ) -> tuple:
+        """Checks `compile`'s `target`/`target_options`; returns a hashable key for compile
+        caches. A backend that does not cross-compile takes only None for both (key `()`),
+        and refuses anything else with a ValueError."""
+        if target is None and target_options is None:
+            return ()
+        given = f"target={target!r}" if target is not None else f"target_options={target_options!r}"
+        raise ValueError(
+            f"backend {self.name!r}: {given} applies to backend='iree', which cross-compiles; "
+            f"backend {self.name!r} compiles for its own devices; drop it or compile with "
+            "backend='iree'"
+        )
 
     def compile_spmd(
         self, module: ir.Module, options: Mapping[str, object] | None, partitioning
@@ -192,8 +241,6 @@ class Backend(abc.ABC):
         """Compiles a module partitioned over several devices (`partitioning`, an
         `aotkit.spmd.Partitioning`) into an executable whose `partitioning` is bound to its
         devices and the compiled shardings. Backends that run on one device refuse."""
-        from aotkit import modules
-
         raise ValueError(
             f"backend {self.name!r} runs programs on one device, but module "
             f"{modules.module_name(module)!r} is partitioned over {partitioning.describe()}; "
@@ -211,8 +258,37 @@ class Backend(abc.ABC):
         JAX's (the interpreter's and iree's results are NumPy arrays)."""
         return None
 
+    def jit_dispatcher(self, name: str, python_call: Callable, run: Callable) -> Callable | None:
+        """A native callable for `jit` to put in front of its checked Python call, or None
+        (the default: `jit` calls Python directly).
+
+        `run(x64, args, kwargs) -> (out, fastpath or None)` is called for every call the
+        native side has not cached: it runs the checked call and returns what to cache
+        (`Executable.fastpath`). `python_call(*args, **kwargs)` is the checked call itself,
+        for what the native side never runs. The callable behaves exactly like
+        `python_call`, and has a `clear_cache()` that forgets every cached signature."""
+        return None
+
     def __repr__(self) -> str:
         return f"<aotkit backend {self.name!r} platform={self.platform!r}>"
+
+
+@functools.cache
+def host_cpu() -> str:
+    """The host's architecture and a digest of its CPU feature flags (Linux), or its
+    processor string elsewhere: CPU code compiled for the host (XLA's, IREE's llvm-cpu)
+    uses its instruction set, which another CPU may lack."""
+    machine = platform.machine() or "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    features = " ".join(sorted(value.split()))
+                    return f"{machine} {hashlib.sha256(features.encode()).hexdigest()[:16]}"
+    except OSError:
+        pass
+    return f"{machine} {platform.processor()}".strip()
 
 
 # NEP 50: a Python scalar fills a slot whose kind is its own or higher.

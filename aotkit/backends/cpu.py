@@ -7,8 +7,8 @@ arguments without a copy. The client starts on the first `aotkit.backends.get("c
 from __future__ import annotations
 
 from aotkit import _compat
-from aotkit.backends.pjrt import PjrtBackend
+from aotkit.backends.pjrt_spmd import SpmdBackend
 
 
-def create() -> PjrtBackend:
-    return PjrtBackend("cpu", _compat.pjrt_backend("cpu"))
+def create() -> SpmdBackend:
+    return SpmdBackend("cpu", _compat.pjrt_backend("cpu"))

@@ -62,6 +62,7 @@ from aotkit.backends.base import (
     Executable,
     MemoryAnalysis,
     describe,
+    host_cpu,
     host_value,
 )
 from aotkit.errors import CompileError, printable
@@ -161,6 +162,7 @@ def installed() -> bool:
 
 def create() -> IreeBackend:
     try:
+        # lazy: iree is an optional extra (aotkit[iree]); without it this module still imports
         from iree.compiler.tools import binaries
         from iree.runtime import version as runtime_version
     except ImportError as e:
@@ -215,6 +217,7 @@ class IreeBackend(Backend):
     name = "iree"
     platform = "cpu"
     executable_format = "iree-vmfb"
+    cross_compiles = True  # `compile(target=..., target_options=...)`: any IREE target
 
     def __init__(self, compiler: str, linker: str | None, version: str):
         self._compiler = compiler
@@ -251,8 +254,6 @@ class IreeBackend(Backend):
             and target_options.get("cpu", "host") == "host"
             and ("triple" not in target_options)
         ):
-            from aotkit.backends.pjrt import host_cpu
-
             found["host"] = host_cpu()  # compiled for this host's instruction set
         return found
 
@@ -301,10 +302,8 @@ class IreeBackend(Backend):
         return executable
 
     def normalize_target(self, target=None, target_options=None) -> tuple:
-        """Validates `target` and `target_options`; returns a hashable key for compile caches.
-
-        `Lowered.compile(target=..., target_options=...)` goes to backends with this method.
-        """
+        """Validates `target` and `target_options`; returns a hashable key for compile caches
+        (for None and None too: the default target, llvm-cpu for this host)."""
         spec = self._target(target)
         where = "backend 'iree'"
         if target_options is None:
@@ -499,6 +498,7 @@ class IreeBackend(Backend):
     # -- running
 
     def _runtime(self):
+        # lazy: iree is an optional extra; loading its runtime library waits for the first run
         import iree.runtime as rt
 
         if self._instance is None:
@@ -755,6 +755,7 @@ class IreeExecutable(Executable):
         self._text: str | None = None
         self._loaded = None
         self._lock = threading.Lock()
+        # lazy: iree is an optional extra, imported only once an executable exists
         import iree.runtime as rt
 
         self._rt = rt

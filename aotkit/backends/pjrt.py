@@ -1,7 +1,10 @@
 """PJRT backends: compile a StableHLO module with XLA through a PJRT client and run it.
 
 `cpu` (jaxlib's embedded CPU client) and the plugins (`cuda`, `rocm`, `tpu`, any plugin
-`.so`) differ only in where their client comes from; this module holds what they share.
+`.so`) differ only in where their client comes from; this module holds what they share for
+programs on one device. Sharded programs build on it in aotkit/backends/pjrt_spmd.py, whose
+`SpmdBackend` (a `PjrtBackend` that also compiles for several devices) is the class the
+`cpu` and plugin backends are; nothing here imports it.
 
 The call path is the hot path of `Compiled.__call__`, and it has two layers. In front is
 jaxlib's C++ dispatch (the one JAX's own `Compiled` runs on): once an argument signature
@@ -16,13 +19,12 @@ result handlers.
 from __future__ import annotations
 
 import functools
-import hashlib
-import platform
 import re
 import threading
 from collections.abc import Mapping
 
 import jax
+import jaxlib
 import ml_dtypes
 import numpy as np
 from jax import tree_util
@@ -36,6 +38,7 @@ from aotkit.backends.base import (
     Executable,
     MemoryAnalysis,
     describe,
+    host_cpu,
     host_fits,
     host_value,
 )
@@ -97,7 +100,9 @@ def _utf8(text: str) -> bool:
 
 
 class PjrtBackend(Backend):
-    """A backend over one PJRT client; executables run on its first local device."""
+    """A backend over one PJRT client; executables run on its first local device.
+
+    It compiles programs for one device; `pjrt_spmd.SpmdBackend` adds `compile_spmd`."""
 
     executable_format = "pjrt"
     # Results stay in the PJRT buffers the device wrote (aotkit/backends/base.py).
@@ -113,8 +118,6 @@ class PjrtBackend(Backend):
 
     @property
     def version(self) -> str:
-        import jaxlib
-
         return f"jaxlib {jaxlib.__version__}, {self._client.platform_version}"
 
     def devices(self) -> list:
@@ -136,8 +139,6 @@ class PjrtBackend(Backend):
     def target(self) -> dict[str, str]:
         """Platform, its version, jaxlib's version and the device kind; on the CPU also the
         host's instruction set, which XLA compiles for (another CPU may lack it)."""
-        import jaxlib
-
         target = {
             "backend": self.name,
             "platform": self.platform,
@@ -205,7 +206,15 @@ class PjrtBackend(Backend):
             )
         return PjrtExecutable(self, name, exe, in_specs, out_specs, serialized=data)
 
-    def compile(self, module: ir.Module, options: Mapping[str, object] | None = None):
+    def compile(
+        self,
+        module: ir.Module,
+        options: Mapping[str, object] | None = None,
+        *,
+        target: str | None = None,
+        target_options: Mapping[str, str] | None = None,
+    ):
+        self.normalize_target(target, target_options)  # XLA compiles for this client's devices
         where = f"backend {self.name!r}"
         overrides, name, in_specs, out_specs, data = self._prepare(module, options, where)
         exe = self._compile_and_load(
@@ -256,12 +265,9 @@ class PjrtBackend(Backend):
                 module_name=name,
             ) from e
 
-    def compile_spmd(self, module: ir.Module, options=None, partitioning=None):
-        """Compiles for XLA's SPMD partitioner over `partitioning`'s devices (see
-        aotkit/backends/pjrt_spmd.py)."""
-        from aotkit.backends import pjrt_spmd
-
-        return pjrt_spmd.compile_spmd(self, module, options, partitioning)
+    def jit_dispatcher(self, name: str, python_call, run):
+        """jaxlib's C++ dispatch in front of `jit`'s checked call (`native_dispatcher`)."""
+        return native_dispatcher(name, python_call, run)
 
 
 def native_dispatcher(name: str, python_call, run):
@@ -709,20 +715,3 @@ class PjrtExecutable(Executable):
             return bytes(self._exe.serialize())
         except Exception:  # a plugin without executable serialization: portable only
             return None
-
-
-@functools.cache
-def host_cpu() -> str:
-    """The host's architecture and a digest of its CPU feature flags (Linux), or its
-    processor string elsewhere: XLA's CPU code uses the host's instruction set."""
-    machine = platform.machine() or "unknown"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    features = " ".join(sorted(value.split()))
-                    return f"{machine} {hashlib.sha256(features.encode()).hexdigest()[:16]}"
-    except OSError:
-        pass
-    return f"{machine} {platform.processor()}".strip()

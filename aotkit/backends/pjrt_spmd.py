@@ -1,11 +1,15 @@
 """PJRT backends, sharded programs: compile for XLA's SPMD partitioner and run on a mesh.
 
-The compile stage hands over a module annotated with shardings (aotkit/spmd.py) and its
-`Partitioning`. This module binds the partitioning to devices (the mesh's own, or the
-backend's first devices for a mesh that names none, as a module file's does), compiles one
-SPMD executable for all of them (XLA partitions it and inserts the collectives), and reads
-back the sharding XLA compiled for every argument and result: those are the executable's
-contract, whatever the module asked for.
+`SpmdBackend` is the class of the `cpu` and plugin backends: a `PjrtBackend` (one device,
+aotkit/backends/pjrt.py) with `compile_spmd`. This module builds on pjrt; pjrt does not
+import it.
+
+The compile stage hands `SpmdBackend.compile_spmd` a module annotated with shardings
+(aotkit/spmd.py) and its `Partitioning`. This binds the partitioning to devices (the mesh's
+own, or the backend's first devices for a mesh that names none, as a module file's does),
+compiles one SPMD executable for all of them (XLA partitions it and inserts the
+collectives), and reads back the sharding XLA compiled for every argument and result: those
+are the executable's contract, whatever the module asked for.
 
 Calls: an argument slot takes a `jax.Array` whose sharding is the compiled one (or an
 equivalent one: the same shards on the same devices), used in place; or a NumPy value (or a
@@ -44,27 +48,31 @@ from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
 
 
-def compile_spmd(
-    backend: PjrtBackend,
-    module: ir.Module,
-    options: Mapping[str, object] | None,
-    partitioning: spmd.Partitioning,
-) -> SpmdExecutable:
-    """Compiles `module` for the devices of `partitioning` (bound to `backend`'s devices)."""
-    where = f"backend {backend.name!r}"
-    missing = _compat.sharding_support()
-    if missing is not None:
-        raise NotImplementedError(f"{where}: cannot compile a sharded module: {missing}")
-    overrides, name, in_specs, out_specs, data = backend._prepare(module, options, where)
-    devices = _devices(backend, partitioning, name, where)
-    partitioning = _bind(partitioning, devices)
-    with _context.of(module):
-        shardy = any(op.operation.name == "sdy.mesh" for op in module.body.operations)
-    compile_options = _compat.spmd_compile_options(overrides, [d.id for d in devices], shardy)
-    exe = backend._compile_and_load(data, devices, compile_options, overrides, name, where)
-    _refuse_manual(exe, backend, name, where)
-    donates = modules.donates(module)
-    return SpmdExecutable(backend, name, exe, in_specs, out_specs, partitioning, donates)
+class SpmdBackend(PjrtBackend):
+    """A PJRT backend that also compiles programs partitioned over several devices."""
+
+    def compile_spmd(
+        self,
+        module: ir.Module,
+        options: Mapping[str, object] | None,
+        partitioning: spmd.Partitioning,
+    ) -> SpmdExecutable:
+        """Compiles `module` for XLA's SPMD partitioner over the devices of `partitioning`
+        (bound to this backend's devices)."""
+        where = f"backend {self.name!r}"
+        missing = _compat.sharding_support()
+        if missing is not None:
+            raise NotImplementedError(f"{where}: cannot compile a sharded module: {missing}")
+        overrides, name, in_specs, out_specs, data = self._prepare(module, options, where)
+        devices = _devices(self, partitioning, name, where)
+        partitioning = _bind(partitioning, devices)
+        with _context.of(module):
+            shardy = any(op.operation.name == "sdy.mesh" for op in module.body.operations)
+        compile_options = _compat.spmd_compile_options(overrides, [d.id for d in devices], shardy)
+        exe = self._compile_and_load(data, devices, compile_options, overrides, name, where)
+        _refuse_manual(exe, self, name, where)
+        donates = modules.donates(module)
+        return SpmdExecutable(self, name, exe, in_specs, out_specs, partitioning, donates)
 
 
 def _refuse_manual(exe, backend: PjrtBackend, name: str, where: str) -> None:

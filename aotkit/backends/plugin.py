@@ -11,7 +11,7 @@ import importlib.util
 import os
 
 from aotkit import _compat, modules
-from aotkit.backends.pjrt import PjrtBackend
+from aotkit.backends.pjrt_spmd import SpmdBackend
 
 # platform -> (importable modules of packages that provide it, how to install one)
 KNOWN = {
@@ -31,7 +31,7 @@ def install_hint(platform: str) -> str:
     return KNOWN[platform][1]
 
 
-def create(platform: str) -> PjrtBackend:
+def create(platform: str) -> SpmdBackend:
     """Starts the client of an installed plugin platform; RuntimeError if it cannot start."""
     try:
         client = _compat.pjrt_backend(platform)
@@ -40,10 +40,10 @@ def create(platform: str) -> PjrtBackend:
             f"backend {platform!r}: its plugin is installed but did not start: "
             f"{modules.diagnostic(e)}"
         ) from e
-    return PjrtBackend(platform, client)
+    return SpmdBackend(platform, client)
 
 
-def load(name: str, path: str) -> PjrtBackend:
+def load(name: str, path: str) -> SpmdBackend:
     """Loads the PJRT plugin library at `path` under `name` and starts its client."""
     where = f"load_plugin({name!r}, {path!r})"
     if not os.path.isfile(path):
@@ -57,4 +57,4 @@ def load(name: str, path: str) -> PjrtBackend:
             f"{where}: not a loadable PJRT plugin: {modules.diagnostic(e)}; pass a library that "
             "exports GetPjrtApi"
         ) from None
-    return PjrtBackend(name, client)
+    return SpmdBackend(name, client)

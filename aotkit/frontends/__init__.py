@@ -1,9 +1,11 @@
-"""Front ends: the ways a program enters aotkit's pipeline as a `Lowered` stage.
+"""Front ends: the ways a program enters aotkit. Each returns a `Program`
+(aotkit/program.py), which the stages wrap (aotkit/api.py).
 
-- `aotkit`: aotkit's own tracer (`aotkit/lowering/`), for `aotkit.numpy` and plain NumPy code.
+- `aotkit`: aotkit's own tracer (`aotkit.frontends.tracer` over the op families in
+  `aotkit/lowering/`), for `aotkit.numpy` and plain NumPy code.
 - `jax`: a JAX function lowered by JAX itself and imported (`aotkit.frontends.jax`).
 - files: StableHLO text, bytecode, portable artifacts, jax.export artifacts
-  (`aotkit.frontends.files.load_module`).
+  (`aotkit.frontends.files.read_module`, which `aotkit.load_module` lowers).
 
 `frontend="auto"`, the default of `aotkit.jit`, `aotkit.lower` and the CLI, picks between
 the first two by looking at what the function refers to; `choose(fn)` returns the choice
@@ -12,11 +14,15 @@ with the reason, which the CLI prints with `-v`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import sys
 import types
 from dataclasses import dataclass
+
+from aotkit import _compat
+from aotkit.program import Options
 
 FRONTENDS = ("aotkit", "jax", "auto")
 
@@ -31,14 +37,11 @@ class Choice:
 
 @dataclass(frozen=True)
 class JitOptions:
-    """What `jax.jit` was given for a function the user already wrapped in it."""
+    """A function the user already wrapped in `jax.jit`: the function and what jax.jit was
+    given (its static and donated arguments and shardings, as aotkit `Options`)."""
 
     fun: object
-    static_argnums: tuple[int, ...]
-    static_argnames: tuple[str, ...]
-    donate_argnums: tuple[int, ...]
-    in_shardings: object = None
-    out_shardings: object = None
+    options: Options
 
 
 def jax_jit_options(fn) -> JitOptions | None:
@@ -46,10 +49,36 @@ def jax_jit_options(fn) -> JitOptions | None:
     `functools.partial(jax.jit, ...)`), else None."""
     if not (callable(getattr(fn, "lower", None)) and type(fn).__module__.startswith("jaxlib")):
         return None
-    from aotkit import _compat
 
     found = _compat.jit_options(fn)
-    return JitOptions(*found) if found is not None else None
+    if found is None:
+        return None
+    fun, static_argnums, static_argnames, donate_argnums, in_shardings, out_shardings = found
+    options = Options(
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+    )
+    return JitOptions(fun, options)
+
+
+def inherit_jax_jit(fn, options: Options) -> Options:
+    """`options`, with the static and donated arguments `fn` was given to jax.jit when `fn`
+    is a jax.jit-wrapped function and `options` name none: a JAX function keeps the
+    meaning jax.jit gives its arguments."""
+    wrapped = jax_jit_options(fn)
+    named = options.static_argnums or options.static_argnames or options.donate_argnums
+    if wrapped is None or named:
+        return options
+    given = wrapped.options
+    return dataclasses.replace(
+        options,
+        static_argnums=given.static_argnums,
+        static_argnames=given.static_argnames,
+        donate_argnums=given.donate_argnums,
+    )
 
 
 def statics_from_jax(options: JitOptions | None, static_argnums, static_argnames) -> bool:
@@ -57,8 +86,8 @@ def statics_from_jax(options: JitOptions | None, static_argnums, static_argnames
     numbers from `static_argnames`, which a call may pass by name or leave to its default,
     so a number past the call's positional arguments is dropped rather than refused."""
     return options is not None and (tuple(static_argnums), tuple(static_argnames)) == (
-        options.static_argnums,
-        options.static_argnames,
+        options.options.static_argnums,
+        options.options.static_argnames,
     )
 
 

@@ -7,7 +7,8 @@ attributes and meshes, `mhlo.sharding`), which say nothing on one device and whi
 backend or pass accepts. A module partitioned over several devices (`mhlo.num_partitions` >
 1, or sharded on purpose by the JAX front end) keeps them: its `Partitioning`
 (aotkit/spmd.py) says how it is sharded, and XLA partitions it when it is compiled. It
-returns `@main`'s flat argument and result specs and which arguments are donated. A module
+returns a `Program` (aotkit/program.py) with `@main`'s flat argument and result specs and
+which arguments are donated. A module
 with several replicas (`mhlo.num_replicas` > 1) is a ValueError.
 """
 
@@ -17,7 +18,7 @@ from jaxlib.mlir import ir
 
 from aotkit import _context, modules, spmd
 from aotkit.errors import printable
-from aotkit.specs import ShapeDtype
+from aotkit.program import Program, Signature
 
 # Argument and result attributes that only describe placement on a mesh. A single-device
 # compile ignores them at best; dropping them keeps the module within what every aotkit
@@ -31,28 +32,6 @@ _PLACEMENT_ATTRS = frozenset(
         "mhlo.is_same_data_across_replicas",
     }
 )
-
-
-class Adopted:
-    __slots__ = (
-        "module",
-        "lc",
-        "name",
-        "flat_in_specs",
-        "flat_out_specs",
-        "donated",
-        "partitioning",
-    )
-
-    def __init__(self, module, lc, name, flat_in_specs, flat_out_specs, donated, partitioning):
-        self.module = module
-        self.lc = lc
-        self.name = name
-        self.flat_in_specs: tuple[ShapeDtype, ...] = flat_in_specs
-        self.flat_out_specs: tuple[ShapeDtype, ...] = flat_out_specs
-        self.donated: tuple[bool, ...] = donated
-        # How a partitioned module is sharded (aotkit/spmd.py); None for one device.
-        self.partitioning = partitioning
 
 
 def _clean_attrs(array: ir.ArrayAttr, keep: bool, where: str) -> tuple[ir.ArrayAttr, list[bool]]:
@@ -161,7 +140,8 @@ def adopt(
     verify: bool = True,
     sharded: bool = False,
     mesh=None,
-) -> Adopted:
+    frontend: str = "file",
+) -> Program:
     """Normalizes `module` in place (see the module docstring); ValueError if it cannot run.
 
     `shardy=False` says the module mentions no Shardy name (the file sandbox found none), so
@@ -170,6 +150,9 @@ def adopt(
     `sharded=True` keeps the annotations of a module for one partition too (the user asked
     for shardings); `mesh` is the concrete Mesh the module was lowered for, if known.
     A name from a file is escaped for printing (`errors.printable`).
+
+    The Program's signature is `@main`'s, called with positional arrays
+    (`Signature.flat`); a front end that knows the pytrees replaces them.
     """
     name = printable(name)
     with _context.of(module) as lc:
@@ -180,17 +163,17 @@ def adopt(
                 f"{where}: the module has no @main function (functions: {found}); aotkit "
                 "runs a module's @main: name the entry function main"
             )
-        replicas = spmd.int_attr(module, "mhlo.num_replicas") or 1
+        replicas = modules.int_attr(module, "mhlo.num_replicas") or 1
         if replicas != 1:
             raise ValueError(
                 f"{where}: the module runs as {replicas} replicas (mhlo.num_replicas); aotkit "
                 "compiles one replica partitioned over a mesh: lower or export it with "
                 "shardings instead of replicas"
             )
-        sharded = sharded or (spmd.int_attr(module, "mhlo.num_partitions") or 1) > 1
+        sharded = sharded or (modules.int_attr(module, "mhlo.num_partitions") or 1) > 1
         if shardy and not sharded:
             sharded = not _strip_shardy(module, where)
-        layout = spmd.read_module(where, module) if sharded else None
+        layout = spmd.read_layout(where, module) if sharded else None
         module.operation.attributes["sym_name"] = ir.StringAttr.get(modules.symbol_name(name))
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
         donated: list[bool] = []
@@ -215,4 +198,7 @@ def adopt(
     partitioning = None
     if sharded:
         partitioning = spmd.from_module(where, layout, in_specs, out_specs, mesh)
-    return Adopted(module, lc, name, in_specs, out_specs, donated_flags, partitioning)
+    signature = Signature.flat(
+        name, in_specs, out_specs, donated=donated_flags, partitioning=partitioning
+    )
+    return Program(module, lc, signature, frontend)

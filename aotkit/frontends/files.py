@@ -1,4 +1,4 @@
-"""The file front end: a StableHLO module on disk (or in memory) as a `Traced` stage.
+"""The file front end: a StableHLO module on disk (or in memory) as a `Program`.
 
 `read_module(path_or_bytes)` (what `aotkit.load_module` lowers with the pipeline "none")
 accepts StableHLO MLIR text, MLIR bytecode, StableHLO portable
@@ -34,13 +34,13 @@ import threading
 import time
 from pathlib import Path
 
-from jax import tree_util
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
-from aotkit import _compat, _files, artifacts, dtypes, modules
+from aotkit import _compat, _files, artifacts, backends, dtypes, modules
 from aotkit.frontends import _module, _probe, trust
-from aotkit.traced import Traced
+from aotkit.program import Program
+from aotkit.specs import ShapeDtype
 
 FORMATS = (
     "StableHLO MLIR text, MLIR bytecode, a StableHLO portable artifact or a jax.export "
@@ -63,12 +63,12 @@ _PICKLE_PROTOCOLS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 _OP_DIAGNOSTIC = re.compile(r"'[\w.]+' op ")
 
 
-def read_module(source, *, name: str | None = None, platform: str | None = None) -> Traced:
+def read_module(source, *, name: str | None = None, platform: str | None = None) -> Program:
     """Reads a StableHLO module (text, bytecode, portable artifact, jax.export artifact).
 
     `source` is a path (str or os.PathLike) or the file's bytes. `name` overrides the module
     name (default: the exported function's name, the module's own `sym_name`, or the file
-    stem). The `Traced` stage's signature is `@main`'s (a jax.export artifact's pytrees).
+    stem). The `Program`'s signature is `@main`'s (a jax.export artifact's pytrees).
     `platform` picks the lowering of a jax.export artifact exported for several platforms
     (default: the default backend's platform).
     """
@@ -89,38 +89,23 @@ def read_module(source, *, name: str | None = None, platform: str | None = None)
         trust.check(adopted.module, where)
         return adopted
 
-    adopted = parse_untrusted(data, kind, label, then=adopt)
-    n_in, n_out = len(adopted.flat_in_specs), len(adopted.flat_out_specs)
-    in_tree = tree_util.tree_structure(((0,) * n_in, {}))
-    # One result reads as one array, as it would from the function that produced it.
-    out_tree = tree_util.tree_structure(0 if n_out == 1 else (0,) * n_out)
-    return _traced(adopted, in_tree, out_tree)
+    # Positional arrays in, one array (or a tuple of them) out: `Signature.flat`.
+    return parse_untrusted(data, kind, label, then=adopt)
 
 
-def _from_artifact(data: bytes, label: str, name: str | None) -> Traced:
+def _from_artifact(data: bytes, label: str, name: str | None) -> Program:
     """An aotkit artifact's module and pytrees, parsed in this process once its checksums
     and header check out (it is then the bytes aotkit wrote)."""
     artifact = artifacts.unpack(data, label, where="load_module")
     where = f"load_module: {label}"
     module, _ = artifacts.parse_portable(artifact, where)
     adopted = _module.adopt(module, name=name or artifact.name, where=where, shardy=False)
-    return _traced(adopted, artifact.in_tree, artifact.out_tree)
+    return _with_trees(adopted, artifact.signature.in_tree, artifact.signature.out_tree)
 
 
-def _traced(adopted: _module.Adopted, in_tree, out_tree) -> Traced:
-    return Traced(
-        adopted.module,
-        adopted.lc,
-        name=adopted.name,
-        in_tree=in_tree,
-        out_tree=out_tree,
-        flat_in_specs=adopted.flat_in_specs,
-        flat_out_specs=adopted.flat_out_specs,
-        donated=adopted.donated,
-        frontend="file",
-        defaults={"pipeline": "none"},
-        partitioning=adopted.partitioning,
-    )
+def _with_trees(adopted: Program, in_tree, out_tree) -> Program:
+    signature = adopted.signature.replace(in_tree=in_tree, out_tree=out_tree)
+    return adopted.replace(signature=signature)
 
 
 def _read(source) -> tuple[bytes, str]:
@@ -530,7 +515,7 @@ def _last_line(message: str) -> str:
 # --- jax.export artifacts ------------------------------------------------------------------
 
 
-def _from_exported(data: bytes, label: str, name: str | None, platform: str | None) -> Traced:
+def _from_exported(data: bytes, label: str, name: str | None, platform: str | None) -> Program:
     where = f"load_module: {label}"
     exported = _deserialize(data, where)
     _check_exported(exported, where)
@@ -546,15 +531,18 @@ def _from_exported(data: bytes, label: str, name: str | None, platform: str | No
     trust.check(adopted.module, where)
     expected_in = tuple(_aval_spec(a) for a in exported.in_avals)
     expected_out = tuple(_aval_spec(a) for a in exported.out_avals)
-    if adopted.flat_in_specs != expected_in or adopted.flat_out_specs != expected_out:
+    if (
+        adopted.signature.flat_in_specs != expected_in
+        or adopted.signature.flat_out_specs != expected_out
+    ):
         raise ValueError(
             f"{where}: the exported module's @main takes "
-            f"({', '.join(map(str, adopted.flat_in_specs))}) -> "
-            f"({', '.join(map(str, adopted.flat_out_specs))}) but the artifact declares "
+            f"({', '.join(map(str, adopted.signature.flat_in_specs))}) -> "
+            f"({', '.join(map(str, adopted.signature.flat_out_specs))}) but the artifact declares "
             f"({', '.join(map(str, expected_in))}) -> ({', '.join(map(str, expected_out))}); "
             "the artifact is inconsistent: re-export it"
         )
-    return _traced(adopted, exported.in_tree, exported.out_tree)
+    return _with_trees(adopted, exported.in_tree, exported.out_tree)
 
 
 def _deserialize(data: bytes, where: str):
@@ -608,8 +596,6 @@ def _platform_index(exported, platform: str | None, where: str) -> int | None:
     platforms = tuple(exported.platforms)
     asked = platform
     if platform is None:
-        from aotkit import backends
-
         platform = backends.get(None).platform
     if platform not in platforms:
         how = (
@@ -630,8 +616,6 @@ def _static(shape) -> bool:
 
 
 def _aval_spec(aval):
-    from aotkit.specs import ShapeDtype
-
     return ShapeDtype(tuple(aval.shape), aval.dtype)
 
 

@@ -1,4 +1,4 @@
-"""The JAX front end: a JAX function, lowered by JAX itself, as aotkit's `Traced` stage.
+"""The JAX front end: a JAX function, lowered by JAX itself, as an aotkit `Program`.
 
 This is the one place in aotkit where JAX traces (`jax.jit(fn).lower(...)`). JAX's StableHLO
 module lives in JAX's own MLIR context; it is written as bytecode and read back into a
@@ -17,109 +17,68 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import jax
 import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
 
-import aotkit
-from aotkit import _compat, _context, dtypes, frontends, modules, spmd
-from aotkit.frontends import _module, signature, trust
+from aotkit import _compat, _context, arguments, dtypes, frontends, modules, spmd
+from aotkit.frontends import _module, trust
+from aotkit.program import DEFAULT_OPTIONS, Options, Program
 from aotkit.specs import ShapeDtype
-from aotkit.traced import Traced
 
-_compat.exclude_from_jax_locations(os.path.dirname(aotkit.__file__) + os.sep)
+# aotkit's own frames are not the user's: JAX's locations skip the package's folder.
+_compat.exclude_from_jax_locations(os.path.dirname(os.path.dirname(__file__)) + os.sep)
 
 
 def trace_jax(
     fn: Callable,
     args: tuple,
     kwargs: dict,
-    *,
-    static_argnums: Sequence[int] = (),
-    static_argnames: Sequence[str] = (),
-    donate_argnums: Sequence[int] = (),
-    defaults: dict | None = None,
-    in_shardings=None,
-    out_shardings=None,
-) -> Traced:
+    options: Options = DEFAULT_OPTIONS,
+) -> Program:
     """Lowers `fn` with JAX for `args`/`kwargs` (values, `aotkit.ShapeDtype` or
-    `jax.ShapeDtypeStruct` specs) and returns aotkit's `Traced` stage of JAX's module.
+    `jax.ShapeDtypeStruct` specs): JAX's module, adopted in a lowering context, with the
+    input and output pytrees.
 
-    Static arguments, pytrees, `donate_argnums` and the shardings mean what they mean to
-    `jax.jit`.
+    The static and donated arguments and the shardings of `options` mean what they mean
+    to `jax.jit`; a function wrapped in jax.jit keeps its own unless `options` names some.
     """
-    adopted, in_tree, out_tree = import_jax(
-        fn,
-        args,
-        kwargs,
-        static_argnums=static_argnums,
-        static_argnames=static_argnames,
-        donate_argnums=donate_argnums,
-        in_shardings=in_shardings,
-        out_shardings=out_shardings,
-    )
-    return Traced(
-        adopted.module,
-        adopted.lc,
-        name=adopted.name,
-        in_tree=in_tree,
-        out_tree=out_tree,
-        flat_in_specs=adopted.flat_in_specs,
-        flat_out_specs=adopted.flat_out_specs,
-        donated=adopted.donated,
-        frontend="jax",
-        defaults=defaults,
-        partitioning=adopted.partitioning,
-    )
-
-
-def import_jax(
-    fn: Callable,
-    args: tuple,
-    kwargs: dict,
-    *,
-    static_argnums: Sequence[int] = (),
-    static_argnames: Sequence[str] = (),
-    donate_argnums: Sequence[int] = (),
-    in_shardings=None,
-    out_shardings=None,
-) -> tuple[_module.Adopted, object, object]:
-    """JAX's module for `fn`, adopted in a lowering context, with the input and output trees."""
-    name = signature.function_name(fn)
+    options = frontends.inherit_jax_jit(fn, options)
+    static_argnums, static_argnames = options.static_argnums, options.static_argnames
+    donate_argnums = options.donate_argnums
+    in_shardings, out_shardings = options.in_shardings, options.out_shardings
+    name = arguments.function_name(fn)
     where = f"lower: {name} (frontend='jax')"
     static_argnums = _as_tuple(static_argnums)
     static_argnames = _as_tuple(static_argnames)
-    options = frontends.jax_jit_options(fn)
-    if options is not None and not (static_argnums or static_argnames or donate_argnums):
-        # A jax.jit-wrapped function: its own static and donated arguments, as jax.jit has them.
-        static_argnums, static_argnames = options.static_argnums, options.static_argnames
-        donate_argnums = options.donate_argnums
-    lenient = frontends.statics_from_jax(options, static_argnums, static_argnames)
-    own_shardings = options is not None and (
-        options.in_shardings is not None or options.out_shardings is not None
+    wrapped = frontends.jax_jit_options(fn)
+    lenient = frontends.statics_from_jax(wrapped, static_argnums, static_argnames)
+    own = wrapped.options if wrapped is not None else None
+    own_shardings = own is not None and (
+        own.in_shardings is not None or own.out_shardings is not None
     )
     if own_shardings and in_shardings is None and out_shardings is None:
         # The shardings it was given to jax.jit, which the re-jit below must keep.
-        in_shardings, out_shardings = options.in_shardings, options.out_shardings
+        in_shardings, out_shardings = own.in_shardings, own.out_shardings
         own_shardings = False
-    dyn_args, dyn_kwargs, static_pos, static_kw = signature.split_static(
+    dyn_args, dyn_kwargs, static_pos, static_kw = arguments.split_static(
         where, args, kwargs, static_argnums, static_argnames, lenient
     )
     leaves_with_paths, user_tree = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))
     abstract_args, abstract_kwargs = tree_util.tree_unflatten(
         user_tree, [_jax_argument(leaf) for _, leaf in leaves_with_paths]
     )
-    full_args, full_kwargs = signature.merge_static(
+    full_args, full_kwargs = arguments.merge_static(
         abstract_args, abstract_kwargs, static_pos, static_kw
     )
     sharded = in_shardings is not None or out_shardings is not None
     mesh = flat_in = None
     jit_shardings = {}
     if sharded:
-        if own_shardings or (options is None and _is_jax_jitted(fn)):
+        if own_shardings or (wrapped is None and _is_jax_jitted(fn)):
             why = (
                 "with shardings of its own; give the shardings to one of the two"
                 if own_shardings
@@ -135,7 +94,7 @@ def import_jax(
             spmd.refuse_bare_specs(where, "out_shardings", out_shardings)
             sharded = False
     if sharded:
-        specs, _ = signature.flat_specs(name, (dyn_args, dyn_kwargs))
+        specs, _ = arguments.flat_specs(name, (dyn_args, dyn_kwargs))
         flat_in = spmd.flat_in_shardings(where, in_shardings, user_tree, specs, mesh)
         args_tree = user_tree.children()[0]
         jit_shardings = dict(
@@ -156,26 +115,32 @@ def import_jax(
             "ordered io_callback add tokens); pass the plain function or "
             "jax.jit(fn, keep_unused=True), and no effects"
         )
-    adopted = _module.adopt(module, name=name, where=where, sharded=sharded, mesh=mesh)
+    adopted = _module.adopt(
+        module, name=name, where=where, sharded=sharded, mesh=mesh, frontend="jax"
+    )
     # The same check as a module from a file: no host callbacks, custom calls aotkit runs.
     trust.check(adopted.module, where)
     if in_tree == user_tree:
-        _check_dtypes(leaves_with_paths, adopted.flat_in_specs, where)
+        _check_dtypes(leaves_with_paths, adopted.signature.flat_in_specs, where)
     out_tree = jax_lowered.out_tree
-    if sharded and adopted.partitioning is not None:
+    partitioning = adopted.signature.partitioning
+    if sharded and partitioning is not None:
         flat_out = spmd.flat_shardings(
             where,
             "out_shardings",
             out_shardings,
             out_tree,
-            adopted.flat_out_specs,
+            adopted.signature.flat_out_specs,
             mesh,
             spmd.result_labels(out_tree),
             default_replicated=False,
         )
         ins = spmd.replicate_missing(flat_in, mesh) if mesh is not None else flat_in
-        adopted.partitioning = spmd.Partitioning(mesh, mesh.size, ins, flat_out)
-    return adopted, in_tree, out_tree
+        partitioning = spmd.Partitioning(mesh, mesh.size, ins, flat_out)
+    signature = adopted.signature.replace(
+        in_tree=in_tree, out_tree=out_tree, partitioning=partitioning
+    )
+    return adopted.replace(signature=signature)
 
 
 def _over_mesh(shardings, mesh):
@@ -262,7 +227,7 @@ def _check_dtypes(leaves_with_paths, specs: tuple[ShapeDtype, ...], where: str) 
         asked = np.dtype(leaf.dtype)
         if asked.itemsize > got.dtype.itemsize and asked.kind == got.dtype.kind:
             raise ValueError(
-                f"{where}: argument {signature.arg_path(path)} is {asked.name} but JAX lowered "
+                f"{where}: argument {arguments.arg_path(path)} is {asked.name} but JAX lowered "
                 f"it as {got.dtype.name} because jax_enable_x64 is off; enable it with "
                 f"jax.config.update('jax_enable_x64', True), or pass {got.dtype.name}"
             )

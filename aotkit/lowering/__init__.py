@@ -1,4 +1,5 @@
-"""aotkit's front end: the tracer (`core`), the op families, and the trace driver.
+"""aotkit's tracer: its core (`core`) and the op families (the trace driver, the front end
+that runs a function on it, is `aotkit.frontends.tracer`).
 
 `load_families()` imports every op family so its rules and `aotkit.numpy` functions are
 registered; adding a family is one import line here.
@@ -23,6 +24,7 @@ FAMILIES = (
     "statistics",
     "decompositions",
     "updates",
+    "sharding",
 )
 
 

@@ -1,6 +1,6 @@
 """Running a pass pipeline over a module, with per-pass dumps and timing.
 
-The stages (`aotkit.stages.lower_traced`) call `run_pipeline`; it rewrites the module in
+The stages (`Traced.lower`, aotkit/api.py) call `run_pipeline`; it rewrites the module in
 place, verifies the result, and raises `aotkit.CompileError` for a failing pass or an
 invalid result, naming the dump file or saying how to turn dumps on.
 """

@@ -224,7 +224,7 @@ def test_outputs_feed_back_as_inputs(cpu):
 
 
 def test_pjrt_compiled_runs_through_compiled_wrapper(cpu):
-    from aotkit.compiled import Compiled
+    from aotkit.stages import Compiled
 
     compiled = Compiled(
         cpu.compile(modules.seed()),

@@ -11,7 +11,7 @@ import pytest
 
 from aotkit import backends
 from aotkit.backends import plugin
-from aotkit.compiled import Compiled
+from aotkit.stages import Compiled
 from tests.backends import modules
 
 

@@ -27,8 +27,8 @@ from jaxlib.mlir.dialects import stablehlo
 
 import aotkit
 import aotkit.numpy as anp
+from aotkit.api import load_module
 from aotkit.frontends.files import FORMATS, sniff
-from aotkit.stages import load_module
 from tests.helpers import run_lowered
 
 EXPECTED = "expected " + re.escape(FORMATS) + "$"

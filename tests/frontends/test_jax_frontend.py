@@ -18,7 +18,7 @@ from jax import tree_util
 import aotkit
 import aotkit.numpy as anp
 from aotkit import frontends
-from aotkit.stages import lower_function
+from aotkit.api import lower_function
 from tests.helpers import PEERS, run_lowered
 
 RNG = np.random.default_rng(0)
@@ -252,11 +252,11 @@ def test_debug_info_keeps_jax_locations():
     text = aotkit.lower(mlp, mlp_params(), normal(2, 16), frontend="jax").as_text(debug_info=True)
     assert "test_jax_frontend.py" in text
     # Only the user's frames: JAX is told to skip aotkit's own files.
-    assert "aotkit/frontends" not in text and "aotkit/stages.py" not in text
+    assert "aotkit/frontends" not in text and "aotkit/api.py" not in text
 
 
 def test_pipeline_none_and_dump_dir(tmp_path):
-    from aotkit.stages import lower_function
+    from aotkit.api import lower_function
 
     lowered = lower_function(
         mlp, (mlp_params(), normal(2, 16)), {}, pipeline="none", dump_dir=tmp_path,

@@ -54,7 +54,15 @@ class InterpreterBackend(Backend):
     def version(self) -> str:
         return f"StableHLO {stablehlo.get_current_version()}"
 
-    def compile(self, module: ir.Module, options: Mapping[str, object] | None = None):
+    def compile(
+        self,
+        module: ir.Module,
+        options: Mapping[str, object] | None = None,
+        *,
+        target: str | None = None,
+        target_options: Mapping[str, str] | None = None,
+    ):
+        self.normalize_target(target, target_options)  # runs on the host only
         name = modules.module_name(module)
         where = f"backend 'interpreter': module {name!r}"
         if options:

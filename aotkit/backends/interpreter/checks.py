@@ -154,6 +154,9 @@ def _custom_call_origin(op: ir.Operation) -> str:
 
 
 _CARRIED: dict[str, np.dtype] = {}
+# The element types the interpreter carries: the NumPy-promoting ones, whatever else aotkit's
+# dtypes know (the low-precision float8/int4 types, which its bindings would abort on).
+_CARRIES = frozenset(dtypes.SHORT_NAMES.values())
 
 
 def _check_type(t: ir.Type, op: ir.Operation, name: str, where: str) -> None:
@@ -178,10 +181,13 @@ def _check_type(t: ir.Type, op: ir.Operation, name: str, where: str) -> None:
     if key in _CARRIED:
         return
     try:
-        _CARRIED[key] = dtypes.dtype_of_ir_type(element)
+        dtype = dtypes.dtype_of_ir_type(element)
     except TypeError:
+        dtype = None
+    if dtype not in _CARRIES:
         raise TypeError(
             f"{where}: op {op.name}{location(op)} uses element type {key}, which the "
             f"interpreter backend does not carry (it carries {', '.join(dtypes.SHORT_NAMES)}); "
             "use backend='cpu'"
-        ) from None
+        )
+    _CARRIED[key] = dtype

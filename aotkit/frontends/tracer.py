@@ -1,9 +1,9 @@
-"""The tracer front end: runs a Python function on tracers and returns the `Traced` stage.
+"""The tracer front end: runs a Python function on tracers and returns its `Program`.
 
 The module is `module @<name>` with one public `@main` whose arguments are the flat leaves
 of the input pytree (static arguments removed) and whose results are the flat leaves of the
 output pytree. It is built in a lowering context (`aotkit._context`) and verified; the
-pipeline, donation and dumps are the stages' business (`aotkit.stages.lower_traced`).
+pipeline, donation and dumps are the stages' business (`aotkit.api`, `Traced.lower`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from jax import tree_util
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from aotkit import _context, dtypes, modules, spmd
+from aotkit import _context, arguments, dtypes, modules, spmd
 from aotkit.errors import InPlaceWriteWarning, InvalidModuleError
-from aotkit.frontends import signature
 from aotkit.lowering.core import (
     Emitted,
     Tracer,
@@ -28,8 +27,8 @@ from aotkit.lowering.core import (
     push_scope,
 )
 from aotkit.passes.runner import NO_CHLO, NOTHING_TO_SIMPLIFY, TRACER_FACTS
+from aotkit.program import DEFAULT_OPTIONS, Options, Program, Signature
 from aotkit.specs import ShapeDtype
-from aotkit.traced import Traced
 
 
 def _output_value(path, leaf) -> Tracer:
@@ -71,36 +70,33 @@ def trace(
     fn: Callable,
     args: tuple,
     kwargs: dict,
-    *,
-    static_argnums: Sequence[int] = (),
-    static_argnames: Sequence[str] = (),
-    donate_argnums: Sequence[int] = (),
-    defaults: dict | None = None,
-    in_shardings=None,
-    out_shardings=None,
-) -> Traced:
-    """Traces `fn` on `args`/`kwargs` (values or `ShapeDtype` specs) into a `Traced` stage.
+    options: Options = DEFAULT_OPTIONS,
+) -> Program:
+    """Traces `fn` on `args`/`kwargs` (values or `ShapeDtype` specs) into a `Program`, with
+    the static and donated arguments and the shardings of `options`.
 
     Python scalars among the arguments become weakly typed 0-d arguments
     (`dtypes.scalar_argument_dtype`); static arguments are passed to `fn` as they are.
     With `in_shardings`/`out_shardings` (see `aotkit.jit`), or an `aotkit.sharding.constrain`
     inside `fn`, the module is annotated for its mesh (aotkit/spmd.py).
     """
-    name = signature.function_name(fn)
+    name = arguments.function_name(fn)
     where = f"trace({name})"
-    dyn_args, dyn_kwargs, static_pos, static_kw = signature.split_static(
-        where, args, kwargs, static_argnums, static_argnames
+    donate_argnums = options.donate_argnums
+    in_shardings, out_shardings = options.in_shardings, options.out_shardings
+    dyn_args, dyn_kwargs, static_pos, static_kw = arguments.split_static(
+        where, args, kwargs, options.static_argnums, options.static_argnames
     )
     leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
-    specs, _ = signature.flat_specs(name, (dyn_args, dyn_kwargs))
+    specs, _ = arguments.flat_specs(name, (dyn_args, dyn_kwargs))
     weak = [dtypes.weak_kind(leaf) is not None for leaf in leaves]
     donated = ()
     if donate_argnums:
-        donated = signature.donated_leaves(where, in_tree, args, set(static_pos), donate_argnums)
+        donated = arguments.donated_leaves(where, in_tree, args, set(static_pos), donate_argnums)
 
     def body(flat_tracers):
         t_args, t_kwargs = tree_util.tree_unflatten(in_tree, flat_tracers)
-        full_args, full_kwargs = signature.merge_static(t_args, t_kwargs, static_pos, static_kw)
+        full_args, full_kwargs = arguments.merge_static(t_args, t_kwargs, static_pos, static_kw)
         return fn(*full_args, **full_kwargs)
 
     mesh = flat_in = None
@@ -132,27 +128,15 @@ def trace(
 
     def paths() -> list[str]:  # only a warning needs them
         flat = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
-        return [signature.arg_path(p) for p, _ in flat]
+        return [arguments.arg_path(p) for p, _ in flat]
 
     lc = _context.for_lowering()
     with spmd.tracing(mesh, where) as layout:
         module, out_tree, out_specs, facts = trace_to_module(
             lc, body, name, specs, weak=weak, arg_names=paths, finish=annotate
         )
-    return Traced(
-        module,
-        lc,
-        name=name,
-        in_tree=in_tree,
-        out_tree=out_tree,
-        flat_in_specs=specs,
-        flat_out_specs=out_specs,
-        donated=donated,
-        frontend="aotkit",
-        defaults=defaults,
-        partitioning=partitioning,
-        facts=facts,
-    )
+    signature = Signature(name, in_tree, out_tree, specs, out_specs, donated, partitioning)
+    return Program(module, lc, signature, "aotkit", facts)
 
 
 def trace_to_module(

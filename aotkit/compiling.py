@@ -1,0 +1,318 @@
+"""Compiling: a `Lowered` or an artifact becomes a `Compiled`.
+
+`compile_lowered` runs a backend's compiler on a lowering, looking in the persistent cache
+(aotkit/cache.py) first; `load` (`aotkit.load`) turns an artifact file (checked by
+aotkit/artifacts.py, the format) into a `Compiled`, loading its executable as it is where
+the backend matches and compiling its portable StableHLO otherwise. `aotkit.jit`'s
+in-memory caches sit above this (aotkit/api.py).
+
+This module imports neither the tracer nor the pass pipeline: `import aotkit` followed by
+`aotkit.load(...)` costs the imports of the backend it runs on, and nothing else.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from aotkit import artifacts, backends, cache, dumps
+from aotkit._traceback import api_boundary
+from aotkit.artifacts import Artifact
+from aotkit.backends.base import Backend
+from aotkit.errors import ArtifactError, ArtifactWarning, CompileError, printable
+from aotkit.frontends import trust
+from aotkit.stages import Compiled, Lowered
+
+# --- a lowering ------------------------------------------------------------------------------
+
+
+def options_key(where: str, options) -> tuple:
+    if options is None:
+        return ()
+    if not isinstance(options, dict):
+        raise TypeError(
+            f"{where}: options must be a dict of XLA flags, got {type(options).__name__}; "
+            "e.g. {'xla_cpu_enable_fast_math': True}"
+        )
+    try:
+        key = tuple(sorted((str(k), type(v), v) for k, v in options.items()))
+        hash(key)
+    except TypeError:
+        raise TypeError(
+            f"{where}: option values must be hashable bool/int/float/str, got {options!r}"
+        ) from None
+    return key
+
+
+def targeting(where: str, backend: Backend, target, target_options) -> tuple[dict, tuple]:
+    """The target keywords for `backend.compile` and their cache key (none: the default).
+
+    Only a backend that `cross_compiles` takes them.
+    """
+    if target is None and target_options is None:
+        return {}, ()
+    if not backend.cross_compiles:
+        given = f"target={target!r}" if target is not None else f"target_options={target_options!r}"
+        raise ValueError(
+            f"{where}: {given} applies to backend='iree', which cross-compiles; backend "
+            f"{backend.name!r} compiles for its own devices; drop it or compile with "
+            "backend='iree'"
+        )
+    key = backend.normalize_target(target, target_options)
+    return {"target": target, "target_options": target_options}, key
+
+
+def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None) -> Compiled:
+    """`lowered` compiled by `backend` with `options` (checked by `options_key`) and the
+    target keywords `targeting` (from `targeting`): from the persistent cache when another
+    process compiled it, else by the backend's compiler; then the compile's dumps."""
+    dumper = lowered._dumper
+    # The persistent cache (aotkit/cache.py) first: an executable another process compiled.
+    # Not cached: a cross-compile (`target=`; the key has no place for its target) and a
+    # sharded executable (it does not serialize).
+    sharded = lowered.partitioning is not None
+    cache_key = None if targeting or sharded else cache.key(lowered, backend, options)
+    executable = None
+    if cache_key is not None:
+        executable = cache.get(cache_key, lowered, backend, options)
+    origin = "persistent cache"
+    if executable is None:
+        origin = "compiled"
+        try:
+            if sharded:
+                executable = backend.compile_spmd(lowered._module, options, lowered.partitioning)
+            else:
+                executable = backend.compile(lowered._module, options, **(targeting or {}))
+        except CompileError as e:
+            raise CompileError(
+                f"{e}; {dumps.hint(dumper)}", backend=e.backend, module_name=e.module_name
+            ) from e.__cause__
+        if cache_key is not None:
+            cache.put(cache_key, lowered, executable, options)
+    compiled = Compiled(
+        executable,
+        in_tree=lowered.in_tree,
+        out_tree=lowered.out_tree,
+        donated=lowered.donated,
+        lowered=lowered,
+        options=options,
+        origin=origin,
+    )
+    if dumper is not None:
+        dumper.write("optimized", compiled.as_text(), ext="hlo")
+        cost = compiled.cost_analysis()
+        if cost is not None:
+            dumper.write_json("cost", cost)
+        memory = compiled.memory_analysis()
+        if memory is not None:
+            dumper.write_json("memory", memory.to_dict())
+    return compiled
+
+
+# --- an artifact ---------------------------------------------------------------------------
+
+
+@api_boundary
+def load(
+    source, *, backend: str | None = None, recompile="auto", portable_only: bool = False
+) -> Compiled:
+    """Loads an AOT artifact (a path or its bytes) as a `Compiled`.
+
+    The result is called exactly like the `Compiled` that was saved (same pytrees, specs,
+    donation and errors); `lowered` is None. `backend` defaults to the one it was compiled
+    for. When that backend's platform and versions match the artifact's, its executable is
+    loaded as it is (no compile). Otherwise `recompile="auto"` compiles the portable
+    StableHLO with an `ArtifactWarning`, `recompile=False` raises `ArtifactError` naming
+    both versions, and `recompile=True` always compiles (without a warning).
+
+    The executable is native code that the backend runs as it is, so it is as trusted as
+    whoever wrote the file. `portable_only=True` never loads it: the portable StableHLO
+    passes the trust check that modules from files pass (aotkit/frontends/trust.py) and is
+    compiled here, whatever the targets say (`recompile=False` then cannot hold).
+    """
+    if not any(recompile is choice for choice in artifacts.RECOMPILE_CHOICES):
+        raise ValueError(f"aotkit.load: recompile={recompile!r}; expected 'auto', True or False")
+    if not isinstance(portable_only, bool):
+        raise TypeError(f"aotkit.load: portable_only must be True or False, got {portable_only!r}")
+    if portable_only and recompile is False:
+        raise ValueError(
+            "aotkit.load: portable_only=True compiles the portable StableHLO, which "
+            "recompile=False forbids; drop one of them"
+        )
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(f"aotkit.load: backend must be a name such as 'cpu', got {backend!r}")
+    data, label = artifacts.read(source)
+    module_kind = None if artifacts.is_artifact(data) else _module_kind(data, label)
+    if module_kind is not None:
+        shown = repr(label) if label != "<bytes>" else "data"
+        raise ArtifactError(
+            f"aotkit.load: {label} is {module_kind}, not an aotkit artifact; load a module with "
+            f"aotkit.load_module({shown}) (then .compile() it), or save an artifact with "
+            "Compiled.save",
+            path=label,
+        )
+    return to_compiled(
+        artifacts.unpack(data, label),
+        backend=backend,
+        recompile=recompile,
+        portable_only=portable_only,
+    )
+
+
+# The first bytes of MLIR bytecode (StableHLO portable artifacts are bytecode too).
+_MLIR_BYTECODE = b"ML\xefR"
+_MLIR_TEXT_START = ("module", "func.func", "#", "//")
+
+
+def _module_kind(data: bytes, label: str) -> str | None:
+    """What module file `data` is (for the error that points to `aotkit.load_module`), or
+    None when it does not look like one."""
+    if data.startswith(_MLIR_BYTECODE):
+        return "MLIR bytecode (a StableHLO module or portable artifact)"
+    head = data[:4096]
+    if b"\x00" not in head:
+        text = head.decode("utf-8", errors="replace").lstrip()
+        if text.startswith(_MLIR_TEXT_START) and ("module" in text or "func.func" in text):
+            return "StableHLO MLIR text"
+    if label.endswith((".mlir", ".mlirbc")):
+        return "a module file (.mlir)"
+    return None
+
+
+def to_compiled(
+    artifact: Artifact,
+    *,
+    backend: str | None = None,
+    recompile="auto",
+    where="aotkit.load",
+    portable_only: bool = False,
+) -> Compiled:
+    """The `Compiled` of a checked artifact (see `load`)."""
+    place = f"{where}: {artifact.label}"
+    saved = dict(artifact.target)
+    if artifact.executable_format is not None:
+        saved["executable_format"] = artifact.executable_format
+    explicit = backend is not None
+    try:
+        target_backend = backends.get(backend if explicit else saved["backend"])
+    except ValueError as e:
+        if explicit or recompile is False:
+            raise ArtifactError(
+                f"{place} was compiled for backend {saved['backend']!r}, which does not start "
+                f"here ({e})",
+                path=artifact.label,
+            ) from None
+        target_backend = backends.get(None)
+    here = dict(target_backend.target_for(artifact.target))
+    if target_backend.executable_format is not None:
+        here["executable_format"] = target_backend.executable_format
+    same = saved == here
+    if portable_only:
+        pass  # the executable section is never read: compiled below, without a warning
+    elif same and recompile is not True:
+        if target_backend.executable_format is None:
+            # This backend's "executable" is the module itself: loading it is compiling it.
+            executable = _compile_portable(artifact, target_backend, place)
+            return _compiled(artifact, executable, "artifact", place)
+        try:
+            executable = target_backend.deserialize(
+                artifact.section(artifacts.EXECUTABLE),
+                name=artifact.name,
+                in_specs=artifact.signature.flat_in_specs,
+                out_specs=artifact.signature.flat_out_specs,
+                options=artifact.options,
+                target=artifact.target,
+            )
+        except (CompileError, ValueError) as e:
+            if recompile is False:
+                raise ArtifactError(
+                    f"{place}: its executable does not load ({e}); load it with "
+                    "recompile=True or 'auto' to compile its portable StableHLO",
+                    path=artifact.label,
+                ) from None
+            warnings.warn(
+                f"{place}: its executable does not load ({e}); compiling its portable "
+                "StableHLO instead",
+                ArtifactWarning,
+                stacklevel=3,
+            )
+        else:
+            return _compiled(artifact, executable, "artifact", place)
+    elif not same:
+        differences = artifacts.differences(saved, here)
+        if recompile is False:
+            raise ArtifactError(
+                f"{place} was compiled with {differences}; load it with recompile=True or "
+                "'auto' to compile its portable StableHLO here",
+                path=artifact.label,
+            )
+        if recompile == "auto" and not (explicit and saved["backend"] != target_backend.name):
+            warnings.warn(
+                f"{place} was compiled with {differences}; compiling its portable StableHLO "
+                f"for backend {target_backend.name!r} (recompile=True does so without this "
+                "warning)",
+                ArtifactWarning,
+                stacklevel=3,
+            )
+    executable = _compile_portable(artifact, target_backend, place, check=portable_only)
+    return _compiled(artifact, executable, "recompiled", place)
+
+
+def _compiled(artifact: Artifact, executable, origin: str, place: str) -> Compiled:
+    aliased = executable.aliased_arguments()
+    signature = artifact.signature
+    undeclared = sorted(i for i in aliased or () if not signature.donated[i])
+    if undeclared:
+        # The executable writes its results into these arguments' buffers: called as the
+        # header says (not donated), the caller's arrays would be consumed without a word.
+        raise ArtifactError(
+            f"{place}: its executable reuses the buffers of arguments "
+            f"{', '.join(map(str, undeclared))} for its results, but its header says they are "
+            f"not donated; {artifacts.REWRITE}",
+            path=artifact.label,
+        )
+    return Compiled(
+        executable,
+        in_tree=signature.in_tree,
+        out_tree=signature.out_tree,
+        donated=signature.donated,
+        options=artifact.options,
+        origin=origin,
+        portable=artifact.section(artifacts.PORTABLE),
+    )
+
+
+def _compile_portable(artifact: Artifact, backend, place: str, *, check: bool = False):
+    """The portable StableHLO compiled on `backend`; with `check`, after the trust check that
+    modules from files pass (the file is not trusted: `load(..., portable_only=True)`)."""
+    module, _ = artifacts.parse_portable(artifact, place)
+    if check:
+        trust.check(module, place)
+    options = artifact.options if backend.name == artifact.target["backend"] else None
+    try:
+        executable = backend.compile(module, options)
+    except (ValueError, CompileError) as e:
+        if not options:
+            raise
+        # The options are the file's: a backend refusing them refuses the file.
+        raise ArtifactError(
+            f"{place}: its compile options {printable(repr(sorted(options)))} are refused here "
+            f"({e}); write the artifact again with options this backend takes",
+            path=artifact.label,
+        ) from None
+    signature = artifact.signature
+    if (executable.in_specs, executable.out_specs) != (
+        signature.flat_in_specs,
+        signature.flat_out_specs,
+    ):
+        raise ArtifactError(
+            f"{place}: its portable StableHLO takes "
+            f"{_specs_text(executable.in_specs, executable.out_specs)} but its header says "
+            f"{_specs_text(signature.flat_in_specs, signature.flat_out_specs)}; "
+            f"{artifacts.REWRITE}",
+            path=artifact.label,
+        )
+    return executable
+
+
+def _specs_text(in_specs, out_specs) -> str:
+    return f"({', '.join(map(str, in_specs))}) -> ({', '.join(map(str, out_specs))})"

@@ -1,0 +1,116 @@
+"""What every front end returns: a `Program` (a StableHLO module in its lowering context)
+with its one `Signature`; and the one `Options` value front ends are given.
+
+The signature of a program (its name, argument and result pytrees, flat specs, which
+arguments are donated and how it is partitioned) is declared here only. Every stage
+(`Traced`, `Lowered`, `Compiled`), the module a front end adopts and an artifact's header
+hold one `Signature`; none redeclares its fields.
+
+This module sits just above the IR helpers: front ends import it and nothing above it
+(tests/test_layers.py holds the layer table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from jax import tree_util
+
+from aotkit._context import LoweringContext
+from aotkit.specs import ShapeDtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """The calling convention of a program, from the user's side and the module's.
+
+    `in_tree` is the pytree of `((args...), {kwargs})` with static arguments removed and
+    `out_tree` the result's; `flat_in_specs`/`flat_out_specs` are their leaves' specs, in
+    `@main`'s argument and result order. `donated` says per argument leaf whether its buffer
+    may be reused for a result. `partitioning` (aotkit/spmd.py) says how a sharded program
+    is laid out over its mesh, None for one device.
+    """
+
+    name: str
+    in_tree: tree_util.PyTreeDef
+    out_tree: tree_util.PyTreeDef
+    flat_in_specs: tuple[ShapeDtype, ...]
+    flat_out_specs: tuple[ShapeDtype, ...]
+    donated: tuple[bool, ...] = ()
+    partitioning: object = None
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "flat_in_specs", tuple(self.flat_in_specs))
+        set_(self, "flat_out_specs", tuple(self.flat_out_specs))
+        set_(self, "donated", tuple(self.donated) or (False,) * len(self.flat_in_specs))
+
+    @classmethod
+    def flat(cls, name: str, in_specs, out_specs, **fields) -> Signature:
+        """The signature of a module called with positional arrays: one argument per
+        `@main` argument, and one array (one result) or a tuple of them as the result,
+        as the function that produced it would return."""
+        in_tree = tree_util.tree_structure(((0,) * len(in_specs), {}))
+        out_tree = tree_util.tree_structure(0 if len(out_specs) == 1 else (0,) * len(out_specs))
+        return cls(name, in_tree, out_tree, tuple(in_specs), tuple(out_specs), **fields)
+
+    def replace(self, **changes) -> Signature:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def in_specs(self):
+        """The input pytree `((args...), {kwargs})` with ShapeDtype leaves."""
+        return tree_util.tree_unflatten(self.in_tree, self.flat_in_specs)
+
+    @property
+    def out_specs(self):
+        """The output pytree with ShapeDtype leaves."""
+        return tree_util.tree_unflatten(self.out_tree, self.flat_out_specs)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Program:
+    """A verified StableHLO module in the lowering context that owns it, with its signature.
+
+    `frontend` names who made it ("aotkit" for the tracer, "jax", "file"); `facts` are what
+    that front end knows of the module (`aotkit.passes.TRACER_FACTS`, ...), which lets the
+    pipeline skip passes they make no-ops. The module is the program's own: whoever holds
+    the Program and changes the module (a pass pipeline) works on a copy (`clone`).
+    """
+
+    module: object
+    lc: LoweringContext
+    signature: Signature
+    frontend: str
+    facts: frozenset[str] = frozenset()
+
+    def replace(self, **changes) -> Program:
+        return dataclasses.replace(self, **changes)
+
+    def clone(self) -> Program:
+        """The same program with a copy of the module (in the same context)."""
+        with self.lc:
+            return self.replace(module=self.module.operation.clone())
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What `jit`, `lower` or `load_module` was given (checked by `aotkit.api.check_options`):
+    the one place these options are declared below the public signatures. Front ends read
+    the ones that shape a trace (static and donated arguments, shardings)."""
+
+    static_argnums: tuple[int, ...] = ()
+    static_argnames: tuple[str, ...] = ()
+    donate_argnums: tuple[int, ...] = ()
+    backend: str | None = None
+    pipeline: str | None = None
+    dump_dir: str | os.PathLike | None = None
+    print_ir_after_all: bool | None = None
+    frontend: str = "auto"
+    autograph: bool = True
+    in_shardings: object = None
+    out_shardings: object = None
+
+
+DEFAULT_OPTIONS = Options()

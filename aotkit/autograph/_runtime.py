@@ -1044,9 +1044,10 @@ _min = _extreme(builtins.min, operator.lt)
 # --- item assignments (see _transform._ItemAssignments) -------------------------------------------
 
 
-def writable(target, value, shared: str | None = None):
+def writable(target, value, shared: str | None = None, what: str = "item assignment"):
     """`target` as a traced array when it is a NumPy array about to receive a traced value
-    (NumPy cannot hold one); else `target` itself.
+    (NumPy cannot hold one) by `what` (`x[i] = v`, `x += v`, `np.put(x, ...)`); else
+    `target` itself.
 
     `shared` says why another binding may hold the same NumPy array (a parameter, an alias):
     that binding would keep the NumPy array without the write, where NumPy changes the one
@@ -1055,7 +1056,7 @@ def writable(target, value, shared: str | None = None):
     if isinstance(target, np.ndarray) and _holds_tracer(value):
         if shared is not None:
             raise TypeError(
-                f"item assignment (at {user_site()}): a traced value is written into a NumPy array "
+                f"{what} (at {user_site()}): a traced value is written into a NumPy array "
                 f"whose name is {shared}; NumPy would change the array every binding sees, "
                 "but a NumPy array cannot hold a traced value, so the other binding would "
                 "not see the write; create the array from a traced value where it is made "

@@ -244,17 +244,17 @@ class _ItemAssignments(ast.NodeTransformer):
     traced array when it receives a traced value, where NumPy's own `__setitem__` could
     only refuse. Anything else (a traced array, a list, an untraced value) is the same
     object afterwards, written as before. Python evaluates the value first, then `x` and
-    `i`; so does this (an augmented assignment reads `x[i]` after the value)."""
+    `i`; so does this (an augmented assignment reads `x[i]` after the value). `x += v` for
+    a local name `x` takes the same path (NumPy writes into x's array), and a chained
+    assignment `c[:2] = c[1:] = v` assigns one target at a time, left to right."""
 
     def __init__(self, conv: Converter, local_names: frozenset, shared: dict[str, str]):
         self.conv = conv
         self.local_names = local_names
         self.shared = shared  # name -> why another binding sees its array (see _shared_names)
 
-    def _writable(self, base: str, temp: str) -> ast.Assign:
-        args = [_name(base), _name(temp)]
-        if base in self.shared:
-            args.append(ast.Constant(self.shared[base]))
+    def _writable(self, base: str, temp: str, what: str = "item assignment") -> ast.Assign:
+        args = [_name(base), _name(temp), ast.Constant(self.shared.get(base)), ast.Constant(what)]
         return ast.Assign(targets=[_name(base, True)], value=_call(_ag("writable"), *args))
 
     def _scope(self, node):
@@ -263,20 +263,41 @@ class _ItemAssignments(ast.NodeTransformer):
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _scope
 
     def _rewrite(self, node, target):
-        if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            base, what = target.value.id, "item assignment"
+        elif isinstance(node, ast.AugAssign) and isinstance(target, ast.Name):
+            # `acc += x`: NumPy writes into acc's array, as `acc[...] += x` would.
+            base, what = target.id, "augmented assignment"
+        else:
             return node
-        base = target.value.id
         if base not in self.local_names:
             return node
         temp = f"{PREFIX}item_{self.conv.next_id()}"
         keep = ast.Assign(targets=[_name(temp, True)], value=node.value)
-        writable = self._writable(base, temp)
+        writable = self._writable(base, temp, what)
         node.value = _name(temp)
         return [_located(ast.copy_location(keep, node), node),
                 _located(ast.copy_location(writable, node), node), node]  # fmt: skip
 
     def visit_Assign(self, node: ast.Assign):
-        return self._rewrite(node, node.targets[0]) if len(node.targets) == 1 else node
+        if len(node.targets) == 1:
+            return self._rewrite(node, node.targets[0])
+        if not any(
+            isinstance(t, ast.Subscript)
+            and isinstance(t.value, ast.Name)
+            and t.value.id in self.local_names
+            for t in node.targets
+        ):
+            return node
+        # `c[:2] = c[1:] = v`: the value once, then each target left to right, as Python
+        # assigns them; each item assignment into a local array is rewritten as one alone.
+        temp = f"{PREFIX}item_{self.conv.next_id()}"
+        out = [_located(ast.copy_location(ast.Assign([_name(temp, True)], node.value), node), node)]
+        for target in node.targets:
+            one = _located(ast.copy_location(ast.Assign([target], _name(temp)), node), node)
+            rewritten = self._rewrite(one, target)
+            out.extend(rewritten if isinstance(rewritten, list) else [rewritten])
+        return out
 
     # NumPy functions that write into their first argument: `np.add.at(x, i, v)`,
     # `np.put(x, i, v)`, `np.copyto(x, v)`, `np.fill_diagonal(x, v)`.
@@ -346,13 +367,27 @@ def _shared_names(filename: str, node, params: list[str]) -> dict[str, str]:
                 values = n.value.values
             sources = [v.id for v in values if isinstance(v, ast.Name)]
             targets = [t.id for t in n.targets if isinstance(t, ast.Name)]
+            # `a, b = y, y`: names inside a tuple target are bound to the sources too.
+            unpacked = [
+                e.id
+                for t in n.targets
+                if isinstance(t, ast.Tuple | ast.List)
+                for e in t.elts
+                if isinstance(e, ast.Name)
+            ]
+            site = f"{filename}:{n.lineno}"
             if sources and (targets or isinstance(n.value, ast.List | ast.Set | ast.Dict)):
-                site = f"{filename}:{n.lineno}"
                 for name in sources:
                     shared.setdefault(name, f"also bound by the assignment at {site}")
                 if isinstance(n.value, ast.Name):
                     for name in targets:
                         shared.setdefault(name, f"also bound by the assignment at {site}")
+            if sources and unpacked:
+                for name in sources + unpacked:
+                    shared.setdefault(name, f"also bound by the assignment at {site}")
+            if len(targets) > 1:  # `a = b = np.zeros(3)`: one array, two names
+                for name in targets:
+                    shared.setdefault(name, f"bound with another name by the assignment at {site}")
             self.generic_visit(n)
 
     for stmt in node.body:

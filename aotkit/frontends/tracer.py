@@ -26,6 +26,7 @@ from aotkit.lowering.core import (
     pop_scope,
     push_scope,
 )
+from aotkit.lowering.indexing import MaskedSelection
 from aotkit.passes.runner import NO_CHLO, NOTHING_TO_SIMPLIFY, TRACER_FACTS
 from aotkit.program import DEFAULT_OPTIONS, Options, Program, Signature
 from aotkit.specs import ShapeDtype
@@ -40,6 +41,8 @@ def _output_value(path, leaf) -> Tracer:
         return leaf
     if dtypes.weak_kind(leaf) is not None or isinstance(leaf, np.ndarray | np.generic):
         return constant(leaf)
+    if isinstance(leaf, MaskedSelection):
+        raise leaf.refusal(f"output {tree_util.keystr(path) or '<root>'}")
     raise TypeError(
         f"output {tree_util.keystr(path) or '<root>'}: a {type(leaf).__name__} is not an "
         "array; functions must return arrays, Python scalars, or pytrees (tuples, lists, "

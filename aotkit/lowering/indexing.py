@@ -36,6 +36,7 @@ from aotkit.lowering.core import (
     export,
     full,
     register,
+    user_site,
     where,
 )
 from aotkit.lowering.elementwise import (
@@ -300,12 +301,160 @@ def _parse(op: str, shape: tuple[int, ...], idx) -> _Parsed:
     return _Parsed(new_shape, entries, mask)
 
 
-def _traced_mask_error(op: str) -> IndexError:
+def _traced_mask_error(op: str, selected_at: str | None = None) -> IndexError:
+    at = f" (the x[mask] at {selected_at})" if selected_at is not None else ""
     return IndexError(
-        f"{where(op)}: indexing with a traced boolean mask gives a result whose shape depends "
-        "on the data (the number of True values), which a compiled program cannot have; use "
+        f"{where(op)}: indexing with a traced boolean mask{at} gives a result whose shape "
+        "depends on the data (the number of True values), which a compiled program cannot "
+        "have; reduce it (x[mask].sum(), np.mean(x[mask]), .max(), ...), or use "
         "aotkit.numpy.where(mask, x, other) to keep the shape (x[mask] = value also works)"
     )
+
+
+class MaskedSelection:
+    """`x[mask]` for a traced boolean mask over x's leading axes: the selected elements,
+    whose number depends on the data.
+
+    A compiled program cannot hold it as an array, but it can reduce it: `.sum()`,
+    `.prod()`, `.mean()`, `.std()`, `.var()`, `.max()`, `.min()`, `.any()`, `.all()` and
+    the NumPy functions of the same names (`np.sum(x[mask])`) compute the masked reduction
+    over the whole selection (or over its rows, `axis=0`, for a mask of x's first axis),
+    of fixed shape: `np.sum(x, where=mask)`. The maximum or minimum of an empty float
+    selection is NaN (NumPy raises, which a compiled program cannot); integers need
+    `initial=`. Anything else is the data-dependent-shape error, naming both lines.
+    """
+
+    __slots__ = ("_x", "_mask", "_site")
+
+    def __init__(self, x: Tracer, mask: Tracer, site: str):
+        object.__setattr__(self, "_x", x)
+        object.__setattr__(self, "_mask", mask)
+        object.__setattr__(self, "_site", site)
+
+    def _args(self, op: str, axis, keepdims, out, where_) -> tuple[Tracer, object, Tracer]:
+        """(x, the reduction axis of x, the mask broadcast to x's shape)."""
+        x, mask = self._x, self._mask
+        no_out(op, out)
+        if keepdims or where_ is not True:
+            given = "keepdims=True" if keepdims else "where="
+            raise TypeError(
+                f"{where(op)}: {given} on a selection by a traced boolean mask (at "
+                f"{self._site}) is not supported; reduce with np.{op}(x, where=mask, ...) "
+                "instead"
+            )
+        if axis is not None and not (mask.ndim == 1 and axis in (0, -(x.ndim - mask.ndim + 1))):
+            raise self.refusal(op)
+        full_mask = bind1("broadcast_in_dim", mask, shape=x.shape, dims=tuple(range(mask.ndim)))
+        return x, (None if axis is None else 0), full_mask
+
+    def refusal(self, op: str) -> IndexError:
+        """The error for using the selection as `op` would (its shape depends on the data)."""
+        return _traced_mask_error(op, self._site)
+
+    def _reduce(self, name: str, axis, keepdims, out, where_, **kw):
+        x, axis, m = self._args(name, axis, keepdims, out, where_)
+        return NUMPY_FUNCTIONS[name](x, axis=axis, where=m, **kw)
+
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):  # noqa: A003
+        return self._reduce("sum", axis, keepdims, out, where, dtype=dtype, initial=initial)
+
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+        return self._reduce("prod", axis, keepdims, out, where, dtype=dtype, initial=initial)
+
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+        return self._reduce("mean", axis, keepdims, out, where, dtype=dtype)
+
+    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True):
+        return self._reduce("var", axis, keepdims, out, where, dtype=dtype, ddof=ddof)
+
+    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True):
+        return self._reduce("std", axis, keepdims, out, where, dtype=dtype, ddof=ddof)
+
+    def any(self, axis=None, out=None, keepdims=False, *, where=True):  # noqa: A003
+        return self._reduce("any", axis, keepdims, out, where)
+
+    def all(self, axis=None, out=None, keepdims=False, *, where=True):  # noqa: A003
+        return self._reduce("all", axis, keepdims, out, where)
+
+    def max(self, axis=None, out=None, keepdims=False, initial=None, where=True):  # noqa: A003
+        return self._extreme("max", axis, keepdims, out, where, initial)
+
+    def min(self, axis=None, out=None, keepdims=False, initial=None, where=True):  # noqa: A003
+        return self._extreme("min", axis, keepdims, out, where, initial)
+
+    def _extreme(self, name: str, axis, keepdims, out, where_, initial):
+        x, axis, m = self._args(name, axis, keepdims, out, where_)
+        reduce = NUMPY_FUNCTIONS[name]
+        if initial is not None:
+            return reduce(x, axis=axis, where=m, initial=initial)
+        if not dtypes.is_inexact(x.dtype) or dtypes.is_complex(x.dtype):
+            raise ValueError(
+                f"{where(name)}: the {name}imum of a selection by a traced boolean mask (at "
+                f"{self._site}) has no value when nothing is selected, which NumPy reports "
+                f"as an error a compiled program cannot raise; pass initial= (x[mask].{name}"
+                f"(initial=...)), the value an empty selection gives"
+            )
+        bound = -np.inf if name == "max" else np.inf
+        found = reduce(x, axis=axis, where=m, initial=bound)
+        some = NUMPY_FUNCTIONS["any"](m, axis=axis)
+        return NUMPY_FUNCTIONS["where"](some, found, np.array(np.nan, x.dtype))
+
+    amax, amin = max, min
+
+    # -- NumPy's functions and operators
+
+    def __array_function__(self, func, types, args, kwargs):
+        name = func.__name__
+        method = getattr(MaskedSelection, name, None) if name in _SELECTION_REDUCTIONS else None
+        if method is None or not args or args[0] is not self:
+            raise self.refusal(f"np.{name}")
+        return method(self, *args[1:], **kwargs)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        raise self.refusal(f"np.{ufunc.__name__}")
+
+    def __array__(self, dtype=None, copy=None):
+        raise self.refusal("np.asarray")
+
+    def __getattr__(self, name: str):
+        raise self.refusal(f"x[mask].{name}")
+
+    def __setattr__(self, name, value):
+        raise self.refusal(f"x[mask].{name} = ...")
+
+    def __len__(self):
+        raise self.refusal("len")
+
+    def __iter__(self):
+        raise self.refusal("iter")
+
+    def __bool__(self):
+        raise self.refusal("bool")
+
+    def __repr__(self) -> str:
+        return f"<x[mask] of a traced {self._x.dtype.name}{list(self._x.shape)} (at {self._site})>"
+
+
+_SELECTION_REDUCTIONS = frozenset(
+    {"sum", "prod", "mean", "var", "std", "any", "all", "max", "min", "amax", "amin"}
+)
+
+
+def _refuse_on_selection(name: str):
+    def refuse(self, *args, **kwargs):
+        raise self.refusal(name)
+
+    return refuse
+
+
+# Arithmetic, comparisons and conversions of a selection: each is the refusal.
+_BINARY = "add sub mul truediv floordiv mod pow matmul and or xor".split()
+for _dunder in (
+    [f"__{op}__" for op in _BINARY]
+    + [f"__r{op}__" for op in _BINARY]
+    + [f"__{op}__" for op in "lt le gt ge eq ne getitem float int neg abs invert".split()]
+):
+    setattr(MaskedSelection, _dunder, _refuse_on_selection(f"x[mask] {_dunder.strip('_')}"))
 
 
 # --- index arrays ----------------------------------------------------------------------------
@@ -408,11 +557,22 @@ def _apply_slices(x: Tracer, p: _Parsed, keep_ints: bool) -> Tracer:
     return reverse(x, tuple(rev))
 
 
-def getitem(x: Tracer, idx, op: str = "getitem") -> Tracer:
-    """`x[idx]` with NumPy's indexing rules (see the module docstring)."""
+def getitem(x: Tracer, idx, op: str = "getitem") -> Tracer | MaskedSelection:
+    """`x[idx]` with NumPy's indexing rules (see the module docstring); a traced boolean
+    mask over the leading axes gives a `MaskedSelection`, which only reductions take."""
     p = _parse(op, x.shape, idx)
     if p.mask is not None:
-        raise _traced_mask_error(op)
+        start, mask = p.mask
+        if (
+            start != 0
+            or len(p.entries) != x.ndim
+            or any(
+                e != ("slice", 0, n, 1)
+                for e, n in zip(p.entries[mask.ndim :], x.shape[mask.ndim :], strict=True)
+            )
+        ):
+            raise _traced_mask_error(op)
+        return MaskedSelection(x, mask, user_site())
     y = _apply_slices(reshape_to(x, p.shape), p, keep_ints=not p.advanced)
     if not p.advanced:
         scalars = [d for d, e in enumerate(p.entries) if e[0] == "scalar"]

@@ -809,10 +809,10 @@ def appends_rows(x):
     return np.stack(rows)
 
 
-def prefix_sums(x):
+def prefix_lengths(x):
     out = np.zeros_like(x)
     for i in range(10):
-        out[i] = x[: i + 1].sum()
+        out[i] = len(x[: i + 1])  # (x[: i + 1].sum() converts: tests/test_prefix_loops.py)
     return out
 
 
@@ -908,12 +908,11 @@ def closes_over_index(x):
 FALLBACKS = [
     (appends_rows, "rows = []", "for i", "it calls rows.append() on a list"),
     (
-        prefix_sums,
+        prefix_lengths,
         "out = ",
         "for i",
-        "tracing its body as one loop failed with IndexError: getitem (at {i + 1}): slice stop "
-        "is "
-        "traced",
+        "tracing its body as one loop failed with IndexError: len (at {i + 1}): the slice at "
+        "{i + 1} has a traced bound, so its length is known only when the program runs",
     ),
     (guarded, "s = x[0]", "for i", "it contains a try statement"),
     (logs_globally, "s = x[0]", "for i", "it assigns the global or nonlocal variable 'LOG'"),

@@ -25,6 +25,7 @@ in NumPy.
 from __future__ import annotations
 
 import builtins
+import itertools
 import operator
 import sys
 import threading
@@ -299,6 +300,8 @@ def _static_length(iterable):
         return len(iterable)
     if isinstance(iterable, Tracer) and iterable.ndim:
         return iterable.shape[0]
+    if isinstance(iterable, _Indexed):
+        return iterable.length
     return None
 
 
@@ -326,7 +329,14 @@ def _wants_loop(info, vals: dict, iterable) -> bool:
     state = [n for n in info.live if n != info.brk and n != info.target]
     if not state:
         return False
-    return isinstance(iterable, Tracer) or any(_has_tracer(vals[p]) for p in info.params)
+    return _iterates_tracers(iterable) or any(_has_tracer(vals[p]) for p in info.params)
+
+
+def _iterates_tracers(iterable) -> bool:
+    """Whether a loop's iterable holds traced arrays (`enumerate(zip(x, y))` of traced x)."""
+    if isinstance(iterable, _Indexed):
+        return any(_iterates_tracers(part) for part in iterable._args)
+    return isinstance(iterable, Tracer)
 
 
 def for_stmt(iterable, body, info):
@@ -383,8 +393,8 @@ def _traced_break(info, vals, scope, body, iterable, done: int):
     if type(iterable) is range:
         bounds = _Range(iterable.start + done * iterable.step, iterable.stop, iterable.step)
         rows = None
-    elif isinstance(iterable, Tracer):
-        bounds, rows = _Range(done, iterable.shape[0], 1), iterable
+    elif isinstance(iterable, Tracer | _Indexed):
+        bounds, rows = _Range(done, _static_length(iterable), 1), iterable
     else:
         raise TypeError(
             f"for loop (at {info.site}): a traced condition breaks out of a loop over a "
@@ -979,14 +989,139 @@ plain_types: set = {
 
 def call(f):
     """The function to call in place of `f`: its converted version when `f` is a Python
-    function from the user's own code, `max`/`min` that take traced numbers, else `f`."""
+    function from the user's own code, `max`/`min` that take traced numbers, the iterables
+    a converted loop can index (`np.ndindex`, `itertools.product`, `enumerate`, `zip`),
+    else `f`."""
     if type(f) in plain_types:
         if f is builtins.max:
             return _max
         if f is builtins.min:
             return _min
-        return f
+        return _INDEXABLE.get(f, f)
     return _converter(f)
+
+
+# --- iterables a loop can index: element k of the iteration from a traced k -----------------
+
+
+class _Indexed:
+    """An iterable whose element k a converted loop computes from its traced index k, so
+    `for idx in np.ndindex(shape)`, `for i, j in itertools.product(range(a), range(b))`,
+    `for i, row in enumerate(x)` and `for a, b in zip(x, y)` become one loop over a flat
+    index. Iterated by Python (an unrolled loop), it is the iterable it stands for."""
+
+    __slots__ = ("_make", "_args", "length")
+
+    def __init__(self, make, args: tuple, length: int | None):
+        self._make, self._args, self.length = make, args, length
+
+    def __iter__(self):
+        return iter(self._make(*self._args))
+
+
+def _length(part) -> int | None:
+    """The static length of an iterable a converted loop can index, else None."""
+    if type(part) is range:
+        return len(part)
+    if isinstance(part, Tracer | np.ndarray) and np.ndim(part):
+        return part.shape[0]
+    if isinstance(part, _Indexed):
+        return part.length
+    return None
+
+
+def _element(part, k):
+    """Element `k` (a traced index) of `part`, one of what `_length` measures."""
+    if type(part) is range:
+        return part.start + part.step * k
+    if isinstance(part, np.ndarray):
+        return anp.asarray(part)[k]
+    return part[k]
+
+
+def _digits(k, sizes: tuple[int, ...]) -> list:
+    """The mixed-radix digits of the flat index `k` (the last size varies fastest)."""
+    out = []
+    for size in reversed(sizes):
+        out.append(k % size)
+        k = k // size
+    return out[::-1]
+
+
+class _Product(_Indexed):
+    __slots__ = ()
+
+    def __getitem__(self, k):
+        return tuple(_element(r, d) for r, d in zip(self._args, _digits(k, self._sizes())))
+
+    def _sizes(self) -> tuple[int, ...]:
+        return tuple(len(r) for r in self._args)
+
+
+class _NdIndex(_Indexed):
+    __slots__ = ()
+
+    def __getitem__(self, k):
+        return tuple(_digits(k, self._args))
+
+
+class _Enumerate(_Indexed):
+    __slots__ = ()
+
+    def __getitem__(self, k):
+        part, start = self._args
+        return start + k, _element(part, k)
+
+
+class _Zip(_Indexed):
+    __slots__ = ()
+
+    def __getitem__(self, k):
+        return tuple(_element(part, k) for part in self._args)
+
+
+def _product(*iterables, repeat=1):
+    pools = iterables * repeat
+    if pools and all(type(r) is range for r in pools) and repeat >= 1:
+        return _Product(itertools.product, pools, _prod(len(r) for r in pools))
+    return itertools.product(*iterables, repeat=repeat)
+
+
+def _ndindex(*shape):
+    if len(shape) == 1 and isinstance(shape[0], tuple):
+        shape = shape[0]
+    if all(isinstance(d, int) and d >= 0 for d in shape):
+        return _NdIndex(lambda *s: np.ndindex(*s), tuple(shape), _prod(shape))
+    return np.ndindex(*shape)
+
+
+def _enumerate(iterable, start=0):
+    n = _length(iterable)
+    if n is not None and isinstance(start, int):
+        return _Enumerate(lambda it, s: enumerate(it, s), (iterable, start), n)
+    return enumerate(iterable, start)
+
+
+def _zip(*iterables, strict=False):
+    lengths = [_length(it) for it in iterables]
+    if iterables and None not in lengths and (not strict or len(set(lengths)) == 1):
+        return _Zip(lambda *its: zip(*its, strict=strict), iterables, min(lengths))
+    return zip(*iterables, strict=strict)
+
+
+def _prod(sizes) -> int:
+    out = 1
+    for size in sizes:
+        out *= size
+    return out
+
+
+_INDEXABLE = {
+    itertools.product: _product,
+    np.ndindex: _ndindex,
+    builtins.enumerate: _enumerate,
+    builtins.zip: _zip,
+}
 
 
 def _not_installed(f):

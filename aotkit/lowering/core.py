@@ -157,6 +157,12 @@ def no_trace_error(what: str) -> RuntimeError:
     return RuntimeError(f"{what} was called outside a traced function: {NO_TRACE}")
 
 
+def in_loop_body() -> bool:
+    """Whether the trace is inside a loop's body (a while/fori loop, or a Python loop
+    autograph converted), where a loop index is traced."""
+    return any(s.name.endswith((" body", " probe")) for s in _scopes())
+
+
 def current_scope() -> Scope:
     scopes = _scopes()
     if not scopes:

@@ -301,6 +301,18 @@ def _same_dtype_loop(
     return outs[0] if all(i == d for i in ins) else None
 
 
+# Operand types that compute aotkit's ufuncs themselves (`__array_ufunc__`), registered by
+# the families that define them (`defer_ufuncs_to`).
+_OVERRIDES: tuple[type, ...] = ()
+
+
+def defer_ufuncs_to(kind: type) -> None:
+    """Makes every aotkit.numpy ufunc hand a call with a `kind` operand to its
+    `__array_ufunc__`, as NumPy's ufuncs do for types that define one."""
+    global _OVERRIDES
+    _OVERRIDES = (*_OVERRIDES, kind)
+
+
 def ufunc(np_ufunc: np.ufunc, *names: str, static=None):
     """Exports an elementwise function under `names`; `impl` sees operands in loop dtypes.
 
@@ -372,6 +384,12 @@ def ufunc(np_ufunc: np.ufunc, *names: str, static=None):
                 raise TypeError(
                     f"{where(op)}: takes {np_ufunc.nin} array argument(s), got {len(args)}"
                 )
+            for arg in args:
+                # NumPy's protocol: an operand with its own `__array_ufunc__` (a slice with
+                # a traced bound, aotkit/lowering/indexing.py) computes the ufunc itself.
+                if _OVERRIDES and isinstance(arg, _OVERRIDES):
+                    given = kwargs if dtype is None else {**kwargs, "dtype": dtype}
+                    return arg.__array_ufunc__(np_ufunc, "__call__", *args, **given)
             if static is not None:
                 result = static(*args, dtype=dtype, **kwargs)
                 if result is not None:

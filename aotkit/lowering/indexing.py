@@ -35,6 +35,7 @@ from aotkit.lowering.core import (
     current_scope,
     export,
     full,
+    in_loop_body,
     register,
     user_site,
     where,
@@ -44,6 +45,7 @@ from aotkit.lowering.elementwise import (
     add,
     asarray,
     clip,
+    defer_ufuncs_to,
     maximum,
     minimum,
     multiply,
@@ -311,45 +313,34 @@ def _traced_mask_error(op: str, selected_at: str | None = None) -> IndexError:
     )
 
 
-class MaskedSelection:
-    """`x[mask]` for a traced boolean mask over x's leading axes: the selected elements,
-    whose number depends on the data.
+class _Selection:
+    """Elements of `x` that `mask` (of x's shape) selects, whose number depends on the data:
+    what its reductions compute (`np.sum(x, where=mask)` and its kin). `axes` are the axes
+    a reduction may name (the ones whose extent the selection changes, as the user numbers
+    them) and `axis` the axis of x they are; a subclass says what the selection is."""
 
-    A compiled program cannot hold it as an array, but it can reduce it: `.sum()`,
-    `.prod()`, `.mean()`, `.std()`, `.var()`, `.max()`, `.min()`, `.any()`, `.all()` and
-    the NumPy functions of the same names (`np.sum(x[mask])`) compute the masked reduction
-    over the whole selection (or over its rows, `axis=0`, for a mask of x's first axis),
-    of fixed shape: `np.sum(x, where=mask)`. The maximum or minimum of an empty float
-    selection is NaN (NumPy raises, which a compiled program cannot); integers need
-    `initial=`. Anything else is the data-dependent-shape error, naming both lines.
-    """
+    __slots__ = ("_x", "_mask", "_axes", "_axis", "_site")
+    _what = "a selection"
 
-    __slots__ = ("_x", "_mask", "_site")
-
-    def __init__(self, x: Tracer, mask: Tracer, site: str):
+    def __init__(self, x: Tracer, mask: Tracer, axes: tuple[int, ...], axis, site: str):
         object.__setattr__(self, "_x", x)
         object.__setattr__(self, "_mask", mask)
+        object.__setattr__(self, "_axes", axes)
+        object.__setattr__(self, "_axis", axis)
         object.__setattr__(self, "_site", site)
 
     def _args(self, op: str, axis, keepdims, out, where_) -> tuple[Tracer, object, Tracer]:
-        """(x, the reduction axis of x, the mask broadcast to x's shape)."""
-        x, mask = self._x, self._mask
+        """(x, the reduction axis of x or None, the mask)."""
         no_out(op, out)
         if keepdims or where_ is not True:
             given = "keepdims=True" if keepdims else "where="
             raise TypeError(
-                f"{where(op)}: {given} on a selection by a traced boolean mask (at "
-                f"{self._site}) is not supported; reduce with np.{op}(x, where=mask, ...) "
-                "instead"
+                f"{where(op)}: {given} on {self._what} (at {self._site}) is not supported; "
+                f"reduce with np.{op}(x, where=mask, ...) instead"
             )
-        if axis is not None and not (mask.ndim == 1 and axis in (0, -(x.ndim - mask.ndim + 1))):
+        if axis is not None and axis not in self._axes:
             raise self.refusal(op)
-        full_mask = bind1("broadcast_in_dim", mask, shape=x.shape, dims=tuple(range(mask.ndim)))
-        return x, (None if axis is None else 0), full_mask
-
-    def refusal(self, op: str) -> IndexError:
-        """The error for using the selection as `op` would (its shape depends on the data)."""
-        return _traced_mask_error(op, self._site)
+        return self._x, (None if axis is None else self._axis), self._mask
 
     def _reduce(self, name: str, axis, keepdims, out, where_, **kw):
         x, axis, m = self._args(name, axis, keepdims, out, where_)
@@ -389,7 +380,7 @@ class MaskedSelection:
             return reduce(x, axis=axis, where=m, initial=initial)
         if not dtypes.is_inexact(x.dtype) or dtypes.is_complex(x.dtype):
             raise ValueError(
-                f"{where(name)}: the {name}imum of a selection by a traced boolean mask (at "
+                f"{where(name)}: the {name}imum of {self._what} (at "
                 f"{self._site}) has no value when nothing is selected, which NumPy reports "
                 f"as an error a compiled program cannot raise; pass initial= (x[mask].{name}"
                 f"(initial=...)), the value an empty selection gives"
@@ -405,7 +396,7 @@ class MaskedSelection:
 
     def __array_function__(self, func, types, args, kwargs):
         name = func.__name__
-        method = getattr(MaskedSelection, name, None) if name in _SELECTION_REDUCTIONS else None
+        method = getattr(type(self), name, None) if name in _SELECTION_REDUCTIONS else None
         if method is None or not args or args[0] is not self:
             raise self.refusal(f"np.{name}")
         return method(self, *args[1:], **kwargs)
@@ -431,6 +422,32 @@ class MaskedSelection:
     def __bool__(self):
         raise self.refusal("bool")
 
+
+class MaskedSelection(_Selection):
+    """`x[mask]` for a traced boolean mask over x's leading axes: the selected elements,
+    whose number depends on the data.
+
+    A compiled program cannot hold it as an array, but it can reduce it: `.sum()`,
+    `.prod()`, `.mean()`, `.std()`, `.var()`, `.max()`, `.min()`, `.any()`, `.all()` and
+    the NumPy functions of the same names (`np.sum(x[mask])`) compute the masked reduction
+    over the whole selection (or over its rows, `axis=0`, for a mask of x's first axis),
+    of fixed shape: `np.sum(x, where=mask)`. The maximum or minimum of an empty float
+    selection is NaN (NumPy raises, which a compiled program cannot); integers need
+    `initial=`. Anything else is the data-dependent-shape error, naming both lines.
+    """
+
+    __slots__ = ()
+    _what = "a selection by a traced boolean mask"
+
+    def __init__(self, x: Tracer, mask: Tracer, site: str):
+        full = bind1("broadcast_in_dim", mask, shape=x.shape, dims=tuple(range(mask.ndim)))
+        rows = (0, -(x.ndim - mask.ndim + 1)) if mask.ndim == 1 else ()
+        super().__init__(x, full, rows, 0, site)
+
+    def refusal(self, op: str) -> IndexError:
+        """The error for using the selection as `op` would (its shape depends on the data)."""
+        return _traced_mask_error(op, self._site)
+
     def __repr__(self) -> str:
         return f"<x[mask] of a traced {self._x.dtype.name}{list(self._x.shape)} (at {self._site})>"
 
@@ -445,6 +462,357 @@ def _refuse_on_selection(name: str):
         raise self.refusal(name)
 
     return refuse
+
+
+class TracedSlice(_Selection):
+    """`x[a:b]` inside a loop body, where a bound is traced (a loop index: `x[:i]`,
+    `A[i, j:i]`): the elements of one axis from a to b, as many as the data says.
+
+    It is held over the axis's full extent with a mask (`a <= iota < b`, after NumPy's
+    normalization of the bounds), so every use that keeps a fixed shape computes exactly
+    NumPy's value: its reductions (`.sum()`, `.max()`, ..., as `_Selection`; the reduction
+    may name that axis), elementwise arithmetic and NumPy ufuncs with scalars and with
+    slices of the same bounds (the result is such a slice again), `a[:i] @ b[:i]` and
+    `np.dot` of two 1-D slices of the same bounds, and a write into the same extent
+    (`y[:i] = ...`, `y[:i] += ...`). Slices "of the same bounds" are taken with the same
+    bound values (the same traced index, or equal integers) over axes of the same length.
+    Any other use is an error that names the slice's line.
+    """
+
+    __slots__ = ("_key",)
+    _what = "a slice with a traced bound"
+
+    def __init__(self, full: Tracer, axis: int, mask: Tracer, key: tuple, site: str):
+        super().__init__(full, mask, (axis, axis - full.ndim), axis, site)
+        object.__setattr__(self, "_key", key)
+
+    def refusal(self, op: str) -> IndexError:
+        return IndexError(
+            f"{where(op)}: the slice at {self._site} has a traced bound, so its length is "
+            "known only when the program runs, which a compiled program's arrays cannot "
+            "have; in a loop, reduce it (.sum(), .max(), ...), combine it with scalars or "
+            "slices of the same bounds (x[:i] * y[:i]), dot two of them (x[:i] @ y[:i]), or "
+            "write it into the same extent (y[:i] = ...); else index with a traced integer "
+            "array (x[i + arange(n)]) or take(x, i + arange(n), axis)"
+        )
+
+    def _same(self, other, op: str) -> Tracer:
+        """The full-extent value of `other` combined elementwise with this slice."""
+        if isinstance(other, TracedSlice):
+            if not _same_bounds(self._key, other._key) or other._x.shape != self._x.shape:
+                raise self.refusal(op)
+            return other._x
+        if isinstance(other, _Selection):
+            raise self.refusal(op)
+        if np.ndim(other) != 0:  # an array of fixed shape cannot match a traced length
+            raise self.refusal(op)
+        return other
+
+    def _like(self, full: Tracer) -> TracedSlice:
+        return TracedSlice(full, self._axis, self._mask, self._key, self._site)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        name = f"np.{ufunc.__name__}"
+        if method != "__call__" or kwargs or ufunc.nout != 1:
+            raise self.refusal(name)
+        fulls = [self._same(v, name) if v is not self else self._x for v in inputs]
+        return self._like(ufunc(*fulls))
+
+    def __array_function__(self, func, types, args, kwargs):
+        name = func.__name__
+        if name in ("dot", "vdot", "inner", "matmul") and len(args) == 2 and not kwargs:
+            return _slice_dot(*args, f"np.{name}")
+        if name == "copy":
+            return self
+        return super().__array_function__(func, types, args, kwargs)
+
+    def __matmul__(self, other):
+        return _slice_dot(self, other, "matmul")
+
+    def __rmatmul__(self, other):
+        return _slice_dot(other, self, "matmul")
+
+    def copy(self):
+        return self  # values do not alias
+
+    def astype(self, dtype, *args, **kwargs):
+        return self._like(self._x.astype(dtype, *args, **kwargs))
+
+    def __neg__(self):
+        return self._like(-self._x)
+
+    def __abs__(self):
+        return self._like(abs(self._x))
+
+    def __invert__(self):
+        return self._like(~self._x)
+
+    def __repr__(self) -> str:
+        return f"<x[a:b] with a traced bound over {self._x.dtype.name}{list(self._x.shape)}>"
+
+
+defer_ufuncs_to(TracedSlice)  # `2.0 * A[:i, k]`, `t * x[:i]` with a tracer t
+
+
+def _binary(name: str, reflected: bool):
+    def method(self: TracedSlice, other):
+        full = self._same(other, f"x[a:b] {name}")
+        a, b = (full, self._x) if reflected else (self._x, full)
+        return self._like(getattr(operator, name)(a, b))
+
+    return method
+
+
+for _name in "add sub mul truediv floordiv mod pow and_ or_ xor lt le gt ge eq ne".split():
+    _plain = _name.rstrip("_")
+    setattr(TracedSlice, f"__{_plain}__", _binary(_name, False))
+    if _name not in ("lt", "le", "gt", "ge", "eq", "ne"):
+        setattr(TracedSlice, f"__r{_plain}__", _binary(_name, True))
+        setattr(TracedSlice, f"__i{_plain}__", _binary(_name, False))
+
+
+def _same_bounds(a: tuple, b: tuple) -> bool:
+    """Whether two slices' bounds are the same values: each the same traced value (one
+    computed the same way from the same values, as `i + 1` written twice is), or the same
+    integer (or both left out), over axes of the same length."""
+
+    def same(u, v):
+        if isinstance(u, Tracer) and isinstance(v, Tracer):
+            return u.shape == v.shape and _same_value(u.value, v.value, 8)
+        if isinstance(u, Tracer) or isinstance(v, Tracer):
+            return False
+        return u == v
+
+    return len(a) == len(b) and all(same(u, v) for u, v in zip(a, b, strict=True))
+
+
+# The ops of an index expression (`2 * i + 1`, `n - i`, a cast) that `_same_value` compares
+# by their operands, and the attribute each one's result also depends on.
+_PURE_INDEX_OPS = {
+    "stablehlo.add": None,
+    "stablehlo.subtract": None,
+    "stablehlo.multiply": None,
+    "stablehlo.negate": None,
+    "stablehlo.convert": None,
+    "stablehlo.maximum": None,
+    "stablehlo.minimum": None,
+    "stablehlo.clamp": None,
+    "stablehlo.select": None,
+    "stablehlo.constant": "value",
+    "stablehlo.compare": "comparison_direction",
+    # `row[i]` read twice: the same element of the same array.
+    "stablehlo.dynamic_slice": "slice_sizes",
+    "stablehlo.reshape": None,
+    "stablehlo.slice": "start_indices",
+}
+
+
+def _same_value(a: ir.Value, b: ir.Value, depth: int) -> bool:
+    """Whether two SSA values are equal by construction: the same value, or results of
+    the same pure op (same attribute) on values that are (looked at `depth` ops deep)."""
+    if a == b:
+        return True
+    if depth == 0 or str(a.type) != str(b.type):
+        return False
+    oa, ob = a.owner, b.owner
+    if isinstance(oa, ir.Block) or isinstance(ob, ir.Block):  # block arguments
+        return False
+    name = oa.operation.name
+    if name != ob.operation.name or name not in _PURE_INDEX_OPS:
+        return False
+    attr = _PURE_INDEX_OPS[name]
+    if attr is not None and str(oa.attributes[attr]) != str(ob.attributes[attr]):
+        return False
+    xs, ys = list(oa.operands), list(ob.operands)
+    return len(xs) == len(ys) and all(_same_value(x, y, depth - 1) for x, y in zip(xs, ys))
+
+
+def _slice_dot(a, b, op: str):
+    """`a @ b` of two 1-D slices of the same bounds: the sum of their products there."""
+    slices = [v for v in (a, b) if isinstance(v, TracedSlice)]
+    first = slices[0]
+    if len(slices) != 2 or first._x.ndim != 1 or b._x.ndim != 1:
+        raise first.refusal(op)
+    other = first._same(b if first is a else a, op)
+    if first._x.dtype == np.bool_:
+        raise first.refusal(op)
+    products = multiply(a._x, b._x) if first is a else multiply(a._x, other)
+    return NUMPY_FUNCTIONS["sum"](products, where=first._mask)
+
+
+def _traced_slice(op: str, x: Tracer, idx):
+    """`x[idx]` as a `TracedSlice` when one slice of `idx` has a traced bound and this is a
+    loop body; None when no slice bound is traced (the usual path). Other traced bounds
+    keep the error of `_slice_bound`."""
+    entries = idx if isinstance(idx, tuple) else (idx,)
+    at = _traced_bounds(entries)
+    if not at:
+        return None
+    window = _window(op, x, entries)
+    if window is not None:
+        return window
+    if not in_loop_body():
+        return None
+    k = at[0]
+    simple = all(
+        isinstance(e, int | np.integer | slice) or (isinstance(e, Tracer) and e.ndim == 0)
+        for e in entries
+    )
+    traced = entries[k]
+    if len(at) > 1 or not simple or k >= x.ndim or traced.step not in (None, 1):
+        return None  # the usual path raises its error
+    n = x.shape[k]
+    full = getitem(x, entries[:k] + (slice(None),) + entries[k + 1 :], op)
+    axis = sum(isinstance(e, slice) for e in entries[:k])
+    lo = _slice_end(traced.start, 0, n)
+    hi = _slice_end(traced.stop, n, n)
+    positions = bind1("iota", shape=(n,), dtype=lo.dtype, dim=0)
+    inside = bind1("and", bind1("compare", positions, _splat(lo, n), direction="GE"),
+                   bind1("compare", positions, _splat(hi, n), direction="LT"))  # fmt: skip
+    mask = bind1("broadcast_in_dim", inside, shape=full.shape, dims=(axis,))
+    key = (traced.start, traced.stop, n)
+    return TracedSlice(full, axis, mask, key, user_site())
+
+
+def _window(op: str, x: Tracer, entries: tuple) -> Tracer | None:
+    """`x[i * s : i * s + k, ...]`: slices whose traced stop is their start plus a constant
+    k are windows of size k, read with one `dynamic_slice` (as `lax.dynamic_slice` would);
+    None when the index has another form. A start out of range is clamped, as every traced
+    read is (a negative one wraps once first)."""
+    box = _window_box(op, x, entries)
+    if box is None:
+        return None
+    starts, sizes, kept = box
+    y = bind1("dynamic_slice", x, *starts, sizes=sizes)
+    return reshape_to(y, tuple(k for k, keep in zip(sizes, kept, strict=True) if keep))
+
+
+def _window_update(op: str, x: Tracer, entries: tuple, v, mode: str) -> Tracer | None:
+    """`x[i : i + k] = v` (or `+=`, ...) for the windows `_window` reads: one
+    `dynamic_update_slice` (a start out of range is clamped: the window stays inside x)."""
+    box = _window_box(op, x, entries)
+    if box is None:
+        return None
+    starts, sizes, kept = box
+    shape = tuple(k for k, keep in zip(sizes, kept, strict=True) if keep)
+    value = reshape_to(_value(op, v, x.dtype, shape), sizes)
+    if mode != "set":
+        value = _combine(mode, bind1("dynamic_slice", x, *starts, sizes=sizes), value)
+    return bind1("dynamic_update_slice", x, value, *starts)
+
+
+def _window_box(op: str, x: Tracer, entries: tuple):
+    """(starts, sizes, which axes the result keeps) of an index of windows, ints and
+    static unit-step slices with at least one window; None for any other index."""
+    if len(entries) > x.ndim or not all(
+        isinstance(e, int | np.integer | slice) or (isinstance(e, Tracer) and e.ndim == 0)
+        for e in entries
+    ):
+        return None
+    entries = entries + (_FULL,) * (x.ndim - len(entries))
+    dtype = np.dtype(np.int64)
+    starts, sizes, kept = [], [], []
+    for e, n in zip(entries, x.shape, strict=True):
+        if isinstance(e, slice):
+            if e.step not in (None, 1):
+                return None
+            if isinstance(e.start, Tracer) or isinstance(e.stop, Tracer):
+                k = _constant_extent(e.start, e.stop)
+                if k is None or k > n:
+                    return None
+                starts.append(_wrapped(e.start, n, dtype))
+                sizes.append(k)
+            else:
+                lo, hi, _ = e.indices(n)
+                starts.append(full((), lo, dtype))
+                sizes.append(max(hi - lo, 0))
+            kept.append(True)
+        elif isinstance(e, Tracer):
+            if not dtypes.is_integer(e.dtype):
+                return None
+            starts.append(_wrapped(e, n, dtype))
+            sizes.append(1)
+            kept.append(False)
+        else:
+            v = operator.index(e)
+            if not -n <= v < n:
+                raise _out_of_bounds(op, v, len(starts), n)
+            starts.append(full((), v % n, dtype))
+            sizes.append(1)
+            kept.append(False)
+    return starts, tuple(sizes), kept
+
+
+def _constant_extent(start, stop) -> int | None:
+    """k when `stop` is `start + k` for a constant k >= 0, as the index arithmetic built
+    them (`i * 2` and `i * 2 + 2`, `i + 1` and `i + 4`), else None."""
+    if not (isinstance(start, Tracer) and isinstance(stop, Tracer)) or start.ndim or stop.ndim:
+        return None
+    base_a, a = _offset(start.value)
+    base_b, b = _offset(stop.value)
+    if b >= a and _same_value(base_a, base_b, 8):
+        return b - a
+    return None
+
+
+def _offset(v: ir.Value) -> tuple[ir.Value, int]:
+    """(base, c) with v = base + c: the constants added to or subtracted from v."""
+    total = 0
+    while True:
+        owner = v.owner
+        if isinstance(owner, ir.Block) or owner.operation.name not in (
+            "stablehlo.add",
+            "stablehlo.subtract",
+        ):
+            return v, total
+        a, b = owner.operands
+        c = _constant_int(b)
+        if c is not None:
+            total += c if owner.operation.name == "stablehlo.add" else -c
+            v = a
+            continue
+        c = _constant_int(a)
+        if c is not None and owner.operation.name == "stablehlo.add":
+            total += c
+            v = b
+            continue
+        return v, total
+
+
+def _constant_int(v: ir.Value) -> int | None:
+    owner = v.owner
+    if isinstance(owner, ir.Block) or owner.operation.name != "stablehlo.constant":
+        return None
+    dense = ir.DenseElementsAttr(owner.attributes["value"])
+    if not dense.is_splat or not str(dense.type.element_type).startswith(("i", "ui")):
+        return None
+    return ir.IntegerAttr(dense.get_splat_value()).value
+
+
+def _traced_bounds(entries: tuple) -> list[int]:
+    """The positions of the slices in an index tuple with a traced start or stop."""
+    return [
+        k
+        for k, e in enumerate(entries)
+        if isinstance(e, slice) and (isinstance(e.start, Tracer) or isinstance(e.stop, Tracer))
+    ]
+
+
+def _slice_end(v, default: int, n: int) -> Tracer:
+    """A slice bound as Python normalizes it for an axis of length n: negative wraps once,
+    then it is clamped into [0, n] (a traced 0-d int64)."""
+    dtype = np.dtype(np.int64)
+    if v is None:
+        return full((), default, dtype)
+    t = cast(asarray(v), dtype)
+    size = full((), n, dtype)
+    zero = full((), 0, dtype)
+    wrapped = bind1("select", bind1("compare", t, zero, direction="LT"), bind1("add", t, size), t)
+    return clip(wrapped, 0, n)
+
+
+def _splat(t: Tracer, n: int) -> Tracer:
+    return bind1("broadcast_in_dim", t, shape=(n,), dims=())
 
 
 # Arithmetic, comparisons and conversions of a selection: each is the refusal.
@@ -557,9 +925,21 @@ def _apply_slices(x: Tracer, p: _Parsed, keep_ints: bool) -> Tracer:
     return reverse(x, tuple(rev))
 
 
-def getitem(x: Tracer, idx, op: str = "getitem") -> Tracer | MaskedSelection:
+def getitem(x: Tracer, idx, op: str = "getitem") -> Tracer | _Selection:
     """`x[idx]` with NumPy's indexing rules (see the module docstring); a traced boolean
-    mask over the leading axes gives a `MaskedSelection`, which only reductions take."""
+    mask over the leading axes gives a `MaskedSelection`, which only reductions take, and a
+    slice with a traced bound in a loop body a `TracedSlice`."""
+    if type(idx) is not int:
+        if isinstance(idx, TracedSlice):
+            # `x[cols[a:b]]`: read where the slice's indices point, over its full extent.
+            if idx._x.ndim != 1 or not dtypes.is_integer(idx._x.dtype):
+                raise idx.refusal(op)
+            picked = getitem(x, idx._x, op)
+            mask = bind1("broadcast_in_dim", idx._mask, shape=picked.shape, dims=(0,))
+            return TracedSlice(picked, 0, mask, idx._key, idx._site)
+        sliced = _traced_slice(op, x, idx)
+        if sliced is not None:
+            return sliced
     p = _parse(op, x.shape, idx)
     if p.mask is not None:
         start, mask = p.mask
@@ -690,6 +1070,24 @@ def _indexed_shape(p: _Parsed, op: str) -> tuple[list, tuple[int, ...]]:
 
 def update(x: Tracer, idx, v, mode: str, op: str) -> Tracer:
     """`x` with `x[idx]` replaced by (or combined through `mode` with) `v`."""
+    entries = idx if isinstance(idx, tuple) else (idx,)
+    target = None
+    if type(idx) is not int and _traced_bounds(entries):
+        window = _window_update(op, x, entries, v, mode)
+        if window is not None:
+            return window
+        target = _traced_slice(op, x, idx)
+    if target is not None:
+        # The write into a slice with a traced bound: over the full extent, where the mask
+        # says, with `v` of the same bounds or a scalar.
+        k = _traced_bounds(entries)[0]
+        whole = entries[:k] + (_FULL,) + entries[k + 1 :]
+        value = target._same(v, op)
+        if mode != "set":
+            value = _combine(mode, target._x, _value(op, value, x.dtype, target._x.shape))
+        value = _value(op, value, x.dtype, target._x.shape)
+        kept = bind1("select", target._mask, value, target._x)
+        return update(x, whole, kept, "set", op)
     p = _parse(op, x.shape, idx)
     if p.mask is not None:
         return _masked_update(op, x, p, v, mode)

@@ -194,3 +194,205 @@ KERNELS = {
     "crc32": (crc32, make_crc32),
     "mandelbrot": (mandelbrot, make_mandelbrot),
 }
+
+
+# --- loops over a growing prefix: slices whose bounds are the loop index --------------------------
+
+
+def forward_substitution_rows(L, b):
+    """x with L @ x = b, each row a dot product over the prefix solved so far."""
+    n = b.shape[0]
+    x = np.zeros_like(b)
+    for i in range(n):
+        x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+    return x
+
+
+def back_substitution(U, b):
+    """x with U @ x = b, U upper triangular: dot products over the suffix solved so far."""
+    n = b.shape[0]
+    x = np.zeros_like(b)
+    for i in range(n - 1, -1, -1):
+        x[i] = (b[i] - U[i, i + 1 :] @ x[i + 1 :]) / U[i, i]
+    return x
+
+
+def make_back_substitution(n, rng):
+    U = np.triu(rng.uniform(-1, 1, (n, n))) + n * np.eye(n)
+    return U, rng.uniform(-1, 1, n)
+
+
+def lu_in_place(A):
+    """Doolittle LU in one array (L below the diagonal, U on and above), as Polybench's lu."""
+    A = A.copy()
+    n = A.shape[0]
+    for i in range(n):
+        for j in range(i):
+            A[i, j] = (A[i, j] - A[i, :j] @ A[:j, j]) / A[j, j]
+        for j in range(i, n):
+            A[i, j] -= A[i, :i] @ A[:i, j]
+    return A
+
+
+def lu_solve(A, b):
+    """LU in place, then forward and back substitution over prefixes and suffixes."""
+    LU = lu_in_place(A)
+    n = b.shape[0]
+    y = np.zeros_like(b)
+    for i in range(n):
+        y[i] = b[i] - LU[i, :i] @ y[:i]
+    x = np.zeros_like(b)
+    for i in range(n - 1, -1, -1):
+        x[i] = (y[i] - LU[i, i + 1 :] @ x[i + 1 :]) / LU[i, i]
+    return x
+
+
+def make_lu_solve(n, rng):
+    return make_lu_decompose(n, rng)[0], rng.uniform(-1, 1, n)
+
+
+def cholesky_rows(A):
+    """L with L @ L.T = A, each entry from a dot product of two row prefixes."""
+    n = A.shape[0]
+    L = np.zeros_like(A)
+    for i in range(n):
+        for j in range(i + 1):
+            s = L[i, :j] @ L[j, :j]
+            if i == j:
+                L[i, j] = np.sqrt(A[i, i] - s)
+            else:
+                L[i, j] = (A[i, j] - s) / L[j, j]
+    return L
+
+
+def gram_schmidt(A):
+    """Modified Gram-Schmidt QR, as Polybench's gramschmidt: the inner loop starts at k + 1."""
+    A = A.copy()
+    m, n = A.shape
+    Q = np.zeros((m, n))
+    R = np.zeros((n, n))
+    for k in range(n):
+        nrm = np.sqrt(A[:, k] @ A[:, k])
+        R[k, k] = nrm
+        Q[:, k] = A[:, k] / nrm
+        for j in range(k + 1, n):
+            R[k, j] = Q[:, k] @ A[:, j]
+            A[:, j] = A[:, j] - Q[:, k] * R[k, j]
+    return Q, R
+
+
+def make_gram_schmidt(n, rng):
+    return (rng.uniform(-1, 1, (n + 2, n)) + 3 * np.eye(n + 2, n),)
+
+
+def syrk_lower(alpha, beta, C, A):
+    """C = alpha A A^T + beta C on the lower triangle, as Polybench's syrk (`j <= i`)."""
+    C = C.copy()
+    n, m = A.shape
+    for i in range(n):
+        C[i, : i + 1] *= beta
+        for k in range(m):
+            C[i, : i + 1] += alpha * A[i, k] * A[: i + 1, k]
+    return C
+
+
+def make_syrk_lower(n, rng):
+    return 1.5, 0.5, rng.uniform(-1, 1, (n, n)), rng.uniform(-1, 1, (n, n // 2 + 5))
+
+
+def csr_matvec(vals, cols, row, x):
+    """y = S @ x for S in CSR form: each row a dot product over its run of the arrays."""
+    y = np.zeros(row.shape[0] - 1)
+    for i in range(row.shape[0] - 1):
+        y[i] = vals[row[i] : row[i + 1]] @ x[cols[row[i] : row[i + 1]]]
+    return y
+
+
+def make_csr_matvec(n, rng):
+    dense = rng.uniform(-1, 1, (n, n)) * (rng.uniform(0, 1, (n, n)) < 0.3)
+    dense[n // 2] = 0.0  # an empty row: its run is x[:0]
+    rows, cols = np.nonzero(dense)
+    row = np.searchsorted(rows, np.arange(n + 1)).astype(np.int32)
+    return dense[rows, cols], cols.astype(np.int32), row, rng.uniform(-1, 1, n)
+
+
+PREFIX_KERNELS = {
+    "forward_substitution_rows": (forward_substitution_rows, make_forward_substitution),
+    "back_substitution": (back_substitution, make_back_substitution),
+    "lu_in_place": (lu_in_place, make_lu_decompose),
+    "lu_solve": (lu_solve, make_lu_solve),
+    "cholesky_rows": (cholesky_rows, make_cholesky),
+    "gram_schmidt": (gram_schmidt, make_gram_schmidt),
+    "syrk_lower": (syrk_lower, make_syrk_lower),
+    "csr_matvec": (csr_matvec, make_csr_matvec),
+}
+
+
+# --- loops over index tuples, rows and moving windows --------------------------------------------
+
+
+def local_maxima_4d(x):
+    """Interior points no smaller than their 3x3x3x3 neighbourhood, over np.ndindex."""
+    out = np.zeros(x.shape, dtype=bool)
+    for idx in np.ndindex(*[s - 2 for s in x.shape]):
+        centre = tuple(i + 1 for i in idx)
+        window = x[tuple(slice(i, i + 3) for i in idx)]
+        out[centre] = x[centre] >= window.max()
+    return out
+
+
+def make_local_maxima_4d(n, rng):
+    return (rng.uniform(-1, 1, (n // 2 + 3,) * 4),)
+
+
+def weighted_pairs(x):
+    """A double sum over itertools.product of two ranges."""
+    import itertools
+
+    s = 0.0
+    for i, j in itertools.product(range(x.shape[0]), range(x.shape[1])):
+        s = s + x[i, j] * (i + 1) - j
+    return s
+
+
+def make_weighted_pairs(n, rng):
+    return (rng.uniform(-1, 1, (n, 5)),)
+
+
+def row_dots(x, y):
+    """enumerate of zip over the rows of two arrays."""
+    out = np.zeros(x.shape[0])
+    for k, (a, b) in enumerate(zip(x, y)):
+        out[k] = a @ b + k
+    return out
+
+
+def make_row_dots(n, rng):
+    return rng.uniform(-1, 1, (n, 4)), rng.uniform(-1, 1, (n, 4))
+
+
+def moving_windows(x, w):
+    """A valid 1-D correlation and max pooling over windows that move with the index."""
+    k = w.shape[0]
+    corr = np.zeros(x.shape[0] - k + 1)
+    for i in range(corr.shape[0]):
+        corr[i] = x[i : i + k] @ w
+    pooled = np.zeros(x.shape[0] // 2)
+    for i in range(pooled.shape[0]):
+        pooled[i] = x[i * 2 : i * 2 + 2].max()
+    spread = np.zeros(x.shape[0] + 2)
+    for i in range(x.shape[0]):
+        spread[i : i + 3] += x[i]
+    return corr, pooled, spread
+
+
+def make_moving_windows(n, rng):
+    return rng.uniform(-1, 1, n + 4), rng.uniform(-1, 1, 3)
+
+
+INDEX_KERNELS = {
+    "local_maxima_4d": (local_maxima_4d, make_local_maxima_4d),
+    "weighted_pairs": (weighted_pairs, make_weighted_pairs),
+    "row_dots": (row_dots, make_row_dots),
+    "moving_windows": (moving_windows, make_moving_windows),
+}

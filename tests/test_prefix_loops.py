@@ -1,0 +1,237 @@
+"""Loops over a growing prefix, index tuples, rows and moving windows stay one loop.
+
+Inside a loop body `x[:i]`, `A[i, j:i]` or `vals[row[i]:row[i + 1]]` has a length only the
+data knows; aotkit holds it over the axis's full extent with a mask (aotkit/lowering/
+indexing.py, `TracedSlice`), so reductions, dot products of two such slices, elementwise
+arithmetic and writes back into the same extent compute NumPy's value and the loop stays
+one StableHLO while loop: the program does not grow with n. Loops over `np.ndindex`,
+`itertools.product` of ranges, `enumerate` and `zip` of arrays run over a flat index, and a
+window whose stop is its traced start plus a constant (`x[i * 2 : i * 2 + 2]`) is one
+`dynamic_slice`. Oracles: NumPy on the same kernels (tests/programs/kernels.py), and
+generated slices with every kind of bound.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import textwrap
+import warnings
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aotkit
+from aotkit.autograph import AutographWarning
+from tests.helpers import assert_matches
+from tests.programs.kernels import INDEX_KERNELS, PREFIX_KERNELS
+
+_COUNTER = itertools.count()
+
+
+def _module(tmp_path, source: str):
+    """A module written to a file (autograph reads the source of what it converts)."""
+    name = f"_prefix_{next(_COUNTER)}"
+    path = tmp_path / f"{name}.py"
+    path.write_text("import numpy as np\n" + textwrap.dedent(source))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, path
+
+
+def _as_loops(fn, *args):
+    """The Lowered of `fn` for `args`, failing if a loop was unrolled instead."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AutographWarning)
+        return aotkit.lower(fn, *args)
+
+
+def _ops(lowered) -> int:
+    return lowered.as_text().count("stablehlo.")
+
+
+KERNELS = {**PREFIX_KERNELS, **INDEX_KERNELS}
+
+
+@pytest.mark.parametrize("n", [7, 13])
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_kernels_equal_numpy_as_one_loop(name, n):
+    fn, make = KERNELS[name]
+    args = make(n, np.random.default_rng(n))
+    got = _as_loops(fn, *args).compile()(*args)
+    jax.tree_util.tree_map(lambda g, w: assert_matches(g, w, name), got, fn(*args))
+    assert "stablehlo.while" in _as_loops(fn, *args).as_text()
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_kernels_do_not_grow_with_n(name):
+    fn, make = KERNELS[name]
+    small, large = (_ops(_as_loops(fn, *make(n, np.random.default_rng(0)))) for n in (7, 13))
+    assert small == large < 200
+
+
+SOURCE = """
+def sums(x):
+    n = x.shape[0]
+    out = np.zeros(n)
+    for i in range(n):
+        out[i] = x[{lo}:{hi}].sum() + (x[{lo}:{hi}] * x[{lo}:{hi}]).sum()
+    return out
+"""
+
+BOUNDS = ["", "i", "i + 1", "i - 2", "2 * i", "n - i", "-i", "i + 100", "-100"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(BOUNDS), st.sampled_from(BOUNDS), st.integers(0, 9))
+def test_slices_with_any_bound_match_numpy(tmp_path_factory, lo, hi, n):
+    """Every kind of bound NumPy normalizes: left out, negative (wraps once), past the end
+    (clamped), crossing (empty)."""
+    m, _ = _module(tmp_path_factory.mktemp("b"), SOURCE.format(lo=lo, hi=hi))
+    x = np.arange(1.0, n + 1.0) ** 2
+    assert_matches(aotkit.jit(m.sums)(x), m.sums(x), f"x[{lo}:{hi}] for n={n}")
+
+
+def test_elementwise_arithmetic_and_writes_into_the_same_extent(tmp_path):
+    m, _ = _module(
+        tmp_path,
+        """
+        def update(x, y):
+            n = x.shape[0]
+            out = np.zeros(n)
+            acc = y.copy()
+            for i in range(n):
+                out[: i + 1] = x[: i + 1] * 2.0 - y[: i + 1]
+                acc[i:] += x[i:] / (i + 1)
+                out[i] += np.sqrt(np.abs(x[:i])).sum() + (x[:i] > 1).sum()
+            return out, acc
+        """,
+    )
+    x, y = np.linspace(-2, 3, 9), np.linspace(1, 2, 9)
+    got = _as_loops(m.update, x, y).compile()(x, y)
+    for g, w in zip(got, m.update(x, y), strict=True):
+        assert_matches(g, w)
+
+
+def test_extremes_and_dtypes_of_prefix_slices(tmp_path):
+    m, _ = _module(
+        tmp_path,
+        """
+        def running(x):
+            n = x.shape[0]
+            hi = np.zeros(n, np.float32)
+            count = np.zeros(n, np.int32)
+            for i in range(n):
+                hi[i] = x[: i + 1].max()
+                count[i] = (x[:i] > 0).sum()
+            return hi, count
+
+        def empty_max(x):
+            out = np.zeros(x.shape[0])
+            for i in range(x.shape[0]):
+                out[i] = x[:i].max()
+            return out
+        """,
+    )
+    x = np.array([3.0, -1.0, 4.0, 1.0, 5.0], np.float32)
+    got = _as_loops(m.running, x).compile()(x)
+    for g, w in zip(got, m.running(x), strict=True):
+        assert_matches(g, w)
+    # NumPy raises for the maximum of x[:0]; a compiled program gives NaN there.
+    got = np.asarray(_as_loops(m.empty_max, x).compile()(x))
+    assert np.isnan(got[0]) and list(got[1:]) == [3.0, 3.0, 4.0, 4.0]
+    assert got.dtype == np.float64
+
+
+def test_slices_of_other_bounds_do_not_combine(tmp_path):
+    m, path = _module(
+        tmp_path,
+        """
+        def shifted(x):
+            n = x.shape[0]
+            out = np.zeros(n)
+            for i in range(1, n):
+                out[i] = x[:i] @ x[1 : i + 1]
+            return out
+        """,
+    )
+    x = np.arange(6.0)
+    # Two extents of the same length but other bounds: the loop unrolls (n stays small
+    # here), saying why, and the result is still NumPy's.
+    with pytest.warns(
+        AutographWarning,
+        match=rf"matmul \(at {path}:7\): the slice at {path}:7 has a traced bound, so its "
+        r"length is known only when the program runs",
+    ):
+        got = aotkit.jit(m.shifted)(x)
+    assert_matches(got, m.shifted(x))
+
+
+def test_a_prefix_slice_that_escapes_the_loop_is_refused(tmp_path):
+    m, path = _module(
+        tmp_path,
+        """
+        def keeps(x):
+            total = 0.0
+            for i in range(x.shape[0]):
+                total = total + x[:i].shape[0]
+            return total
+        """,
+    )
+    with pytest.warns(AutographWarning, match=r"the slice at .* has a traced bound"):
+        assert float(aotkit.jit(m.keeps)(np.ones(5))) == 10.0  # unrolled: NumPy's answer
+
+
+def test_traced_slice_bounds_outside_a_loop_keep_their_error():
+    with pytest.raises(IndexError, match=r"slice stop is traced, but slice bounds fix the"):
+        aotkit.lower(lambda x, i: x[:i].sum(), np.ones(4), np.int32(2))
+
+
+def test_window_reads_and_writes_use_dynamic_slices(tmp_path):
+    m, _ = _module(
+        tmp_path,
+        """
+        def windows(x):
+            out = np.zeros(x.shape[0] + 2)
+            total = 0.0
+            for i in range(x.shape[0] - 2):
+                total = total + x[i : i + 3].sum()
+                out[i + 1 : i + 4] = x[i : i + 3] * 2.0
+            return out, total
+        """,
+    )
+    x = np.arange(1.0, 9.0)
+    lowered = _as_loops(m.windows, x)
+    text = lowered.as_text()
+    assert "stablehlo.dynamic_slice" in text and "stablehlo.dynamic_update_slice" in text
+    for g, w in zip(lowered.compile()(x), m.windows(x), strict=True):
+        assert_matches(g, w)
+
+
+def test_indexed_iterables_keep_their_python_meaning_when_unrolled(tmp_path):
+    m, _ = _module(
+        tmp_path,
+        """
+        import itertools
+
+        def short(x):
+            seen = []
+            for i, j in itertools.product(range(2), range(2)):  # 4 steps: unrolled
+                seen.append((i, j))
+            for k, row in enumerate(x, start=5):
+                seen.append(k)
+            for idx in np.ndindex(2, 1):
+                seen.append(idx)
+            return x.sum() + len(seen), seen
+        """,
+    )
+    x = np.ones((3, 2))
+    assert m.short(x)[1] == [(0, 0), (0, 1), (1, 0), (1, 1), 5, 6, 7, (0, 0), (1, 0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AutographWarning)  # the list makes the loops unroll
+        total = aotkit.jit(lambda v: m.short(v)[0])(x)
+    assert float(total) == 6.0 + 9

@@ -1162,7 +1162,7 @@ class _Inputs:
     def leaves(self, names: list[str], specs, params: list[str] | None, owner: str) -> list:
         """The arrays for the leaves `names` (with `specs`) of `owner`'s arguments, in order."""
         from aotkit._cli_specs import canonical
-        from aotkit.specs import spec_of
+        from aotkit.specs import restore_dtype, spec_of
 
         signature = ", ".join(f"{n}: {s}" for n, s in zip(names, specs, strict=True)) or "none"
         if self.npz is None:
@@ -1209,6 +1209,7 @@ class _Inputs:
             labels = [f"{self.npz!r}[{key!r}]" for key, _ in found]
         arrays = []
         for (_, x), label, name, s in zip(found, labels, names, specs, strict=True):
+            x = restore_dtype(x, spec_of(s))  # numpy.save keeps int4, f8e4m3fn as raw bytes
             if spec_of(x) != spec_of(s):
                 raise UserError(
                     f"--inputs: {label} holds {spec_of(x)} but argument {name} is "
@@ -1219,11 +1220,13 @@ class _Inputs:
 
 
 def _random_input(rng: np.random.Generator, spec) -> np.ndarray:
+    from aotkit import dtypes
+
     dtype, shape = spec.dtype, spec.shape
     if dtype.kind == "b":
         return rng.random(shape) < 0.5
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
+    if dtypes.is_integer(dtype):
+        info = dtypes.iinfo(dtype)
         lo, hi = max(int(info.min), -10), min(int(info.max), 10)
         return np.asarray(rng.integers(lo, hi, size=shape, endpoint=True), dtype=dtype)
     if dtype.kind == "c":

@@ -11,8 +11,9 @@ from aotkit import dtypes
 
 SPEC_SYNTAX = (
     "DTYPE[DIM,...] with DTYPE one of "
-    + ", ".join(dtypes.SHORT_NAMES)
-    + " (or a NumPy name such as float32) and non-negative integer dims, e.g. f32[] or f32[2,3]"
+    + ", ".join(dtypes.ALL_NAMES)
+    + " (or a NumPy name such as float32 or float8_e4m3fn) and non-negative integer dims, "
+    "e.g. f32[] or f32[2,3]"
 )
 _SPEC_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\[([^\[\]]*)\]\s*$")
 # The largest dimension (int64, as MLIR and XLA store it) and the largest array in bytes that
@@ -134,3 +135,20 @@ def spec_of(x) -> ShapeDtype:
     if shape is not None and dtype is not None:
         return ShapeDtype(tuple(shape), dtype)
     return ShapeDtype(np.shape(x), np.asarray(x).dtype)
+
+
+def restore_dtype(x, spec: ShapeDtype):
+    """`x` as read from a .npy or .npz file, viewed as `spec`'s dtype where NumPy kept only
+    raw bytes: `numpy.save` writes bfloat16 and the low-precision ml_dtypes types (int4,
+    float8_e4m3fn, ...) as `|V2`/`|V1`, so such an array of `spec`'s shape and item size holds
+    exactly `spec`'s values. Any other `x` is returned as it is."""
+    if (
+        isinstance(x, np.ndarray)
+        and x.dtype.kind == "V"
+        and x.dtype.names is None
+        and x.dtype.itemsize == spec.dtype.itemsize
+        and x.shape == spec.shape
+        and (spec.dtype == dtypes.bfloat16 or dtypes.is_low_precision(spec.dtype))
+    ):
+        return x.view(spec.dtype)
+    return x

@@ -469,7 +469,7 @@ def _aval(spec: ShapeDtype):
 
 
 # XLA's names of the element types, as an HLO module's entry layout prints them.
-_HLO_ELEMENT = {"bool": "pred", "i8": "s8", "i16": "s16", "i32": "s32", "i64": "s64"}
+_HLO_ELEMENT = dtypes.HLO_NAMES
 
 
 def _hlo_type(spec: ShapeDtype) -> str:

@@ -261,6 +261,9 @@ def parse_untrusted(data: bytes, kind: str, label: str, then=None):
     message = payload.decode("utf-8", "backslashreplace")
     # MLIR verifies while it parses: an op verifier's complaint is not a syntax error.
     first = modules.first_error_line(message)
+    quant = dtypes.quant_refusal(modules.diagnostic(message))
+    if status == _probe.EXIT_PARSE and quant is not None:
+        raise ValueError(f"{where}: {quant}")
     if status == _probe.EXIT_PARSE and not _OP_DIAGNOSTIC.search(first):
         raise ValueError(
             f"{where} is not {valid}: {modules.diagnostic(message)}; expected {FORMATS}"

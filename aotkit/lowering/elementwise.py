@@ -1,7 +1,10 @@
 """Trace stage, elementwise family: NumPy ufuncs on tracers, lowered to StableHLO/CHLO.
 
 Result dtypes come from NumPy itself (`ufunc.resolve_dtypes`, NumPy 2 / NEP 50 rules,
-Python scalars weak), so `aotkit.numpy.f(x)` has the dtype `numpy.f(x)` would have. Each
+Python scalars weak), so `aotkit.numpy.f(x)` has the dtype `numpy.f(x)` would have;
+bfloat16 and the low-precision ml_dtypes types resolve through NumPy's loop for a stand-in
+of their kind (float32, int8, uint8) and keep their own dtype, as in JAX (`sin(f8e4m3fn)`
+is f8e4m3fn, `sign(i4)` is i4), with JAX's promotion between them (aotkit/dtypes.py). Each
 function converts and broadcasts its operands to the ufunc's loop dtypes and shape, then
 emits the primitive ops below. Where XLA's semantics differ from NumPy's (integer division
 by zero, NaN in min/max, ...) the rule adds the selects NumPy's answer needs.
@@ -185,17 +188,14 @@ def _resolve(
     """The loop dtypes NumPy would pick for `ufunc` on operands of `keys` (see module doc);
     `out` is the `dtype=` a caller asked for, which picks the loop as NumPy's does."""
     n_out = ufunc.nout
-    if any(k is dtypes.bfloat16 or k == dtypes.bfloat16 for k in keys if not isinstance(k, type)):
-        # ml_dtypes' loops do not follow NEP 50 (bf16 * 2.0 -> f32); aotkit keeps bf16.
+    if any(k in _STAND_IN for k in keys if not isinstance(k, type)):
+        # ml_dtypes' loops do not follow NEP 50 (bf16 * 2.0 -> f32) nor JAX's lattice for the
+        # low-precision types (sign(i4) -> i8): the loop is NumPy's for a stand-in dtype of
+        # the same kind, and the operands keep their own dtype (bf16, f8e4m3fn, i4, ...).
         common = dtypes.result_type(*keys)
-        as_f32 = np.dtype(np.float32) if common == dtypes.bfloat16 else common
-        as_f32_out = np.dtype(np.float32) if out == dtypes.bfloat16 else out
-        ins, outs = _resolve(ufunc, (as_f32,) * len(keys), as_f32_out)
-        swap = (
-            (lambda d: dtypes.bfloat16 if d == np.float32 else d)
-            if as_f32 != common
-            else (lambda d: d)
-        )
+        stand_in = _STAND_IN.get(common, common)
+        ins, outs = _resolve(ufunc, (stand_in,) * len(keys), _STAND_IN.get(out, out))
+        swap = (lambda d: common if d == stand_in else d) if stand_in != common else (lambda d: d)
         return tuple(map(swap, ins)), tuple(map(swap, outs))
     wanted = tuple(keys) + (None,) * n_out
     if out is None:
@@ -203,6 +203,18 @@ def _resolve(
     else:
         resolved = ufunc.resolve_dtypes(wanted, signature=(None,) * len(keys) + (out,) * n_out)
     return tuple(resolved[: len(keys)]), tuple(resolved[len(keys) :])
+
+
+# The dtype whose NumPy loop computes a dtype NumPy has no NEP 50 loops for: floats as
+# float32 (exact for every one of them), 2- and 4-bit integers as 8-bit ones.
+_STAND_IN = {
+    dtypes.bfloat16: np.dtype(np.float32),
+    **{d: np.dtype(np.float32) for d in dtypes.LOW_FLOATS.values()},
+    **{
+        d: np.dtype(np.uint8) if dtypes.is_unsigned_int(d) else np.dtype(np.int8)
+        for d in dtypes.SUB_BYTE_INTS.values()
+    },
+}
 
 
 def _weak_keys(op: str, args) -> tuple[tuple, bool]:
@@ -254,12 +266,19 @@ def _prepare(op: str, ufunc: np.ufunc, args, out=None) -> tuple[list[Tracer], np
     try:
         ins, outs = _resolve(ufunc, keys, out)
     except TypeError as e:
+        if any(isinstance(k, np.dtype) and dtypes.is_low_precision(k) for k in keys):
+            try:
+                dtypes.result_type(*keys)
+            except TypeError as refused:  # JAX's lattice has no path: say so, not "NumPy's"
+                raise TypeError(f"{where(op)}: {refused}") from None
         names = ", ".join(k.__name__ if isinstance(k, type) else k.name for k in keys)
         raise TypeError(
             f"{where(op)}: NumPy's {ufunc.__name__} does not support operands of dtype "
             f"({names}); cast them with .astype first"
         ) from e
     shape = broadcast_shapes(op, *[_shape_of(a) for a in args])
+    for a, d in zip(args, ins, strict=True):
+        _check_scalar(op, a, d)
     operands = [
         a
         if type(a) is Tracer and a.dtype is d and a.shape == shape
@@ -267,6 +286,18 @@ def _prepare(op: str, ufunc: np.ufunc, args, out=None) -> tuple[list[Tracer], np
         for a, d in zip(args, ins, strict=True)
     ]
     return operands, outs[0], weak and outs[0] == keys[0]
+
+
+def _check_scalar(op: str, x, dtype: np.dtype) -> None:
+    """NumPy 2's OverflowError for a Python int out of a 2- or 4-bit integer's range, which
+    ml_dtypes would wrap (`np.asarray(100, int4)` is 4)."""
+    if type(x) is int and dtypes.is_sub_byte_int(dtype):
+        info = dtypes.iinfo(dtype)
+        if not info.min <= x <= info.max:
+            raise OverflowError(
+                f"{where(op)}: Python integer {x} out of bounds for {dtype.name}; cast the "
+                "array to a wider dtype"
+            )
 
 
 def _check_ufunc_kwargs(op: str, kwargs: dict) -> None:
@@ -370,6 +401,7 @@ def ufunc(np_ufunc: np.ufunc, *names: str, static=None):
                         )
                     if loop is not None:
                         if scalar is not None:
+                            _check_scalar(op, scalar, d)
                             c = to_operand(op, scalar, d, t.shape)
                             args = (c, t) if scalar is a else (t, c)
                         elif not same_shape:
@@ -562,7 +594,7 @@ def _static_power(x, y, *, dtype=None, **kwargs):
         return fn(cast(x, out))
     if abs(y) > _MAX_INT_EXPONENT:
         return None
-    if out.kind in "iu" and not np.iinfo(out).min <= y <= np.iinfo(out).max:
+    if dtypes.is_integer(out) and not dtypes.iinfo(out).min <= y <= dtypes.iinfo(out).max:
         return None  # NumPy's OverflowError for the scalar comes first, as it does there
     if y < 0 and not dtypes.is_inexact(out):
         raise ValueError(
@@ -672,11 +704,19 @@ def _logaddexp2(x, y, out):
     return _logaddexp_impl(x, y, base2=True)
 
 
+# float4_e2m1fn has no integer of its width to bitcast to and float8_e8m0fnu no sign bit:
+# float32 holds them exactly. The other float8 types bitcast to int8, which reads the sign bit
+# the only NaN of a FNUZ type sets, as ml_dtypes does.
+_SIGNBIT_IN_F32 = frozenset((dtypes.LOW_FLOATS["f4e2m1fn"], dtypes.LOW_FLOATS["f8e8m0fnu"]))
+
+
 def _signbit_values(x: Tracer) -> Tracer:
     if not dtypes.is_inexact(x.dtype):
         if dtypes.is_unsigned_int(x.dtype) or x.dtype == np.bool_:
             return full(x.shape, False, np.dtype(np.bool_))
         return _cmp(x, _const_like(x, 0), "LT")
+    if x.dtype in _SIGNBIT_IN_F32:
+        x = cast(x, np.dtype(np.float32))
     as_int = np.dtype(f"int{x.dtype.itemsize * 8}")
     bits = bind1("bitcast_convert", x, dtype=as_int)
     return _cmp(bits, full(x.shape, 0, as_int), "LT")
@@ -720,8 +760,8 @@ def _out_of_range_comparison(compare):
         if dtype is not None or kwargs:
             return None
         for t, n, n_first in ((x, y, False), (y, x, True)):
-            if type(t) is Tracer and type(n) is int and t.dtype.kind in "iu" and not t.weak:
-                info = np.iinfo(t.dtype)
+            if type(t) is Tracer and type(n) is int and dtypes.is_integer(t.dtype) and not t.weak:
+                info = dtypes.iinfo(t.dtype)
                 if not info.min <= n <= info.max:
                     value = compare(n, info.min) if n_first else compare(info.min, n)
                     return full(t.shape, value, _BOOL)
@@ -1019,10 +1059,18 @@ def _fresh(x: Tracer) -> Tracer:
     return Tracer(x.value, x.shape, x.dtype, x._scope)
 
 
+def _convert(x: Tracer, dtype: np.dtype) -> Tracer:
+    """`cast`, with float8/float4 to integer through float32 (exact): XLA's CPU client
+    turns float4_e2m1fn 6.0 into int32 2**31 - 1 converting directly."""
+    if dtypes.is_low_float(x.dtype) and dtypes.is_integer(dtype):
+        x = cast(x, np.dtype(np.float32))
+    return cast(x, dtype)
+
+
 @export("astype")
 def astype(x, dtype, /, *, copy=True):
     x = asarray(x)
-    out = cast(x, dtypes.canonicalize(dtype, where=where("astype")))
+    out = _convert(x, dtypes.canonicalize(dtype, where=where("astype")))
     return _fresh(out) if out is x and copy else out
 
 
@@ -1050,7 +1098,7 @@ def asarray(a, dtype=None, *, copy=None, order=None, ndmin=0):
                     arr = arr.astype(dtypes.canonicalize(dtype, where=where("asarray")))
                 x = constant(arr)
     if dtype is not None:
-        x = cast(x, dtypes.canonicalize(dtype, where=where("asarray")))
+        x = _convert(x, dtypes.canonicalize(dtype, where=where("asarray")))
     if ndmin > x.ndim:
         x = reshape_to(x, (1,) * (ndmin - x.ndim) + x.shape)
     return x

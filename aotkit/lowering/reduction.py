@@ -211,10 +211,7 @@ def _identity(monoid: str, dtype: np.dtype):
     if dtypes.is_complex(dtype):
         # The bottom (or top) of NumPy's complex order: real part first, then imaginary.
         return complex(np.inf, np.inf) if big else complex(-np.inf, -np.inf)
-    if dtypes.is_inexact(dtype):
-        return np.inf if big else -np.inf
-    info = np.iinfo(dtype)
-    return info.max if big else info.min
+    return dtypes.highest(dtype) if big else dtypes.lowest(dtype)
 
 
 _LOGICAL = {"add": "or", "multiply": "and", "max": "or", "min": "and"}
@@ -585,9 +582,10 @@ def _argreduce(op: str, a, axis, out, keepdims) -> Tracer:
         ax = normalize_axis(op, axis, x.ndim)
     if x.shape[ax] == 0:
         raise ValueError(f"{where(op)}: attempt to get {op} of an empty sequence")
-    if x.dtype == _BOOL:
-        # i1 compares as signed in some lowerings; u8 keeps True > False unambiguous.
-        x = cast(x, np.dtype(np.uint8))
+    if x.dtype == _BOOL or dtypes.is_sub_byte_int(x.dtype):
+        # i1 compares as signed in some lowerings; u8 keeps True > False unambiguous. XLA's CPU
+        # client cannot compile a variadic reduce of 2-bit integers: they reduce as 8-bit ones.
+        x = cast(x, np.dtype(np.uint8) if x.dtype == _BOOL else dtypes.exact_wide(x.dtype))
     monoid = "max" if op.endswith("argmax") else "min"
     keys = list(_parts(x)) if dtypes.is_complex(x.dtype) else [x]
     body = op if len(keys) == 1 else f"{op}_complex"

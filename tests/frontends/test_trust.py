@@ -500,9 +500,9 @@ CONTRACTS = [
     contract(
         "lapack_sgetrf_ffi",
         [M33],
-        [M33, "tensor<3xi4>", "tensor<i32>"],
+        [M33, "tensor<3xf6E2M3FN>", "tensor<i32>"],
         "{}",
-        "result 1 has element type i4, which no kernel takes",
+        "result 1 has element type f6E2M3FN, which no kernel takes",
     ),
     contract(
         "lapack_sgetrf_ffi",

@@ -10,9 +10,11 @@ raising, and so does converting a complex result back to Python. What is refused
 here, in Python: an op the interpreter cannot run is a `CompileError` naming the op and its
 location, an element type outside aotkit's dtypes a `TypeError`.
 
-bfloat16 and complex values are carried anyway: arguments go in as raw bits, and the
-evaluated copy of `@main` returns bf16 results widened to f32 (exact) and complex results
-as real and imaginary parts, which are reassembled in NumPy.
+bfloat16, the float8/int4 types and complex values are carried anyway: arguments go in as
+raw bits, and the evaluated copy of `@main` returns bf16 and float8/float4 results widened
+to f32, int2/int4 ones to 8 bits (`dtypes.exact_wide`, exact), and complex results as real
+and imaginary parts, which are reassembled in NumPy. Element types the interpreter computes
+wrong values for are refused (`checks`).
 
 `as_text()` is the final StableHLO (after legalization and the rewrites); cost and memory
 analyses are `None`. Results are `numpy.ndarray` (its `result_type`; see
@@ -98,10 +100,10 @@ class InterpreterBackend(Backend):
 
 
 def _widen_results(module: ir.Module, out_specs) -> list[tuple[str, int]]:
-    """Rewrites `@main` to return bf16 as f32 and complex as (real, imag); the caller is
-    inside `with lc:` for its context.
+    """Rewrites `@main` to return bf16 (float8, int4, ...) in `dtypes.exact_wide` and complex
+    as (real, imag); the caller is inside `with lc:` for its context.
 
-    Returns one decoder per original result: ('plain' | 'bf16' | 'complex', first index).
+    Returns one decoder per original result: ('plain' | 'wide' | 'complex', first index).
     """
     main = modules.main_function(module)
     block = main.regions[0].blocks[0]
@@ -114,10 +116,10 @@ def _widen_results(module: ir.Module, out_specs) -> list[tuple[str, int]]:
             if dtypes.is_complex(spec.dtype):
                 values += [stablehlo.real(value), stablehlo.imag(value)]
                 decoders.append(("complex", index))
-            elif spec.dtype == dtypes.bfloat16:
-                f32 = dtypes.tensor_type(spec.shape, np.dtype(np.float32))
-                values.append(stablehlo.convert(f32, value))
-                decoders.append(("bf16", index))
+            elif dtypes.exact_wide(spec.dtype) != spec.dtype:
+                wide = dtypes.tensor_type(spec.shape, dtypes.exact_wide(spec.dtype))
+                values.append(stablehlo.convert(wide, value))
+                decoders.append(("wide", index))
             else:
                 values.append(value)
                 decoders.append(("plain", index))

@@ -154,9 +154,29 @@ def _custom_call_origin(op: ir.Operation) -> str:
 
 
 _CARRIED: dict[str, np.dtype] = {}
-# The element types the interpreter carries: the NumPy-promoting ones, whatever else aotkit's
-# dtypes know (the low-precision float8/int4 types, which its bindings would abort on).
-_CARRIES = frozenset(dtypes.SHORT_NAMES.values())
+# The element types the interpreter carries: every aotkit dtype (bfloat16 and the float8/int4
+# types return widened to a type the bindings convert, see _widen_results), but for the
+# element types it computes wrong values for (measured on every value against XLA and
+# ml_dtypes): in every op (None), or in the ops named.
+_CARRIES = dtypes.SUPPORTED
+_WRONG_VALUES: dict[str, tuple[frozenset[str] | None, str]] = {
+    "f8E8M0FNU": (
+        None,
+        "computes wrong values for (negate, subtract, floor give numbers where XLA gives NaN)",
+    ),
+    "f4E2M1FN": (
+        frozenset(
+            f"stablehlo.{r}" for r in ("convert", "divide", "log", "log_plus_one", "power", "rsqrt")
+        ),
+        "turns to 0 where the value overflows to infinity (XLA and ml_dtypes saturate to +-6)",
+    ),
+    "f8E3M4": (
+        frozenset(
+            f"stablehlo.{r}" for r in ("floor", "ceil", "round_nearest_even", "round_nearest_afz")
+        ),
+        "rounds to NaN (floor(0.5) gives NaN)",
+    ),
+}
 
 
 def _check_type(t: ir.Type, op: ir.Operation, name: str, where: str) -> None:
@@ -178,6 +198,13 @@ def _check_type(t: ir.Type, op: ir.Operation, name: str, where: str) -> None:
         )
     element = t.element_type
     key = str(element)
+    wrong = _WRONG_VALUES.get(key)
+    if wrong is not None and (wrong[0] is None or op.name in wrong[0]):
+        raise refused(
+            name,
+            f"op {op.name}{location(op)} uses element type {key}, which the reference "
+            f"interpreter {wrong[1]}",
+        )
     if key in _CARRIED:
         return
     try:
@@ -187,7 +214,7 @@ def _check_type(t: ir.Type, op: ir.Operation, name: str, where: str) -> None:
     if dtype not in _CARRIES:
         raise TypeError(
             f"{where}: op {op.name}{location(op)} uses element type {key}, which the "
-            f"interpreter backend does not carry (it carries {', '.join(dtypes.SHORT_NAMES)}); "
+            f"interpreter backend does not carry (it carries {', '.join(dtypes.ALL_NAMES)}); "
             "use backend='cpu'"
         )
     _CARRIED[key] = dtype

@@ -168,7 +168,7 @@ def _integer_division(op: ir.Operation, name: str) -> None:
     if not isinstance(element, ir.IntegerType) or _empty(t):
         return
     dtype = dtypes.dtype_of_ir_type(element)
-    info = np.iinfo(dtype)
+    info = dtypes.iinfo(dtype)
     a, b = op.operands
     by_zero = _compare("EQ", b, _splat(0, t))
     undefined = by_zero

@@ -33,6 +33,7 @@ file raises the `OSError` of `stat` or `open`, for the caller to word.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -92,9 +93,26 @@ def check_regular(
     """The `stat` of `path` if it is a regular file within `limit` bytes; ValueError if not.
 
     For files that another reader then opens (Python's importer reads a `.py` target)."""
-    st = os.stat(path) if follow else os.lstat(path)
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        raise ValueError(
+            f"{where}: a path of {len(os.fspath(path))} characters is too long for a file "
+            f"name ({e.strerror}); {fix}"
+        ) from None
     _refuse(st, where, fix, limit)
     return st
+
+
+# How MLIR text starts: a str that does is a module's text, not a path.
+_MLIR_TEXT = ("module", "func.func", "#", "//")
+
+
+def looks_like_mlir_text(source) -> bool:
+    """Whether a str given where a path goes is MLIR text (a module's text) instead."""
+    return isinstance(source, str) and ("\n" in source or source.lstrip().startswith(_MLIR_TEXT))
 
 
 class Regular:

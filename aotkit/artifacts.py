@@ -618,6 +618,11 @@ def read(source, where: str = "aotkit.load") -> tuple[bytes, str]:
             f"{where}: expected a path or bytes, got {type(source).__name__}; pass the "
             "artifact's path or its contents as bytes"
         )
+    if _files.looks_like_mlir_text(source):
+        raise TypeError(
+            f"{where}: got a str of MLIR text, which is a module, not an artifact; load it "
+            "with aotkit.load_module(text.encode()) and compile it, or pass an artifact's path"
+        )
     label = os.fspath(source)
     try:
         with _files.opened(

@@ -116,6 +116,11 @@ def _read(source) -> tuple[bytes, str]:
             f"load_module: expected a path or bytes, got {type(source).__name__}; pass the "
             "file's path or its contents as bytes"
         )
+    if _files.looks_like_mlir_text(source):
+        raise TypeError(
+            "load_module: got a str of MLIR text; a str is a path: pass the module's text as "
+            "bytes (load_module(text.encode())) or the path of a file holding it"
+        )
     label = str(source)
     where = f"load_module: {label}"
     try:

@@ -266,3 +266,35 @@ def test_a_base_exception_of_the_users_is_reported_as_their_error(tmp_path):
         f"aotkit lower: error: lowering {source}:f failed: Stop: halt"
     )
     assert "ag__" not in done.stderr and "aotkit/" not in done.stderr
+
+
+_MODULE_TEXT = "module @m {\n  func.func public @main(%a: tensor<f32>) -> tensor<f32> {\n" + (
+    "    return %a : tensor<f32>\n  }\n}\n"
+)
+
+
+@pytest.mark.parametrize("text", [_MODULE_TEXT, _MODULE_TEXT * 40, "module {}"])
+def test_module_text_given_as_a_str_says_to_pass_bytes(text):
+    # A str is a path; a long one used to end in "OSError: [Errno 36] File name too long".
+    with pytest.raises(
+        TypeError,
+        match=r"^load_module: got a str of MLIR text; a str is a path: pass the module's text "
+        r"as bytes \(load_module\(text.encode\(\)\)\) or the path of a file holding it$",
+    ):
+        aotkit.load_module(text)
+    with pytest.raises(
+        TypeError,
+        match=r"^aotkit.load: got a str of MLIR text, which is a module, not an artifact; load "
+        r"it with aotkit.load_module\(text.encode\(\)\) and compile it",
+    ):
+        aotkit.load(text)
+    assert aotkit.load_module(_MODULE_TEXT.encode()).compile()(np.float32(2)) == 2
+
+
+def test_a_path_too_long_for_a_file_name_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"a path of 5000 characters is too long for a file name"):
+        aotkit.load_module("x" * 5000)
+    with pytest.raises(
+        aotkit.ArtifactError, match=r"a path of 5000 characters is too long for a file name"
+    ):
+        aotkit.load("x" * 5000)

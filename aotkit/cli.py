@@ -708,6 +708,9 @@ def _load_module_file(args, default_pipeline: str = "none"):
             "file's shardings come from the module (its mesh goes on the first devices)"
         )
     pipeline = args.pipeline if args.pipeline is not None else default_pipeline
+    platform = getattr(args, "platform", None)
+    if platform is None and getattr(args, "backend", None):
+        platform = aotkit.backends.get(args.backend).platform
     with _dumps(args) as dump_dir, _progress(args, f"reading {args.target}"):
         start = time.perf_counter()
         source = args.target
@@ -715,6 +718,7 @@ def _load_module_file(args, default_pipeline: str = "none"):
             source = _files.read_stream(sys.stdin.buffer, where="stdin")
         lowered = aotkit.load_module(
             source,
+            platform=platform,
             pipeline=pipeline,
             dump_dir=dump_dir,
             print_ir_after_all=args.print_ir_after_all or None,
@@ -734,6 +738,11 @@ def _lower_target(args, specs: list | dict | None = None, source: str = "--shape
     `args.param_names` names its array arguments (None for a module file)."""
     args.param_names = None
     if _is_python_target(args.target):
+        if getattr(args, "platform", None) is not None:
+            raise UserError(
+                f"{args.target}: --platform picks the lowering of a jax.export artifact "
+                "exported for several platforms; a Python function is lowered for --backend"
+            )
         specs = specs if specs is not None else args.shapes
         return _lower_python(args, specs, source, inputs)
     if args.command == "lower":
@@ -1509,6 +1518,13 @@ def _add_target_args(p: argparse.ArgumentParser, *, files: bool) -> None:
         metavar="NAME=VALUE",
         help="a static argument as a Python literal (repeatable): --static n=3",
     )
+    if files:
+        p.add_argument(
+            "--platform",
+            metavar="PLATFORM",
+            help="for a jax.export artifact exported for several platforms: the lowering to "
+            "take (cpu, cuda, rocm, tpu; default: the platform of --backend, else cpu's)",
+        )
     p.add_argument(
         "--frontend",
         choices=("auto", "aotkit", "jax"),
@@ -1685,6 +1701,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--list-passes",
         action="store_true",
         help="list the named pipelines and the passes a --pipeline may name, and exit",
+    )
+    p.add_argument(
+        "--platform",
+        metavar="PLATFORM",
+        help="for a jax.export artifact exported for several platforms: the lowering to take "
+        "(default: cpu's)",
     )
     _add_pipeline_args(p)
     _add_ir_output_args(p)

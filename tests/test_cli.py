@@ -1446,3 +1446,37 @@ def test_the_cli_spells_the_artifact_suffix_as_the_format_does():
     from aotkit import artifacts, cache
 
     assert cli.ARTIFACT_SUFFIX == artifacts.SUFFIX == cache.SUFFIX == ".aotx"
+
+
+def test_platform_picks_the_lowering_of_a_multi_platform_jax_export(run_cli, tmp_path, user):
+    import jax
+
+    def by_platform(x):
+        return jax.lax.platform_dependent(x, cpu=lambda x: x + 1, default=lambda x: x - 1)
+
+    x = np.arange(3, dtype=np.float32)
+    path = tmp_path / "f.jax_export"
+    path.write_bytes(
+        jax.export.export(jax.jit(by_platform), platforms=("cuda", "cpu"))(x).serialize()
+    )
+    np.save(tmp_path / "x.npy", x)
+    results = {}
+    for given in ((), ("--platform", "cpu"), ("--platform", "cuda")):
+        code, out, err = run_cli("run", path, *given, "--inputs", tmp_path / "x.npy", "-q")
+        assert code == 0, err
+        results[given] = out
+    assert results[()] == results[("--platform", "cpu")] == expected_outputs(x + 1)
+    assert results[("--platform", "cuda")] == expected_outputs(x - 1)  # compiled here anyway
+    code, out, _ = run_cli("opt", path, "--platform", "cuda", "--pipeline", "none")
+    assert code == 0 and "stablehlo.subtract" in out
+    fails(
+        run_cli("run", path, "--platform", "tpu", "--inputs", tmp_path / "x.npy"),
+        1,
+        "was exported for 'cuda', 'cpu', and platform='tpu' was asked",
+    )
+    fails(
+        run_cli("run", f"{user}:double", "--shapes", "f32[3]", "--platform", "cpu"),
+        1,
+        "--platform picks the lowering of a jax.export artifact exported for several "
+        "platforms; a Python function is lowered for --backend",
+    )

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+import aotkit
 from aotkit import _files
 
 EXIT_OK, EXIT_USER, EXIT_USAGE = 0, 1, 2
@@ -73,8 +74,6 @@ class UserCodeError(UserError):
 
 
 def _library_prefixes() -> tuple[str, ...]:
-    import aotkit
-
     dirs = {os.path.dirname(os.path.abspath(aotkit.__file__))}
     paths = sysconfig.get_paths()
     dirs |= {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}
@@ -546,7 +545,6 @@ def _lower_python(args, specs: list | dict | None, source: str = "--shapes", inp
     """
     from jax import tree_util
 
-    import aotkit
     from aotkit import frontends
     from aotkit._cli_specs import leaf_names
 
@@ -695,8 +693,6 @@ def _load_module_file(args, default_pipeline: str = "none"):
     `@main`; the module runs as written unless `--pipeline` names a pipeline (`aotkit opt`
     runs the default one).
     """
-    import aotkit
-
     if getattr(args, "shapes", None) is not None or getattr(args, "static", None):
         raise UserError(
             f"{args.target}: --shapes and --static apply to FILE.py:FN targets; a module "
@@ -1031,7 +1027,6 @@ def _load_artifact_target(args):
     """The `Compiled` of an artifact target (`aotkit.load`), or None for other targets."""
     if not _is_artifact_file(args.target):
         return None
-    import aotkit
 
     for flag, given in (
         ("--shapes and --static", args.shapes is not None or args.static),
@@ -1433,7 +1428,6 @@ def cmd_inspect(args) -> int:
             f"{args.target} is Python source; inspect takes an artifact (.aotx) or a module "
             "file (lower a function with `aotkit lower` or `aotkit compile -o F.aotx`)"
         )
-    import aotkit
     from aotkit.frontends import files
 
     with _progress(args, f"reading {args.target}"):

@@ -430,9 +430,24 @@ def nested_dependent(n_outer):
     return acc
 
 
+def mixed_conditions(x):
+    """Dynamic programming that mixes conditions on the index and on the data."""
+    acc = np.zeros(x.shape[0])
+    for i in range(x.shape[0]):
+        if i % 2 == 0:
+            if x[i] > 2:
+                acc[i] = x[i]
+            else:
+                acc[i] = -x[i]
+        else:
+            acc[i] = acc[i - 1] * 2
+    return acc
+
+
 LOOPS = [
     # (function, args, statics, stablehlo.while count, stablehlo.if count)
     (running_sum, (X,), (), 1, 0),
+    (mixed_conditions, (X,), (), 1, 2),
     (counter, (X,), (), 1, 1),
     (first_big, (X,), (), 1, 2),
     (skip_negatives, (X,), (), 1, 2),

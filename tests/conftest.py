@@ -30,3 +30,16 @@ def compilation_cache_dir(tmp_path_factory):
     os.environ["AOTKIT_CACHE_DIR"] = str(folder)
     yield folder
     os.environ["AOTKIT_CACHE_DIR"] = "off"
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """`run_cli(*argv)` runs `aotkit ARGV` in this process: (exit status, stdout, stderr)."""
+    from aotkit import cli
+
+    def run(*argv):
+        code = cli.main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

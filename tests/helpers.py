@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import itertools
+import textwrap
 
 import ml_dtypes
 import numpy as np
@@ -90,3 +93,18 @@ def assert_matches(got, want, label="", *, rtol=None, atol=None, tolerances=None
         atol=default_atol if atol is None else atol,
         err_msg=label,
     )
+
+
+_MODULES = itertools.count()
+
+
+def module_from_source(folder, source: str):
+    """(module, path) of `source` written to a new file in `folder` (with `import numpy as
+    np` first) and imported: autograph reads the source of the functions it converts."""
+    name = f"_source_{next(_MODULES)}"
+    path = folder / f"{name}.py"
+    path.write_text("import numpy as np\n" + textwrap.dedent(source))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, path

@@ -794,18 +794,6 @@ def affine(x, w, b):
 
 
 @pytest.fixture
-def run_cli(capsys):
-    from aotkit import cli
-
-    def run(*argv):
-        code = cli.main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
-@pytest.fixture
 def cli_artifact(tmp_path, run_cli):
     user = tmp_path / "user.py"
     user.write_text(USER)

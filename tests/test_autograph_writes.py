@@ -11,30 +11,13 @@ against NumPy, since hand-picked cases missed both silent wrong values.
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
-import textwrap
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aotkit
-from tests.helpers import assert_matches
-
-_COUNTER = itertools.count()
-
-
-def _module(tmp_path, source: str):
-    """A module written to a file (autograph reads the source of what it converts)."""
-    name = f"_writes_{next(_COUNTER)}"
-    path = tmp_path / f"{name}.py"
-    path.write_text("import numpy as np\n" + textwrap.dedent(source))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, path
+from tests.helpers import assert_matches, module_from_source
 
 
 def _same_as_numpy(fn, *args):
@@ -43,7 +26,7 @@ def _same_as_numpy(fn, *args):
 
 
 def test_a_write_under_a_false_traced_condition_does_not_happen(tmp_path):
-    m, _ = _module(
+    m, _ = module_from_source(
         tmp_path,
         """
         def g(t):
@@ -58,7 +41,7 @@ def test_a_write_under_a_false_traced_condition_does_not_happen(tmp_path):
 
 
 def test_a_row_filter_writes_only_the_rows_it_selects(tmp_path):
-    m, _ = _module(
+    m, _ = module_from_source(
         tmp_path,
         """
         def rows(db, target):
@@ -75,7 +58,7 @@ def test_a_row_filter_writes_only_the_rows_it_selects(tmp_path):
 
 
 def test_a_callee_writing_into_the_callers_numpy_array_is_refused(tmp_path):
-    m, path = _module(
+    m, path = module_from_source(
         tmp_path,
         """
         def fill(b, u):
@@ -106,7 +89,7 @@ def test_a_callee_writing_into_the_callers_numpy_array_is_refused(tmp_path):
 
 
 def test_a_write_through_one_of_two_names_is_refused(tmp_path):
-    m, path = _module(
+    m, path = module_from_source(
         tmp_path,
         """
         def h(x):
@@ -139,7 +122,7 @@ def test_a_write_through_one_of_two_names_is_refused(tmp_path):
 
 
 def test_augmented_assignment_on_a_numpy_made_array_is_numpys(tmp_path):
-    m, path = _module(
+    m, path = module_from_source(
         tmp_path,
         """
         def accumulate(x):
@@ -181,7 +164,7 @@ def test_augmented_assignment_on_a_numpy_made_array_is_numpys(tmp_path):
 
 
 def test_chained_writes_into_a_numpy_made_array_are_numpys(tmp_path):
-    m, path = _module(
+    m, path = module_from_source(
         tmp_path,
         """
         def shift(x):
@@ -281,7 +264,7 @@ def test_random_programs_of_writes_match_numpy(tmp_path_factory, case):
         "def put(a, i, v):\n    a[i] = v\n    return a\n\n"
         f"def prog(t):\n    out = np.zeros({N})\n{body}\n    return out\n"
     )
-    m, _ = _module(tmp_path_factory.mktemp("prog"), source)
+    m, _ = module_from_source(tmp_path_factory.mktemp("prog"), source)
     want = m.prog(t.copy())
     try:
         got = aotkit.jit(m.prog)(t)

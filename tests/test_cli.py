@@ -90,16 +90,6 @@ def user(tmp_path):
     return path
 
 
-@pytest.fixture
-def run_cli(capsys):
-    def run(*argv):
-        code = cli.main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
 def fails(result, code: int, *fragments: str):
     """The run exited with `code`, printed nothing on stdout and no internal traceback."""
     rc, out, err = result

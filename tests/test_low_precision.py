@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import aotkit
 import aotkit.numpy as anp
-from aotkit import cli, dtypes
+from aotkit import dtypes
 from aotkit._cli_specs import parse_shape
 from aotkit.errors import CompileError
 from aotkit.specs import restore_dtype
@@ -683,16 +683,6 @@ import numpy as np
 def f(q, w):
     return q + q, (w * w).astype(np.float32)
 """
-
-
-@pytest.fixture
-def run_cli(capsys):
-    def run(*argv):
-        code = cli.main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 @pytest.fixture

@@ -13,9 +13,6 @@ generated slices with every kind of bound.
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
-import textwrap
 import warnings
 
 import jax
@@ -26,21 +23,8 @@ from hypothesis import strategies as st
 
 import aotkit
 from aotkit.autograph import AutographWarning
-from tests.helpers import assert_matches
+from tests.helpers import assert_matches, module_from_source
 from tests.programs.kernels import INDEX_KERNELS, PREFIX_KERNELS
-
-_COUNTER = itertools.count()
-
-
-def _module(tmp_path, source: str):
-    """A module written to a file (autograph reads the source of what it converts)."""
-    name = f"_prefix_{next(_COUNTER)}"
-    path = tmp_path / f"{name}.py"
-    path.write_text("import numpy as np\n" + textwrap.dedent(source))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, path
 
 
 def _as_loops(fn, *args):
@@ -91,13 +75,13 @@ BOUNDS = ["", "i", "i + 1", "i - 2", "2 * i", "n - i", "-i", "i + 100", "-100"]
 def test_slices_with_any_bound_match_numpy(tmp_path_factory, lo, hi, n):
     """Every kind of bound NumPy normalizes: left out, negative (wraps once), past the end
     (clamped), crossing (empty)."""
-    m, _ = _module(tmp_path_factory.mktemp("b"), SOURCE.format(lo=lo, hi=hi))
+    m, _ = module_from_source(tmp_path_factory.mktemp("b"), SOURCE.format(lo=lo, hi=hi))
     x = np.arange(1.0, n + 1.0) ** 2
     assert_matches(aotkit.jit(m.sums)(x), m.sums(x), f"x[{lo}:{hi}] for n={n}")
 
 
 def test_elementwise_arithmetic_and_writes_into_the_same_extent(tmp_path):
-    m, _ = _module(
+    m, _ = module_from_source(
         tmp_path,
         """
         def update(x, y):
@@ -118,7 +102,7 @@ def test_elementwise_arithmetic_and_writes_into_the_same_extent(tmp_path):
 
 
 def test_extremes_and_dtypes_of_prefix_slices(tmp_path):
-    m, _ = _module(
+    m, _ = module_from_source(
         tmp_path,
         """
         def running(x):
@@ -148,7 +132,7 @@ def test_extremes_and_dtypes_of_prefix_slices(tmp_path):
 
 
 def test_slices_of_other_bounds_do_not_combine(tmp_path):
-    m, path = _module(
+    m, path = module_from_source(
         tmp_path,
         """
         def shifted(x):
@@ -172,7 +156,7 @@ def test_slices_of_other_bounds_do_not_combine(tmp_path):
 
 
 def test_a_prefix_slice_that_escapes_the_loop_is_refused(tmp_path):
-    m, path = _module(
+    m, path = module_from_source(
         tmp_path,
         """
         def keeps(x):
@@ -192,7 +176,7 @@ def test_traced_slice_bounds_outside_a_loop_keep_their_error():
 
 
 def test_window_reads_and_writes_use_dynamic_slices(tmp_path):
-    m, _ = _module(
+    m, _ = module_from_source(
         tmp_path,
         """
         def windows(x):
@@ -213,7 +197,7 @@ def test_window_reads_and_writes_use_dynamic_slices(tmp_path):
 
 
 def test_indexed_iterables_keep_their_python_meaning_when_unrolled(tmp_path):
-    m, _ = _module(
+    m, _ = module_from_source(
         tmp_path,
         """
         import itertools

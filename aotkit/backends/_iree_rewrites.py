@@ -16,6 +16,10 @@ XLA and the reference interpreter) on ordinary inputs, without any diagnostic:
 - `convert` of floats to integers: out-of-range values and NaN give whatever the CPU's
   conversion instruction gives. aotkit's semantics (docs/programs.md, XLA's) saturate and map
   NaN to 0; the conversion is guarded so.
+- `convert` to bf16: on a CPU without native bf16 conversions (AVX512-BF16), IREE calls
+  `__truncsfbf2`, which its embedded linker does not have, and the module does not compile.
+  The rounding is written out on the bits instead: the source goes to f32 first (as XLA's
+  CPU code and IREE itself convert), then rounds to nearest even, NaN kept quiet with its sign.
 
 Each rewrite keeps IREE's own op for the ordinary inputs, so its accuracy is IREE's. The
 module is parsed from text into a context of its own and printed back: nothing here
@@ -80,7 +84,10 @@ def _applies(op: ir.Operation) -> bool:
     if op.name == "stablehlo.add":
         return element == "i1"
     if op.name == "stablehlo.convert":
-        return _element(op.operands[0].type) in _FLOATS and element in _INTEGERS
+        source = _element(op.operands[0].type)
+        return (source in _FLOATS and element in _INTEGERS) or (
+            element == "bf16" and source != "bf16"
+        )
     return element in _FLOATS
 
 
@@ -209,6 +216,33 @@ def _cbrt(op: ir.Operation) -> None:
     b.replace(b.select(b.is_inf(x), x, b.emit("stablehlo.cbrt", x)))
 
 
+def _convert(op: ir.Operation) -> None:
+    if _element(op.results[0].type) == "bf16":
+        _to_bfloat16(op)
+    else:
+        _float_to_int(op)
+
+
+def _to_bfloat16(op: ir.Operation) -> None:
+    b = _Builder(op)
+    (x,) = op.operands
+    if _element(x.type) != "f32":
+        x = b.emit("stablehlo.convert", x, type=b.tensor("f32"))
+    bits = b.emit("stablehlo.bitcast_convert", x, type=b.tensor("ui32"))
+    high = b.emit("stablehlo.shift_right_logical", bits, b.constant("16", "ui32"))
+    # Round to nearest even: add 0x7FFF and the lowest bit kept, then drop the low half
+    # (a finite value that rounds past the largest bf16 becomes inf, as it should).
+    odd = b.emit("stablehlo.and", high, b.constant("1", "ui32"))
+    biased = b.emit(
+        "stablehlo.add", bits, b.emit("stablehlo.add", odd, b.constant("32767", "ui32"))
+    )
+    rounded = b.emit("stablehlo.shift_right_logical", biased, b.constant("16", "ui32"))
+    quiet_nan = b.emit("stablehlo.or", high, b.constant("64", "ui32"))
+    chosen = b.select(b.compare("NE", x, x), quiet_nan, rounded)
+    narrow = b.emit("stablehlo.convert", chosen, type=b.tensor("ui16"))
+    b.replace(b.emit("stablehlo.bitcast_convert", narrow, type=op.results[0].type))
+
+
 def _float_to_int(op: ir.Operation) -> None:
     b = _Builder(op)
     (x,) = op.operands
@@ -235,5 +269,5 @@ _RULES = {
     "stablehlo.power": _power,
     "stablehlo.atan2": _atan2,
     "stablehlo.cbrt": _cbrt,
-    "stablehlo.convert": _float_to_int,
+    "stablehlo.convert": _convert,
 }

@@ -213,6 +213,78 @@ def test_raw_iree_gets_the_rewritten_cases_wrong(iree, case):
     )
 
 
+# f32 bit patterns at bf16's edges: ties to even both ways, the largest f32 (rounds to inf),
+# the largest value that stays finite, subnormals, NaNs of both signs and payloads.
+BF16_EDGES = np.array(
+    [
+        0x3F808000,
+        0x3F818000,
+        0x3F808001,
+        0x7F7FFFFF,
+        0x7F7F7FFF,
+        0xFF7FFFFF,
+        0x00000001,
+        0x00008000,
+        0x00018000,
+        0x807FFFFF,
+        0x7F800000,
+        0xFF800000,
+        0x7FC00001,
+        0xFFA12345,
+        0x00000000,
+        0x80000000,
+    ],
+    np.uint32,
+).view(np.float32)
+
+
+def _to_bf16_sources():
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2**32, 4096, dtype=np.uint32)
+    return (
+        np.concatenate([BF16_EDGES, bits.view(np.float32)]),
+        np.array([2**24 + 2**16 + 1, -(2**31), 2**31 - 1, 0, 255, -7], np.int32),
+        np.array([1 + 2**-8 + 2**-30, 1e300, -1e-300, 3.0e38, np.nan], np.float64),
+        np.array([65504.0, -0.0, 6e-8, 1.0 / 3.0], np.float16),
+        np.array([True, False]),
+    )
+
+
+def test_conversions_to_bfloat16_are_bit_exact_as_cpu():
+    def fn(*xs):
+        return tuple(x.astype(dtypes.bfloat16) for x in xs)
+
+    args = _to_bf16_sources()
+    got = aotkit.jit(fn, backend="iree")(*args)
+    want = aotkit.jit(fn)(*args)
+    for g, w in zip(got, want, strict=True):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype == dtypes.bfloat16
+        nan = np.isnan(w.astype(np.float32))
+        assert np.isnan(g.astype(np.float32)[nan]).all()
+        # NaN keeps its sign; every other value is the same bf16, bit for bit.
+        assert np.array_equal(g.view(np.uint16)[nan] >> 15, w.view(np.uint16)[nan] >> 15)
+        assert np.array_equal(g.view(np.uint16)[~nan], w.view(np.uint16)[~nan])
+
+
+def test_conversion_to_bfloat16_compiles_for_a_cpu_without_bf16_instructions(iree):
+    # Haswell has no AVX512-BF16: raw IREE calls __truncsfbf2, which its linker lacks.
+    lowered = aotkit.lower(
+        lambda x, i: (x.astype(dtypes.bfloat16), i.astype(dtypes.bfloat16)),
+        np.ones(4, np.float32),
+        np.ones(4, np.int32),
+    )
+    options = {"cpu": "haswell"}
+    with pytest.raises(CompileError, match="__truncsfbf2"):
+        iree._run_compiler(
+            lowered.as_text(debug_info=True).encode(),
+            iree._flags(None, iree._target(None), options),
+            "raw",
+        )
+    exe = iree.compile(lowered.module, target_options=options)
+    assert exe.rewritten == ("stablehlo.convert",)
+
+
 def test_boolean_add_inside_a_reduce_body_is_rewritten(iree):
     # A boolean sum-reduce is "any" in StableHLO; IREE's xor gives the parity.
     module = modules.module(

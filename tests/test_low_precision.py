@@ -471,7 +471,13 @@ def test_casts_from_wide_types_round_as_ml_dtypes(name):
         f = np.trunc(f[np.isfinite(f) & (f >= int(info.min)) & (f <= int(info.max))])
         i = i[(i >= int(info.min)) & (i <= int(info.max))]
     for src in (f, i):
-        assert_same(aotkit.jit(lambda x: x.astype(dtype))(src), src.astype(dtype))
+        want = src.astype(dtype)
+        if name == "f8e8m0fnu" and float(np.float32(3).astype(dtype)) == 2.0:
+            # ml_dtypes 0.5 rounds float8_e8m0fnu's halfway values (3 between 2 and 4) down;
+            # XLA, so jax.jit, and newer ml_dtypes round them up.
+            want = np.asarray(jax.jit(lambda x: x.astype(dtype))(src))
+            assert float(want[src == 3][0]) == 4.0
+        assert_same(aotkit.jit(lambda x: x.astype(dtype))(src), want)
 
 
 @pytest.mark.parametrize("name", ["f8e4m3fn", "f8e4m3fnuz", "f8e8m0fnu", "f4e2m1fn", "i4", "u2"])

@@ -22,9 +22,12 @@ machine cannot run is a RuntimeError then. The executable's bytes are `executabl
 and `IreeBackend.load_executable` rebuilds an executable from them.
 
 Trust. A vmfb is executable code. Reading one runs IREE's verifier over its flatbuffer and
-the VM bytecode of every function; `deserialize` (artifacts, the persistent cache) then
-loads a vmfb meant for this machine into the runtime, where IREE checks the flatbuffers
-and ELF headers of its HAL executables. A refusal at either step is a CompileError, so that
+the VM bytecode of every function, and aotkit's check of the registers that bytecode names
+(IREE's `iree-dump-module` disassembles it in a child process; the verifier leaves i32
+register numbers unchecked, and one out of range writes past the register file when the
+function runs); `deserialize` (artifacts, the persistent cache) then loads a vmfb meant
+for this machine into the runtime, where IREE checks the flatbuffers and ELF headers of its
+HAL executables. A refusal at either step is a CompileError, so that
 `aotkit.load` compiles the portable module instead. Nothing checks the machine code inside
 those ELF files: a vmfb that verifies may still crash the process or compute anything at
 all, so it is as trusted as whoever wrote it (`aotkit.load(..., portable_only=True)` never
@@ -181,7 +184,19 @@ def create() -> IreeBackend:
         linker = binaries.find_tool("iree-lld")
     except ValueError:
         linker = None  # iree-compile then finds its own
-    return IreeBackend(compiler, linker, runtime_version.VERSION)
+    return IreeBackend(compiler, linker, runtime_version.VERSION, _dumper())
+
+
+def _dumper() -> str | None:
+    """iree-base-runtime's `iree-dump-module` (IREE's own `iree-dump-module` script finds it
+    the same way), or None where this installation lacks it."""
+    try:
+        # lazy: iree is an optional extra; this runs only when the backend is created
+        from iree import _runtime_libs
+    except ImportError:
+        return None
+    path = os.path.join(_runtime_libs.__path__[0], "iree-dump-module")
+    return path if os.access(path, os.X_OK) else None
 
 
 # platform.machine() and LLVM triples name some architectures differently.
@@ -219,9 +234,10 @@ class IreeBackend(Backend):
     executable_format = "iree-vmfb"
     cross_compiles = True  # `compile(target=..., target_options=...)`: any IREE target
 
-    def __init__(self, compiler: str, linker: str | None, version: str):
+    def __init__(self, compiler: str, linker: str | None, version: str, dumper: str | None):
         self._compiler = compiler
         self._linker = linker
+        self._dumper = dumper
         self._version = version
         self._lock = threading.Lock()
         self._instance = None
@@ -558,6 +574,40 @@ class IreeBackend(Backend):
             ) from e
         return vm_context, function, device
 
+    def _register_problem(self, vmfb: bytes) -> str | None:
+        """What is wrong with the registers `vmfb`'s functions use, or None.
+
+        IREE's verifier checks ref register numbers against a function's declared count,
+        not i32/i64 ones: bytecode that names register i8714 of a function that has 22
+        verifies, then writes past the register file when it runs (a crash, or worse). The
+        vmfb is disassembled by IREE's `iree-dump-module` in a child process (a file that
+        kills the disassembler kills only it), and every register each function names is
+        checked against the counts its descriptor declares.
+        """
+        if self._dumper is None:
+            return (
+                "iree-base-runtime's iree-dump-module, which aotkit needs to check a vmfb's "
+                f"registers before running it, is missing; reinstall it with {INSTALL_HINT}"
+            )
+        with tempfile.TemporaryDirectory(prefix="aotkit-iree-") as tmp:
+            path = os.path.join(tmp, "module.vmfb")
+            with open(path, "wb") as f:
+                f.write(vmfb)
+            try:
+                proc = subprocess.run(
+                    [self._dumper, path], capture_output=True, timeout=_DUMP_TIMEOUT_S
+                )
+            except subprocess.TimeoutExpired:
+                return f"IREE's disassembler did not finish in {_DUMP_TIMEOUT_S} s"
+            except OSError as e:
+                return f"IREE's disassembler ({self._dumper}) did not start: {e.strerror or e}"
+        if proc.returncode != 0:
+            first = proc.stderr.decode(errors="replace").strip().splitlines()
+            return f"IREE's disassembler failed on it ({_exit_text(proc.returncode)}" + (
+                f": {printable(first[-1][:200])})" if first else ")"
+            )
+        return _registers_beyond_counts(proc.stdout.decode(errors="replace"))
+
     def load_executable(
         self,
         vmfb: bytes,
@@ -614,6 +664,12 @@ class IreeBackend(Backend):
                 f"({', '.join(wanted[0])}) -> "
                 f"({', '.join(wanted[1])}); pass the specs it was compiled with"
             )
+        registers = self._register_problem(vmfb)
+        if registers is not None:
+            raise ValueError(
+                f"{where}: the vmfb's VM bytecode cannot be run safely: {registers}; pass "
+                "the bytes of IreeExecutable.vmfb"
+            )
         spec = self._target(target)
         return IreeExecutable(
             self,
@@ -627,6 +683,44 @@ class IreeBackend(Backend):
             flags=tuple(self._flags(None, spec, target_options or {})),
             statistics=None,
         )
+
+
+# iree-dump-module reads a vmfb in milliseconds; a file it loops on is refused.
+_DUMP_TIMEOUT_S = 60
+# A row of iree-dump-module's bytecode table: ordinal, offset, length, blocks, i32 and ref
+# register counts.
+_FUNCTION_ROW = re.compile(
+    r"^\s*(\d+) \| [0-9A-Fa-f]{8} \|\s*\d+ \|\s*\d+ \|\s*(\d+) \|\s*(\d+) \|", re.M
+)
+# `%i5`, `%i8:9` (an i64 in two i32 registers), `%r3`, `%R3` (a ref moved).
+_REGISTER = re.compile(r"%([irR])(\d+)(?::(\d+))?")
+# A function's disassembly: `vm.func @name(...` to its closing brace, in ordinal order.
+_FUNCTION = re.compile(r"^vm\.func @([^(\s]+)\((.*?)^\}$", re.M | re.S)
+
+
+def _registers_beyond_counts(dump: str) -> str | None:
+    """The first register a function of `dump` (iree-dump-module's output) names beyond the
+    counts its descriptor declares, said for an error; None when every one is in range."""
+    counts = [(int(i32), int(refs)) for _, i32, refs in _FUNCTION_ROW.findall(dump)]
+    functions = _FUNCTION.findall(dump)
+    if not counts or len(counts) != len(functions):
+        return (
+            f"IREE's disassembler lists {len(counts)} function descriptors and "
+            f"{len(functions)} function bodies; aotkit cannot check their registers"
+        )
+    for ordinal, ((name, body), (i32, refs)) in enumerate(zip(functions, counts, strict=True)):
+        # A line's registers come before its string literal (`vm.fail %i4, "..."`), whose
+        # text (printed with its quotes unescaped) is not read.
+        code = "\n".join(line.split('"', 1)[0] for line in body.splitlines())
+        for kind, low, high in _REGISTER.findall(code):
+            limit, what = (i32, "i32") if kind == "i" else (refs, "ref")
+            if int(high or low) >= limit:
+                shown = f"{kind.lower()}{low}" + (f":{high}" if high else "")
+                return (
+                    f"function {ordinal} (@{printable(name)}) names register {shown}, but it "
+                    f"declares {limit} {what} registers, which IREE's verifier does not check"
+                )
+    return None
 
 
 def _exit_text(returncode: int) -> str:

@@ -7,18 +7,20 @@ check fails, is tested here; so is the way to refuse native code altogether,
 `aotkit.load(..., portable_only=True)` (CLI `--portable-only`).
 
 IREE (skipped without it): every vmfb goes through IREE's verifier (flatbuffer structure,
-every function's VM bytecode), then, for a vmfb meant for this machine, into the runtime at
-load, where IREE checks its HAL executables (flatbuffers, ELF headers). A refusal anywhere
-is an executable that does not load: `recompile="auto"` compiles the portable module with
-an ArtifactWarning, `recompile=False` raises ArtifactError naming the file. Each seeded
-mutation (checksums recomputed) runs in its own child process, which must not die.
+every function's VM bytecode) and aotkit's check of the registers that bytecode names
+(IREE's verifier leaves i32 register numbers unchecked), then, for a vmfb meant for this
+machine, into the runtime at load, where IREE checks its HAL executables (flatbuffers, ELF
+headers). A refusal anywhere is an executable that does not load: `recompile="auto"`
+compiles the portable module with an ArtifactWarning, `recompile=False` raises ArtifactError
+naming the file. Each seeded mutation (checksums recomputed) runs in its own child process,
+which must not die.
 
 `python -m tests.reliability.test_trust_native --seeds 400` runs the same mutations over more
-seeds (docs/reliability.md has its table): of 400 vmfbs changed outside their ELF, 4 killed
-the process (VM bytecode that IREE's verifier accepts with out-of-range register numbers);
-of 400 changed inside it, whose machine code nothing checks, 148 killed it (SIGSEGV,
-SIGILL) and 23 returned wrong values. The seeds below are plain ranges, not picked: a death
-among them fails its test.
+seeds (docs/reliability.md has its table): of 400 vmfbs changed outside their ELF none kills
+the process (4 did before the register check: VM bytecode that IREE's verifier accepts with
+out-of-range i32 register numbers); of 400 changed inside it, whose machine code nothing
+checks, 148 killed it (SIGSEGV, SIGILL) and 23 returned wrong values. The seeds below are
+plain ranges, not picked: a death among them fails its test.
 """
 
 from __future__ import annotations
@@ -410,6 +412,136 @@ def test_portable_only_runs_a_vmfb_with_changed_machine_code(
     assert "died" not in seen, seen
     assert seen["origin"] == "recompiled", seen
     np.testing.assert_array_equal(np.array(seen["out"], np.float32), iree_artifact[1])
+
+
+# --- the registers IREE's verifier does not check ----------------------------------------
+
+
+def _iree():
+    return backends.get("iree")
+
+
+@needs_iree
+def test_a_vmfb_naming_registers_beyond_its_counts_is_refused_and_never_runs(
+    iree_artifact, tmp_path
+):
+    """The deaths the seeds above used to find (about 1 in 100 changes outside the ELF):
+    bytecode naming i32 register 8714 of a function that has 22 verifies, then writes past
+    the register file. The first such change among the seeds (which one depends on the
+    vmfb, so on this machine's CPU) is refused before IREE loads it, in a child process
+    that must not die."""
+    data, expected = iree_artifact
+    vmfb = executable_of(data)
+    assert _iree()._register_problem(vmfb) is None
+    specs = [aotkit.spec("f32[4,8]"), aotkit.spec("f32[8,3]")], [aotkit.spec("f32[4,3]")]
+    refused = "IreeBackend.load_executable: the vmfb's VM bytecode cannot be run safely: "
+    for seed in range(2000):
+        changed = mutated(vmfb, seed, inside_elf=False)
+        try:  # IREE's verifier and aotkit's check; nothing here runs the bytecode
+            _iree().load_executable(changed, *specs)
+        except ValueError as e:
+            if str(e).startswith(refused + "function "):
+                problem = (
+                    str(e)
+                    .removeprefix(refused)
+                    .removesuffix("; pass the bytes of IreeExecutable.vmfb")
+                )
+                break
+    else:
+        pytest.fail("no change among 2,000 seeds passes IREE's verifier with a bad register")
+    assert re.fullmatch(
+        r"function \d+ \(@\S+\) names register [ir]\d+(:\d+)?, but it declares \d+ "
+        r"(i32|ref) registers, which IREE's verifier does not check",
+        problem,
+    ), problem
+    path = tmp_path / f"seed{seed}.aotx"
+    path.write_bytes(repack(data, executable=changed))
+    inputs = tmp_path / "x.npy", tmp_path / "y.npy"
+    np.save(inputs[0], X)
+    np.save(inputs[1], Y)
+    seen = _run_child(path, inputs, "default")
+    assert "died" not in seen, seen
+    assert seen["strict"] == (
+        f"aotkit.load: {path}: its executable does not load (backend 'iree' could not load "
+        f"the vmfb of 'model': IreeBackend.load_executable: the vmfb's VM bytecode cannot be "
+        f"run safely: {problem}; pass the bytes of IreeExecutable.vmfb); load it with "
+        "recompile=True or 'auto' to compile its portable StableHLO"
+    ), seen
+    assert seen["origin"] == "recompiled"
+    np.testing.assert_array_equal(np.array(seen["out"], np.float32), expected)
+
+
+_DUMP = """\
+  # | Offset   |   Length | Blocks | i32 # | ref # | Requirements | Aliases
+----+----------+----------+--------+-------+-------+--------------+---------
+  0 | 00000000 |      376 |      1 |     4 |     2 | 00000008     | main
+
+vm.func @main(%r0: !vm.ref<?>) -> (!vm.ref<?>) {
+^bb0:
+  %i0 = vm.const.i32 2  // 0x00000002
+  %i2:3 = vm.const.i64 1
+  vm.fail %i0, "text that names %i99 and \"%r70\" is not code"
+  vm.return %R1
+}
+"""
+
+
+def test_the_register_check_reads_every_operand_and_no_string():
+    check = iree_backend._registers_beyond_counts
+    assert check(_DUMP) is None
+    assert check(_DUMP.replace("%i2:3", "%i3:4")) == (
+        "function 0 (@main) names register i3:4, but it declares 4 i32 registers, which "
+        "IREE's verifier does not check"
+    )
+    assert check(_DUMP.replace("%R1", "%R2")) == (
+        "function 0 (@main) names register r2, but it declares 2 ref registers, which "
+        "IREE's verifier does not check"
+    )
+    assert check(_DUMP.replace("vm.func @main", "vm.func @main(%i0: i32)\n}\nvm.func @g")) == (
+        "IREE's disassembler lists 1 function descriptors and 2 function bodies; aotkit "
+        "cannot check their registers"
+    )
+
+
+@needs_iree
+@pytest.mark.parametrize(
+    "script, message",
+    [
+        ("exit 3", r"IREE's disassembler failed on it \(exit status 3: no\)"),
+        ("kill -SEGV $$", r"IREE's disassembler failed on it \(SIGSEGV: no\)"),
+        ("sleep 30", r"IREE's disassembler did not finish in 0\.5 s"),
+    ],
+)
+def test_a_disassembler_that_fails_refuses_the_vmfb(
+    iree_artifact, tmp_path, monkeypatch, script, message
+):
+    tool = tmp_path / "iree-dump-module"
+    tool.write_text(f"#!/bin/sh\necho no >&2\n{script}\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(_iree(), "_dumper", str(tool))
+    monkeypatch.setattr(iree_backend, "_DUMP_TIMEOUT_S", 0.5)
+    assert re.fullmatch(message, _iree()._register_problem(executable_of(iree_artifact[0])))
+
+
+@needs_iree
+def test_without_the_disassembler_a_vmfb_is_not_run(iree_artifact, tmp_path, monkeypatch):
+    vmfb = executable_of(iree_artifact[0])
+    monkeypatch.setattr(_iree(), "_dumper", str(tmp_path / "missing"))
+    assert re.fullmatch(
+        rf"IREE's disassembler \({re.escape(str(tmp_path))}/missing\) did not start: .+",
+        _iree()._register_problem(vmfb),
+    )
+    monkeypatch.setattr(_iree(), "_dumper", None)
+    with pytest.raises(ValueError) as e:
+        _iree().load_executable(
+            vmfb, [aotkit.spec("f32[4,8]"), aotkit.spec("f32[8,3]")], [aotkit.spec("f32[4,3]")]
+        )
+    assert str(e.value) == (
+        "IreeBackend.load_executable: the vmfb's VM bytecode cannot be run safely: "
+        "iree-base-runtime's iree-dump-module, which aotkit needs to check a vmfb's "
+        f"registers before running it, is missing; reinstall it with {iree_backend.INSTALL_HINT}"
+        "; pass the bytes of IreeExecutable.vmfb"
+    )
 
 
 def _outcome(seen: dict, expected: np.ndarray) -> str:

@@ -66,7 +66,9 @@ def seeds() -> dict[str, bytes]:
         ("mlp", mlp, ("f32[4,3]", "f32[3,5]", "f32[5]", "f32[5,2]")),
         ("linalg", linalg, ("f64[3,3]", "f64[3]")),
     ):
-        lowered = aotkit.lower(fn, *map(aotkit.spec, specs))
+        # Read back from text, which has no locations: the bytes, so the seeded sample of
+        # mutations, do not depend on where the checkout lies (a location names this file).
+        lowered = aotkit.load_module(aotkit.lower(fn, *map(aotkit.spec, specs)).as_text().encode())
         found[f"{name}.mlir"] = lowered.as_text().encode()
         found[f"{name}.mlirbc"] = lowered.as_bytecode()
         found[f"{name}.vhlo"] = lowered.as_portable_artifact()
@@ -74,7 +76,12 @@ def seeds() -> dict[str, bytes]:
 
     def exported(fn, *shapes, dtype=f32):
         specs = [jax.ShapeDtypeStruct(s, dtype) for s in shapes]
-        return bytes(export.export(jax.jit(fn), platforms=["cpu"])(*specs).serialize())
+        limit = jax.config.jax_traceback_in_locations_limit
+        jax.config.update("jax_traceback_in_locations_limit", 0)  # no file names, as above
+        try:
+            return bytes(export.export(jax.jit(fn), platforms=["cpu"])(*specs).serialize())
+        finally:
+            jax.config.update("jax_traceback_in_locations_limit", limit)
 
     found["solve.jax_export"] = exported(jnp.linalg.solve, (3, 3), (3,))
     found["svd.jax_export"] = exported(lambda a: jnp.linalg.svd(a)[1], (4, 3))
@@ -146,11 +153,13 @@ def mutate(rng: random.Random, name: str, data: bytes, others: list[bytes]) -> t
 
 
 def mutations(count: int, seed: int, found: dict[str, bytes]) -> list[dict]:
-    rng = random.Random(seed)
     names = sorted(found)
     cases = []
     for i in range(count):
         name = names[i % len(names)]
+        # One generator per case: its kind is its first draw, so which kinds a sample holds
+        # depends on `seed` alone, not on the bytes of the modules before it.
+        rng = random.Random(f"{seed}:{i}")
         kind, data = mutate(rng, name, found[name], [found[n] for n in names])
         cases.append({"id": i, "seed": name, "kind": kind, "data": data})
     return cases

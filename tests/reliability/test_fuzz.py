@@ -4,9 +4,11 @@ A small deterministic sample of `tests/reliability/fuzzing.py` (the full run and
 are in docs/reliability.md): 160 mutations of 10 seed modules in batches of 40 per child process,
 then the seeds called from 4 threads at once. Every mutation must end in a value or an
 exception; a child that dies has its batch rerun one module per process, and the test names
-the module, the mutation and the signal. A mutated loop that never ends (the sample has one:
-a loop counter's `add` became `power`) is stopped by the child's watchdog and counted as a
-runaway, not a death.
+the module, the mutation and the signal. A mutated loop that never ends (a loop counter's `add`
+that became `power`) is stopped by the child's watchdog and counted as a
+runaway, not a death. The sample is the same wherever the checkout lies and whichever JAX
+makes the seed modules: their locations name no file, and each case draws its kind first
+from a generator of its own.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ XLA and the reference interpreter) on ordinary inputs, without any diagnostic:
   `pow(-1, ±inf) = 1`) put back.
 - `atan2`: NaN at `(±0, ±0)` and `(±inf, ±inf)`, and `+pi` for `(-0, x < 0)` and for
   `(y < 0, -inf)`. Zero and infinite cases are selected from their exact values.
-- `cbrt` of `±inf` is NaN. Selected back to `±inf`.
+- `cbrt` of `±inf` is NaN. Selected back to `±inf`. IREE has no float64 `cbrt` at all: it is
+  `|x| ** (1/3)` refined by one Newton step, with x's sign (within 1 ulp of C's cbrt).
 - `convert` of floats to integers: out-of-range values and NaN give whatever the CPU's
   conversion instruction gives. aotkit's semantics (docs/programs.md, XLA's) saturate and map
   NaN to 0; the conversion is guarded so.
@@ -213,6 +214,23 @@ def _atan2(op: ir.Operation) -> None:
 def _cbrt(op: ir.Operation) -> None:
     b = _Builder(op)
     (x,) = op.operands
+    e = _element(x.type)
+    if e == "f64":  # IREE has no f64 cbrt: |x| ** (1/3), one Newton step, x's sign
+        a = b.emit("stablehlo.abs", x)
+        y = b.emit("stablehlo.power", a, b.float_constant(1 / 3, e))
+        # (2y + a / y^2) / 3, which needs no y^3.
+        step = b.emit("stablehlo.divide", a, b.emit("stablehlo.multiply", y, y))
+        twice = b.emit("stablehlo.add", y, y)
+        y = b.emit("stablehlo.divide", b.emit("stablehlo.add", twice, step), b.float_constant(3, e))
+        negative = b.negative_sign(x, e)
+        signed = b.select(negative, b.emit("stablehlo.negate", y), y)
+        # Zeros and subnormals give a zero of x's sign, as on cpu (XLA flushes subnormals);
+        # inf, -inf and NaN are their own cube roots.
+        zero = b.select(negative, b.float_constant(-0.0, e), b.float_constant(0.0, e))
+        tiny = b.compare("LT", a, b.float_constant(2.0**-1022, e))
+        finite = b.select(tiny, zero, signed)
+        b.replace(b.select(b.is_finite(x), finite, x))
+        return
     b.replace(b.select(b.is_inf(x), x, b.emit("stablehlo.cbrt", x)))
 
 

@@ -11,9 +11,11 @@ Meaning is kept. IREE demotes float64 to float32 unless told otherwise; aotkit p
 refuses `options` that would convert types again (`iree-input-demote-*`,
 `iree-input-promote-*`), since the executable would no longer have the compiled
 signature. Ops IREE 3.13 compiles to other values than the spec's are rewritten first
-(`_iree_rewrites`); nothing IREE computes correctly is refused. What IREE cannot compile
-fails in iree-compile, and a failure of a known kind (`_LIMITATIONS`: float64 functions it
-would take from a C math library it does not link) reads "IREE limitation: ...".
+(`_iree_rewrites`); nothing IREE computes correctly is refused. float64 functions that
+IREE takes from the C math library (sin, atan2, fmod, ...), which its embedded ELF does not
+link, are compiled again as a system library linked with the host's libm. What IREE cannot
+compile fails in iree-compile, and a failure of a known kind (`_LIMITATIONS`) reads "IREE
+limitation: ...".
 
 Targets. `target="llvm-cpu"` (the default: this machine's CPU, `cpu="host"`), `"cuda"`,
 `"rocm"` or `"vulkan-spirv"` with `target_options` (see `TARGETS`) compile without the
@@ -27,7 +29,8 @@ the VM bytecode of every function, and aotkit's check of the registers that byte
 register numbers unchecked, and one out of range writes past the register file when the
 function runs); `deserialize` (artifacts, the persistent cache) then loads a vmfb meant
 for this machine into the runtime, where IREE checks the flatbuffers and ELF headers of its
-HAL executables. A refusal at either step is a CompileError, so that
+HAL executables (a system library, as float64 math is compiled, is loaded as a shared
+object, whose initializers run then). A refusal at either step is a CompileError, so that
 `aotkit.load` compiles the portable module instead. Nothing checks the machine code inside
 those ELF files: a vmfb that verifies may still crash the process or compute anything at
 all, so it is as trusted as whoever wrote it (`aotkit.load(..., portable_only=True)` never
@@ -428,7 +431,26 @@ class IreeBackend(Backend):
             text = module.operation.get_asm(enable_debug_info=True)
         text, rewritten = _iree_rewrites.rewrite(text)
         source = text.encode()
-        vmfb, statistics = self._run_compiler(source, flags, name)
+        try:
+            vmfb, statistics = self._run_compiler(source, flags, name)
+        except CompileError as e:
+            if not _needs_libm(e, spec, flags):
+                raise
+            # IREE's embedded ELF links no C math library; a system library links the
+            # host's (libm), which the runtime loads as a shared object.
+            flags = [*flags, f"--{_LINK_EMBEDDED}=false"]
+            try:
+                vmfb, statistics = self._run_compiler(source, flags, name)
+            except CompileError as again:
+                said = str(again).removeprefix(f"backend 'iree' rejected module {name!r}: ")
+                raise CompileError(
+                    f"backend 'iree' rejected module {name!r}: {LIMITATION}its llvm-cpu code "
+                    "calls the C math library, which IREE's embedded ELF does not link, and "
+                    f"linking it as a system library with this host's libm failed: {said}; "
+                    "install a system linker (binutils' ld) or compile with backend='cpu'",
+                    backend="iree",
+                    module_name=name,
+                ) from again
         return IreeExecutable(
             self,
             name,
@@ -758,6 +780,20 @@ _LIMITATIONS = (
         "IREE has no lowering of {0} for this element type",
     ),
 )
+
+
+_LINK_EMBEDDED = "iree-llvmcpu-link-embedded"
+
+
+def _needs_libm(error: CompileError, target: Target, flags: Sequence[str]) -> bool:
+    """Whether `error` is llvm-cpu code calling C math functions IREE's embedded linker does
+    not have, with the flags leaving the choice of linking to aotkit."""
+    return (
+        target.name == "llvm-cpu"
+        and isinstance(error.__cause__, RuntimeError)
+        and _LIMITATIONS[0][0].search(str(error.__cause__)) is not None
+        and not any(f.startswith(f"--{_LINK_EMBEDDED}") for f in flags)
+    )
 
 
 def _limitation(stderr: str) -> str | None:

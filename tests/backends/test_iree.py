@@ -312,7 +312,45 @@ def test_executable_names_the_ops_it_rewrote(iree):
 # -- IREE's limitations and failures -------------------------------------------------------------
 
 
-def test_float64_sine_is_a_named_iree_limitation():
+F64_MATH = {
+    "sin": anp.sin,
+    "cos": anp.cos,
+    "tan": anp.tan,
+    "tanh": anp.tanh,
+    "arcsin": lambda x: anp.arcsin(x / 1e5),
+    "arctan": anp.arctan,
+    "arctan2": lambda x: anp.arctan2(x, x * 0.5 - 1),
+    "fmod": lambda x: anp.fmod(x, 0.75),
+    "mod": lambda x: x % 0.75,
+    "floor_divide": lambda x: x // 0.75,
+    "complex exp": lambda x: anp.exp(x * 1e-3 * 1j),
+}
+
+
+@pytest.mark.parametrize("name", F64_MATH)
+def test_float64_math_links_the_host_math_library_and_matches_cpu(iree, name):
+    # IREE's embedded ELF has no libm: these compile as a system library linked with it.
+    x = np.concatenate([np.linspace(-20, 20, 41), [1e-300, -0.0, 1e5, 3.0e8]])
+    lowered = aotkit.lower(F64_MATH[name], x)
+    compiled = lowered.compile("iree")
+    data = compiled.serialize()
+    assert b"system-elf-" in data and b"embedded-elf-" not in data
+    got, want = np.asarray(compiled(x)), np.asarray(lowered.compile("cpu")(x))
+    assert got.dtype == want.dtype and got.dtype.itemsize >= 8
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-300)
+    loaded = aotkit.load(data, recompile=False)
+    np.testing.assert_array_equal(np.asarray(loaded(x)), got)
+
+
+def test_float64_math_keeps_the_embedded_elf_where_it_does_not_call_libm(iree):
+    compiled = aotkit.lower(lambda x: anp.exp(x) + anp.log(x), aotkit.spec("f64[3]")).compile(
+        "iree"
+    )
+    data = compiled.serialize()
+    assert b"embedded-elf-" in data and b"system-elf-" not in data
+
+
+def test_float64_sine_with_the_embedded_elf_forced_is_a_named_iree_limitation():
     lowered = aotkit.lower(anp.sin, aotkit.spec("f64[3]"))
     with pytest.raises(
         CompileError,
@@ -320,14 +358,42 @@ def test_float64_sine_is_a_named_iree_limitation():
         r"the C math library's sin\(\) .* \(iree-lld: error: undefined symbol: sin\); compute it "
         r"in a type IREE supports, or compile with backend='cpu'",
     ):
+        lowered.compile("iree", options={"iree-llvmcpu-link-embedded": True})
+
+
+def test_float64_sine_without_a_system_linker_is_a_named_iree_limitation(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ld, no cc
+    lowered = aotkit.lower(anp.sin, aotkit.spec("f64[3]"))
+    with pytest.raises(CompileError) as e:
         lowered.compile("iree")
+    message = str(e.value)
+    assert message.startswith(
+        "backend 'iree' rejected module 'sin': IREE limitation: its llvm-cpu code calls the C "
+        "math library, which IREE's embedded ELF does not link, and linking it as a system "
+        "library with this host's libm failed: "
+    ), message
+    assert "failed to link executable" in message
+    assert "; install a system linker (binutils' ld) or compile with backend='cpu'" in message
 
 
-def test_float64_cbrt_is_a_named_iree_limitation():
-    with pytest.raises(
-        CompileError, match=r"IREE limitation: IREE has no lowering of math\.cbrt for this"
-    ):
-        aotkit.lower(anp.cbrt, aotkit.spec("f64[3]")).compile("iree")
+def test_float64_cbrt_is_rewritten_and_within_4_ulp_of_cpu(iree):
+    # IREE has no float64 cbrt; the rewrite's special values are exact, the rest within 4 ulp.
+    rng = np.random.default_rng(3)
+    x = np.concatenate(
+        [
+            rng.standard_normal(4000) * 10.0 ** rng.integers(-300, 300, 4000),
+            [0.0, -0.0, np.inf, -np.inf, np.nan, 27.0, -8.0, 1e-310, -3e-320, 1.7e308],
+        ]
+    )
+    lowered = aotkit.lower(anp.cbrt, x)
+    got, want = np.asarray(lowered.compile("iree")(x)), np.asarray(lowered.compile("cpu")(x))
+    assert got.dtype == want.dtype == np.float64
+    normal = np.isfinite(want) & (want != 0)
+    ulps = np.abs(got - want)[normal] / np.spacing(np.abs(want[normal]))
+    assert ulps.max() <= 4, ulps.max()
+    special = ~normal
+    assert np.array_equal(got[special], want[special], equal_nan=True)
+    assert np.array_equal(np.signbit(got[special]), np.signbit(want[special]))
 
 
 def test_rejected_module_is_a_compile_error_with_the_diagnostic(iree):

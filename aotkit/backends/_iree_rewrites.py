@@ -13,7 +13,7 @@ XLA and the reference interpreter) on ordinary inputs, without any diagnostic:
 - `atan2`: NaN at `(±0, ±0)` and `(±inf, ±inf)`, and `+pi` for `(-0, x < 0)` and for
   `(y < 0, -inf)`. Zero and infinite cases are selected from their exact values.
 - `cbrt` of `±inf` is NaN. Selected back to `±inf`. IREE has no float64 `cbrt` at all: it is
-  `|x| ** (1/3)` refined by one Newton step, with x's sign (within 1 ulp of C's cbrt).
+  `|x| ** (1/3)` refined by one Newton step, with x's sign (within 4 ulp of cpu's).
 - `convert` of floats to integers: out-of-range values and NaN give whatever the CPU's
   conversion instruction gives. aotkit's semantics (docs/programs.md, XLA's) saturate and map
   NaN to 0; the conversion is guarded so.
@@ -22,7 +22,8 @@ XLA and the reference interpreter) on ordinary inputs, without any diagnostic:
   The rounding is written out on the bits instead: the source goes to f32 first (as XLA's
   CPU code and IREE itself convert), then rounds to nearest even, NaN kept quiet with its sign.
 
-Each rewrite keeps IREE's own op for the ordinary inputs, so its accuracy is IREE's. The
+Each rewrite keeps IREE's own op for the ordinary inputs, so its accuracy is IREE's, except
+the two IREE cannot always compile (float64 `cbrt`; `convert` to bf16 without AVX512-BF16). The
 module is parsed from text into a context of its own and printed back: nothing here
 touches aotkit's lowering context.
 """

@@ -201,15 +201,18 @@ def _global_names(code: types.CodeType) -> set[str]:
 
 
 def _packages(obj) -> set[str]:
-    """Top-level packages `obj` comes from: its own module and its type's (a jitted function
-    keeps the user's `__module__` but its type lives in jaxlib)."""
+    """Top-level packages `obj` comes from: its own module and its type's and their bases' (a
+    jitted function keeps the user's `__module__` but its type lives in jaxlib; a Flax model
+    is an instance of the user's class, whose base is flax's Module)."""
     if isinstance(obj, types.ModuleType):
         return {obj.__name__.partition(".")[0]}
-    found = set()
-    for name in (getattr(obj, "__module__", None), getattr(type(obj), "__module__", None)):
-        if isinstance(name, str):
-            found.add(name.partition(".")[0])
-    return found
+    names = [getattr(obj, "__module__", None)]
+    names += [getattr(base, "__module__", None) for base in getattr(type(obj), "__mro__", ())]
+    return {name.partition(".")[0] for name in names if isinstance(name, str)}
+
+
+# Libraries whose code calls jax.numpy and jax.lax: a function that uses them is a JAX program.
+_JAX_PACKAGES = frozenset({"jax", "jaxlib", "flax", "optax", "equinox", "haiku", "chex"})
 
 
 def is_jax_function(fn) -> bool:
@@ -220,7 +223,7 @@ def is_jax_function(fn) -> bool:
 def _is_jax(obj) -> bool:
     if obj is None or isinstance(obj, bool | int | float | str):
         return False
-    return not _packages(obj).isdisjoint(("jax", "jaxlib"))
+    return not _packages(obj).isdisjoint(_JAX_PACKAGES)
 
 
 def _is_aotkit(obj) -> bool:

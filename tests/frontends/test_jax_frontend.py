@@ -437,6 +437,18 @@ def test_auto_sees_closure_variables():
     )
 
 
+def test_auto_sees_a_model_of_a_jax_library_in_a_module_that_imports_aotkit():
+    # A Flax model is an instance of the user's class whose base is flax's Module; the module
+    # defining it imports aotkit too, which alone would pick the tracer.
+    module = _module_with(
+        "import aotkit\nclass Module:\n    pass\nModule.__module__ = 'flax.linen.module'\n"
+        "class Model(Module):\n    pass\nMODEL = Model()\n"
+        "f = lambda params, x: MODEL.apply(params, x)\n",
+        "_aotkit_test_flax_user",
+    )
+    assert frontends.choose(module.f) == frontends.Choice("jax", "<lambda> uses MODEL from JAX")
+
+
 def test_auto_defaults_to_the_tracer_for_numpy_code():
     module = _module_with(
         "import numpy as np\ndef f(x):\n    return np.sin(x)\n", "_aotkit_test_numpy_model"

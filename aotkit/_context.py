@@ -59,6 +59,7 @@ class LoweringContext:
         "element_types",
         "tensor_types",
         "locations",
+        "location",
         "attributes",
         "splats",
         "pipelines",
@@ -73,6 +74,9 @@ class LoweringContext:
         self.element_types: dict = {}
         self.tensor_types: dict = {}
         self.locations: dict = {}
+        # The location of every op built now, when set (`lowering.core.at_location`): a
+        # transform rebuilding a module gives its ops the location of the op they came from.
+        self.location: ir.Location | None = None
         # Attributes built from hashable keys (dimension numbers, i64 arrays, directions).
         self.attributes: dict = {}
         self.splats: dict = {}

@@ -9,6 +9,7 @@ ops (`elementwise.py`, `shape.py`, ...).
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
 import sys
@@ -64,8 +65,11 @@ def user_location() -> ir.Location:
 
     Called for every op: the walk of `_user_frame` is repeated inline here, since a
     function call costs as much as a step of it. It starts above the caller, which is
-    always aotkit's.
+    always aotkit's. Inside `at_location(loc)`, it is `loc`.
     """
+    lc = _context.active()
+    if lc.location is not None:
+        return lc.location
     f = sys._getframe(2)
     internal = _internal_files
     while f is not None:
@@ -75,13 +79,26 @@ def user_location() -> ir.Location:
             skip = internal[name] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
         if not skip:
             key = (name, f.f_lineno)
-            locations = _context.active().locations
+            locations = lc.locations
             loc = locations.get(key)
             if loc is None:
                 loc = locations[key] = ir.Location.file(name, key[1], 0)
             return loc
         f = f.f_back
     return ir.Location.unknown()
+
+
+@contextlib.contextmanager
+def at_location(loc: ir.Location | None):
+    """Every op built inside gets `loc` (None: the user's line, as usual): a transform that
+    rebuilds a module's ops gives them the location of the op each came from."""
+    lc = _context.active()
+    saved = lc.location
+    lc.location = loc
+    try:
+        yield
+    finally:
+        lc.location = saved
 
 
 def where(op: str) -> str:

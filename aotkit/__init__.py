@@ -46,12 +46,14 @@ _LAZY = {
     "scan": "aotkit.lax",
     "switch": "aotkit.lax",
     "while_loop": "aotkit.lax",
+    "register_pytree_node_serialization": "aotkit.pytrees",
+    "register_namedtuple_serialization": "aotkit.pytrees",
 }
 _SUBMODULES = frozenset(
     """
     api artifacts autograph backends cache cli compiling config crosscheck distributed dtypes
-    dumps errors frontends lax lowering modules nn numpy passes program random sharding specs
-    spmd stages
+    dumps errors frontends lax lowering modules nn numpy passes program pytrees random
+    sharding specs spmd stages
     """.split()
 )
 
@@ -99,6 +101,8 @@ __all__ = [
     "nn",
     "numpy",
     "random",
+    "register_namedtuple_serialization",
+    "register_pytree_node_serialization",
     "scan",
     "sharding",
     "spec",

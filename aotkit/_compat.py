@@ -654,6 +654,9 @@ def fast_paths() -> dict[str, bool]:
         "sharded results": _private("jaxlib._jax", "GSPMDSharding") is not None,
         "mesh specs": _private("jax._src.sharding_impls", "parse_flatten_op_sharding") is not None,
         "backend state": _private("jax._src.xla_bridge", "backends_are_initialized") is not None,
+        "jax.export registrations": jax_export_registries() is not None,
+        "sharded artifacts": _private("jaxlib._jax", "mlir.serialize_portable_artifact")
+        is not None,
     }
 
 
@@ -777,3 +780,33 @@ def backends_started() -> bool:
     Fallback: False, and a late `jax.distributed.initialize` reports JAX's own error."""
     started = _private("jax._src.xla_bridge", "backends_are_initialized")
     return False if started is None else bool(started())
+
+
+# --- pytree node types registered with jax.export (issue 29) --------------------------------
+# Used by aotkit/pytrees.py only: artifacts honour what users registered for jax.export.
+
+
+def jax_export_registries() -> tuple[dict, dict] | None:
+    """jax.export's registries of serializable pytree node types: (type -> (serialized name,
+    serialize_auxdata), serialized name -> (type, deserialize_auxdata, from_children)), or
+    None where this jax keeps them elsewhere (aotkit's own registrations still work).
+    (`jax._src.export._export.serialization_registry`, `.deserialization_registry`.)"""
+    by_type = _private("jax._src.export._export", "serialization_registry")
+    by_name = _private("jax._src.export._export", "deserialization_registry")
+    if not isinstance(by_type, dict) or not isinstance(by_name, dict):
+        return None
+    return by_type, by_name
+
+
+def portable_artifact_with_shardy(bytecode: bytes, target_version: str) -> bytes | None:
+    """A sharded module (MLIR bytecode) as a StableHLO portable artifact that keeps its
+    Shardy ops and attributes (`sdy.mesh`, `sdy.sharding`) as they are, which the public
+    `stablehlo.serialize_portable_artifact` refuses; what jax.export writes for Shardy
+    modules. None where this jaxlib lacks it (sharded artifacts then cannot be saved).
+    (`jaxlib._jax.mlir.serialize_portable_artifact` with `use_mixed_serialization`.)"""
+    serialize = _private("jaxlib._jax", "mlir.serialize_portable_artifact")
+    if serialize is None or not _takes(
+        serialize, ("mlir_module", "target", "use_mixed_serialization")
+    ):
+        return None
+    return bytes(serialize(bytecode, target_version, True))

@@ -28,14 +28,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import struct
 
 from jax import tree_util
+from jax.sharding import NamedSharding
 from jaxlib.mlir import ir
 
-from aotkit import _context, _files, backends, modules
+from aotkit import _compat, _context, _files, backends, modules, pytrees
 from aotkit._version import __version__
 from aotkit.arguments import format_signature
 from aotkit.errors import ArtifactError, printable
@@ -43,13 +45,16 @@ from aotkit.program import Signature
 from aotkit.specs import spec
 
 MAGIC = b"\x89AOT\r\n\x1a\n"
-FORMAT_VERSION = 1
+# Version 2 added namedtuples and registered pytree nodes in the trees, and sharded programs
+# (`partitioning`). A file that uses neither is written as version 1, which every reader reads.
+FORMAT_VERSION = 2
+MIN_FORMAT_VERSION = 1
 # magic, format version (u32), header length (u32), SHA-256 of the header: little-endian.
 _PREFIX = struct.Struct("<8sII32s")
 PREFIX_SIZE = _PREFIX.size
 MAX_HEADER_BYTES = 16 << 20
 MAX_SECTIONS = 64
-MAX_TREE_DEPTH = 256
+MAX_TREE_DEPTH = pytrees.MAX_TREE_DEPTH
 SUFFIX = ".aotx"
 
 # Section names (docs/artifact-format.md). Unknown sections are kept and ignored.
@@ -66,104 +71,173 @@ _LEGALIZE_CHLO = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
 _UNPRINTABLE = "a control or other unprintable character"
 
 
-# --- pytrees as data -----------------------------------------------------------------------
-
-_LEAF = "*"
+# --- pytrees as data (aotkit/pytrees.py) ---------------------------------------------------
 
 
 def encode_tree(tree, where: str, what: str) -> object:
-    """`tree` (a PyTreeDef) as JSON data; TypeError naming a node that is not a tuple, list,
-    dict with str/int keys or None. `what` is "argument" (`tree` is the `(args, kwargs)`
-    pair, whose parts are named `args` and `kwargs`) or "result"."""
-
-    def child_path(path: str, node_kind, key, i: int) -> str:
-        if path == "" and what == "argument":
-            return ("args", "kwargs")[i]
-        return f"{path}[{key!r}]" if node_kind is dict else f"{path}[{i}]"
-
-    def encode(node, path: str, depth: int = 0):
-        if depth > MAX_TREE_DEPTH:  # the limit `decode_tree` reads back: refuse it here
-            counted = " (the (args, kwargs) pair counts as two)" if what == "argument" else ""
-            raise ValueError(
-                f"{where}: the {what} pytree nests deeper than {MAX_TREE_DEPTH} levels"
-                f"{counted}, which an artifact cannot hold; flatten part of it"
-            )
-        data = node.node_data()
-        if data is None:
-            return _LEAF
-        kind, aux = data
-        children = node.children()
-        keys = list(aux) if kind is dict else [None] * len(children)
-        label = f"argument {path}" if what == "argument" else f"result{path}"
-        if kind is type(None):
-            return None
-        if kind in (tuple, list, dict):
-            items = []
-            for i, (key, child) in enumerate(zip(keys, children, strict=True)):
-                if kind is dict and (isinstance(key, bool) or not isinstance(key, str | int)):
-                    raise TypeError(
-                        f"{where}: {label} is a dict with key {key!r} ({type(key).__name__}); "
-                        "artifacts keep dict keys that are str or int: use such keys"
-                    )
-                if kind is dict and isinstance(key, str) and not key.isprintable():
-                    raise ValueError(
-                        f"{where}: {label} is a dict with key {key!r}, which holds "
-                        f"{_UNPRINTABLE}; artifacts keep printable dict keys (a file's names "
-                        "reach terminals): rename it"
-                    )
-                encoded = encode(child, child_path(path, kind, key, i), depth + 1)
-                items.append([key, encoded] if kind is dict else encoded)
-            return {kind.__name__: items}
-        raise TypeError(
-            f"{where}: {label} is a {kind.__module__}.{kind.__qualname__}, a custom pytree "
-            "node; artifacts keep tuples, lists, dicts (str or int keys) and None: pass those "
-            "instead (e.g. a dict of its fields)"
-        )
-
-    return encode(tree, "")
+    """`tree` (a PyTreeDef) as JSON data (aotkit/pytrees.py); TypeError naming a node that
+    cannot be written. `what` is "argument" (the `(args, kwargs)` pair) or "result"."""
+    return pytrees.encode(tree, where, what)
 
 
 def decode_tree(data, where: str, field: str, fix: str | None = None, path: str | None = None):
     """The PyTreeDef written by `encode_tree`; ArtifactError naming `field` otherwise."""
+    return pytrees.decode(data, where, field, fix or REWRITE, path)
 
-    fix = fix or REWRITE
 
-    def bad(detail: str) -> ArtifactError:
-        return ArtifactError(f"{where}: header field {field!r} {detail}; {fix}", path=path)
+def _uses_custom_nodes(data) -> bool:
+    """Whether encoded tree data holds a namedtuple or registered node (format version 2)."""
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "namedtuple" in node or "node" in node:
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
-    def decode(node, depth: int):
-        if depth > MAX_TREE_DEPTH:
-            raise bad(f"nests deeper than {MAX_TREE_DEPTH} levels")
-        if node == _LEAF:
-            return 0
-        if node is None:
+
+# --- sharded programs: the layout a header records -----------------------------------------
+
+
+class SavedLayout:
+    """A sharded artifact's `partitioning` header field, checked: the mesh's axes (name,
+    size) or None, each partition's device as a position among the writer's global devices,
+    and one PartitionSpec entry list (or None) per flat argument and result."""
+
+    __slots__ = ("axes", "positions", "in_shardings", "out_shardings")
+
+    def __init__(self, axes, positions, in_shardings, out_shardings):
+        self.axes = axes
+        self.positions = positions
+        self.in_shardings = in_shardings
+        self.out_shardings = out_shardings
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.positions)
+
+    def describe(self) -> str:
+        if self.axes is None:
+            return f"{self.num_devices} devices"
+        return "mesh (" + ", ".join(f"{n!r}: {s}" for n, s in self.axes) + ")"
+
+
+def _spec_data(sharding, mesh) -> list | None:
+    """A compiled sharding as header data: its PartitionSpec's entries (None, an axis name,
+    a list of axis names), or None for a sharding not named over the program's mesh."""
+    if mesh is None or not isinstance(sharding, NamedSharding) or sharding.mesh != mesh:
+        return None
+    out = []
+    for entry in sharding.spec:
+        if entry is None or isinstance(entry, str):
+            out.append(entry)
+        elif isinstance(entry, tuple | list) and all(isinstance(a, str) for a in entry):
+            out.append(list(entry))
+        else:  # UNCONSTRAINED, or something newer: the executable's own sharding stands
             return None
-        if isinstance(node, dict) and len(node) == 1:
-            ((kind, items),) = node.items()
-            if kind in ("tuple", "list") and isinstance(items, list):
-                children = [decode(c, depth + 1) for c in items]
-                return tuple(children) if kind == "tuple" else children
-            if kind == "dict" and isinstance(items, list):
-                out = {}
-                for item in items:
-                    if not (isinstance(item, list) and len(item) == 2):
-                        raise bad(f"has a dict entry {_short(item)}, not a [key, subtree] pair")
-                    key, child = item
-                    if isinstance(key, bool) or not isinstance(key, str | int):
-                        raise bad(f"has a dict key {_short(key)} that is not a str or int")
-                    if isinstance(key, str) and not key.isprintable():
-                        raise bad(f"has a dict key {_short(key)}, which holds {_UNPRINTABLE}")
-                    if key in out:
-                        raise bad(f"repeats the dict key {key!r}")
-                    out[key] = decode(child, depth + 1)
-                return out
-        raise bad(f'holds {_short(node)}, which is no pytree node ("*", null, tuple, list, dict)')
+    return out
 
-    skeleton = decode(data, 0)
-    try:
-        return tree_util.tree_structure(skeleton)
-    except (TypeError, ValueError) as e:  # dict keys of mixed types do not sort
-        raise bad(f"cannot be rebuilt ({e})") from None
+
+def layout_data(executable) -> dict:
+    """The `partitioning` header field of a sharded executable (its bound partitioning)."""
+    partitioning = executable.partitioning
+    mesh = partitioning.mesh
+    everywhere = list(executable.backend.global_devices())
+    index = {device: i for i, device in enumerate(everywhere)}
+    return {
+        "mesh": None
+        if mesh is None
+        else [[name, int(size)] for name, size in zip(mesh.axis_names, mesh.axis_sizes)],
+        "devices": [index[d] for d in partitioning.devices],
+        "in_shardings": [_spec_data(s, mesh) for s in partitioning.in_shardings],
+        "out_shardings": [_spec_data(s, mesh) for s in partitioning.out_shardings],
+    }
+
+
+MAX_DEVICES = 1 << 16
+
+
+def _check_layout(data, in_specs, out_specs, bad) -> SavedLayout:
+    """The checked `partitioning` header field; `bad(detail)` is the error otherwise."""
+    if not isinstance(data, dict) or set(data) != {
+        "mesh",
+        "devices",
+        "in_shardings",
+        "out_shardings",
+    }:
+        raise bad(f"is {_short(data)}, not an object of mesh, devices, in_shardings, out_shardings")
+    devices = data["devices"]
+    if (
+        not isinstance(devices, list)
+        or not 1 <= len(devices) <= MAX_DEVICES
+        or not all(type(d) is int and 0 <= d < MAX_DEVICES for d in devices)
+        or len(set(devices)) != len(devices)
+    ):
+        raise bad(
+            f"has devices {_short(devices)}, not a list of distinct device positions "
+            f"(1 to {MAX_DEVICES})"
+        )
+    axes = data["mesh"]
+    sizes = {}
+    if axes is not None:
+        if not isinstance(axes, list) or not axes:
+            raise bad(f"has mesh {_short(axes)}, not a list of [axis name, size] pairs")
+        for pair in axes:
+            if not (
+                isinstance(pair, list)
+                and len(pair) == 2
+                and isinstance(pair[0], str)
+                and type(pair[1]) is int
+                and pair[1] >= 1
+            ):
+                raise bad(f"has mesh axis {_short(pair)}, not an [axis name, size] pair")
+            name = pair[0]
+            if not name or not name.isprintable() or '"' in name or "\\" in name:
+                raise bad(f"has mesh axis name {_short(name)}, which is no plain axis name")
+            if name in sizes:
+                raise bad(f"names mesh axis {name!r} twice")
+            sizes[name] = pair[1]
+        if math.prod(sizes.values()) != len(devices):
+            raise bad(
+                f"has a mesh of {math.prod(sizes.values())} devices but places it on {len(devices)}"
+            )
+        axes = tuple((name, size) for name, size in sizes.items())
+
+    def shardings(key: str, specs) -> tuple:
+        given = data[key]
+        if not isinstance(given, list) or len(given) != len(specs):
+            raise bad(f"has {key} {_short(given)}, not one entry per flat leaf ({len(specs)})")
+        out = []
+        for i, (entries, spec_) in enumerate(zip(given, specs)):
+            if entries is None:
+                out.append(None)
+                continue
+            what = f"{key}[{i}] {_short(entries)}"
+            if axes is None or not isinstance(entries, list) or len(entries) > len(spec_.shape):
+                raise bad(f"has {what}, not a PartitionSpec of {spec_} over its mesh")
+            used = []
+            for dim, entry in enumerate(entries):
+                names = [] if entry is None else [entry] if isinstance(entry, str) else entry
+                if not isinstance(names, list) or not all(n in sizes for n in names):
+                    raise bad(f"has {what}, which names an axis its mesh does not have")
+                used += names
+                parts = math.prod(sizes[n] for n in names)
+                if spec_.shape[dim] % parts:
+                    raise bad(f"has {what}, which splits dimension {dim} of {spec_} unevenly")
+            if len(set(used)) != len(used):
+                raise bad(f"has {what}, which uses a mesh axis twice")
+            out.append(tuple(tuple(e) if isinstance(e, list) else e for e in entries))
+        return tuple(out)
+
+    return SavedLayout(
+        axes,
+        tuple(devices),
+        shardings("in_shardings", in_specs),
+        shardings("out_shardings", out_specs),
+    )
 
 
 def _short(value) -> str:
@@ -178,12 +252,23 @@ def _sha256(data) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def format_version(header: dict) -> int:
+    """The lowest format version that holds `header`: 2 for a sharded program or trees with
+    namedtuples or registered nodes, else 1 (which older readers read too)."""
+    if header.get("partitioning") is not None or any(
+        _uses_custom_nodes(header.get(k)) for k in ("in_tree", "out_tree")
+    ):
+        return 2
+    return 1
+
+
 def pack(header: dict, sections: dict[str, bytes]) -> bytes:
     """The container bytes of `header` (JSON data, without "sections") and `sections`."""
     table = [{"name": n, "size": len(d), "sha256": _sha256(d)} for n, d in sections.items()]
     text = json.dumps({**header, "sections": table}, sort_keys=True, separators=(",", ":"))
     raw = text.encode("utf-8")
-    prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(raw), hashlib.sha256(raw).digest())
+    version = format_version(header)
+    prefix = _PREFIX.pack(MAGIC, version, len(raw), hashlib.sha256(raw).digest())
     return b"".join([prefix, raw, *sections.values()])
 
 
@@ -199,6 +284,8 @@ class Artifact:
         "options",
         "target",
         "executable_format",
+        "partitioning",
+        "version",
     )
 
     def __init__(self, label: str, header: dict, sections: dict, status: dict):
@@ -246,7 +333,7 @@ def unpack(
             path=label,
         )
     _, version, header_size, header_digest = _PREFIX.unpack_from(view, 0)
-    if version != FORMAT_VERSION:
+    if not MIN_FORMAT_VERSION <= version <= FORMAT_VERSION:
         newer = version > FORMAT_VERSION
         raise ArtifactError(
             f"{where} has artifact format version {version}, "
@@ -254,7 +341,8 @@ def unpack(
                 f"newer than this aotkit reads ({FORMAT_VERSION}); upgrade aotkit, or write "
                 "the artifact with this version"
                 if newer
-                else f"which no aotkit wrote (this one reads {FORMAT_VERSION}); {fix}"
+                else f"which no aotkit wrote (this one reads {MIN_FORMAT_VERSION} to "
+                f"{FORMAT_VERSION}); {fix}"
             ),
             path=label,
         )
@@ -282,6 +370,7 @@ def unpack(
             f"{where}: the header is not valid JSON ({e}); {fix}", path=label
         ) from None
     artifact = _check_header(header, label, where, fix)
+    artifact.version = version
     table = header["sections"]
     total = body + sum(s["size"] for s in table)
     if n < total:
@@ -432,7 +521,16 @@ def _check_header(header, label: str, where: str, fix: str) -> Artifact:
         raise bad("sections", f"has no {PORTABLE!r} section (the portable StableHLO)")
     if fmt is not None and EXECUTABLE not in seen:
         raise bad("sections", f"has no {EXECUTABLE!r} section for executable_format {fmt!r}")
+    layout = header.get("partitioning")
+    if layout is not None:
+        layout = _check_layout(
+            layout,
+            flat["in_specs"],
+            flat["out_specs"],
+            lambda detail: bad("partitioning", detail),
+        )
     artifact = Artifact(label, header, {}, {})
+    artifact.partitioning = layout
     artifact.signature = Signature(
         printable(header["name"]),  # shown in reprs and `aotkit inspect`
         in_tree,
@@ -453,7 +551,10 @@ def _check_header(header, label: str, where: str, fix: str) -> Artifact:
 def portable_artifact(lowered) -> bytes:
     """The final module of `lowered` as a StableHLO portable artifact. A module the pipeline
     "none" left with CHLO ops in it is written after legalizing CHLO in a copy (the same
-    rewrite the backends do first)."""
+    rewrite the backends do first). A sharded module keeps its Shardy mesh and shardings
+    (StableHLO as VHLO, the `sdy` ops as they are: what jax.export writes)."""
+    if lowered.partitioning is not None:
+        return sharded_portable_artifact(lowered._module, lowered.name)
     try:
         return lowered.as_portable_artifact()
     except ValueError:
@@ -464,6 +565,23 @@ def portable_artifact(lowered) -> bytes:
         module = ir.Module.parse(modules.bytecode(lowered._module))
         passmanager.PassManager.parse(_LEGALIZE_CHLO).run(module.operation)
     return modules.portable_artifact(module)
+
+
+def sharded_portable_artifact(module, name: str) -> bytes:
+    """A sharded module as a portable artifact with its `sdy` annotations; ValueError where
+    this jaxlib cannot write one."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    data = _compat.portable_artifact_with_shardy(
+        modules.bytecode(module), stablehlo.get_current_version()
+    )
+    if data is None:
+        raise ValueError(
+            f"Compiled {name!r}: serialize: this jaxlib cannot write a sharded module as a "
+            "portable artifact (jaxlib's mixed StableHLO/Shardy serialization is missing); "
+            "save the module with Lowered.as_bytecode() and compile it where it runs"
+        )
+    return data
 
 
 def _versions() -> dict[str, str]:
@@ -534,7 +652,8 @@ def pack_compiled(
     text: bool,
 ) -> bytes:
     """The container of one executable: `serialized` is `executable.serialize()`,
-    `in_tree`/`out_tree` are `encode_tree` data."""
+    `in_tree`/`out_tree` are `encode_tree` data. A sharded executable (its `partitioning`
+    bound to devices) records its mesh, device placement and shardings."""
     backend = executable.backend
     sections = {PORTABLE: bytes(portable)}
     data = serialized
@@ -556,19 +675,14 @@ def pack_compiled(
         # recompile goes without it.
         "options": {k: v for k, v in (options or {}).items() if option_fault(k, v) is None},
     }
+    if executable.partitioning is not None:
+        header["partitioning"] = layout_data(executable)
     return pack(header, sections)
 
 
 def serialize(compiled, *, text: bool = True) -> bytes:
     """`Compiled.serialize()`: the artifact of `compiled` (with its program text if `text`)."""
     where = f"Compiled {compiled.name!r}: serialize"
-    if compiled.partitioning is not None:
-        raise ValueError(
-            f"{where}: it is partitioned over {compiled.partitioning.describe()}; artifacts "
-            "hold single-device executables: save the sharded program as a module "
-            "(Lowered.as_bytecode(), which aotkit.load_module reads back with its shardings) "
-            "and compile it where it runs"
-        )
     in_tree = encode_tree(compiled.in_tree, where, "argument")
     out_tree = encode_tree(compiled.out_tree, where, "result")
     if compiled.lowered is not None:
@@ -649,7 +763,11 @@ def check_length(f: _files.Regular, label: str, where: str) -> None:
     if len(prefix) < PREFIX_SIZE:
         return
     magic, version, header_size, digest = _PREFIX.unpack(prefix)
-    if magic != MAGIC or version != FORMAT_VERSION or header_size > MAX_HEADER_BYTES:
+    if (
+        magic != MAGIC
+        or not MIN_FORMAT_VERSION <= version <= FORMAT_VERSION
+        or header_size > MAX_HEADER_BYTES
+    ):
         return
     raw = f.head(header_size, PREFIX_SIZE)
     if len(raw) < header_size or hashlib.sha256(raw).digest() != digest:
@@ -726,7 +844,7 @@ def describe(data, label: str) -> str:
     artifact = unpack(data, label, verify=False)
     header = {k: v for k, v in artifact.header.items() if k != "sections"}
     lines = [
-        f"{label}: aotkit artifact, format {FORMAT_VERSION}, {len(data)} bytes",
+        f"{label}: aotkit artifact, format {artifact.version}, {len(data)} bytes",
         f"function: {_leaf_signature(artifact)}",
         "header:",
         *(f"  {k}: {json.dumps(header[k], separators=(', ', ': '))}" for k in sorted(header)),

@@ -32,7 +32,9 @@ What it promises:
   following links, so a FIFO or a link to /dev/zero at an entry's name is a miss, not a
   hang or unbounded memory.
 - Backends whose executables do not serialize (`executable_format` None: the interpreter)
-  are not cached, nor are sharded programs (several devices: artifacts refuse them).
+  are not cached. A sharded program is, with its device placement in the key (the ids of
+  the devices it runs on, in order, and how many devices the run has): an entry holds its
+  layout as an artifact does, and loads onto those same devices.
 """
 
 from __future__ import annotations
@@ -312,6 +314,12 @@ def key(lowered, backend, options) -> str | None:
         "options": shown_options,
         "donated": list(lowered.donated),
     }
+    partitioning = lowered.partitioning
+    if partitioning is not None:
+        everywhere = list(backend.global_devices())
+        placed = partitioning.devices or everywhere[: partitioning.num_devices]
+        config["devices"] = [[d.process_index, d.id] for d in placed]
+        config["global_devices"] = len(everywhere)
     digest = hashlib.sha256(_KEY_VERSION)
     digest.update(json.dumps(config, sort_keys=True).encode())
     digest.update(b"\0")
@@ -336,23 +344,38 @@ def get(cache_key: str, lowered, backend, options):
         artifact = artifacts.unpack(
             data, str(path), where="aotkit cache: entry", fix="deleted it; compiling again"
         )
+        sharded = lowered.partitioning is not None
+        # A sharded entry's target has the run's device count too (SpmdBackend.target_for).
         if (
-            artifact.target != backend.target()
+            artifact.target
+            != (backend.target_for(artifact.target) if sharded else backend.target())
             or artifact.executable_format != backend.executable_format
             or (artifact.signature.flat_in_specs, artifact.signature.flat_out_specs)
             != (lowered.flat_in_specs, lowered.flat_out_specs)
+            or sharded != (artifact.partitioning is not None)
         ):
             raise ArtifactError(
                 f"aotkit cache: entry {path} was written for another signature or backend "
                 "than its key says; deleted it; compiling again"
             )
-        executable = backend.deserialize(
-            artifact.section(artifacts.EXECUTABLE) or b"",
-            name=lowered.name,
-            in_specs=lowered.flat_in_specs,
-            out_specs=lowered.flat_out_specs,
-            options=options,
-        )
+        if sharded:
+            executable = backend.deserialize_spmd(
+                artifact.section(artifacts.EXECUTABLE) or b"",
+                name=lowered.name,
+                in_specs=lowered.flat_in_specs,
+                out_specs=lowered.flat_out_specs,
+                partitioning=lowered.partitioning,
+                options=options,
+                donates=any(lowered.donated),
+            )
+        else:
+            executable = backend.deserialize(
+                artifact.section(artifacts.EXECUTABLE) or b"",
+                name=lowered.name,
+                in_specs=lowered.flat_in_specs,
+                out_specs=lowered.flat_out_specs,
+                options=options,
+            )
     except (ArtifactError, CompileError, ValueError) as e:
         message = str(e)
         if not message.startswith("aotkit cache:"):

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import warnings
 
-from aotkit import artifacts, backends, cache, dumps
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from aotkit import artifacts, backends, cache, dumps, spmd
 from aotkit._traceback import api_boundary
 from aotkit.artifacts import Artifact
 from aotkit.backends.base import Backend
@@ -67,10 +70,9 @@ def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None)
     process compiled it, else by the backend's compiler; then the compile's dumps."""
     dumper = lowered._dumper
     # The persistent cache (aotkit/cache.py) first: an executable another process compiled.
-    # Not cached: a cross-compile (`target=`; the key has no place for its target) and a
-    # sharded executable (it does not serialize).
+    # Not cached: a cross-compile (`target=`; the key has no place for its target).
     sharded = lowered.partitioning is not None
-    cache_key = None if targeting or sharded else cache.key(lowered, backend, options)
+    cache_key = None if targeting else cache.key(lowered, backend, options)
     executable = None
     if cache_key is not None:
         executable = cache.get(cache_key, lowered, backend, options)
@@ -206,6 +208,11 @@ def to_compiled(
     if target_backend.executable_format is not None:
         here["executable_format"] = target_backend.executable_format
     same = saved == here
+    layout = None
+    if artifact.partitioning is not None:
+        # Its mesh goes on devices here before anything loads: none that fits is an error
+        # whatever `recompile` allows.
+        layout = _placed_layout(artifact, target_backend, place)
     if portable_only:
         pass  # the executable section is never read: compiled below, without a warning
     elif same and recompile is not True:
@@ -214,14 +221,26 @@ def to_compiled(
             executable = _compile_portable(artifact, target_backend, place)
             return _compiled(artifact, executable, "artifact", place)
         try:
-            executable = target_backend.deserialize(
-                artifact.section(artifacts.EXECUTABLE),
-                name=artifact.name,
-                in_specs=artifact.signature.flat_in_specs,
-                out_specs=artifact.signature.flat_out_specs,
-                options=artifact.options,
-                target=artifact.target,
-            )
+            signature = artifact.signature
+            if layout is not None:
+                executable = target_backend.deserialize_spmd(
+                    artifact.section(artifacts.EXECUTABLE),
+                    name=artifact.name,
+                    in_specs=signature.flat_in_specs,
+                    out_specs=signature.flat_out_specs,
+                    partitioning=layout,
+                    options=artifact.options,
+                    donates=any(signature.donated),
+                )
+            else:
+                executable = target_backend.deserialize(
+                    artifact.section(artifacts.EXECUTABLE),
+                    name=artifact.name,
+                    in_specs=signature.flat_in_specs,
+                    out_specs=signature.flat_out_specs,
+                    options=artifact.options,
+                    target=artifact.target,
+                )
         except (CompileError, ValueError) as e:
             if recompile is False:
                 raise ArtifactError(
@@ -253,8 +272,53 @@ def to_compiled(
                 ArtifactWarning,
                 stacklevel=3,
             )
-    executable = _compile_portable(artifact, target_backend, place, check=portable_only)
+    executable = _compile_portable(
+        artifact, target_backend, place, check=portable_only, layout=layout
+    )
     return _compiled(artifact, executable, "recompiled", place)
+
+
+def _placed_layout(artifact: Artifact, backend, place: str) -> spmd.Partitioning:
+    """A sharded artifact's partitioning placed on `backend`'s devices: the partition that
+    ran on the writer's k-th device runs on the k-th device here, so a mesh keeps its device
+    order. ArtifactError where the devices here are too few."""
+    saved = artifact.partitioning
+    everywhere = list(backend.global_devices())
+    n = saved.num_devices
+    if max(saved.positions) >= len(everywhere):
+        hint = "run it where as many devices are"
+        if backend.platform == "cpu":
+            hint = (
+                f"on the CPU, start the process with XLA_FLAGS="
+                f"--xla_force_host_platform_device_count={max(saved.positions) + 1} (or "
+                "aotkit.distributed.initialize(..., local_device_count=...) across processes)"
+            )
+        raise ArtifactError(
+            f"{place} is partitioned over {saved.describe()} on {n} devices (up to device "
+            f"{max(saved.positions)} of the writer's), but backend {backend.name!r} has "
+            f"{len(everywhere)} here; {hint}",
+            path=artifact.label,
+        )
+    devices = [everywhere[i] for i in saved.positions]
+    if saved.axes is None:
+        return spmd.Partitioning(
+            None, n, [None] * len(saved.in_shardings), [None] * len(saved.out_shardings), devices
+        )
+    names = tuple(name for name, _ in saved.axes)
+    sizes = tuple(size for _, size in saved.axes)
+    grid = np.empty(n, dtype=object)
+    grid[:] = devices
+    mesh = Mesh(grid.reshape(sizes), names, axis_types=(AxisType.Auto,) * len(names))
+
+    def named(entries):
+        return None if entries is None else NamedSharding(mesh, PartitionSpec(*entries))
+
+    return spmd.Partitioning(
+        mesh,
+        n,
+        [named(e) for e in saved.in_shardings],
+        [named(e) for e in saved.out_shardings],
+    )
 
 
 def _compiled(artifact: Artifact, executable, origin: str, place: str) -> Compiled:
@@ -281,15 +345,43 @@ def _compiled(artifact: Artifact, executable, origin: str, place: str) -> Compil
     )
 
 
-def _compile_portable(artifact: Artifact, backend, place: str, *, check: bool = False):
+def _compile_portable(artifact: Artifact, backend, place: str, *, check: bool = False, layout=None):
     """The portable StableHLO compiled on `backend`; with `check`, after the trust check that
-    modules from files pass (the file is not trusted: `load(..., portable_only=True)`)."""
-    module, _ = artifacts.parse_portable(artifact, place)
+    modules from files pass (the file is not trusted: `load(..., portable_only=True)`). A
+    sharded one (`layout`: its partitioning placed here) is partitioned over the same
+    devices, with the shardings its module states."""
+    module, lc = artifacts.parse_portable(artifact, place)
     if check:
         trust.check(module, place)
     options = artifact.options if backend.name == artifact.target["backend"] else None
+    partitioning = None
+    if layout is not None:
+        signature = artifact.signature
+        with lc:
+            stated = spmd.read_layout(place, module)
+            partitioning = spmd.from_module(
+                place, stated, signature.flat_in_specs, signature.flat_out_specs, layout.mesh
+            )
+        if partitioning.num_devices != layout.num_devices:
+            raise ArtifactError(
+                f"{place}: its portable StableHLO is partitioned for "
+                f"{partitioning.num_devices} devices but its header says "
+                f"{layout.num_devices}; {artifacts.REWRITE}",
+                path=artifact.label,
+            )
+        if partitioning.devices is None:  # no mesh in the module: the header's devices
+            partitioning = spmd.Partitioning(
+                partitioning.mesh,
+                partitioning.num_devices,
+                partitioning.in_shardings,
+                partitioning.out_shardings,
+                layout.devices,
+            )
     try:
-        executable = backend.compile(module, options)
+        if partitioning is not None:
+            executable = backend.compile_spmd(module, options, partitioning)
+        else:
+            executable = backend.compile(module, options)
     except (ValueError, CompileError) as e:
         if not options:
             raise

@@ -34,7 +34,7 @@ import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit import artifacts, backends, dumps, modules
+from aotkit import artifacts, backends, dumps, modules, pytrees
 from aotkit._traceback import api_boundary, filter_exception
 from aotkit.arguments import format_signature
 from aotkit.backends.base import ArgumentMismatch, Backend, Executable, MemoryAnalysis
@@ -425,7 +425,8 @@ class Compiled(Stage):
                     raise self._diagnose(args, kwargs, mismatch) from None
             else:
                 leaves, tree = tree_util.tree_flatten((args, kwargs))
-                if tree != self.in_tree:
+                # A loaded artifact's namedtuple stand-ins take the real namedtuples too.
+                if tree != self.in_tree and not pytrees.conforms(tree, self.in_tree):
                     raise self._tree_error(tree)
                 try:
                     outs = self._execute(leaves)
@@ -528,7 +529,9 @@ class Compiled(Stage):
     def serialize(self) -> bytes:
         """This function as an AOT artifact: `aotkit.load(data)` rebuilds it in any process,
         without the Python function, tracing or (on the same platform and versions)
-        compiling. Pytrees must be tuples, lists, dicts (str or int keys) and None."""
+        compiling. Its pytrees may hold tuples, lists, dicts (str or int keys), None,
+        namedtuples and node types registered with `aotkit.register_pytree_node_serialization`
+        (docs/artifacts.md)."""
         return artifacts.serialize(self)
 
     @api_boundary

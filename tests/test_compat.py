@@ -53,6 +53,9 @@ PRIVATE = {
     ("jaxlib._jax", "GSPMDSharding"): "sharded results",
     ("jax._src.sharding_impls", "parse_flatten_op_sharding"): "mesh specs",
     ("jax._src.xla_bridge", "backends_are_initialized"): "backend state",
+    ("jax._src.export._export", "serialization_registry"): "jax.export registrations",
+    ("jax._src.export._export", "deserialization_registry"): "jax.export registrations",
+    ("jaxlib._jax", "mlir.serialize_portable_artifact"): "sharded artifacts",
     ("jaxlib._jax", "mlir.mlir_module_to_xla_computation"): None,
     ("jaxlib._jax", "hlo_module_cost_analysis"): None,
 }

@@ -32,8 +32,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     (
-        "ir: MLIR contexts, dtypes and specs, reading modules, dumps, argument trees, SPMD "
-        "layouts, passes",
+        "ir: MLIR contexts, dtypes and specs, reading modules, dumps, argument trees, pytrees "
+        "as data, SPMD layouts, passes",
         (
             "aotkit._context",
             "aotkit.dtypes",
@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "aotkit.modules",
             "aotkit.dumps",
             "aotkit.arguments",
+            "aotkit.pytrees",
             "aotkit.spmd",
             "aotkit.passes",
             "aotkit.passes.*",

@@ -141,21 +141,6 @@ def test_jax_front_end_keeps_shardings_on_a_one_device_mesh():
     np.testing.assert_allclose(np.asarray(compiled(x)), np.sin(x) * 2, rtol=1e-6)
 
 
-def test_sharded_executables_do_not_serialize():
-    compiled = aotkit.jit(layer, in_shardings=NamedSharding(ONE, P())).lower(
-        aotkit.spec("f32[2,2]"), aotkit.spec("f32[2,2]")
-    )
-    compiled = compiled.compile()
-    with pytest.raises(ValueError, match=re.escape(
-        "Compiled 'layer': serialize: it is partitioned over mesh ('x': 1); artifacts hold "
-        "single-device executables: save the sharded program as a module "
-        "(Lowered.as_bytecode(), which aotkit.load_module reads back with its shardings) and "
-        "compile it where it runs"
-    )):  # fmt: skip
-        compiled.serialize()
-    assert compiled.origin == "compiled"  # never from the persistent cache
-
-
 def test_interpreter_refuses_sharded_programs():
     lowered = aotkit.jit(layer, in_shardings=NamedSharding(EIGHT, P())).lower(
         aotkit.spec("f32[2,2]"), aotkit.spec("f32[2,2]")

@@ -247,6 +247,25 @@ class Backend(abc.ABC):
             "compile it on a PJRT backend such as 'cpu'"
         )
 
+    def deserialize_spmd(
+        self,
+        data: bytes,
+        *,
+        name: str,
+        in_specs: tuple[ShapeDtype, ...],
+        out_specs: tuple[ShapeDtype, ...],
+        partitioning,
+        options: Mapping[str, object] | None = None,
+        donates: bool = False,
+    ) -> Executable:
+        """Rebuilds a sharded executable (`Executable.serialize()` of what `compile_spmd`
+        made) on the devices of `partitioning`, as `deserialize` does for one device.
+        Backends that run on one device refuse."""
+        raise ValueError(
+            f"backend {self.name!r} runs programs on one device, but {name!r} is partitioned "
+            f"over {partitioning.describe()}; load it on a PJRT backend such as 'cpu'"
+        )
+
     def estimate_cost(self, module: ir.Module) -> dict[str, float] | None:
         """The compiler's cost estimate of a module before it is compiled (`Lowered.
         cost_analysis`), or None where this backend has none."""

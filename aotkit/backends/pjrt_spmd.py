@@ -22,7 +22,9 @@ exactly the compiled sharding or a host value its transfer converts exactly (pla
 compiled sharding, as `jax.jit` places it); the checked call copies host values itself, a
 buffer per device.
 
-A sharded executable does not serialize: artifacts refuse it and the persistent cache skips it.
+A sharded executable serializes as PJRT's does (`SpmdBackend.deserialize_spmd` reads it back
+onto devices of the same number and kind, in this process or across several): artifacts and
+the persistent cache hold it with its layout (aotkit/artifacts.py).
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ from aotkit.backends.pjrt import (
     PjrtBackend,
     PjrtExecutable,
     _aval,
+    _entry_signature,
+    _hlo_type,
+    check_options,
     host_transfer_exact,
     live,
 )
@@ -73,6 +78,87 @@ class SpmdBackend(PjrtBackend):
         _refuse_manual(exe, self, name, where)
         donates = modules.donates(module)
         return SpmdExecutable(self, name, exe, in_specs, out_specs, partitioning, donates)
+
+    def deserialize_spmd(
+        self,
+        data: bytes,
+        *,
+        name: str,
+        in_specs,
+        out_specs,
+        partitioning: spmd.Partitioning,
+        options: Mapping[str, object] | None = None,
+        donates: bool = False,
+    ) -> SpmdExecutable:
+        """A sharded executable serialized by `SpmdExecutable.serialize`, loaded on the
+        devices of `partitioning` (bound as `compile_spmd` binds it). Its argument and result
+        counts and its per-device shapes are checked against `in_specs`/`out_specs` and the
+        shardings it was compiled with: PJRT reads buffers by the executable's own shapes."""
+        data = bytes(data)
+        where = f"backend {self.name!r}"
+        missing = _compat.sharding_support()
+        if missing is not None:
+            raise NotImplementedError(f"{where}: cannot load a sharded executable: {missing}")
+        overrides = check_options(options, f"{where}: deserialize")
+        devices = _devices(self, partitioning, name, where)
+        partitioning = _bind(partitioning, devices)
+        if self.platform == "cpu" and b"lapack_" in data:
+            _compat.register_lapack_targets()  # as PjrtBackend.deserialize: see there
+        compile_options = _compat.spmd_compile_options(overrides, [d.id for d in devices], True)
+        runtime_error = _compat.runtime_error_type()
+        try:
+            exe = self._client.deserialize_executable(
+                data, _compat.device_list(devices), compile_options
+            )
+        except runtime_error as e:
+            raise CompileError(
+                f"{where} could not load the serialized executable of {name!r}: "
+                f"{modules.diagnostic(e)}",
+                backend=self.name,
+                module_name=name,
+            ) from e
+        n_in, n_out = len(exe.get_parameter_layouts()), len(exe.get_output_layouts())
+        if (n_in, n_out) != (len(in_specs), len(out_specs)):
+            raise CompileError(
+                f"{where}: the serialized executable of {name!r} takes {n_in} arguments and "
+                f"returns {n_out} results, but its signature has {len(in_specs)} and "
+                f"{len(out_specs)}",
+                backend=self.name,
+                module_name=name,
+            )
+        _refuse_manual(exe, self, name, where)
+        executable = SpmdExecutable(
+            self, name, exe, in_specs, out_specs, partitioning, donates, serialized=data
+        )
+        declared = _entry_signature(exe)
+        shards = executable.partitioning
+        given = (
+            [_shard_type(s, x) for s, x in zip(shards.in_shardings, in_specs)],
+            [_shard_type(s, x) for s, x in zip(shards.out_shardings, out_specs)],
+        )
+        if declared is not None and declared != given:
+            raise CompileError(
+                f"{where}: the serialized executable of {name!r} takes per device "
+                f"({', '.join(declared[0])}) -> ({', '.join(declared[1])}), but its signature "
+                f"and shardings say ({', '.join(given[0])}) -> ({', '.join(given[1])}); the "
+                "file's header does not describe its executable",
+                backend=self.name,
+                module_name=name,
+            )
+        return executable
+
+    def target_for(self, saved: dict[str, str]) -> dict[str, str]:
+        """`target()`, with this run's device count where `saved` (a sharded executable's
+        target) has one."""
+        target = self.target()
+        if "devices" in saved:
+            target["devices"] = str(len(self.global_devices()))
+        return target
+
+
+def _shard_type(sharding, spec: ShapeDtype) -> str:
+    """`f32[4,16]`: the shape one device holds of a value of `spec` sharded by `sharding`."""
+    return _hlo_type(ShapeDtype(tuple(sharding.shard_shape(spec.shape)), spec.dtype))
 
 
 def _refuse_manual(exe, backend: PjrtBackend, name: str, where: str) -> None:
@@ -179,10 +265,13 @@ def _compiled_sharding(asked, hlo, spec: ShapeDtype, partitioning: spmd.Partitio
 class SpmdExecutable(PjrtExecutable):
     """A PJRT executable partitioned over several devices, with sharded argument slots."""
 
-    def __init__(self, backend, name, exe, in_specs, out_specs, partitioning, donates=False):
+    def __init__(
+        self, backend, name, exe, in_specs, out_specs, partitioning, donates=False, serialized=None
+    ):
         self.backend = backend
         self.donates = donates
-        self._serialized = None
+        # The bytes a deserialized executable was loaded from (see PjrtExecutable).
+        self._serialized = serialized
         self.name = name
         self.in_specs = tuple(in_specs)
         self.out_specs = tuple(out_specs)
@@ -282,8 +371,10 @@ class SpmdExecutable(PjrtExecutable):
             return None
         return DeviceMemoryAnalysis(**memory.to_dict(), devices=self.partitioning.num_devices)
 
-    def serialize(self) -> bytes | None:
-        return None
+    def compiled_for(self) -> dict[str, str]:
+        """The backend's target and its device count: a sharded executable loads as it is
+        only where as many devices of the same kind run it."""
+        return {**self.backend.target(), "devices": str(len(self.backend.global_devices()))}
 
 
 @dataclass(frozen=True, slots=True)

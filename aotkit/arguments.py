@@ -4,12 +4,20 @@ A call `f(*args, **kwargs)` is split into static arguments (Python values baked 
 program) and dynamic ones; the dynamic ones form the input pytree `((args...), {kwargs})`,
 whose leaves (arrays, Python scalars or `ShapeDtype` specs) are the program's flat
 arguments. Donated positional arguments mark their leaves.
+
+A typed PRNG key array (`jax.random.key(0)`, dtype `key<fry>`) is one leaf to the user and
+its uint32 key data to the module, as in JAX: a key leaf of shape S is the `@main` argument
+or result `uint32[S + key shape]`. A signature keeps per leaf the user's view of it (`in_keys`,
+`out_keys`: a `jax.ShapeDtypeStruct` of the key dtype, or None); `Compiled` unwraps key
+arguments into their data and wraps key results back into keys of the same implementation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import jax
+import numpy as np
 from jax import tree_util
 
 from aotkit.specs import ShapeDtype, spec_of
@@ -91,6 +99,13 @@ def flat_specs(fn_name: str, tree_in) -> tuple[tuple[ShapeDtype, ...], object]:
     leaves_with_paths, treedef = tree_util.tree_flatten_with_path(tree_in)
     specs = []
     for path, leaf in leaves_with_paths:
+        if key_dtype(leaf) is not None:
+            raise TypeError(
+                f"{fn_name}: argument {arg_path(path)} is a typed PRNG key array "
+                f"({spec_text(leaf)}), which aotkit's tracer does not take; pass its data "
+                "(jax.random.key_data(key), the uint32 key aotkit.random uses), or let JAX "
+                "lower the function (frontend='jax')"
+            )
         try:
             specs.append(spec_of(leaf))
         except OverflowError as e:
@@ -167,10 +182,68 @@ def output_names(out_tree) -> list[str]:
 def format_signature(stage, params: Sequence[str] | None = None) -> str:
     """`f(args[0]: f32[3], params['w']: f32[4,3]) -> (out: f32[3])`: a stage's signature
     (anything with `name`, `in_tree`, `out_tree`, `flat_in_specs`, `flat_out_specs`: a
-    Traced, Lowered or Compiled) with every leaf named by its path; `params` names the
-    positional arguments (see `leaf_names`)."""
-    ins = zip(leaf_names(stage.in_tree, params), stage.flat_in_specs, strict=True)
-    outs = zip(output_names(stage.out_tree), stage.flat_out_specs, strict=True)
-    text_in = ", ".join(f"{n}: {s}" for n, s in ins)
-    text_out = ", ".join(f"{n}: {s}" for n, s in outs)
+    Traced, Lowered or Compiled, or a Signature) with every leaf named by its path, a typed
+    key leaf by its key spec (`key<fry>[2]`); `params` names the positional arguments (see
+    `leaf_names`)."""
+    signature = getattr(stage, "signature", stage)
+    in_specs = leaf_specs(stage.flat_in_specs, signature.in_keys)
+    out_specs = leaf_specs(stage.flat_out_specs, signature.out_keys)
+    ins = zip(leaf_names(stage.in_tree, params), in_specs, strict=True)
+    outs = zip(output_names(stage.out_tree), out_specs, strict=True)
+    text_in = ", ".join(f"{n}: {spec_text(s)}" for n, s in ins)
+    text_out = ", ".join(f"{n}: {spec_text(s)}" for n, s in outs)
     return f"{stage.name}({text_in}) -> ({text_out})"
+
+
+# --- Typed PRNG keys ---------------------------------------------------------------------------
+
+
+def key_dtype(leaf):
+    """The key dtype (`key<fry>`, ...) of a typed PRNG key leaf (an array or a spec), else None."""
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is None or isinstance(dtype, np.dtype):
+        return None
+    try:
+        return dtype if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) else None
+    except TypeError:
+        return None
+
+
+def key_leaves(leaves) -> tuple:
+    """Per leaf (arrays or specs, in a signature's flat order): the `jax.ShapeDtypeStruct`
+    of a typed key leaf, else None; () when no leaf is a key (the common case)."""
+    found = tuple(
+        None if key_dtype(x) is None else jax.ShapeDtypeStruct(tuple(x.shape), x.dtype)
+        for x in leaves
+    )
+    return found if any(k is not None for k in found) else ()
+
+
+def leaf_specs(flat_specs, keys) -> list:
+    """The user's view of a signature's flat leaves: `flat_specs` (the module's), with each
+    key leaf of `keys` (see `key_leaves`) as its key spec."""
+    if not keys:
+        return list(flat_specs)
+    return [s if k is None else k for s, k in zip(flat_specs, keys, strict=True)]
+
+
+def spec_text(spec) -> str:
+    """`f32[2,3]` for a ShapeDtype, `key<fry>[2]` for a key leaf or spec."""
+    if isinstance(spec, ShapeDtype):
+        return str(spec)
+    return f"{spec.dtype.name}[{','.join(map(str, spec.shape))}]"
+
+
+def key_data(leaf, spec):
+    """The uint32 data of `leaf` for a key leaf compiled as `spec` (its `jax.ShapeDtypeStruct`),
+    or None when `leaf` is not a key array of that dtype and shape."""
+    if not isinstance(leaf, jax.Array) or key_dtype(leaf) != spec.dtype:
+        return None
+    if tuple(leaf.shape) != spec.shape:
+        return None
+    return jax.random.key_data(leaf)
+
+
+def wrap_key(data, spec):
+    """A result's uint32 data as the key array `spec` (a key `jax.ShapeDtypeStruct`) says."""
+    return jax.random.wrap_key_data(data, dtype=spec.dtype)

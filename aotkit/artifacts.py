@@ -683,6 +683,12 @@ def pack_compiled(
 def serialize(compiled, *, text: bool = True) -> bytes:
     """`Compiled.serialize()`: the artifact of `compiled` (with its program text if `text`)."""
     where = f"Compiled {compiled.name!r}: serialize"
+    if compiled.signature.in_keys or compiled.signature.out_keys:
+        raise ValueError(
+            f"{where}: it takes or returns typed PRNG key arrays ({compiled._signature_text()}), "
+            "which artifacts do not hold; pass and return their uint32 data instead "
+            "(jax.random.key_data, and jax.random.wrap_key_data after loading)"
+        )
     in_tree = encode_tree(compiled.in_tree, where, "argument")
     out_tree = encode_tree(compiled.out_tree, where, "result")
     if compiled.lowered is not None:

@@ -17,6 +17,7 @@ import os
 
 from jax import tree_util
 
+from aotkit import arguments
 from aotkit._context import LoweringContext
 from aotkit.specs import ShapeDtype
 
@@ -29,7 +30,9 @@ class Signature:
     `out_tree` the result's; `flat_in_specs`/`flat_out_specs` are their leaves' specs, in
     `@main`'s argument and result order. `donated` says per argument leaf whether its buffer
     may be reused for a result. `partitioning` (aotkit/spmd.py) says how a sharded program
-    is laid out over its mesh, None for one device.
+    is laid out over its mesh, None for one device. `in_keys`/`out_keys` say per leaf which
+    are typed PRNG keys (aotkit/arguments.py): the user's `jax.ShapeDtypeStruct` of the key
+    (whose uint32 data is the module's argument or result) or None; () when none is.
     """
 
     name: str
@@ -39,11 +42,15 @@ class Signature:
     flat_out_specs: tuple[ShapeDtype, ...]
     donated: tuple[bool, ...] = ()
     partitioning: object = None
+    in_keys: tuple = ()
+    out_keys: tuple = ()
 
     def __post_init__(self):
         set_ = object.__setattr__
         set_(self, "flat_in_specs", tuple(self.flat_in_specs))
         set_(self, "flat_out_specs", tuple(self.flat_out_specs))
+        set_(self, "in_keys", tuple(self.in_keys))
+        set_(self, "out_keys", tuple(self.out_keys))
         set_(self, "donated", tuple(self.donated) or (False,) * len(self.flat_in_specs))
 
     @classmethod
@@ -60,13 +67,18 @@ class Signature:
 
     @property
     def in_specs(self):
-        """The input pytree `((args...), {kwargs})` with ShapeDtype leaves."""
-        return tree_util.tree_unflatten(self.in_tree, self.flat_in_specs)
+        """The input pytree `((args...), {kwargs})` with ShapeDtype leaves (a typed key leaf:
+        its `jax.ShapeDtypeStruct`)."""
+        leaves = arguments.leaf_specs(self.flat_in_specs, self.in_keys)
+        return tree_util.tree_unflatten(self.in_tree, leaves)
 
     @property
     def out_specs(self):
-        """The output pytree with ShapeDtype leaves."""
-        return tree_util.tree_unflatten(self.out_tree, self.flat_out_specs)
+        """The output pytree with ShapeDtype leaves (a typed key leaf: its
+        `jax.ShapeDtypeStruct`)."""
+        return tree_util.tree_unflatten(
+            self.out_tree, arguments.leaf_specs(self.flat_out_specs, self.out_keys)
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -36,8 +36,15 @@ from jaxlib.mlir import ir
 
 from aotkit import artifacts, backends, dumps, modules, pytrees
 from aotkit._traceback import api_boundary, filter_exception
-from aotkit.arguments import format_signature
-from aotkit.backends.base import ArgumentMismatch, Backend, Executable, MemoryAnalysis
+from aotkit.arguments import (
+    format_signature,
+    key_data,
+    key_dtype,
+    leaf_specs,
+    spec_text,
+    wrap_key,
+)
+from aotkit.backends.base import ArgumentMismatch, Backend, Executable, MemoryAnalysis, describe
 from aotkit.program import Program, Signature
 from aotkit.specs import ShapeDtype
 
@@ -125,10 +132,8 @@ class Stage:
     def args_info(self):
         """The input pytree `((args...), {kwargs})` with one `ArgInfo(shape, dtype, donated)`
         per leaf, as JAX's `Lowered.args_info`."""
-        infos = [
-            ArgInfo(s.shape, s.dtype, d)
-            for s, d in zip(self.flat_in_specs, self.donated, strict=True)
-        ]
+        specs = leaf_specs(self.flat_in_specs, self.signature.in_keys)
+        infos = [ArgInfo(s.shape, s.dtype, d) for s, d in zip(specs, self.donated, strict=True)]
         return tree_util.tree_unflatten(self.in_tree, infos)
 
     @property
@@ -374,6 +379,8 @@ class Compiled(Stage):
                 f"outputs do not fit executable {executable.name!r} ({n_in} arguments, "
                 f"{n_out} results); build Compiled through Lowered.compile"
             )
+        # Typed PRNG key leaves (aotkit/arguments.py) are the Lowered stage's to say.
+        keyed = lowered.signature if lowered is not None else None
         self._init(
             # A sharded executable's partitioning has its compiled shardings (aotkit/spmd.py).
             signature=Signature(
@@ -384,10 +391,12 @@ class Compiled(Stage):
                 executable.out_specs,
                 donated,
                 executable.partitioning,
+                keyed.in_keys if keyed is not None else (),
+                keyed.out_keys if keyed is not None else (),
             ),
             lowered=lowered,
             _executable=executable,
-            _execute=executable.execute,
+            _execute=_with_keys(executable.execute, keyed),
             _n_args=n_in,
             _positional=in_tree == tree_util.tree_structure(((0,) * n_in, {})),
             _single_out=out_tree == tree_util.tree_structure(0),
@@ -542,6 +551,37 @@ class Compiled(Stage):
     def __repr__(self) -> str:
         over = f", {self.partitioning.describe()}" if self.partitioning is not None else ""
         return f"<Compiled {self._signature_text()} on {self.backend.name}{over}>"
+
+
+def _with_keys(execute, signature: Signature | None):
+    """`execute(leaves)` for a program with typed PRNG key leaves: key arguments go in as
+    their uint32 data, key results come back as keys of their implementation."""
+    if signature is None or not (signature.in_keys or signature.out_keys):
+        return execute
+    ins = [(i, k) for i, k in enumerate(signature.in_keys) if k is not None]
+    outs = [(i, k) for i, k in enumerate(signature.out_keys) if k is not None]
+
+    def run(leaves):
+        leaves = list(leaves)
+        for i, spec in ins:
+            data = key_data(leaves[i], spec)
+            if data is None:
+                got = leaves[i]
+                got = spec_text(got) if key_dtype(got) is not None else describe(got)
+                raise ArgumentMismatch(
+                    i,
+                    f"expected the typed PRNG key array {spec_text(spec)}, got {got}; pass "
+                    "a key array of that shape and implementation (jax.random.key, or "
+                    "jax.random.wrap_key_data of its data)",
+                    says_fix=True,
+                )
+            leaves[i] = data
+        results = list(execute(leaves))
+        for i, spec in outs:
+            results[i] = wrap_key(results[i], spec)
+        return results
+
+    return run
 
 
 def _leaf_paths(tree) -> list[str]:

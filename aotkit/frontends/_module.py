@@ -74,19 +74,23 @@ def _strip_shardy(module: ir.Module, where: str) -> bool:
     False, leaving the module as it is, when it is a program for a one-device mesh.
 
     JAX puts `sdy.sharding_rule` on custom calls and an `sdy.mesh` beside host callbacks even
-    for a single device. An `sdy` op inside a function body (a sharding constraint, a manual
-    computation) means the program is written for a mesh: one of a single device (what
-    `jit(f, in_shardings=...)` over such a mesh lowers to) is kept as a sharded program; any
-    other is refused.
+    for a single device, and sharding constraints that name no mesh axis around typed PRNG
+    key values: those say nothing and go too. Any other `sdy` op inside a function body (a
+    sharding constraint, a manual computation) means the program is written for a mesh: one
+    of a single device (what `jit(f, in_shardings=...)` over such a mesh lowers to) is kept
+    as a sharded program; any other is refused.
     """
     meshes: list[ir.Operation] = []
     annotated: list[ir.Operation] = []
     refused: list[str] = []
+    no_ops: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         if op.name.startswith("sdy."):
             if op.name == "sdy.mesh":
                 meshes.append(op)
+            elif op.name == "sdy.sharding_constraint" and _names_no_axis(op):
+                no_ops.append(op)
             else:
                 refused.append(op.name)
             return ir.WalkResult.ADVANCE
@@ -103,12 +107,26 @@ def _strip_shardy(module: ir.Module, where: str) -> bool:
             "one device (mhlo.num_partitions = 1); lower or export it for the mesh's devices, "
             "or remove sharding constraints and shard_map"
         )
+    for op in no_ops:
+        op.result.replace_all_uses_with(op.operands[0])
+        op.erase()
     for op in annotated:
         for key in [n for n in map(_attr_name, op.attributes) if n.startswith("sdy.")]:
             del op.attributes[key]
     for op in meshes:
         op.erase()
     return True
+
+
+def _names_no_axis(constraint: ir.Operation) -> bool:
+    """Whether an `sdy.sharding_constraint` names no mesh axis (every dimension open or
+    closed over no axes, nothing replicated or unreduced): it constrains nothing."""
+    from jaxlib.mlir.dialects import sdy
+
+    sharding = sdy.TensorShardingAttr(constraint.attributes["sharding"])
+    if list(sharding.replicated_axes) or list(sharding.unreduced_axes):
+        return False
+    return all(not list(sdy.DimensionShardingAttr(d).axes) for d in sharding.dimension_shardings)
 
 
 def _one_device_mesh(meshes: list[ir.Operation]) -> bool:

@@ -67,7 +67,8 @@ def trace_jax(
     dyn_args, dyn_kwargs, static_pos, static_kw = arguments.split_static(
         where, args, kwargs, static_argnums, static_argnames, lenient
     )
-    leaves_with_paths, user_tree = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))
+    user_args = (dyn_args, dyn_kwargs)
+    leaves_with_paths, user_tree = tree_util.tree_flatten_with_path(user_args)
     abstract_args, abstract_kwargs = tree_util.tree_unflatten(
         user_tree, [_jax_argument(leaf) for _, leaf in leaves_with_paths]
     )
@@ -94,7 +95,8 @@ def trace_jax(
             spmd.refuse_bare_specs(where, "out_shardings", out_shardings)
             sharded = False
     if sharded:
-        specs, _ = arguments.flat_specs(name, (dyn_args, dyn_kwargs))
+        # A typed key leaf is sharded as its uint32 data, the module's argument.
+        specs, _ = arguments.flat_specs(name, tree_util.tree_map(_key_data_spec, user_args))
         flat_in = spmd.flat_in_shardings(where, in_shardings, user_tree, specs, mesh)
         args_tree = user_tree.children()[0]
         jit_shardings = dict(
@@ -138,8 +140,13 @@ def trace_jax(
         ins = spmd.replicate_missing(flat_in, mesh) if mesh is not None else flat_in
         partitioning = spmd.Partitioning(mesh, mesh.size, ins, flat_out)
     signature = adopted.signature.replace(
-        in_tree=in_tree, out_tree=out_tree, partitioning=partitioning
+        in_tree=in_tree,
+        out_tree=out_tree,
+        partitioning=partitioning,
+        in_keys=arguments.key_leaves(tree_util.tree_leaves(jax_lowered.args_info)),
+        out_keys=arguments.key_leaves(tree_util.tree_leaves(jax_lowered.out_info)),
     )
+    _check_keys(signature, where)
     return adopted.replace(signature=signature)
 
 
@@ -195,6 +202,14 @@ def _jax_argument(leaf):
     return leaf
 
 
+def _key_data_spec(leaf):
+    """The spec of a typed PRNG key leaf's uint32 data; any other leaf as it is."""
+    if arguments.key_dtype(leaf) is None:
+        return leaf
+    data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(leaf.shape, leaf.dtype))
+    return ShapeDtype(data.shape, data.dtype)
+
+
 def _import_module(jax_module: ir.Module, where: str):
     # Bytecode, not text: exact constants, locations kept, and no printing of large weights.
     buffer = io.BytesIO()
@@ -224,6 +239,8 @@ def _check_dtypes(leaves_with_paths, specs: tuple[ShapeDtype, ...], where: str) 
     for (path, leaf), got in zip(leaves_with_paths, specs, strict=True):
         if dtypes.weak_kind(leaf) is not None or getattr(leaf, "dtype", None) is None:
             continue
+        if arguments.key_dtype(leaf) is not None:
+            continue
         asked = np.dtype(leaf.dtype)
         if asked.itemsize > got.dtype.itemsize and asked.kind == got.dtype.kind:
             raise ValueError(
@@ -231,3 +248,17 @@ def _check_dtypes(leaves_with_paths, specs: tuple[ShapeDtype, ...], where: str) 
                 f"it as {got.dtype.name} because jax_enable_x64 is off; enable it with "
                 f"jax.config.update('jax_enable_x64', True), or pass {got.dtype.name}"
             )
+
+
+def _check_keys(signature, where: str) -> None:
+    """JAX lowers a typed key leaf of shape S as uint32[S + its key shape]: the layout that
+    `Compiled` unwraps and wraps (aotkit/arguments.py)."""
+    sides = (
+        (signature.in_keys, signature.flat_in_specs),
+        (signature.out_keys, signature.flat_out_specs),
+    )
+    for keys, specs in sides:
+        for key, spec in zip(keys, specs, strict=False):
+            assert key is None or (
+                spec.dtype == np.uint32 and spec.shape[: len(key.shape)] == key.shape
+            ), f"{where}: JAX lowered the key {key} as {spec}"

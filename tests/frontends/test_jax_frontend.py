@@ -548,3 +548,180 @@ def test_auto_does_not_take_jax_tree_util_for_a_jax_program():
 
     choice = frontends.choose(f)
     assert choice.name == "aotkit", choice
+
+
+# --- Typed PRNG keys -----------------------------------------------------------------------
+# A key array (`jax.random.key`) is one leaf to the user and its uint32 data to the module;
+# the oracle is jax.jit of the same function: the same key dtypes and shapes, the same bits.
+
+KEY_IMPLS = ["threefry2x32", "rbg", "unsafe_rbg"]
+
+
+def _keys_split(k):
+    return jax.random.split(k, 3)
+
+
+def _keys_fold_in(k, data):
+    return jax.random.fold_in(k, data)
+
+
+def _keys_normal(k):
+    return jax.random.normal(k, (4,))
+
+
+def _keys_uniform(k):
+    return jax.random.uniform(k, (2, 3), minval=-1.0, maxval=2.0)
+
+
+def _keys_tree(state):
+    k1, k2 = jax.random.split(state["key"])
+    return {"key": k1, "noise": jax.random.normal(k2, (3,)) + state["x"]}, [state["key"]]
+
+
+def assert_same_keys(got, want):
+    """Same tree; key leaves are key arrays of the same dtype, shape and data; other leaves
+    have the same dtype and bits."""
+    assert tree_util.tree_structure(got) == tree_util.tree_structure(want)
+    for g, w in zip(tree_util.tree_leaves(got), tree_util.tree_leaves(want), strict=True):
+        assert (g.dtype, g.shape) == (w.dtype, w.shape)
+        if jax.dtypes.issubdtype(w.dtype, jax.dtypes.prng_key):
+            assert type(g) is type(w)
+            g, w = jax.random.key_data(g), jax.random.key_data(w)
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+@pytest.mark.parametrize("impl", KEY_IMPLS)
+@pytest.mark.parametrize(
+    "fn, extra",
+    [(_keys_split, ()), (_keys_fold_in, (np.uint32(7),)), (_keys_normal, ()), (_keys_uniform, ())],
+    ids=["split", "fold_in", "normal", "uniform"],
+)
+def test_key_argument_matches_jax_jit(impl, fn, extra):
+    key = jax.random.key(42, impl=impl)
+    assert_same_keys(aotkit.jit(fn, frontend="jax")(key, *extra), jax.jit(fn)(key, *extra))
+
+
+@pytest.mark.parametrize("impl", KEY_IMPLS)
+def test_key_pytree_matches_jax_jit(impl):
+    state = {"key": jax.random.key(3, impl=impl), "x": np.float32(0.5)}
+    assert_same_keys(aotkit.jit(_keys_tree, frontend="jax")(state), jax.jit(_keys_tree)(state))
+
+
+@pytest.mark.parametrize("impl", KEY_IMPLS)
+def test_key_result_made_inside_matches_jax_jit(impl):
+    def make(x):
+        return jax.random.split(jax.random.key(0, impl=impl)), x + 1
+
+    x = np.float32(1)
+    jitted = aotkit.jit(make, frontend="jax")
+    # Repeated calls: the later ones run on the dispatch cache, which keeps the key results.
+    for _ in range(3):
+        assert_same_keys(jitted(x), jax.jit(make)(x))
+        assert_same_keys(jitted(jnp.float32(1)), jax.jit(make)(x))
+
+
+def test_key_argument_repeated_calls_and_statics():
+    key = jax.random.key(5)
+    jitted = aotkit.jit(jax.random.split, frontend="jax", static_argnums=1)
+    for _ in range(3):
+        assert_same_keys(jitted(key, 4), jax.random.split(key, 4))
+    plain = aotkit.jit(_keys_split, frontend="jax")
+    for _ in range(3):
+        assert_same_keys(plain(key), jax.jit(_keys_split)(key))
+
+
+@pytest.mark.parametrize("impl", KEY_IMPLS)
+def test_key_spec_lowers_and_compiles(impl):
+    key = jax.random.key(1, impl=impl)
+    spec = jax.ShapeDtypeStruct((), key.dtype)
+    compiled = aotkit.jit(_keys_split, frontend="jax").lower(spec).compile()
+    assert_same_keys(compiled(key), jax.jit(_keys_split)(key))
+    assert compiled.partitioning is None
+
+
+def test_key_stage_views_are_jax_ones():
+    key = jax.random.key(0)
+    jitted = aotkit.jit(_keys_tree, frontend="jax")
+    state = {"key": key, "x": np.float32(0.5)}
+    lowered = jitted.lower(state)
+    want = jax.jit(_keys_tree).lower(state)
+
+    def views(tree):
+        return tree_util.tree_map(lambda s: (s.shape, s.dtype), tree)
+
+    assert views(lowered.out_info) == views(want.out_info)
+    assert views(lowered.in_avals) == views(want.in_avals)
+    assert views(jitted.eval_shape(state)) == views(jax.eval_shape(_keys_tree, state))
+    info = lowered.args_info[0][0]["key"]
+    assert (info.shape, info.dtype, info.donated) == ((), key.dtype, False)
+    compiled = lowered.compile()
+    assert repr(compiled) == (
+        "<Compiled _keys_tree(args[0]['key']: key<fry>[], args[0]['x']: f32[]) -> "
+        "(out[0]['key']: key<fry>[], out[0]['noise']: f32[3], out[1][0]: key<fry>[]) on cpu>"
+    )
+    # The module's own calling convention: the keys' uint32 data.
+    assert [str(s) for s in compiled.flat_in_specs] == ["u32[2]", "f32[]"]
+    assert [str(s) for s in compiled.flat_out_specs] == ["u32[2]", "f32[3]", "u32[2]"]
+
+
+def test_key_results_on_the_interpreter():
+    key = jax.random.key(2)
+    got = aotkit.jit(_keys_split, frontend="jax", backend="interpreter")(key)
+    assert_same_keys(got, jax.jit(_keys_split)(key))
+
+
+def test_key_argument_with_shardings_over_a_mesh():
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    keys = jax.random.split(jax.random.key(0), 4)
+    fn = jax.vmap(_keys_normal)
+    got = aotkit.jit(fn, frontend="jax", in_shardings=replicated)(keys)
+    assert_same_keys(got, jax.jit(fn)(keys))
+
+
+@pytest.mark.parametrize(
+    "given, got",
+    [
+        (lambda: jax.random.key_data(jax.random.key(0)), "u32[2]"),
+        (lambda: jax.random.key(0, impl="rbg"), "key<rbg>[]"),
+        (lambda: jax.random.split(jax.random.key(0)), "key<fry>[2]"),
+    ],
+    ids=["raw-data", "other-impl", "other-shape"],
+)
+def test_key_argument_mismatch_says_what_was_expected(given, got):
+    compiled = aotkit.jit(_keys_split, frontend="jax").lower(jax.random.key(0)).compile()
+    message = (
+        f"Compiled '_keys_split': argument args[0] expected the typed PRNG key array "
+        f"key<fry>[], got {got}; pass a key array of that shape and implementation "
+        "(jax.random.key, or jax.random.wrap_key_data of its data)"
+    )
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        compiled(given())
+
+
+def test_key_program_artifact_is_refused():
+    compiled = aotkit.jit(_keys_split, frontend="jax").lower(jax.random.key(0)).compile()
+    message = (
+        "Compiled '_keys_split': serialize: it takes or returns typed PRNG key arrays "
+        "(_keys_split(args[0]: key<fry>[]) -> (out: key<fry>[3])), which artifacts do not "
+        "hold; pass and return their uint32 data instead (jax.random.key_data, and "
+        "jax.random.wrap_key_data after loading)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        compiled.serialize()
+
+
+def test_key_argument_to_aotkits_tracer_is_refused():
+    message = (
+        "ident: argument args[0] is a typed PRNG key array (key<fry>[]), which aotkit's "
+        "tracer does not take; pass its data (jax.random.key_data(key), the uint32 key "
+        "aotkit.random uses), or let JAX lower the function (frontend='jax')"
+    )
+
+    def ident(k):
+        return k
+
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        aotkit.jit(ident, frontend="aotkit")(jax.random.key(0))

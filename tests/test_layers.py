@@ -71,6 +71,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "front ends: each returns a Program",
         ("aotkit.frontends", "aotkit.frontends.*"),
     ),
+    (
+        "transforms: grad, vjp, jvp, vmap as StableHLO rewrites (they trace functions with the "
+        "tracer front end)",
+        ("aotkit.transforms", "aotkit.transforms.*"),
+    ),
     ("stages: the values Traced, Lowered, Compiled", ("aotkit.stages",)),
     ("compile: a Lowered or an artifact into a Compiled", ("aotkit.compiling",)),
     ("api: jit, lower, load_module and jit's caches", ("aotkit.api",)),
@@ -78,6 +83,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "surface: the package, the CLI and the user-facing helpers",
         (
             "aotkit.sharding",
+            "aotkit.functional",
             "aotkit.distributed",
             "aotkit.crosscheck",
             "aotkit._cli_specs",

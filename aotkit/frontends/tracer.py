@@ -32,7 +32,9 @@ from aotkit.program import DEFAULT_OPTIONS, Options, Program, Signature
 from aotkit.specs import ShapeDtype
 
 
-def _output_value(path, leaf) -> Tracer:
+def output_value(path, leaf) -> Tracer:
+    """The tracer of one output leaf (a Python scalar or NumPy array becomes a constant);
+    TypeError naming the leaf for anything that is not an array."""
     if isinstance(leaf, Tracer):
         if not leaf._scope.open:
             # A tracer leaked from a control-flow body (or an earlier trace) is not
@@ -179,12 +181,13 @@ def trace_to_module(
                 ]
                 out = body(args)
                 leaves_with_paths, out_tree = tree_util.tree_flatten_with_path(out)
-                outs = [_output_value(p, leaf) for p, leaf in leaves_with_paths]
+                outs = [output_value(p, leaf) for p, leaf in leaves_with_paths]
                 func.ReturnOp([t.value for t in outs])
             if scope.written:
                 _warn_unreturned_writes(name, scope, args, outs, arg_names)
         finally:
             pop_scope(scope)
+            emitted.erase_scratch()
         main.attributes["function_type"] = ir.TypeAttr.get(
             ir.FunctionType.get(in_types, [t.value.type for t in outs])
         )

@@ -118,7 +118,7 @@ class Emitted:
     is made (a lowering rule, a control-flow body) makes the module `opaque`.
     """
 
-    __slots__ = ("chlo", "ops", "constants", "simplify", "opaque")
+    __slots__ = ("chlo", "ops", "constants", "simplify", "opaque", "scratch")
 
     def __init__(self):
         self.chlo = False  # a CHLO op (`chlo-legalize-to-stablehlo` has work to do)
@@ -126,6 +126,15 @@ class Emitted:
         self.constants: set[ir.Value] = set()
         self.simplify = False
         self.opaque = False
+        # Detached ops whose regions hold functions traced for a transform
+        # (aotkit.transforms.functions), in the order they were made: a reverse-mode
+        # cotangent function may read them until the trace ends, when `erase_scratch` drops
+        # them, last first (a later one may use an earlier one's values, never the reverse).
+        self.scratch: list[ir.Operation] = []
+
+    def erase_scratch(self) -> None:
+        while self.scratch:
+            self.scratch.pop().erase()
 
     def nothing_to_simplify(self, block: ir.Block) -> bool:
         """Whether every op of `block` (the module's one block, and its return) was vouched

@@ -1,0 +1,354 @@
+"""Transforms, core: walking a module's ops, the linear primitives, and transposition.
+
+Every transform is an evaluator of a StableHLO function on new values: it walks the
+function's ops in order and, for each, calls the rule its table has for that op name
+with the op and the entries of its operands; what the rule returns are the entries of
+the op's results. The ops a rule emits go into the current aotkit trace, so a transform
+builds an ordinary traced module (`aotkit.frontends.tracer.trace_to_module`).
+
+- Forward mode (`jvp`): an entry is (primal, tangent). The primal op is emitted again
+  (`replay`), the tangent by the op's JVP rule.
+- Reverse mode (`vjp`): the same JVP rules run with tangents that are not values but
+  variables (`LinVar`) of a tape: each tangent op a rule applies is one of the *linear
+  primitives* below, recorded with the primal values it uses. Transposing the tape
+  backwards (`transpose`) emits the cotangent ops after the forward program, each
+  primitive by its transpose rule: JAX's linearize-then-transpose, over StableHLO.
+- Batching (`vmap`): an entry is (value, batched); a batched value has the batch
+  dimension first.
+
+`None` is a symbolic zero tangent everywhere: integer and boolean values, and the results
+of ops whose derivative is zero (comparisons, `floor`, `iota`, ...), carry no tangent ops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+from jaxlib.mlir import ir
+
+from aotkit import _context, dtypes
+from aotkit.lowering import core as tracing
+from aotkit.lowering.core import Tracer
+from aotkit.transforms import _hlo as H
+from aotkit.transforms import _ir
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+class TransformError(NotImplementedError):
+    """An op a transform has no rule for, or a program it cannot transform."""
+
+
+def op_site(op) -> str:
+    """`stablehlo.sine at model.py:12` for error messages."""
+    loc = str(op.operation.location)
+    return f"{_ir.name(op)} at {loc[4:-1] if loc.startswith('loc(') else loc}"
+
+
+def no_rule(transform: str, op, table_hint: str) -> TransformError:
+    return TransformError(
+        f"{transform}: no {table_hint} rule for op {op_site(op)}; aotkit cannot "
+        f"{_VERBS[transform]} this program. The rule table (docs/transforms.md) lists the "
+        "ops each transform covers: rewrite this part with covered ops, or report the op"
+    )
+
+
+_VERBS = {
+    "jvp": "differentiate (forward mode)",
+    "vjp": "differentiate (reverse mode)",
+    "grad": "differentiate",
+    "vmap": "batch",
+}
+
+
+# --- the tape's variables ------------------------------------------------------------------------
+
+
+class LinVar:
+    """A tangent in reverse mode: a variable of the linear program on the tape."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape = shape
+        self.dtype = dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def aval(self):
+        return (self.shape, self.dtype)
+
+    def __repr__(self) -> str:
+        return f"LinVar<{dtypes.short_name(self.dtype)}{list(self.shape)}>"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Linear:
+    """A linear primitive: `emit(*args, **params)` on values, linear in the argument
+    positions `linear` (the others are primal values it multiplies by, indexes with, ...);
+    `transpose(cts, *args, **params)` gives one cotangent (or None) per linear position,
+    from the cotangents of its results (`cts`, None for a zero); `aval(*avals, **params)`
+    gives its result's (shape, dtype) (None: the caller passes `aval=`)."""
+
+    name: str
+    linear: tuple[int, ...]
+    emit: Callable[..., Tracer | list[Tracer]]
+    transpose: Callable[..., list]
+    aval: Callable[..., tuple] | None = None
+    # How many results, for a primitive with a list of them (control flow); 0: one result,
+    # given and taken as a value rather than a list.
+    results: int = 0
+
+
+@dataclasses.dataclass(eq=False)
+class Equation:
+    prim: Linear
+    args: list
+    params: dict
+    outs: list[LinVar]
+    loc: ir.Location | None  # the source op's: the cotangent ops take it too
+
+
+class Algebra:
+    """What JVP rules apply tangent operations through: forward mode emits them at once,
+    reverse mode records them on a tape. `None` is a zero tangent: applying a primitive to
+    zero linear arguments only gives zero."""
+
+    tape: list[Equation] | None = None
+
+    def bind(self, prim: Linear, args: list, params: dict | None = None, aval=None):
+        raise NotImplementedError
+
+    def zeros(self, aval) -> object:
+        raise NotImplementedError
+
+
+class Forward(Algebra):
+    def bind(self, prim, args, params=None, aval=None):
+        if all(args[i] is None for i in prim.linear):
+            return [None] * prim.results if prim.results else None
+        args = list(args)
+        for i in prim.linear:
+            if args[i] is None:
+                raise AssertionError(f"{prim.name}: a zero linear argument must be instantiated")
+        return prim.emit(*args, **(params or {}))
+
+    def zeros(self, aval):
+        return H.zeros(*aval)
+
+
+class Tape(Algebra):
+    def __init__(self):
+        self.tape = []
+
+    def bind(self, prim, args, params=None, aval=None):
+        if all(args[i] is None or isinstance(args[i], Zero) for i in prim.linear):
+            return [None] * prim.results if prim.results else None
+        params = params or {}
+        if aval is None:
+            aval = prim.aval(*(_aval_of(a) for a in args), **params)
+        avals = aval if prim.results else [aval]
+        outs = [LinVar(tuple(s), np.dtype(d)) for s, d in avals]
+        loc = _context.active().location
+        self.tape.append(Equation(prim, list(args), params, outs, loc))
+        return outs if prim.results else outs[0]
+
+    def zeros(self, aval):
+        return Zero(aval)
+
+
+class Zero:
+    """A zero tangent of a known aval, where a primitive needs every linear argument (a
+    concatenation of a zero and a nonzero piece): reverse mode records it and gives it no
+    cotangent; forward mode never sees it (it emits zeros)."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, aval):
+        self.shape, self.dtype = tuple(aval[0]), np.dtype(aval[1])
+
+    @property
+    def aval(self):
+        return (self.shape, self.dtype)
+
+
+def _aval_of(a):
+    if a is None:
+        return None
+    if isinstance(a, Tracer | LinVar | Zero):
+        return (a.shape, a.dtype)
+    return a
+
+
+def instantiate(T: Algebra, t, aval):
+    """`t`, or zeros of `aval` for a zero tangent (a primitive that needs all its linear
+    arguments)."""
+    return T.zeros(aval) if t is None else t
+
+
+def transpose(tape: list[Equation], cts: dict) -> dict:
+    """Runs the tape backwards from the cotangents of some of its variables (`cts`, by
+    LinVar) and returns the cotangent of every variable reached (the tape's inputs
+    among them). Emits the cotangent ops at the current insertion point."""
+    ct = dict(cts)
+    for eq in reversed(tape):
+        outs = [ct.pop(v, None) for v in eq.outs]
+        if all(g is None for g in outs):
+            continue
+        with tracing.at_location(eq.loc):
+            if eq.prim.results:
+                found = eq.prim.transpose(outs, *eq.args, **eq.params)
+            else:
+                found = eq.prim.transpose(outs[0], *eq.args, **eq.params)
+        for pos, g in zip(eq.prim.linear, found, strict=True):
+            a = eq.args[pos]
+            if g is None or not isinstance(a, LinVar):
+                continue
+            if g.dtype != a.dtype:
+                g = H.convert(g, a.dtype)
+            prev = ct.get(a)
+            ct[a] = g if prev is None else H.add(prev, g)
+    return ct
+
+
+# --- environments and the walk -------------------------------------------------------------------
+
+
+class Env:
+    """What each SSA value of the source is, in the program being built; a region's
+    environment sees its parent's (regions capture values from above)."""
+
+    __slots__ = ("vars", "parent")
+
+    def __init__(self, parent: Env | None = None):
+        self.vars: dict = {}
+        self.parent = parent
+
+    def __getitem__(self, value):
+        env = self
+        while env is not None:
+            found = env.vars.get(value, _MISSING)
+            if found is not _MISSING:
+                return found
+            env = env.parent
+        raise KeyError(value)
+
+    def __setitem__(self, value, entry) -> None:
+        self.vars[value] = entry
+
+
+_MISSING = object()
+
+
+class Evaluator:
+    """Walks functions and blocks of one source module, one rule per op.
+
+    Subclasses define `apply(op, entries) -> entries`. `func.call` and
+    `stablehlo.composite` are followed into the function they name, so a transform sees
+    one flat program whatever the module's call structure.
+    """
+
+    transform = "transform"
+
+    def __init__(self, functions: dict[str, object]):
+        self.functions = functions
+
+    def run_function(self, func_op, inputs: list) -> list:
+        block = func_op.regions[0].blocks[0]
+        return self.run_block(block, inputs, Env())
+
+    def run_block(self, block: ir.Block, inputs: list, env: Env) -> list:
+        for arg, entry in zip(block.arguments, inputs, strict=True):
+            env[arg] = entry
+        apply = self.apply
+        for op in block.operations:
+            o = op.operation
+            name = o.name
+            if name == "func.return" or name == "stablehlo.return":
+                return [self.entry(env, v) for v in o.operands]
+            ins = [self.entry(env, v) for v in o.operands]
+            if name == "func.call" or name == "stablehlo.composite":
+                outs = self.run_function(self._callee(op), ins)
+            else:
+                with tracing.at_location(o.location):
+                    outs = apply(op, ins, env)
+            for r, out in zip(o.results, outs, strict=True):
+                env[r] = out
+        raise AssertionError("a block without a terminator")
+
+    def entry(self, env: Env, value):
+        try:
+            return env[value]
+        except KeyError:
+            # A value from outside the program being transformed: a function traced into
+            # a region (aotkit.grad inside a trace) closes over the enclosing program's
+            # values, which are constants to the transform.
+            return self.outside(H.wrap(value))
+
+    def outside(self, value: Tracer):
+        """The entry of a value from outside the program (a constant to the transform)."""
+        raise NotImplementedError
+
+    def _callee(self, op):
+        o = op.operation
+        key = "callee" if o.name == "func.call" else "decomposition"
+        symbol = ir.FlatSymbolRefAttr(o.attributes[key]).value
+        callee = self.functions.get(symbol)
+        if callee is None:
+            raise TransformError(
+                f"{self.transform}: {op_site(op)} calls @{symbol}, which the module does not "
+                "define; transforms need the whole program in one module"
+            )
+        return callee
+
+    def apply(self, op, ins: list, env: Env) -> list:
+        raise NotImplementedError
+
+
+# --- replaying an op -----------------------------------------------------------------------------
+
+
+def replay(op, operands: list[Tracer], avals: list[tuple] | None = None) -> list[Tracer]:
+    """The op again, on `operands`: the same attributes and regions, results of `avals`
+    (default: the op's own result types)."""
+    o = op.operation
+    if avals is None:
+        types = [r.type for r in o.results]
+    else:
+        types = [dtypes.tensor_type(tuple(s), d) for s, d in avals]
+    attributes = o.attributes
+    scope = tracing.current_scope()
+    emitted = scope.emitted
+    emitted.opaque = True
+    if o.name.startswith("chlo."):
+        emitted.chlo = True
+    n_regions = len(o.regions)
+    new = ir.Operation.create(
+        o.name,
+        results=types,
+        operands=[t.value for t in operands],
+        attributes={n: attributes[n] for n in attributes} if len(attributes) else None,
+        regions=n_regions,
+        loc=tracing.user_location(),
+    )
+    if n_regions:
+        if _ir.captured(op):
+            raise TransformError(
+                f"{op_site(op)}: its region uses values defined outside it, which aotkit's "
+                "transforms do not carry into a copied region; pass them as operands"
+            )
+        copy = o.clone(ip=False)
+        for src, dst in zip(copy.regions, new.regions, strict=True):
+            for block in list(src.blocks):
+                block.append_to(dst)
+        copy.erase()
+    return [Tracer(r, *_ir.aval(r), scope) for r in new.results]
+
+
+def is_float(dtype) -> bool:
+    return dtypes.is_inexact(dtype)

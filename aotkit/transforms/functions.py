@@ -1,0 +1,580 @@
+"""Transforms of Python functions inside a trace: what `aotkit.grad(f)(x)` does when `x` is
+traced, with JAX's semantics (pytrees, `argnums`, `has_aux`, `in_axes`/`out_axes`).
+
+The function is traced into a region of its own (a detached block whose arguments are
+the flattened inputs); the transform then evaluates that block's ops with its rules,
+emitting the transformed program at the current insertion point, and the region is
+dropped. The outer program stays one module, and a function that closes over values of
+the enclosing trace sees them as constants of the transform (a training step's batch,
+captured by its loss). Nested transforms (`grad(grad(f))`, `vmap(grad(f))`,
+`jvp(grad(f))`) nest regions.
+
+`aotkit.functional` wraps these in the public `aotkit.grad`, `aotkit.vmap`, ... (which,
+called outside a trace, jit themselves); `Lowered.grad` and friends apply them to a
+program called as a function (`call_program`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from jax import dtypes as jax_dtypes
+from jax import tree_util
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from aotkit import autograph, dtypes, modules
+from aotkit.arguments import function_name
+from aotkit.frontends.tracer import output_value
+from aotkit.lowering import core
+from aotkit.lowering.core import Tracer
+from aotkit.transforms import _hlo as H
+from aotkit.transforms import batching, control  # noqa: F401  (control fills the rule tables)
+from aotkit.transforms.core import Env, Forward, LinVar, Tape, transpose
+from aotkit.transforms.jvp import JVPEvaluator
+
+# --- a function as a block -----------------------------------------------------------------------
+
+
+class Traced:
+    """A function traced into a detached block: its ops, and what calling it needs."""
+
+    __slots__ = ("block", "functions", "out_tree", "scratch", "name")
+
+    def __init__(self, block, functions, out_tree, scratch, name):
+        self.block = block
+        self.functions = functions
+        self.out_tree = out_tree
+        self.scratch = scratch
+        self.name = name
+
+    @property
+    def out_avals(self):
+        ret = list(self.block.operations)[-1].operation
+        return [_aval(v) for v in ret.operands]
+
+    def drop(self) -> None:
+        """Done with the block. The trace erases it when it ends (`trace_function`
+        registered it): until then a reverse-mode backward pass (a `vjp_fn` called later)
+        may evaluate its regions."""
+
+
+def _aval(v):
+    t = ir.RankedTensorType(v.type)
+    return tuple(t.shape), dtypes.dtype_of_ir_type(t.element_type)
+
+
+def as_tracer(where: str, x) -> Tracer:
+    """An input leaf as a tracer of the current trace (Python scalars weakly typed)."""
+    if isinstance(x, Tracer):
+        return x
+    kind = dtypes.weak_kind(x)
+    if kind is not None and not isinstance(x, np.generic):
+        return core.as_weak(core.full((), x, dtypes.scalar_argument_dtype(kind)))
+    try:
+        return core.constant(np.asarray(x))
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"{where}: argument {x!r:.60} is not an array ({type(x).__name__}); transformed "
+            "functions take arrays, Python scalars and pytrees of them"
+        ) from e
+
+
+def trace_function(fun: Callable, leaves: list[Tracer], in_tree, where: str) -> Traced:
+    """Traces `fun(*args, **kwargs)` (the pytree `in_tree` of `leaves`' avals) into a
+    detached block; its Python control flow is converted as `aotkit.jit` converts it."""
+    with core.user_location():
+        scratch = ir.Operation.create(
+            "stablehlo.case", results=[], operands=[], regions=1, ip=False
+        )
+    # Erased when the enclosing trace ends, in the reverse order of creation: a block traced
+    # later may use the values of one traced earlier (a backward pass emitted into it),
+    # never the other way round.
+    core.current_scope().emitted.scratch.append(scratch)
+    block = scratch.regions[0].blocks.append(
+        *(dtypes.tensor_type(t.shape, t.dtype) for t in leaves)
+    )
+    scope = core.push_scope(where)
+    try:
+        with ir.InsertionPoint(block):
+            args = [
+                Tracer(a, t.shape, t.dtype, scope, t.weak)
+                for a, t in zip(block.arguments, leaves, strict=True)
+            ]
+            a, k = tree_util.tree_unflatten(in_tree, args)
+            out = autograph.convert(fun)(*a, **k)
+            with_paths, out_tree = tree_util.tree_flatten_with_path(out)
+            outs = [output_value(p, leaf) for p, leaf in with_paths]
+            with core.user_location():
+                stablehlo.ReturnOp([t.value for t in outs])
+    finally:
+        core.pop_scope(scope)
+    return Traced(block, {}, out_tree, scratch, where)
+
+
+class _Program:
+    """A module's @main as a Traced-like source (for `call_program`)."""
+
+    def __init__(self, module):
+        self.functions = modules.functions(module)
+        self.block = modules.main_function(module).regions[0].blocks[0]
+
+
+def _flatten(where: str, args: tuple, kwargs: dict):
+    leaves, in_tree = tree_util.tree_flatten((args, kwargs))
+    return [as_tracer(where, x) for x in leaves], in_tree
+
+
+def _arg_leaf_ranges(in_tree) -> list[range]:
+    """Per positional argument, the range of its leaves in the flat input."""
+    args, _ = tree_util.tree_unflatten(in_tree, list(range(in_tree.num_leaves)))
+    out, start = [], 0
+    for a in args:
+        n = len(tree_util.tree_leaves(a))
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def _argnums(where: str, argnums, n_args: int) -> tuple[int, ...]:
+    many = isinstance(argnums, tuple | list)
+    nums = tuple(argnums) if many else (argnums,)
+    for a in nums:
+        if isinstance(a, bool) or not isinstance(a, int | np.integer):
+            raise TypeError(f"{where}: argnums must be an int or a tuple of ints, got {argnums!r}")
+        if not -n_args <= a < n_args:
+            raise ValueError(
+                f"{where}: argnums {argnums!r} names positional argument {a}, but the "
+                f"function was called with {n_args} positional argument(s)"
+            )
+    return tuple(int(a) % n_args for a in nums)
+
+
+# --- forward and reverse mode --------------------------------------------------------------------
+
+
+def jvp_block(src, primals, tangents, env: Env | None = None):
+    """Evaluates `src`'s block on primals and tangents (None: zero) at the current insertion
+    point; (primal outputs, output tangents)."""
+    ev = JVPEvaluator(src.functions, Forward(), "jvp")
+    outs = ev.run_block(src.block, list(zip(primals, tangents, strict=True)), env or Env())
+    return [p for p, _ in outs], [t for _, t in outs]
+
+
+def linearize_block(src, primals, diff: list[bool], transform: str = "vjp"):
+    """The forward half of reverse mode: evaluates `src` on primals, emitting the primal
+    program, and returns (primal outputs, backward) where `backward(cts)` (one cotangent or
+    None per output) emits the cotangent program and returns one cotangent (or None) per
+    input."""
+    tape = Tape()
+    ev = JVPEvaluator(src.functions, tape, transform)
+    lin_in = [
+        LinVar(p.shape, p.dtype) if d and dtypes.is_inexact(p.dtype) else None
+        for p, d in zip(primals, diff, strict=True)
+    ]
+    outs = ev.run_block(src.block, list(zip(primals, lin_in, strict=True)), Env())
+    out_vars = [t for _, t in outs]
+
+    def backward(cts) -> list:
+        seeds: dict = {}
+        for var, g in zip(out_vars, cts, strict=True):
+            if isinstance(var, LinVar) and g is not None:
+                g = H.convert(g, var.dtype) if g.dtype != var.dtype else g
+                seeds[var] = g if var not in seeds else H.add(seeds[var], g)
+        found = transpose(tape.tape, seeds)
+        return [found.get(v) if v is not None else None for v in lin_in]
+
+    return [p for p, _ in outs], backward
+
+
+def _zeros_for(p: Tracer) -> Tracer:
+    return H.zeros(p.shape, p.dtype)
+
+
+def _float0_zeros(shape):
+    return np.zeros(shape, jax_dtypes.float0)
+
+
+def _check_scalar_output(where: str, spec) -> None:
+    shape, dtype = spec.shape, spec.dtype
+    if not dtypes.is_float(dtype):
+        raise TypeError(
+            f"{where}: grad requires a real-valued output (a float dtype), but the function "
+            f"returned {dtypes.short_name(dtype)}; for complex outputs use aotkit.vjp directly"
+        )
+    if shape != ():
+        raise TypeError(
+            f"{where}: grad is defined for functions with a scalar output, but the output "
+            f"has shape {tuple(shape)}; reduce it to a scalar (a sum or mean) or use "
+            "aotkit.vjp or aotkit.jacrev"
+        )
+
+
+def value_and_grad(
+    fun: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    argnums=0,
+    has_aux: bool = False,
+    allow_int: bool = False,
+    where: str | None = None,
+):
+    """(value, grads) or ((value, aux), grads) of `fun` at `args` (inside a trace)."""
+    where = where or f"grad({function_name(fun)})"
+    nums = _argnums(where, argnums, len(args))
+    leaves, in_tree = _flatten(where, args, kwargs)
+    ranges = _arg_leaf_ranges(in_tree)
+    diff = [False] * len(leaves)
+    for a in nums:
+        for i in ranges[a]:
+            diff[i] = True
+            if not dtypes.is_inexact(leaves[i].dtype) and not allow_int:
+                raise TypeError(
+                    f"{where}: grad requires real- or complex-valued inputs (a float or "
+                    f"complex dtype), but argument {a} has a leaf of dtype "
+                    f"{dtypes.short_name(leaves[i].dtype)}; pass allow_int=True for a float0 "
+                    "zero gradient, or leave the argument out of argnums"
+                )
+    src = trace_function(fun, leaves, in_tree, where)
+    try:
+        out_specs = src.out_avals
+        out_tree = src.out_tree
+        if has_aux:
+            if (
+                out_tree.num_nodes == 1
+                or len(out_tree.children()) != 2
+                or (out_tree.node_data()[0] not in (tuple, list))
+            ):
+                raise TypeError(
+                    f"{where}: has_aux=True needs the function to return a pair (value, aux), "
+                    f"got {out_tree}; return a tuple of the value and the auxiliary data"
+                )
+            value_tree, aux_tree = out_tree.children()
+        else:
+            value_tree, aux_tree = out_tree, None
+        if value_tree.num_leaves != 1 or value_tree.num_nodes != 1:
+            raise TypeError(
+                f"{where}: grad is defined for functions with one scalar output, but the "
+                f"function returned {value_tree}; return one scalar (with has_aux=True, "
+                "return (scalar, aux))"
+            )
+        _check_scalar_output(where, _Spec(*out_specs[0]))
+        outs, backward = linearize_block(src, leaves, diff, "grad")
+    finally:
+        src.drop()
+    value = outs[0]
+    cts = backward([H.like(value, 1.0)] + [None] * (len(outs) - 1))
+    grads_flat = []
+    for i, (leaf, g) in enumerate(zip(leaves, cts, strict=True)):
+        if not diff[i]:
+            grads_flat.append(None)
+        elif not dtypes.is_inexact(leaf.dtype):
+            grads_flat.append(_float0_zeros(leaf.shape))
+        else:
+            grads_flat.append(g if g is not None else _zeros_for(leaf))
+    args_grads = [
+        tree_util.tree_unflatten(
+            tree_util.tree_structure(args[a]), [grads_flat[i] for i in ranges[a]]
+        )
+        for a in nums
+    ]
+    grads = tuple(args_grads) if isinstance(argnums, tuple | list) else args_grads[0]
+    if has_aux:
+        aux = tree_util.tree_unflatten(aux_tree, outs[1:])
+        return (value, aux), grads
+    return value, grads
+
+
+class _Spec:
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+
+def vjp(fun: Callable, primals: tuple, *, has_aux: bool = False, where: str | None = None):
+    """(out, vjp_fn) or (out, vjp_fn, aux), inside a trace; `vjp_fn(ct)` emits the
+    backward program where it is called (in the same trace) and returns one cotangent
+    per primal (float0 zeros for integer primals)."""
+    where = where or f"vjp({function_name(fun)})"
+    leaves, in_tree = _flatten(where, tuple(primals), {})
+    src = trace_function(fun, leaves, in_tree, where)
+    try:
+        out_tree = src.out_tree
+        if has_aux:
+            if len(out_tree.children()) != 2:
+                raise TypeError(
+                    f"{where}: has_aux=True needs the function to return a pair (out, aux), "
+                    f"got {out_tree}; return a tuple of the output and the auxiliary data"
+                )
+            main_tree, aux_tree = out_tree.children()
+        else:
+            main_tree, aux_tree = out_tree, None
+        outs, backward = linearize_block(src, leaves, [True] * len(leaves))
+    finally:
+        src.drop()
+    n_main = main_tree.num_leaves
+    main_outs = outs[:n_main]
+    out = tree_util.tree_unflatten(main_tree, main_outs)
+    ranges = _arg_leaf_ranges(in_tree)
+
+    def vjp_fn(ct):
+        ct_leaves, ct_tree = tree_util.tree_flatten(ct)
+        if ct_tree != main_tree:
+            raise TypeError(
+                f"{where}: the cotangent has structure {ct_tree}, but the function's output "
+                f"has {main_tree}; pass one cotangent per output leaf"
+            )
+        cts = []
+        for c, p in zip(ct_leaves, main_outs, strict=True):
+            c = as_tracer(where, c)
+            if c.shape != p.shape:
+                raise ValueError(
+                    f"{where}: a cotangent has shape {c.shape} where the output has "
+                    f"{p.shape}; pass cotangents of the output's shapes"
+                )
+            cts.append(c if dtypes.is_inexact(p.dtype) else None)
+        found = backward(cts + [None] * (len(outs) - n_main))
+        flat = [
+            (g if g is not None else _zeros_for(leaf))
+            if dtypes.is_inexact(leaf.dtype)
+            else _float0_zeros(leaf.shape)
+            for leaf, g in zip(leaves, found, strict=True)
+        ]
+        return tuple(
+            tree_util.tree_unflatten(tree_util.tree_structure(primals[a]), [flat[i] for i in r])
+            for a, r in enumerate(ranges)
+        )
+
+    if has_aux:
+        return out, vjp_fn, tree_util.tree_unflatten(aux_tree, outs[n_main:])
+    return out, vjp_fn
+
+
+def jvp(fun: Callable, primals, tangents, *, has_aux: bool = False, where: str | None = None):
+    """(out, out_tangent) or (out, out_tangent, aux) inside a trace."""
+    where = where or f"jvp({function_name(fun)})"
+    if not isinstance(primals, tuple | list) or not isinstance(tangents, tuple | list):
+        raise TypeError(
+            f"{where}: primals and tangents must be tuples (one entry per positional "
+            f"argument), got {type(primals).__name__} and {type(tangents).__name__}"
+        )
+    if len(primals) != len(tangents):
+        raise ValueError(
+            f"{where}: {len(primals)} primal(s) but {len(tangents)} tangent(s); give one "
+            "tangent per primal"
+        )
+    leaves, in_tree = _flatten(where, tuple(primals), {})
+    t_leaves, t_tree = tree_util.tree_flatten(tuple(tangents))
+    if t_tree != tree_util.tree_structure(tuple(primals)):
+        raise TypeError(
+            f"{where}: the tangents have structure {t_tree}, but the primals have "
+            f"{tree_util.tree_structure(tuple(primals))}; give tangents of the primals' structure"
+        )
+    ts = []
+    for p, t in zip(leaves, t_leaves, strict=True):
+        if not dtypes.is_inexact(p.dtype):
+            ts.append(None)
+            continue
+        t = as_tracer(where, t)
+        if t.shape != p.shape or t.dtype != p.dtype:
+            raise ValueError(
+                f"{where}: a tangent is {dtypes.short_name(t.dtype)}{list(t.shape)} where its "
+                f"primal is {dtypes.short_name(p.dtype)}{list(p.shape)}; tangents must have "
+                "their primals' shapes and dtypes"
+            )
+        ts.append(t)
+    src = trace_function(fun, leaves, in_tree, where)
+    try:
+        outs, touts = jvp_block(src, leaves, ts)
+        out_tree = src.out_tree
+    finally:
+        src.drop()
+    touts = [
+        (t if t is not None else _zeros_for(p))
+        if dtypes.is_inexact(p.dtype)
+        else _float0_zeros(p.shape)
+        for p, t in zip(outs, touts, strict=True)
+    ]
+    if has_aux:
+        if len(out_tree.children()) != 2:
+            raise TypeError(
+                f"{where}: has_aux=True needs the function to return a pair (out, aux), "
+                f"got {out_tree}; return a tuple of the output and the auxiliary data"
+            )
+        main_tree, aux_tree = out_tree.children()
+        n = main_tree.num_leaves
+        return (
+            tree_util.tree_unflatten(main_tree, outs[:n]),
+            tree_util.tree_unflatten(main_tree, touts[:n]),
+            tree_util.tree_unflatten(aux_tree, outs[n:]),
+        )
+    return tree_util.tree_unflatten(out_tree, outs), tree_util.tree_unflatten(out_tree, touts)
+
+
+# --- batching ------------------------------------------------------------------------------------
+
+
+_WHAT = {"in_axes": "arguments", "out_axes": "outputs"}
+
+
+def _axes_for(where: str, what: str, axes, tree) -> list:
+    """One axis (int or None) per leaf of `tree`, from a pytree prefix `axes`."""
+    try:
+        per_leaf = []
+        tree_util.tree_map(
+            lambda a, sub: per_leaf.extend([a] * len(tree_util.tree_leaves(sub))),
+            axes,
+            tree,
+            is_leaf=lambda x: x is None,
+        )
+    except ValueError as e:
+        raise ValueError(
+            f"{where}: {what} {axes!r} is not a pytree prefix of the {_WHAT[what]} "
+            f"({tree_util.tree_structure(tree)}); give an int, None, or a prefix of their "
+            "structure"
+        ) from e
+    for a in per_leaf:
+        if a is not None and (isinstance(a, bool) or not isinstance(a, int | np.integer)):
+            raise TypeError(f"{where}: {what} entries must be ints or None, got {a!r}")
+    return per_leaf
+
+
+def vmap(
+    fun: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    in_axes=0,
+    out_axes=0,
+    axis_size: int | None = None,
+    where: str | None = None,
+):
+    """`fun` mapped over an axis of its arguments, inside a trace."""
+    where = where or f"vmap({function_name(fun)})"
+    if isinstance(in_axes, list):
+        in_axes = tuple(in_axes)
+    if isinstance(in_axes, tuple) and len(in_axes) != len(args):
+        raise ValueError(
+            f"{where}: in_axes has {len(in_axes)} entries but the function was called with "
+            f"{len(args)} positional argument(s); give one entry per positional argument "
+            "(or one int for all)"
+        )
+    arg_axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+    leaves, in_tree = _flatten(where, args, kwargs)
+    axes = _axes_for(where, "in_axes", tuple(arg_axes), tuple(args))
+    axes += [0] * (len(leaves) - len(axes))  # keyword arguments are mapped over axis 0
+    sizes = {}
+    normalized = []
+    for i, (leaf, a) in enumerate(zip(leaves, axes, strict=True)):
+        if a is None:
+            normalized.append(None)
+            continue
+        if not -leaf.ndim <= a < leaf.ndim:
+            raise ValueError(
+                f"{where}: in_axes {a} is out of range for an argument of rank {leaf.ndim} "
+                f"(shape {leaf.shape}); choose an axis in [-{leaf.ndim}, {leaf.ndim})"
+                if leaf.ndim
+                else f"{where}: in_axes {a} maps over a scalar argument, which has no axis; "
+                "give None for it"
+            )
+        a = int(a) % leaf.ndim
+        normalized.append(a)
+        sizes.setdefault(leaf.shape[a], []).append(i)
+    if len(sizes) > 1:
+        listed = ", ".join(f"{n} (leaves {v})" for n, v in sorted(sizes.items()))
+        raise ValueError(
+            f"{where}: the mapped axes have inconsistent sizes: {listed}; map axes of one size"
+        )
+    if sizes:
+        size = next(iter(sizes))
+        if axis_size is not None and axis_size != size:
+            raise ValueError(f"{where}: axis_size={axis_size} but the mapped axes have size {size}")
+    elif axis_size is None:
+        raise ValueError(
+            f"{where}: no argument is mapped (every in_axes is None) and axis_size is not "
+            "given; map an argument or pass axis_size"
+        )
+    else:
+        size = int(axis_size)
+    per_example = []
+    values = []
+    for leaf, a in zip(leaves, normalized, strict=True):
+        if a is None:
+            per_example.append(leaf)
+            values.append(leaf)
+            continue
+        shape = leaf.shape[:a] + leaf.shape[a + 1 :]
+        per_example.append(_Leaf(shape, leaf.dtype, leaf.weak))
+        values.append(H.moveaxis(leaf, a, 0))
+    src = trace_function(fun, per_example, in_tree, where)
+    try:
+        outs = batching.BatchEvaluator(src.functions, size).run_block(
+            src.block,
+            [(v, a is not None) for v, a in zip(values, normalized, strict=True)],
+            Env(),
+        )
+        out_tree = src.out_tree
+    finally:
+        src.drop()
+    vals = [v for v, _ in outs]
+    flags = [b for _, b in outs]
+    out_struct = tree_util.tree_unflatten(out_tree, [0] * out_tree.num_leaves)
+    o_axes = _axes_for(where, "out_axes", out_axes, out_struct)
+    results = []
+    for v, b, a in zip(vals, flags, o_axes, strict=True):
+        if a is None:
+            if b:
+                raise ValueError(
+                    f"{where}: out_axes is None for an output that depends on the mapped "
+                    "arguments; give it an axis, or return only unmapped values there"
+                )
+            results.append(v)
+            continue
+        if not b:
+            v = H.broadcast_in_dim(v, (size,) + v.shape, range(1, v.ndim + 1))
+        rank = v.ndim
+        if not -rank <= a < rank:
+            raise ValueError(
+                f"{where}: out_axes {a} is out of range for an output of rank {rank - 1}"
+            )
+        results.append(H.moveaxis(v, 0, int(a) % rank))
+    return tree_util.tree_unflatten(out_tree, results)
+
+
+class _Leaf:
+    """The aval of a per-example argument (what `trace_function` needs of a leaf)."""
+
+    __slots__ = ("shape", "dtype", "weak")
+
+    def __init__(self, shape, dtype, weak):
+        self.shape, self.dtype, self.weak = tuple(shape), dtype, weak
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+
+# --- a program called as a function --------------------------------------------------------------
+
+
+def call_program(program) -> Callable:
+    """A function of the program's argument pytree that evaluates its module inline (in
+    the current trace): how the stages' transforms treat any program, traced, from JAX or
+    loaded, as a function."""
+    sig = program.signature
+    src = _Program(program.module)
+
+    def call(*args, **kwargs):
+        leaves, tree = tree_util.tree_flatten((args, kwargs))
+        if tree != sig.in_tree:
+            raise TypeError(f"{sig.name}: called with {tree}, compiled for {sig.in_tree}")
+        ev = JVPEvaluator(src.functions, Forward(), "call")
+        outs = ev.run_block(src.block, [(x, None) for x in leaves], Env())
+        return tree_util.tree_unflatten(sig.out_tree, [p for p, _ in outs])
+
+    call.__name__ = sig.name
+    call.__qualname__ = sig.name
+    return call

@@ -1,0 +1,676 @@
+"""Transforms, forward mode: one JVP rule per StableHLO op, and the evaluator that runs them.
+
+`JVP_RULES[op_name](ctx, primals, tangents) -> (primal results, tangent results)`: the
+rule re-emits the primal op (`ctx.replay`) and builds each result's tangent from the
+operands' tangents with the linear primitives (`aotkit.transforms.linear`, through the
+algebra `ctx.T`), so the same rules serve forward mode and, on a tape, reverse mode.
+`None` is a zero tangent. Ops whose derivative is zero (comparisons, rounding, integer
+ops, iota, random bits) are declared in `ZERO`; an op with neither is an error that names
+it, never a silent zero. Ops that share a derivative share one rule through
+`functools.partial`, as JAX's `defjvp` rules do.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from jaxlib.mlir import ir
+
+from aotkit import dtypes
+from aotkit.transforms import _hlo as H
+from aotkit.transforms import _ir
+from aotkit.transforms import linear as L
+from aotkit.transforms.core import (
+    Algebra,
+    Env,
+    Evaluator,
+    Forward,
+    TransformError,
+    is_float,
+    no_rule,
+    op_site,
+    replay,
+)
+
+JVP_RULES: dict = {}
+
+# Ops whose results have no tangent whatever their operands' (integer, boolean or
+# piecewise-constant results): their tangents are zero by declaration.
+ZERO = frozenset(
+    {
+        "stablehlo.compare",
+        "stablehlo.is_finite",
+        "stablehlo.sign",
+        "stablehlo.floor",
+        "stablehlo.ceil",
+        "stablehlo.round_nearest_even",
+        "stablehlo.round_nearest_afz",
+        "stablehlo.and",
+        "stablehlo.or",
+        "stablehlo.xor",
+        "stablehlo.not",
+        "stablehlo.shift_left",
+        "stablehlo.shift_right_arithmetic",
+        "stablehlo.shift_right_logical",
+        "stablehlo.popcnt",
+        "stablehlo.count_leading_zeros",
+        "stablehlo.iota",
+        "stablehlo.constant",
+        "stablehlo.rng",
+        "stablehlo.rng_bit_generator",
+        "stablehlo.get_dimension_size",
+        "stablehlo.partition_id",
+        "stablehlo.replica_id",
+        "chlo.is_inf",
+        "chlo.is_neg_inf",
+        "chlo.is_pos_inf",
+    }
+)
+
+
+class Ctx:
+    """What a JVP rule sees: the source op, the algebra, the evaluator and environment."""
+
+    __slots__ = ("op", "T", "ev", "env")
+
+    def __init__(self, op, T: Algebra, ev: JVPEvaluator, env: Env):
+        self.op = op
+        self.T = T
+        self.ev = ev
+        self.env = env
+
+    def replay(self, primals) -> list:
+        return replay(self.op, primals)
+
+    def out_aval(self, i: int = 0):
+        return _ir.aval(self.op.operation.results[i])
+
+
+class JVPEvaluator(Evaluator):
+    """Entries are (primal, tangent) pairs; tangents are the algebra's (None: zero)."""
+
+    def __init__(self, functions, T: Algebra, transform: str = "jvp"):
+        super().__init__(functions)
+        self.T = T
+        self.transform = transform
+
+    def outside(self, value):
+        return (value, None)
+
+    def apply(self, op, ins, env):
+        o = op.operation
+        name = o.name
+        primals = [p for p, _ in ins]
+        tangents = [t for _, t in ins]
+        if name in CONTROL:
+            return CONTROL[name](Ctx(op, self.T, self, env), primals, tangents)
+        if all(t is None for t in tangents) or name in ZERO:
+            return [(p, None) for p in replay(op, primals)]
+        rule = JVP_RULES.get(name)
+        if rule is None:
+            if name == "stablehlo.custom_call":
+                rule = CUSTOM_CALLS.get(_ir_target(op))
+            if rule is None:
+                raise no_rule(self.transform, op, "differentiation")
+        outs, touts = rule(Ctx(op, self.T, self, env), primals, tangents)
+        return [
+            (p, t if t is not None and is_float(p.dtype) else None)
+            for p, t in zip(outs, touts, strict=True)
+        ]
+
+
+def _ir_target(op) -> str:
+    return ir.StringAttr(op.operation.attributes["call_target_name"]).value
+
+
+# Filled by aotkit.transforms.control: while, case and if (rules that see regions).
+CONTROL: dict = {}
+# By custom call target (aotkit.transforms.linalg and others).
+CUSTOM_CALLS: dict = {}
+
+
+def defjvp(*names):
+    def register(rule):
+        for name in names:
+            assert name not in JVP_RULES, name
+            JVP_RULES[name] = rule
+        return rule
+
+    return register
+
+
+# --- elementwise: one derivative factor per operand ----------------------------------------------
+
+
+def _unary(factor, ctx, primals, tangents):
+    """t_out = t * factor(x, y) (y the result)."""
+    (x,), (t,) = primals, tangents
+    (y,) = ctx.replay(primals)
+    return [y], [L.mul(ctx.T, t, factor(x, y))]
+
+
+def _def_unary(name, factor):
+    JVP_RULES[name] = functools.partial(_unary, factor)
+
+
+_def_unary("stablehlo.exponential", lambda x, y: y)
+_def_unary("stablehlo.exponential_minus_one", lambda x, y: H.add(y, 1))
+_def_unary("stablehlo.log", lambda x, y: H.reciprocal(x))
+_def_unary("stablehlo.log_plus_one", lambda x, y: H.reciprocal(H.add(x, 1)))
+_def_unary("stablehlo.sine", lambda x, y: H.cos(x))
+_def_unary("stablehlo.cosine", lambda x, y: H.neg(H.sin(x)))
+_def_unary("stablehlo.tan", lambda x, y: H.add(H.square(y), 1))
+_def_unary("chlo.tan", lambda x, y: H.add(H.square(y), 1))
+_def_unary("stablehlo.tanh", lambda x, y: H.mul(H.add(y, 1), H.sub(1, y)))
+_def_unary("stablehlo.logistic", lambda x, y: H.mul(y, H.sub(1, y)))
+_def_unary("stablehlo.sqrt", lambda x, y: H.div(0.5, y))
+_def_unary("stablehlo.rsqrt", lambda x, y: H.mul(H.div(y, x), -0.5))
+_def_unary("stablehlo.cbrt", lambda x, y: H.div(1 / 3, H.square(y)))
+_def_unary("chlo.sinh", lambda x, y: H.cosh(x))
+_def_unary("chlo.cosh", lambda x, y: H.sinh(x))
+_def_unary("chlo.asin", lambda x, y: H.rsqrt(H.sub(1, H.square(x))))
+_def_unary("chlo.acos", lambda x, y: H.neg(H.rsqrt(H.sub(1, H.square(x)))))
+_def_unary("chlo.atan", lambda x, y: H.reciprocal(H.add(H.square(x), 1)))
+_def_unary("chlo.asinh", lambda x, y: H.rsqrt(H.add(H.square(x), 1)))
+_def_unary("chlo.acosh", lambda x, y: H.rsqrt(H.mul(H.sub(x, 1), H.add(x, 1))))
+_def_unary("chlo.atanh", lambda x, y: H.reciprocal(H.mul(H.add(x, 1), H.sub(1, x))))
+_def_unary("chlo.erf", lambda x, y: H.mul(H.exp(H.neg(H.square(x))), 2 / math.sqrt(math.pi)))
+_def_unary("chlo.erfc", lambda x, y: H.mul(H.exp(H.neg(H.square(x))), -2 / math.sqrt(math.pi)))
+_def_unary("chlo.erf_inv", lambda x, y: H.mul(H.exp(H.square(y)), math.sqrt(math.pi) / 2))
+_def_unary("chlo.lgamma", lambda x, y: H.digamma(x))
+_def_unary("chlo.digamma", lambda x, y: H.polygamma(1, x))
+
+
+@defjvp("stablehlo.negate")
+def _negate(ctx, primals, tangents):
+    return ctx.replay(primals), [L.neg(ctx.T, tangents[0])]
+
+
+@defjvp("stablehlo.abs")
+def _abs(ctx, primals, tangents):
+    (x,), (t,) = primals, tangents
+    (y,) = ctx.replay(primals)
+    if dtypes.is_complex(x.dtype):
+        factor = H.div(H.conj(x), H.replace_zero(H.convert(y, x.dtype)))
+        return [y], [L.real(ctx.T, L.mul(ctx.T, t, factor))]
+    return [y], [L.mul(ctx.T, t, H.select(H.compare(x, 0, "GE"), H.like(x, 1), H.like(x, -1)))]
+
+
+@defjvp("stablehlo.real")
+def _real(ctx, primals, tangents):
+    return ctx.replay(primals), [L.real(ctx.T, tangents[0])]
+
+
+@defjvp("stablehlo.imag")
+def _imag(ctx, primals, tangents):
+    return ctx.replay(primals), [L.imag(ctx.T, tangents[0])]
+
+
+@defjvp("stablehlo.complex")
+def _complex(ctx, primals, tangents):
+    aval = (primals[0].shape, primals[0].dtype)
+    return ctx.replay(primals), [L.complex_(ctx.T, tangents[0], tangents[1], aval)]
+
+
+@defjvp("chlo.conj")
+def _conj(ctx, primals, tangents):
+    return ctx.replay(primals), [L.conj(ctx.T, tangents[0])]
+
+
+@defjvp("stablehlo.convert")
+def _convert(ctx, primals, tangents):
+    (y,) = ctx.replay(primals)
+    return [y], [L.convert(ctx.T, tangents[0], y.dtype)]
+
+
+@defjvp("stablehlo.reduce_precision", "stablehlo.optimization_barrier")
+def _identity_like(ctx, primals, tangents):
+    # The tangent passes unchanged: rounding to a narrower format has derivative 1 almost
+    # everywhere (JAX's rule too); a barrier orders the primal computation only.
+    return ctx.replay(primals), list(tangents)
+
+
+# --- elementwise: two or three operands ----------------------------------------------------------
+
+
+@defjvp("stablehlo.add")
+def _add(ctx, primals, tangents):
+    return ctx.replay(primals), [L.add(ctx.T, *tangents)]
+
+
+@defjvp("stablehlo.subtract")
+def _subtract(ctx, primals, tangents):
+    return ctx.replay(primals), [L.sub(ctx.T, *tangents)]
+
+
+@defjvp("stablehlo.multiply")
+def _multiply(ctx, primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    T = ctx.T
+    return ctx.replay(primals), [L.add(T, L.mul(T, tx, y), L.mul(T, ty, x))]
+
+
+@defjvp("stablehlo.divide")
+def _divide(ctx, primals, tangents):
+    (_, y), (tx, ty) = primals, tangents
+    T = ctx.T
+    (out,) = ctx.replay(primals)
+    t = L.div(T, tx, y)
+    if ty is not None:
+        t = L.sub(T, t, L.mul(T, ty, H.div(out, y)))
+    return [out], [t]
+
+
+def _balanced_eq(x, z, y):
+    """1 where x is the result z (0.5 where y is too), else 0: JAX's split of ties."""
+    one, zero = H.like(z, 1), H.like(z, 0)
+    return H.div(
+        H.select(H.compare(x, z, "EQ"), one, zero),
+        H.select(H.compare(y, z, "EQ"), H.like(z, 2), one),
+    )
+
+
+@defjvp("stablehlo.maximum", "stablehlo.minimum")
+def _max_min(ctx, primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    T = ctx.T
+    (z,) = ctx.replay(primals)
+    t = L.add(T, L.mul(T, tx, _balanced_eq(x, z, y)), L.mul(T, ty, _balanced_eq(y, z, x)))
+    return [z], [t]
+
+
+@defjvp("stablehlo.power")
+def _power(ctx, primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    T = ctx.T
+    (out,) = ctx.replay(primals)
+    t = None
+    if tx is not None:
+        t = L.mul(T, tx, H.mul(y, H.power(x, H.sub(y, 1))))
+    if ty is not None:
+        t = L.add(T, t, L.mul(T, ty, H.mul(H.log(H.replace_zero(x)), out)))
+    return [out], [t]
+
+
+@defjvp("stablehlo.remainder")
+def _remainder(ctx, primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    T = ctx.T
+    (out,) = ctx.replay(primals)
+    t = tx
+    if ty is not None:
+        q = H.div(x, y)
+        t = L.sub(T, t, L.mul(T, ty, H.mul(H.sign(q), H.floor(H.abs_(q)))))
+    return [out], [t]
+
+
+@defjvp("stablehlo.atan2")
+def _atan2(ctx, primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    T = ctx.T
+    (out,) = ctx.replay(primals)
+    r = H.add(H.square(x), H.square(y))
+    t = L.add(T, L.mul(T, tx, H.div(y, r)), L.mul(T, ty, H.div(H.neg(x), r)))
+    return [out], [t]
+
+
+@defjvp("stablehlo.select")
+def _select(ctx, primals, tangents):
+    pred, a, _ = primals
+    (out,) = ctx.replay(primals)
+    return [out], [L.select(ctx.T, pred, tangents[1], tangents[2], (a.shape, a.dtype))]
+
+
+@defjvp("stablehlo.clamp")
+def _clamp(ctx, primals, tangents):
+    lo, x, hi = primals
+    tlo, tx, thi = tangents
+    T = ctx.T
+    (out,) = ctx.replay(primals)
+    lo_b, hi_b = H.broadcast_to(lo, x.shape), H.broadcast_to(hi, x.shape)
+    tlo, thi = L.broadcast_to(T, tlo, x.shape), L.broadcast_to(T, thi, x.shape)
+    aval = (x.shape, x.dtype)
+    below = H.logical_and(H.compare(lo_b, x, "GT"), H.compare(lo_b, hi_b, "LT"))
+    inside = H.logical_and(H.compare(x, lo_b, "GT"), H.compare(x, hi_b, "LT"))
+    above = H.compare(hi_b, x, "LT")
+    t = L.select(T, below, tlo, None, aval)
+    t = L.add(T, t, L.select(T, inside, tx, None, aval))
+    t = L.add(T, t, L.select(T, above, thi, None, aval))
+    return [out], [t]
+
+
+# --- layout: the op itself is linear ------------------------------------------------------------
+
+
+@defjvp("stablehlo.broadcast_in_dim")
+def _broadcast_in_dim(ctx, primals, tangents):
+    (out,) = ctx.replay(primals)
+    dims = _ir.i64s(ctx.op, "broadcast_dimensions")
+    return [out], [L.broadcast_in_dim(ctx.T, tangents[0], out.shape, dims)]
+
+
+@defjvp("stablehlo.reshape")
+def _reshape(ctx, primals, tangents):
+    (out,) = ctx.replay(primals)
+    return [out], [L.reshape(ctx.T, tangents[0], out.shape)]
+
+
+@defjvp("stablehlo.transpose")
+def _transpose(ctx, primals, tangents):
+    (out,) = ctx.replay(primals)
+    return [out], [L.transpose(ctx.T, tangents[0], _ir.i64s(ctx.op, "permutation"))]
+
+
+@defjvp("stablehlo.slice")
+def _slice(ctx, primals, tangents):
+    op = ctx.op
+    (out,) = ctx.replay(primals)
+    t = L.slice_(
+        ctx.T,
+        tangents[0],
+        _ir.i64s(op, "start_indices"),
+        _ir.i64s(op, "limit_indices"),
+        _ir.i64s(op, "strides"),
+    )
+    return [out], [t]
+
+
+@defjvp("stablehlo.reverse")
+def _reverse(ctx, primals, tangents):
+    (out,) = ctx.replay(primals)
+    return [out], [L.reverse(ctx.T, tangents[0], _ir.i64s(ctx.op, "dimensions"))]
+
+
+@defjvp("stablehlo.pad")
+def _pad(ctx, primals, tangents):
+    op = ctx.op
+    x = primals[0]
+    (out,) = ctx.replay(primals)
+    t = L.pad(
+        ctx.T,
+        tangents[0],
+        tangents[1],
+        _ir.i64s(op, "edge_padding_low"),
+        _ir.i64s(op, "edge_padding_high"),
+        _ir.i64s(op, "interior_padding"),
+        (x.shape, x.dtype),
+    )
+    return [out], [t]
+
+
+@defjvp("stablehlo.concatenate")
+def _concatenate(ctx, primals, tangents):
+    (out,) = ctx.replay(primals)
+    dim = _ir.int_attr(ctx.op, "dimension")
+    avals = [(p.shape, p.dtype) for p in primals]
+    return [out], [L.concatenate(ctx.T, list(tangents), dim, avals)]
+
+
+@defjvp("stablehlo.dynamic_slice")
+def _dynamic_slice(ctx, primals, tangents):
+    (out,) = ctx.replay(primals)
+    return [out], [L.dynamic_slice(ctx.T, tangents[0], primals[1:], out.shape)]
+
+
+@defjvp("stablehlo.dynamic_update_slice")
+def _dynamic_update_slice(ctx, primals, tangents):
+    x, u = primals[:2]
+    (out,) = ctx.replay(primals)
+    t = L.dynamic_update_slice(
+        ctx.T, tangents[0], tangents[1], primals[2:], (x.shape, x.dtype), (u.shape, u.dtype)
+    )
+    return [out], [t]
+
+
+@defjvp("stablehlo.gather")
+def _gather(ctx, primals, tangents):
+    (out,) = ctx.replay(primals)
+    t = L.gather(
+        ctx.T,
+        tangents[0],
+        primals[1],
+        _ir.gather_dims(ctx.op),
+        _ir.i64s(ctx.op, "slice_sizes"),
+        (out.shape, out.dtype),
+    )
+    return [out], [t]
+
+
+# --- products ------------------------------------------------------------------------------------
+
+
+def _precision(op):
+    return _ir.attr(op, "precision_config") if _ir.has(op, "precision_config") else None
+
+
+def _dot_rule(ctx, primals, tangents, dims):
+    (a, b), (ta, tb) = primals, tangents
+    T = ctx.T
+    (out,) = ctx.replay(primals)
+    common = {"dims": dims, "precision": _precision(ctx.op), "dtype": out.dtype}
+    t = L.add(
+        T,
+        L.dot_general(T, ta, b, linear="lhs", **common),
+        L.dot_general(T, a, tb, linear="rhs", **common),
+    )
+    return [out], [t]
+
+
+@defjvp("stablehlo.dot_general")
+def _dot_general(ctx, primals, tangents):
+    return _dot_rule(ctx, primals, tangents, _ir.dot_dims(ctx.op))
+
+
+@defjvp("stablehlo.dot")
+def _dot(ctx, primals, tangents):
+    a = primals[0]
+    return _dot_rule(ctx, primals, tangents, _ir.DotDims((a.ndim - 1,), (0,), (), ()))
+
+
+# --- reductions ----------------------------------------------------------------------------------
+
+
+def _is_identity(value, kind: str) -> bool:
+    """Whether the init `value` of a max (min) reduction is a constant no element can
+    beat: -inf or the dtype's lowest (inf or its highest)."""
+    c = _ir.constant_of(value)
+    if c is None or c.shape != ():
+        return False
+    if kind == "max":
+        return bool(c == -np.inf) or bool(c == dtypes.lowest(c.dtype))
+    return bool(c == np.inf) or bool(c == dtypes.highest(c.dtype))
+
+
+@defjvp("stablehlo.reduce")
+def _reduce(ctx, primals, tangents):
+    op = ctx.op
+    o = op.operation
+    n = len(primals) // 2
+    kind = _ir.combiner(o.regions[0])
+    dims = _ir.i64s(op, "dimensions")
+    outs = ctx.replay(primals)
+    if n != 1 or kind is None:
+        # A reduction of several operands (argmax: a value and its index): its integer
+        # results have no tangent; a float result that nothing uses needs none.
+        if all(not is_float(y.dtype) or _unused(r) for y, r in zip(outs, o.results, strict=True)):
+            return outs, [None] * len(outs)
+        raise TransformError(
+            f"{ctx.ev.transform}: {op_site(op)} reduces {n} operand(s) with a region aotkit "
+            "has no derivative for (its rules cover add, mul, max, min, and, or of one "
+            "operand); write the reduction with those"
+        )
+    (x, init), (t, t_init) = primals, tangents
+    (y,) = outs
+    T = ctx.T
+    kept = [d for d in range(x.ndim) if d not in dims]
+    if kind == "add":
+        tout = L.reduce_sum(T, t, dims)
+        if t_init is not None:
+            tout = L.add(T, tout, L.broadcast_in_dim(T, t_init, y.shape, ()))
+        return [y], [tout]
+    if kind in ("max", "min"):
+        yb = H.broadcast_in_dim(y, x.shape, kept)
+        ind = H.convert(H.compare(x, yb, "EQ"), x.dtype)
+        counts = H.reduce_sum(ind, dims)
+        tout = L.reduce_sum(T, L.mul(T, t, ind), dims)
+        if not _is_identity(o.operands[1], kind):
+            at_init = H.convert(H.compare(y, H.broadcast_in_dim(init, y.shape, ()), "EQ"), x.dtype)
+            counts = H.add(counts, at_init)
+            if t_init is not None:
+                tout = L.add(T, tout, L.mul(T, L.broadcast_in_dim(T, t_init, y.shape, ()), at_init))
+        return [y], [L.div(T, tout, counts)]
+    if kind == "mul":
+        others = _product_of_others(x, dims)
+        tout = L.reduce_sum(
+            T, L.mul(T, t, H.mul(others, H.broadcast_in_dim(init, x.shape, ()))), dims
+        )
+        if t_init is not None:
+            prod = H.reduce(x, H.scalar(1, x.dtype), dims, "mul")
+            tout = L.add(T, tout, L.mul(T, L.broadcast_in_dim(T, t_init, y.shape, ()), prod))
+        return [y], [tout]
+    return [y], [None]  # and, or, xor: integer results
+
+
+def _unused(value) -> bool:
+    return next(iter(value.uses), None) is None
+
+
+def _product_of_others(x, dims):
+    """For each element of x, the product of the other elements of its reduction group
+    (exact with zeros: exclusive products from both sides, no division)."""
+    dims = sorted(dims)
+    kept = [d for d in range(x.ndim) if d not in dims]
+    perm = kept + dims
+    moved = H.transpose(x, perm)
+    group = math.prod(x.shape[d] for d in dims)
+    flat = H.reshape(moved, tuple(x.shape[d] for d in kept) + (group,))
+    n = flat.ndim
+    one = H.scalar(1, x.dtype)
+    window = [1] * (n - 1) + [group]
+    # Inclusive products from the left and from the right, shifted by one with a 1.
+    from_left = H.reduce_window(
+        flat, one, "mul", window, padding=[(0, 0)] * (n - 1) + [(group - 1, 0)]
+    )
+    from_right = H.reduce_window(
+        flat, one, "mul", window, padding=[(0, 0)] * (n - 1) + [(0, group - 1)]
+    )
+    ones = H.full_like_aval((flat.shape[:-1] + (1,), x.dtype), 1)
+    lo, hi = [0] * n, list(flat.shape)
+    hi[-1] = group - 1
+    left = H.concatenate([ones, H.slice_(from_left, lo, hi)], n - 1)
+    lo[-1], hi[-1] = 1, group
+    right = H.concatenate([H.slice_(from_right, lo, hi), ones], n - 1)
+    others = H.reshape(H.mul(left, right), moved.shape)
+    return H.transpose(others, np.argsort(perm))
+
+
+# --- sorting -------------------------------------------------------------------------------------
+
+
+@defjvp("stablehlo.sort")
+def _sort(ctx, primals, tangents):
+    """Sorts with an iota beside the operands; each tangent is gathered along the sorted
+    dimension by that permutation (JAX's rule)."""
+    op = ctx.op
+    o = op.operation
+    dim = _ir.int_attr(op, "dimension")
+    x = primals[0]
+    index_dtype = np.dtype(np.int32 if x.shape[dim] < 2**31 - 1 else np.int64)
+    iota = H.iota(x.shape, index_dtype, dim)
+    avals = [(p.shape, p.dtype) for p in primals] + [(x.shape, index_dtype)]
+    attributes = o.attributes
+    new = H.create(
+        o.name,
+        list(primals) + [iota],
+        avals,
+        {k: attributes[k] for k in attributes},
+        regions=1,
+    )
+    copy = o.clone(ip=False)
+    block = list(copy.regions[0].blocks)[0]
+    block.append_to(new.regions[0])
+    copy.erase()
+    scalar = dtypes.tensor_type((), index_dtype)
+    block.add_argument(scalar, ir.Location.unknown())
+    block.add_argument(scalar, ir.Location.unknown())
+    outs = H.results(new)
+    perm = outs[-1]
+    batch = tuple(d for d in range(x.ndim) if d != dim)
+    gdims = _ir.GatherDims(
+        offset_dims=(),
+        collapsed_slice_dims=(dim,),
+        operand_batching_dims=batch,
+        start_indices_batching_dims=batch,
+        start_index_map=(dim,),
+        index_vector_dim=x.ndim,
+    )
+    sizes = (1,) * x.ndim
+    touts = [
+        L.gather(ctx.T, t, perm, gdims, sizes, (p.shape, p.dtype))
+        for t, p in zip(tangents, primals, strict=True)
+    ]
+    return outs[:-1], touts
+
+
+# --- scatter -------------------------------------------------------------------------------------
+
+
+@defjvp("stablehlo.scatter")
+def _scatter(ctx, primals, tangents):
+    op = ctx.op
+    o = op.operation
+    if len(primals) != 3:
+        raise TransformError(
+            f"{ctx.ev.transform}: {op_site(op)} scatters {len(primals) // 2} operands at once; "
+            "aotkit differentiates scatters of one operand"
+        )
+    kind = _ir.combiner(o.regions[0])
+    x, idx, u = primals
+    tx, _, tu = tangents
+    T = ctx.T
+    dims = _ir.scatter_dims(op)
+    (out,) = ctx.replay(primals)
+    xa, ua = (x.shape, x.dtype), (u.shape, u.dtype)
+    if kind == "add":
+        return [out], [L.scatter_add(T, tx, idx, tu, dims, xa, ua)]
+    if kind == "replace":
+        return [out], [_scatter_replace_tangent(T, x, idx, u, tx, tu, dims)]
+    raise TransformError(
+        f"{ctx.ev.transform}: {op_site(op)} is a scatter that combines with "
+        f"{kind or 'a custom region'}; aotkit differentiates scatters that add or replace"
+    )
+
+
+def _scatter_replace_tangent(T, x, idx, u, tx, tu, dims):
+    """The tangent of a scatter that replaces, duplicates included (JAX's rule): each
+    update window gets an id, the ids are scattered like the updates, and an update's
+    tangent lands only where its id won."""
+    scatter_dims = [d for d in range(u.ndim) if d not in dims.update_window_dims]
+    counts = [u.shape[d] for d in scatter_dims]
+    n = max(1, math.prod(counts))
+    id_dtype = np.dtype(np.int32 if n < 2**31 - 2 else np.int64)
+    flat = H.add(H.iota((n,), id_dtype, 0), 1)
+    ids = H.broadcast_in_dim(H.reshape(flat, tuple(counts)), u.shape, scatter_dims)
+    written = H.scatter(H.zeros(x.shape, id_dtype), idx, ids, dims, "replace")
+    gdims = H.gather_dims_of_scatter(dims)
+    sizes = H.scatter_slice_sizes(x.shape, u.shape, dims)
+    won = H.compare(H.gather(written, idx, gdims, sizes), ids, "EQ")
+    won = H.logical_and(won, L.scatter_in_bounds(idx, dims, x.shape, u.shape))
+    ua = (u.shape, u.dtype)
+    xa = (x.shape, x.dtype)
+    kept = L.select(T, H.compare(written, 0, "EQ"), tx, None, xa)
+    placed = L.scatter_add(T, None, idx, L.select(T, won, tu, None, ua), dims, xa, ua)
+    return L.add(T, kept, placed)
+
+
+# --- evaluation entry points ---------------------------------------------------------------------
+
+
+def jvp_function(functions, func_op, primals, tangents, T: Algebra | None = None, transform="jvp"):
+    """Runs `func_op` on primal tracers and their tangents (None: zero); returns (primal
+    outputs, output tangents)."""
+    ev = JVPEvaluator(functions, T if T is not None else Forward(), transform)
+    outs = ev.run_function(func_op, list(zip(primals, tangents, strict=True)))
+    return [p for p, _ in outs], [t for _, t in outs]

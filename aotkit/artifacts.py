@@ -873,6 +873,14 @@ def _here(artifact: Artifact) -> str:
         backend = backends.get(name)
     except ValueError:
         return f"here: backend {name!r} does not start; aotkit.load compiles it for another"
+    layout = artifact.partitioning
+    if layout is not None:
+        available = len(backend.global_devices())
+        if max(layout.positions) >= available:
+            return (
+                f"here: backend {name!r} has {available} device(s); it needs "
+                f"{max(layout.positions) + 1}"
+            )
     here = dict(backend.target_for(artifact.target))
     saved = dict(artifact.target)
     if backend.executable_format is not None:

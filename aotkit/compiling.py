@@ -369,14 +369,15 @@ def _compile_portable(artifact: Artifact, backend, place: str, *, check: bool = 
                 f"{layout.num_devices}; {artifacts.REWRITE}",
                 path=artifact.label,
             )
-        if partitioning.devices is None:  # no mesh in the module: the header's devices
-            partitioning = spmd.Partitioning(
-                partitioning.mesh,
-                partitioning.num_devices,
-                partitioning.in_shardings,
-                partitioning.out_shardings,
-                layout.devices,
-            )
+        # The header's shardings are those XLA compiled from the module's: asked for again,
+        # they are what the recompiled program reports (`Compiled.in_shardings`).
+        partitioning = spmd.Partitioning(
+            partitioning.mesh,
+            partitioning.num_devices,
+            [h or m for h, m in zip(layout.in_shardings, partitioning.in_shardings)],
+            [h or m for h, m in zip(layout.out_shardings, partitioning.out_shardings)],
+            partitioning.devices or layout.devices,
+        )
     try:
         if partitioning is not None:
             executable = backend.compile_spmd(module, options, partitioning)

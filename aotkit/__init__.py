@@ -46,14 +46,22 @@ _LAZY = {
     "scan": "aotkit.lax",
     "switch": "aotkit.lax",
     "while_loop": "aotkit.lax",
+    "grad": "aotkit.functional",
+    "value_and_grad": "aotkit.functional",
+    "vjp": "aotkit.functional",
+    "jvp": "aotkit.functional",
+    "vmap": "aotkit.functional",
+    "jacfwd": "aotkit.functional",
+    "jacrev": "aotkit.functional",
+    "hessian": "aotkit.functional",
     "register_pytree_node_serialization": "aotkit.pytrees",
     "register_namedtuple_serialization": "aotkit.pytrees",
 }
 _SUBMODULES = frozenset(
     """
     api artifacts autograph backends cache cli compiling config crosscheck distributed dtypes
-    dumps errors frontends lax lowering modules nn numpy passes program pytrees random
-    sharding specs spmd stages
+    dumps errors frontends functional lax lowering modules nn numpy passes program pytrees
+    random sharding specs spmd stages transforms
     """.split()
 )
 
@@ -93,7 +101,12 @@ __all__ = [
     "config",
     "distributed",
     "fori_loop",
+    "grad",
+    "hessian",
+    "jacfwd",
+    "jacrev",
     "jit",
+    "jvp",
     "lax",
     "load",
     "load_module",
@@ -107,5 +120,8 @@ __all__ = [
     "sharding",
     "spec",
     "switch",
+    "value_and_grad",
+    "vjp",
+    "vmap",
     "while_loop",
 ]

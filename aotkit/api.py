@@ -51,6 +51,7 @@ from aotkit.lowering import core
 from aotkit.program import Options, Program
 from aotkit.specs import ShapeDtype
 from aotkit.stages import Compiled, Lowered, Traced
+from aotkit.transforms import functions as transform_functions
 
 # The tracer dispatches plain NumPy calls through the op families' registry: load them all
 # (`import aotkit` alone does not; see aotkit/__init__.py).
@@ -160,6 +161,37 @@ class _Transitions:
             cache.put(cache.compiled, key, compiled)
         return compiled
 
+    def transform(self, lowered: Lowered, kind: str, **options) -> Lowered:
+        """`Lowered.grad`, `.vjp`, `.jvp`, `.vmap`: the program called as a function,
+        transformed by aotkit's rules, traced in the program's own context and lowered with
+        these options (outside any jit's caches)."""
+        where = f"Lowered.{kind}({lowered.name})"
+        if lowered.partitioning is not None:
+            raise NotImplementedError(
+                f"{where}: the program is sharded ({lowered.partitioning.describe()}), and "
+                "aotkit transforms single-device programs; transform the function and jit "
+                "it with in_shardings/out_shardings instead"
+            )
+        program = lowered._program
+        call = transform_functions.call_program(program)
+        fn, args, kwargs = transform_functions.stage_function(
+            kind, call, lowered.in_specs, lowered.out_specs, where, **options
+        )
+        fn.__name__ = fn.__qualname__ = f"{lowered.name}_{kind}"
+        plain = dataclasses.replace(
+            self.options,
+            frontend="aotkit",
+            autograph=False,
+            static_argnums=(),
+            static_argnames=(),
+            donate_argnums=(),
+            in_shardings=None,
+            out_shardings=None,
+        )
+        transitions = _Transitions(plain)
+        traced = transitions.traced(trace(fn, args, kwargs, plain, lc=program.lc))
+        return transitions.lower(traced, consume=True)
+
 
 # --- Traced -> Lowered ---------------------------------------------------------------------------
 
@@ -222,6 +254,7 @@ def _lower(traced: Traced, transitions: _Transitions, consume: bool) -> Lowered:
         pipeline=pipeline,
         backend=options.backend,
         compile=transitions.compile,
+        transform=transitions.transform,
         dumper=dumper,
     )
 

@@ -740,13 +740,41 @@ def _lower_target(args, specs: list | dict | None = None, source: str = "--shape
                 "exported for several platforms; a Python function is lowered for --backend"
             )
         specs = specs if specs is not None else args.shapes
-        return _lower_python(args, specs, source, inputs)
+        if source == "--inputs" and getattr(args, "transform", None) not in (
+            None,
+            "grad",
+            "value_and_grad",
+        ):
+            raise UserError(
+                f"--transform {args.transform} takes other arguments than {args.target}: give "
+                "the function's own argument shapes with --shapes (--inputs then holds the "
+                "transformed program's inputs)"
+            )
+        return _transformed(args, _lower_python(args, specs, source, inputs))
     if args.command == "lower":
         raise UserError(
             f"target {args.target!r} is not FILE.py:FN; `aotkit lower` traces a Python "
             "function (use `aotkit opt FILE.mlir` for module files)"
         )
-    return _load_module_file(args)
+    return _transformed(args, _load_module_file(args))
+
+
+def _transformed(args, lowered):
+    """The stage `--transform` (or `--grad`) asks for: `Lowered.grad`, `.value_and_grad`,
+    `.vjp`, `.jvp` or `.vmap` of the target's program."""
+    kind = getattr(args, "transform", None)
+    if kind is None:
+        return lowered
+    if kind in ("grad", "value_and_grad"):
+        nums = args.argnums if args.argnums is not None else [0]
+        argnums = nums[0] if len(nums) == 1 else tuple(nums)
+        return getattr(lowered, kind)(argnums)
+    if kind == "vmap":
+        if args.axis_size is None:
+            raise UserError("--transform vmap needs --axis-size N, the size of the new axis")
+        in_axes = tuple(args.in_axes) if args.in_axes is not None else 0
+        return lowered.vmap(in_axes, axis_size=args.axis_size)
+    return getattr(lowered, kind)()
 
 
 # --- Output ------------------------------------------------------------------------------------
@@ -908,7 +936,7 @@ def cmd_opt(args) -> int:
     if args.target is None:
         raise UserError("give the module FILE to optimize ('-' reads stdin), or --list-passes")
     _check_pipeline(args)
-    _emit_module(args, _load_module_file(args, default_pipeline="default"))
+    _emit_module(args, _transformed(args, _load_module_file(args, default_pipeline="default")))
     return EXIT_OK
 
 
@@ -1565,6 +1593,51 @@ def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+TRANSFORMS = ("grad", "value_and_grad", "vjp", "jvp", "vmap")
+
+
+def _axis(text: str):
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an axis: give an int or 'none'"
+        ) from None
+
+
+def _add_transform_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("transforms (aotkit's own, on the StableHLO program)")
+    g.add_argument(
+        "--transform",
+        choices=TRANSFORMS,
+        help="transform the program: its gradient (grad, value_and_grad: a float scalar "
+        "output), its reverse-mode program vjp(primals, cotangents), its forward-mode "
+        "program jvp(primals, tangents), or vmap over a new axis (--axis-size)",
+    )
+    g.add_argument(
+        "--grad", dest="transform", action="store_const", const="grad", help="--transform grad"
+    )
+    g.add_argument(
+        "--argnums",
+        nargs="+",
+        type=int,
+        metavar="I",
+        help="grad, value_and_grad: the positional arguments to differentiate (default 0)",
+    )
+    g.add_argument(
+        "--in-axes",
+        nargs="+",
+        type=_axis,
+        metavar="AXIS",
+        help="vmap: the mapped axis of each positional argument, or 'none' (default 0)",
+    )
+    g.add_argument(
+        "--axis-size", type=_positive_int, metavar="N", help="vmap: the size of the new axis"
+    )
+
+
 def _add_ir_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emit", choices=IR_EMITS, default="stablehlo", help="output form")
     p.add_argument(
@@ -1615,6 +1688,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(p, files=False)
     _add_pipeline_args(p)
     _add_ir_output_args(p)
+    _add_transform_args(p)
     _add_common_args(p)
     p.set_defaults(func=cmd_lower)
 
@@ -1632,6 +1706,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--output", metavar="PATH", help="write here ('-' = stdout, default)")
     _add_force_arg(p)
+    _add_transform_args(p)
     _add_common_args(p)
     p.set_defaults(func=cmd_compile)
 
@@ -1663,6 +1738,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="load, compile and run in a worker process, killed (exit 1) if it has not "
         "finished after SECONDS; a crash in it is an error here. Ctrl-C kills it too",
     )
+    _add_transform_args(p)
     _add_common_args(p)
     p.set_defaults(func=cmd_run)
 
@@ -1680,6 +1756,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--rtol", type=float, help="relative tolerance of floats (default per dtype)")
     p.add_argument("--atol", type=float, help="absolute tolerance of floats (default per dtype)")
+    _add_transform_args(p)
     _add_common_args(p)
     p.set_defaults(func=cmd_check)
 
@@ -1704,6 +1781,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_pipeline_args(p)
     _add_ir_output_args(p)
+    _add_transform_args(p)
     _add_common_args(p)
     p.set_defaults(func=cmd_opt)
 

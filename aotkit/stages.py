@@ -271,7 +271,7 @@ class Traced(ModuleStage):
 class Lowered(ModuleStage):
     """A program lowered to a verified StableHLO module, after its pass pipeline."""
 
-    __slots__ = ("pipeline", "backend", "_dumper", "_compile")
+    __slots__ = ("pipeline", "backend", "_dumper", "_compile", "_transform")
 
     def __init__(
         self,
@@ -280,6 +280,7 @@ class Lowered(ModuleStage):
         pipeline: str,
         backend: str | None,
         compile: Callable[..., Compiled],  # noqa: A002
+        transform: Callable[..., Lowered],
         dumper: dumps.Dumper | None = None,
     ):
         self._init(
@@ -291,6 +292,9 @@ class Lowered(ModuleStage):
             # `compile(lowered, backend, options, target=, target_options=)`: the transition
             # bound by the jit that lowered it (its compile cache) or by `aotkit.lower`.
             _compile=compile,
+            # `transform(lowered, kind, **options)`: the program grad, vjp, jvp or vmap
+            # transformed (aotkit.transforms) and lowered as the jit that lowered it would.
+            _transform=transform,
             # The compile step writes its stages (optimized HLO, cost) after the lowering's.
             _dumper=dumper,
         )
@@ -325,6 +329,45 @@ class Lowered(ModuleStage):
         chosen = backends.get(backend if backend is not None else self.backend)
         with self._lc:
             return chosen.estimate_cost(self._module)
+
+    # -- transforms (aotkit/transforms): each gives a new Lowered, of any front end's module
+
+    @api_boundary
+    def grad(self, argnums=0, *, has_aux: bool = False) -> Lowered:
+        """The gradient of this program with respect to its positional arguments `argnums`
+        (an int or a tuple), as `aotkit.grad` of the function it was lowered from: the
+        program must return a float scalar (or `(scalar, aux)` with `has_aux=True`). Works
+        for a module from any front end: traced, lowered by JAX, or loaded from a file."""
+        return self._transform(self, "grad", argnums=argnums, has_aux=has_aux)
+
+    @api_boundary
+    def value_and_grad(self, argnums=0, *, has_aux: bool = False) -> Lowered:
+        """`(value, gradient)`, as `aotkit.value_and_grad` (see `grad`)."""
+        return self._transform(self, "value_and_grad", argnums=argnums, has_aux=has_aux)
+
+    @api_boundary
+    def vjp(self) -> Lowered:
+        """The reverse-mode program `(primals, cotangents, **kwargs) -> (outputs,
+        argument cotangents)`: `primals` is the tuple of positional arguments,
+        `cotangents` mirrors the output pytree (None at integer leaves), and the result's
+        cotangents mirror the arguments (None at integer leaves)."""
+        return self._transform(self, "vjp")
+
+    @api_boundary
+    def jvp(self) -> Lowered:
+        """The forward-mode program `(primals, tangents, **kwargs) -> (outputs, output
+        tangents)`: `tangents` mirrors the positional arguments (None at integer leaves),
+        the output tangents mirror the outputs (None at integer leaves)."""
+        return self._transform(self, "jvp")
+
+    @api_boundary
+    def vmap(self, in_axes=0, out_axes=0, *, axis_size: int) -> Lowered:
+        """This program mapped over a new axis of size `axis_size`: each argument leaf with
+        an axis in `in_axes` (an int, None or one entry per positional argument, as
+        `aotkit.vmap`'s) takes that axis, each output gets one at `out_axes`."""
+        return self._transform(
+            self, "vmap", in_axes=in_axes, out_axes=out_axes, axis_size=axis_size
+        )
 
     @property
     def dump_paths(self) -> tuple:

@@ -76,9 +76,12 @@ def trace(
     args: tuple,
     kwargs: dict,
     options: Options = DEFAULT_OPTIONS,
+    lc: _context.LoweringContext | None = None,
 ) -> Program:
     """Traces `fn` on `args`/`kwargs` (values or `ShapeDtype` specs) into a `Program`, with
-    the static and donated arguments and the shardings of `options`.
+    the static and donated arguments and the shardings of `options`, in the lowering
+    context `lc` (default: one `_context.for_lowering` picks; a transform of a program
+    traces in that program's context, whose types and attributes it reuses).
 
     Python scalars among the arguments become weakly typed 0-d arguments
     (`dtypes.scalar_argument_dtype`); static arguments are passed to `fn` as they are.
@@ -135,7 +138,8 @@ def trace(
         flat = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
         return [arguments.arg_path(p) for p, _ in flat]
 
-    lc = _context.for_lowering()
+    if lc is None:
+        lc = _context.for_lowering()
     with spmd.tracing(mesh, where) as layout:
         module, out_tree, out_specs, facts = trace_to_module(
             lc, body, name, specs, weak=weak, arg_names=paths, finish=annotate

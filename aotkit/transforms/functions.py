@@ -29,6 +29,7 @@ from aotkit.arguments import function_name
 from aotkit.frontends.tracer import output_value
 from aotkit.lowering import core
 from aotkit.lowering.core import Tracer
+from aotkit.specs import ShapeDtype
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import batching, control  # noqa: F401  (control fills the rule tables)
 from aotkit.transforms.core import Env, Forward, LinVar, Tape, transpose
@@ -578,3 +579,110 @@ def call_program(program) -> Callable:
     call.__name__ = sig.name
     call.__qualname__ = sig.name
     return call
+
+
+# --- the stages' transforms ------------------------------------------------------------------
+
+
+def _none_at_int(tree):
+    """The tree with None at its integer leaves: what a tangent or cotangent tree holds of
+    them."""
+    return tree_util.tree_map(lambda x: x if dtypes.is_inexact(x.dtype) else None, tree)
+
+
+def _fill(where: str, given, like):
+    """`given` (a tree like `like` with None at integer leaves) completed with zeros at
+    those leaves."""
+    found = iter(tree_util.tree_leaves(given))
+    leaves, tree = tree_util.tree_flatten(like)
+    out = []
+    for x in leaves:
+        if dtypes.is_inexact(x.dtype):
+            out.append(next(found))
+        else:
+            out.append(H.zeros(x.shape, x.dtype))
+    return tree_util.tree_unflatten(tree, out)
+
+
+def _drop_float0(tree):
+    return tree_util.tree_map(
+        lambda x: None if isinstance(x, np.ndarray) and x.dtype == jax_dtypes.float0 else x, tree
+    )
+
+
+def stage_function(kind: str, call: Callable, in_specs, out_specs, where: str, **options):
+    """(function, args, kwargs) to trace for the stage transform `kind` of a program
+    called as `call` with `in_specs` = ((args...), {kwargs}) and `out_specs`."""
+    args, kwargs = in_specs
+    if kind in ("grad", "value_and_grad"):
+        argnums, has_aux = options["argnums"], options["has_aux"]
+
+        def transformed(*a, **k):
+            (value, grads) = value_and_grad(
+                call, a, k, argnums=argnums, has_aux=has_aux, where=where
+            )
+            if kind == "value_and_grad":
+                return value, grads
+            return (grads, value[1]) if has_aux else grads
+
+        return transformed, args, kwargs
+    if kind == "vjp":
+        cotangent_specs = _none_at_int(out_specs)
+
+        def pullback(primals, cotangents, **k):
+            out, vjp_fn = vjp(lambda *a: call(*a, **k), primals, where=where)
+            cts = vjp_fn(_fill(where, cotangents, out))
+            return out, _drop_float0(cts)
+
+        return pullback, (tuple(args), cotangent_specs), kwargs
+    if kind == "jvp":
+        tangent_specs = _none_at_int(tuple(args))
+
+        def pushforward(primals, tangents, **k):
+            full = _fill(where, tangents, tuple(primals))
+            out, tout = jvp(lambda *a: call(*a, **k), tuple(primals), full, where=where)
+            return out, _drop_float0(tout)
+
+        return pushforward, (tuple(args), tangent_specs), kwargs
+    if kind == "vmap":
+        in_axes, out_axes, size = options["in_axes"], options["out_axes"], options["axis_size"]
+        if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 0:
+            raise TypeError(f"{where}: axis_size must be a non-negative int, got {size!r}")
+        b_args, b_kwargs = batched_specs(where, args, kwargs, in_axes, int(size))
+
+        def batched(*a, **k):
+            return vmap(call, a, k, in_axes=in_axes, out_axes=out_axes, where=where)
+
+        return batched, b_args, b_kwargs
+    raise AssertionError(kind)
+
+
+def batched_specs(where: str, args: tuple, kwargs: dict, in_axes, size: int):
+    """The argument specs with a new axis of `size` where `in_axes` maps them."""
+    if isinstance(in_axes, list):
+        in_axes = tuple(in_axes)
+    if isinstance(in_axes, tuple) and len(in_axes) != len(args):
+        raise ValueError(
+            f"{where}: in_axes has {len(in_axes)} entries but the program has {len(args)} "
+            "positional argument(s); give one entry per positional argument (or one int)"
+        )
+    arg_axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+    leaves, tree = tree_util.tree_flatten((tuple(args), kwargs))
+    axes = _axes_for(where, "in_axes", tuple(arg_axes), tuple(args))
+    axes += [0] * (len(leaves) - len(axes))
+    out = []
+    for spec, a in zip(leaves, axes, strict=True):
+        if a is None:
+            out.append(spec)
+            continue
+        rank = len(spec.shape) + 1
+        if not -rank <= a < rank:
+            raise ValueError(
+                f"{where}: in_axes {a} is out of range for an argument of rank {rank - 1}; "
+                f"choose an axis in [-{rank}, {rank})"
+            )
+        a = int(a) % rank
+        shape = tuple(spec.shape[:a]) + (size,) + tuple(spec.shape[a:])
+        out.append(ShapeDtype(shape, spec.dtype))
+    b_args, b_kwargs = tree_util.tree_unflatten(tree, out)
+    return b_args, b_kwargs

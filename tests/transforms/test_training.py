@@ -144,9 +144,9 @@ def test_the_step_program_is_one_module_with_no_jax():
 def test_per_example_gradients_with_vmap_of_grad():
     params, _ = init()
     x, y = batch(n=8)
-    got = aotkit.jit(
-        aotkit.vmap(aotkit.grad(functools.partial(loss, anp)), in_axes=(None, 0, 0))
-    )(params, x[:, None], y[:, None])
+    got = aotkit.jit(aotkit.vmap(aotkit.grad(functools.partial(loss, anp)), in_axes=(None, 0, 0)))(
+        params, x[:, None], y[:, None]
+    )
     want = jax.vmap(jax.grad(functools.partial(loss, jnp)), in_axes=(None, 0, 0))(
         params, x[:, None], y[:, None]
     )

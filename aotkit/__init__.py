@@ -56,12 +56,13 @@ _LAZY = {
     "hessian": "aotkit.functional",
     "register_pytree_node_serialization": "aotkit.pytrees",
     "register_namedtuple_serialization": "aotkit.pytrees",
+    "to_jax": "aotkit.interop",
 }
 _SUBMODULES = frozenset(
     """
     api artifacts autograph backends cache cli compiling config crosscheck distributed dtypes
-    dumps errors frontends functional lax lowering modules nn numpy passes program pytrees
-    random sharding specs spmd stages transforms
+    dumps errors frontends functional interop lax lowering modules nn numpy passes program
+    pytrees random sharding specs spmd stages transforms
     """.split()
 )
 
@@ -120,6 +121,7 @@ __all__ = [
     "sharding",
     "spec",
     "switch",
+    "to_jax",
     "value_and_grad",
     "vjp",
     "vmap",

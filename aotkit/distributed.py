@@ -15,6 +15,11 @@ mesh and runs it on its own devices: NumPy arguments are the whole array in ever
 (each places the shards its devices hold), results are `jax.Array`s whose
 `addressable_shards` are this process's part (a replicated result's `addressable_data(0)`
 is the whole value).
+
+An artifact of a sharded program (`Compiled.save`) loads the same way: each process calls
+`initialize`, then `aotkit.load(path)`, and runs its part. The executable is loaded as it
+is where the run has as many devices of the same kind as the one that saved it, however
+they are spread over processes (aotkit/compiling.py).
 """
 
 from __future__ import annotations

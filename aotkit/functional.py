@@ -24,6 +24,7 @@ from aotkit.arguments import function_name
 from aotkit.lowering import core
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import functions as F
+from aotkit.transforms.core import check_policy
 
 __all__ = [
     "grad",
@@ -65,42 +66,82 @@ class _Transformed:
 
 
 def value_and_grad(
-    fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False, allow_int=False
+    fun: Callable,
+    argnums=0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+    *,
+    checkpoint_loops=None,
+    max_trip_count: int | None = None,
 ) -> Callable:
     """`fun`'s value and its gradient with respect to the arguments `argnums` (an int or a
     tuple of ints), as `jax.value_and_grad`: `fun` must return a float scalar (or
     `(scalar, aux)` with `has_aux=True`); the gradient has the structure of those
-    arguments."""
+    arguments. `checkpoint_loops` and `max_trip_count` are `grad`'s."""
     where = f"value_and_grad({function_name(fun)})"
     _check_callable(where, fun)
     _no_holomorphic(where, holomorphic)
+    loops = _loop_options(where, checkpoint_loops, max_trip_count)
 
     def run(args, kwargs):
         return F.value_and_grad(
-            fun, args, kwargs, argnums=argnums, has_aux=has_aux, allow_int=allow_int, where=where
+            fun,
+            args,
+            kwargs,
+            argnums=argnums,
+            has_aux=has_aux,
+            allow_int=allow_int,
+            where=where,
+            **loops,
         )
 
     return _Transformed(fun, where, run)
 
 
 def grad(
-    fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False, allow_int=False
+    fun: Callable,
+    argnums=0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+    *,
+    checkpoint_loops=None,
+    max_trip_count: int | None = None,
 ) -> Callable:
     """The gradient of `fun` with respect to the arguments `argnums`, as `jax.grad`.
     Integer arguments among them are a TypeError (with `allow_int=True`, their gradient
-    is a float0 zero array, as JAX gives)."""
+    is a float0 zero array, as JAX gives).
+
+    Reverse mode keeps the carry of every iteration of a loop; `checkpoint_loops="sqrt"`
+    keeps about sqrt(n) of them and recomputes the rest in the backward pass (an int k
+    keeps every k-th). A loop whose trip count depends on the data needs
+    `max_trip_count=N` (its gradient is NaN if it runs longer)."""
     where = f"grad({function_name(fun)})"
     _check_callable(where, fun)
     _no_holomorphic(where, holomorphic)
+    loops = _loop_options(where, checkpoint_loops, max_trip_count)
 
     def run(args, kwargs):
         out = F.value_and_grad(
-            fun, args, kwargs, argnums=argnums, has_aux=has_aux, allow_int=allow_int, where=where
+            fun,
+            args,
+            kwargs,
+            argnums=argnums,
+            has_aux=has_aux,
+            allow_int=allow_int,
+            where=where,
+            **loops,
         )
         (value_aux, grads) = out
         return (grads, value_aux[1]) if has_aux else grads
 
     return _Transformed(fun, where, run)
+
+
+def _loop_options(where: str, checkpoint_loops, max_trip_count) -> dict:
+    check_policy(where, checkpoint_loops, max_trip_count)  # errors at the call, not the trace
+    return {"checkpoint_loops": checkpoint_loops, "max_trip_count": max_trip_count}
 
 
 def _no_holomorphic(where: str, holomorphic: bool) -> None:
@@ -122,22 +163,30 @@ def jvp(fun: Callable, primals, tangents, has_aux: bool = False):
     return run(tuple(primals), _no_float0(tuple(tangents)))
 
 
-def vjp(fun: Callable, *primals, has_aux: bool = False):
+def vjp(
+    fun: Callable,
+    *primals,
+    has_aux: bool = False,
+    checkpoint_loops=None,
+    max_trip_count: int | None = None,
+):
     """`(fun(*primals), vjp_fn)` (and `aux` with `has_aux=True`), as `jax.vjp`:
     `vjp_fn(cotangent)` gives one cotangent per primal. Inside a trace the backward
     program is emitted where `vjp_fn` is called; on concrete arrays `vjp_fn` is a
-    compiled program of its own (it recomputes the forward pass)."""
+    compiled program of its own (it recomputes the forward pass). `checkpoint_loops` and
+    `max_trip_count` are `grad`'s."""
     where = f"vjp({function_name(fun)})"
     _check_callable(where, fun)
+    loops = _loop_options(where, checkpoint_loops, max_trip_count)
     if core.is_tracing():
-        return F.vjp(fun, primals, has_aux=has_aux, where=where)
+        return F.vjp(fun, primals, has_aux=has_aux, where=where, **loops)
     forward = _eager(fun, where, lambda p: _forward_only(fun, p, has_aux, where))
     result = forward(tuple(primals))
     float0 = [not dtypes.is_inexact(np.result_type(x)) for x in tree_util.tree_leaves(primals)]
 
     def cotangents(p, ct):
         # Only the float cotangents leave the compiled program (it cannot return float0).
-        found = tree_util.tree_leaves(F.vjp(fun, p, has_aux=has_aux, where=where)[1](ct))
+        found = tree_util.tree_leaves(F.vjp(fun, p, has_aux=has_aux, where=where, **loops)[1](ct))
         return [c for c, f in zip(found, float0, strict=True) if not f]
 
     backward = _eager(fun, where, cotangents)

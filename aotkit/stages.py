@@ -333,25 +333,46 @@ class Lowered(ModuleStage):
     # -- transforms (aotkit/transforms): each gives a new Lowered, of any front end's module
 
     @api_boundary
-    def grad(self, argnums=0, *, has_aux: bool = False) -> Lowered:
+    def grad(
+        self, argnums=0, *, has_aux: bool = False, checkpoint_loops=None, max_trip_count=None
+    ) -> Lowered:
         """The gradient of this program with respect to its positional arguments `argnums`
         (an int or a tuple), as `aotkit.grad` of the function it was lowered from: the
         program must return a float scalar (or `(scalar, aux)` with `has_aux=True`). Works
-        for a module from any front end: traced, lowered by JAX, or loaded from a file."""
-        return self._transform(self, "grad", argnums=argnums, has_aux=has_aux)
+        for a module from any front end: traced, lowered by JAX, or loaded from a file.
+        `checkpoint_loops` and `max_trip_count` are `aotkit.grad`'s."""
+        return self._transform(
+            self,
+            "grad",
+            argnums=argnums,
+            has_aux=has_aux,
+            checkpoint_loops=checkpoint_loops,
+            max_trip_count=max_trip_count,
+        )
 
     @api_boundary
-    def value_and_grad(self, argnums=0, *, has_aux: bool = False) -> Lowered:
+    def value_and_grad(
+        self, argnums=0, *, has_aux: bool = False, checkpoint_loops=None, max_trip_count=None
+    ) -> Lowered:
         """`(value, gradient)`, as `aotkit.value_and_grad` (see `grad`)."""
-        return self._transform(self, "value_and_grad", argnums=argnums, has_aux=has_aux)
+        return self._transform(
+            self,
+            "value_and_grad",
+            argnums=argnums,
+            has_aux=has_aux,
+            checkpoint_loops=checkpoint_loops,
+            max_trip_count=max_trip_count,
+        )
 
     @api_boundary
-    def vjp(self) -> Lowered:
+    def vjp(self, *, checkpoint_loops=None, max_trip_count=None) -> Lowered:
         """The reverse-mode program `(primals, cotangents, **kwargs) -> (outputs,
         argument cotangents)`: `primals` is the tuple of positional arguments,
         `cotangents` mirrors the output pytree (None at integer leaves), and the result's
         cotangents mirror the arguments (None at integer leaves)."""
-        return self._transform(self, "vjp")
+        return self._transform(
+            self, "vjp", checkpoint_loops=checkpoint_loops, max_trip_count=max_trip_count
+        )
 
     @api_boundary
     def jvp(self) -> Lowered:

@@ -29,6 +29,7 @@ from aotkit.transforms.core import (
     Forward,
     Linear,
     LinVar,
+    LoopPolicy,
     Tape,
     TransformError,
     is_float,
@@ -209,6 +210,7 @@ def _while_reverse(ctx, primals, tangents):
     cap_tangents = [ctx.ev.entry(ctx.env, v)[1] for v in captured]
     if all(t is None for t in list(tangents) + cap_tangents):
         return _primal_while(ctx, primals, captured)
+    policy: LoopPolicy = ctx.T.loop_policy
 
     def constant_value(v):
         c = _ir.constant_of(v)
@@ -221,20 +223,24 @@ def _while_reverse(ctx, primals, tangents):
         return c
 
     trips = _ir.trip_count(op, constant_value)
-    if trips is None:
+    if trips is None and policy.max_trip_count is None:
         raise TransformError(
             f"{ev.transform}: {op_site(op)} is a while loop whose trip count depends on the "
             "data, and reverse-mode differentiation stores one carry per iteration; write it "
             "as a loop with a static trip count (aotkit.lax.fori_loop or scan with constant "
-            "bounds, `for i in range(n)` with a static n), or differentiate it in forward "
-            "mode (aotkit.jvp, aotkit.jacfwd)"
+            "bounds, `for i in range(n)` with a static n), give a bound with "
+            "max_trip_count=N (the gradient is NaN if the loop runs longer), or "
+            "differentiate it in forward mode (aotkit.jvp, aotkit.jacfwd)"
         )
-    # Forward: the loop as it was, storing every carry before each iteration.
+    capacity = trips if trips is not None else policy.max_trip_count
+    every = policy.segment(capacity)
+    rows = max(1, -(-capacity // every))
+    # Forward: the loop as it was, storing the carry that enters every `every`-th iteration
+    # (every one by default).
     penv = _primal_env(ctx.ev, ctx.env, captured)
     primal_ev = JVPEvaluator(ev.functions, Forward(), ev.transform)
-    counter_dtype = np.dtype(np.int32)
-    stacks = [H.zeros((trips,) + p.shape, p.dtype) for p in primals]
-    init = list(primals) + stacks + [H.scalar(0, counter_dtype)]
+    stacks = [H.zeros((rows,) + p.shape, p.dtype) for p in primals]
+    init = list(primals) + stacks + [H.scalar(0, _I32)]
 
     def cond_fn(carry):
         (pred,) = primal_ev.run_block(cond_block, [(p, None) for p in carry[:n]], Env(penv))
@@ -242,22 +248,33 @@ def _while_reverse(ctx, primals, tangents):
 
     def body_fn(carry):
         ps, st, i = carry[:n], carry[n : 2 * n], carry[2 * n]
-        new_st = [_store(s, p, i) for s, p in zip(st, ps, strict=True)]
+        slot = H.minimum(H.div(i, H.like(i, every)) if every > 1 else i, H.like(i, rows - 1))
+        if every == 1:
+            new_st = [_store(s, p, slot) for s, p in zip(st, ps, strict=True)]
+        else:
+            first = H.compare(H.rem(i, H.like(i, every)), 0, "EQ")
+            new_st = [
+                _store(s, H.select(first, p, _load(s, slot)), slot)
+                for s, p in zip(st, ps, strict=True)
+            ]
         outs = primal_ev.run_block(body_block, [(p, None) for p in ps], Env(penv))
         return [p for p, _ in outs] + new_st + [H.add(i, 1)]
 
     result = tracer_control.while_loop(cond_fn, body_fn, init)
-    outs, stacks = result[:n], result[n : 2 * n]
+    outs, stacks, count = result[:n], result[n : 2 * n], result[2 * n]
     floats = [is_float(p.dtype) for p in primals]
     params = {
         "op": op,
         "functions": ev.functions,
         "transform": ev.transform,
         "stacks": stacks,
+        "count": count,
         "trips": trips,
+        "every": every,
         "captured": captured,
         "env": ctx.env,
         "floats": floats,
+        "policy": policy,
     }
     args = list(tangents) + cap_tangents
     prim = _WHILE_REVERSE_PRIMS.get(len(args))
@@ -269,6 +286,7 @@ def _while_reverse(ctx, primals, tangents):
     return [(p, t if f else None) for p, t, f in zip(outs, lin_outs, floats, strict=True)]
 
 
+_I32 = np.dtype(np.int32)
 _WHILE_REVERSE_PRIMS: dict[int, Linear] = {}
 _CASE_REVERSE_PRIMS: dict[int, Linear] = {}
 
@@ -278,12 +296,12 @@ def _no_emit(*args, **params):
 
 
 def _store(stack, value, i):
-    starts = [i] + [H.scalar(0, np.int32) for _ in value.shape]
+    starts = [i] + [H.scalar(0, _I32) for _ in value.shape]
     return H.dynamic_update_slice(stack, H.reshape(value, (1,) + value.shape), starts)
 
 
 def _load(stack, i):
-    starts = [i] + [H.scalar(0, np.int32) for _ in stack.shape[1:]]
+    starts = [i] + [H.scalar(0, _I32) for _ in stack.shape[1:]]
     row = H.dynamic_slice(stack, starts, (1,) + stack.shape[1:])
     return H.reshape(row, stack.shape[1:])
 
@@ -304,10 +322,25 @@ def _primal_while(ctx, primals, captured):
     return [(p, None) for p in tracer_control.while_loop(cond_fn, body_fn, list(primals))]
 
 
-def _while_transpose(cts, *args, op, functions, transform, stacks, trips, captured, env, floats):
-    """The loop backwards: from the last stored carry to the first, the body's VJP at that
-    carry maps the carry's cotangent to the previous one's and adds up the captured
-    values' cotangents."""
+def _while_transpose(
+    cts,
+    *args,
+    op,
+    functions,
+    transform,
+    stacks,
+    count,
+    trips,
+    every,
+    captured,
+    env,
+    floats,
+    policy,
+):
+    """The loop backwards: from the last carry to the first, the body's VJP at that carry
+    maps the carry's cotangent to the previous one's and adds up the captured values'
+    cotangents. With checkpoints (`every` > 1), each segment between two stored carries is
+    run forward again first, its carries kept for the way back."""
     o = op.operation
     body_block = o.regions[1].blocks[0]
     n = len(floats)
@@ -315,19 +348,12 @@ def _while_transpose(cts, *args, op, functions, transform, stacks, trips, captur
     which = [i for i in range(n) if floats[i]]
     cap_which = [j for j, a in enumerate(cap_args) if isinstance(a, LinVar)]
     shapes = [(s.shape[1:], s.dtype) for s in stacks]
-    ct_init = [cts[i] if cts[i] is not None else H.zeros(*shapes[i]) for i in which]
-    cap_init = [H.zeros(cap_args[j].shape, cap_args[j].dtype) for j in cap_which]
-    init = ct_init + cap_init + [H.scalar(trips - 1, np.int32)]
+    n_ct = len(which)
 
-    def cond_fn(carry):
-        return H.compare(carry[-1], 0, "GE")
-
-    def body_fn(carry):
-        i = carry[-1]
-        ct = carry[: len(which)]
-        acc = carry[len(which) : -1]
-        ps = [_load(s, i) for s in stacks]
-        tape = Tape()
+    def step_back(ps, ct, acc):
+        """The body's VJP at carry `ps`: (the previous carry's cotangent, acc + captured
+        cotangents)."""
+        tape = Tape(policy)
         bev = JVPEvaluator(functions, tape, transform)
         lin_env, cap_vars = _linear_env(bev, env, captured)
         lin_in = [LinVar(p.shape, p.dtype) if floats[k] else None for k, p in enumerate(ps)]
@@ -343,13 +369,68 @@ def _while_transpose(cts, *args, op, functions, transform, stacks, trips, captur
         for a, j in zip(acc, cap_which, strict=True):
             g = found.get(cap_vars[j])
             new_acc.append(a if g is None else H.add(a, g))
-        return new_ct + new_acc + [H.sub(i, 1)]
+        return new_ct, new_acc
 
-    result = tracer_control.while_loop(cond_fn, body_fn, init)
+    def backward_over(rows, last, ct, acc):
+        """Steps back from row `last` of the carry stacks `rows` to row 0."""
+
+        def body_fn(carry):
+            j = carry[-1]
+            new_ct, new_acc = step_back([_load(s, j) for s in rows], carry[:n_ct], carry[n_ct:-1])
+            return new_ct + new_acc + [H.sub(j, 1)]
+
+        result = tracer_control.while_loop(
+            lambda carry: H.compare(carry[-1], 0, "GE"), body_fn, list(ct) + list(acc) + [last]
+        )
+        return result[:n_ct], result[n_ct:-1]
+
+    ct0 = [cts[i] if cts[i] is not None else H.zeros(*shapes[i]) for i in which]
+    acc0 = [H.zeros(cap_args[j].shape, cap_args[j].dtype) for j in cap_which]
+    total = H.scalar(trips, _I32) if trips is not None else count
+    if every == 1:
+        ct, acc = backward_over(stacks, H.sub(total, 1), ct0, acc0)
+    else:
+        primal_ev = JVPEvaluator(functions, Forward(), transform)
+        penv = _primal_env(primal_ev, env, captured)
+        segments = H.div(H.add(total, every - 1), H.like(total, every))
+
+        def segment_fn(carry):
+            s = carry[-1]
+            start = H.mul(s, H.like(s, every))
+            length = H.minimum(H.like(s, every), H.sub(total, start))
+            local = [H.zeros((every,) + shape, dtype) for shape, dtype in shapes]
+            first = [_load(st, s) for st in stacks]
+
+            def fwd(c):
+                ps, ls, j = c[:n], c[n : 2 * n], c[2 * n]
+                new_ls = [_store(lst, p, j) for lst, p in zip(ls, ps, strict=True)]
+                outs = primal_ev.run_block(body_block, [(p, None) for p in ps], Env(penv))
+                return [p for p, _ in outs] + new_ls + [H.add(j, 1)]
+
+            filled = tracer_control.while_loop(
+                lambda c: H.compare(c[-1], length, "LT"),
+                fwd,
+                first + local + [H.scalar(0, _I32)],
+            )[n : 2 * n]
+            ct, acc = backward_over(filled, H.sub(length, 1), carry[:n_ct], carry[n_ct:-1])
+            return list(ct) + list(acc) + [H.sub(s, 1)]
+
+        result = tracer_control.while_loop(
+            lambda carry: H.compare(carry[-1], 0, "GE"),
+            segment_fn,
+            ct0 + acc0 + [H.sub(segments, 1)],
+        )
+        ct, acc = result[:n_ct], result[n_ct:-1]
+    if trips is None:
+        # A loop that ran past max_trip_count overwrote its last stored carry: its
+        # cotangents are NaN, never a wrong number.
+        over = H.compare(count, H.like(count, policy.max_trip_count), "GT")
+        ct = [H.select(over, H.like(g, np.nan), g) for g in ct]
+        acc = [H.select(over, H.like(g, np.nan), g) for g in acc]
     out = [None] * len(args)
-    for k, g in zip(which, result[: len(which)], strict=True):
+    for k, g in zip(which, ct, strict=True):
         out[k] = g
-    for j, g in zip(cap_which, result[len(which) : -1], strict=True):
+    for j, g in zip(cap_which, acc, strict=True):
         out[n + j] = g
     return out
 
@@ -387,6 +468,7 @@ def _branches_reverse(ctx, primals, tangents):
         "captured": captured,
         "env": ctx.env,
         "floats": floats,
+        "policy": ctx.T.loop_policy,
     }
     prim = _CASE_REVERSE_PRIMS.get(len(cap_tangents))
     if prim is None:
@@ -397,13 +479,15 @@ def _branches_reverse(ctx, primals, tangents):
     return [(p, t if f else None) for p, t, f in zip(outs, lin_outs, floats, strict=True)]
 
 
-def _case_transpose(cts, *cap_args, op, functions, transform, selector, captured, env, floats):
+def _case_transpose(
+    cts, *cap_args, op, functions, transform, selector, captured, env, floats, policy
+):
     o = op.operation
     which = [j for j, a in enumerate(cap_args) if isinstance(a, LinVar)]
 
     def branch(block):
         def run():
-            tape = Tape()
+            tape = Tape(policy)
             bev = JVPEvaluator(functions, tape, transform)
             lin_env, cap_vars = _linear_env(bev, env, captured)
             outs = bev.run_block(block, [], lin_env)

@@ -114,6 +114,52 @@ class Equation:
     loc: ir.Location | None  # the source op's: the cotangent ops take it too
 
 
+class LoopPolicy:
+    """How reverse mode keeps a loop's carries: `checkpoint` None stores every one;
+    "sqrt" stores about sqrt(n) of them and recomputes the segments between them in the
+    backward pass (memory ~2 sqrt(n) carries, one more forward pass); an int k stores
+    every k-th. `max_trip_count` bounds a loop whose trip count depends on the data."""
+
+    __slots__ = ("checkpoint", "max_trip_count")
+
+    def __init__(self, checkpoint=None, max_trip_count: int | None = None):
+        self.checkpoint = checkpoint
+        self.max_trip_count = max_trip_count
+
+    def segment(self, trips: int) -> int:
+        if self.checkpoint is None or trips <= 1:
+            return 1
+        if self.checkpoint == "sqrt":
+            return max(1, int(np.ceil(np.sqrt(trips))))
+        return max(1, min(int(self.checkpoint), trips))
+
+
+DEFAULT_POLICY = LoopPolicy()
+
+
+def check_policy(where: str, checkpoint_loops, max_trip_count) -> LoopPolicy:
+    """The checked loop policy of a transform's options (see `LoopPolicy`)."""
+    ok = checkpoint_loops is None or checkpoint_loops == "sqrt"
+    if isinstance(checkpoint_loops, int | np.integer) and not isinstance(checkpoint_loops, bool):
+        ok = checkpoint_loops >= 1
+    if not ok:
+        raise ValueError(
+            f"{where}: checkpoint_loops must be None (store every carry), 'sqrt' or an int "
+            f">= 1 (store every k-th carry), got {checkpoint_loops!r}"
+        )
+    if max_trip_count is not None and (
+        isinstance(max_trip_count, bool)
+        or not isinstance(max_trip_count, int | np.integer)
+        or max_trip_count < 1
+    ):
+        raise ValueError(
+            f"{where}: max_trip_count must be None or an int >= 1, got {max_trip_count!r}"
+        )
+    if checkpoint_loops is None and max_trip_count is None:
+        return DEFAULT_POLICY
+    return LoopPolicy(checkpoint_loops, None if max_trip_count is None else int(max_trip_count))
+
+
 class Algebra:
     """What JVP rules apply tangent operations through: forward mode emits them at once,
     reverse mode records them on a tape. `None` is a zero tangent: applying a primitive to
@@ -143,8 +189,12 @@ class Forward(Algebra):
 
 
 class Tape(Algebra):
-    def __init__(self):
+    """Reverse mode's algebra: records the linear program. `loop_policy` says how loops
+    keep their carries (`control.LoopPolicy`; None: every carry)."""
+
+    def __init__(self, loop_policy: LoopPolicy | None = None):
         self.tape = []
+        self.loop_policy = loop_policy if loop_policy is not None else DEFAULT_POLICY
 
     def bind(self, prim, args, params=None, aval=None):
         if all(args[i] is None or isinstance(args[i], Zero) for i in prim.linear):

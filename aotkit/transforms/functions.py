@@ -32,7 +32,7 @@ from aotkit.lowering.core import Tracer
 from aotkit.specs import ShapeDtype
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import batching, control  # noqa: F401  (control fills the rule tables)
-from aotkit.transforms.core import Env, Forward, LinVar, Tape, transpose
+from aotkit.transforms.core import Env, Forward, LinVar, Tape, check_policy, transpose
 from aotkit.transforms.jvp import JVPEvaluator
 
 # --- a function as a block -----------------------------------------------------------------------
@@ -163,12 +163,12 @@ def jvp_block(src, primals, tangents, env: Env | None = None):
     return [p for p, _ in outs], [t for _, t in outs]
 
 
-def linearize_block(src, primals, diff: list[bool], transform: str = "vjp"):
+def linearize_block(src, primals, diff: list[bool], transform: str = "vjp", policy=None):
     """The forward half of reverse mode: evaluates `src` on primals, emitting the primal
     program, and returns (primal outputs, backward) where `backward(cts)` (one cotangent or
     None per output) emits the cotangent program and returns one cotangent (or None) per
     input."""
-    tape = Tape()
+    tape = Tape(policy)
     ev = JVPEvaluator(src.functions, tape, transform)
     lin_in = [
         LinVar(p.shape, p.dtype) if d and dtypes.is_inexact(p.dtype) else None
@@ -220,10 +220,15 @@ def value_and_grad(
     argnums=0,
     has_aux: bool = False,
     allow_int: bool = False,
+    checkpoint_loops=None,
+    max_trip_count: int | None = None,
     where: str | None = None,
 ):
-    """(value, grads) or ((value, aux), grads) of `fun` at `args` (inside a trace)."""
+    """(value, grads) or ((value, aux), grads) of `fun` at `args` (inside a trace).
+    `checkpoint_loops` and `max_trip_count` say how loops keep their carries
+    (`core.LoopPolicy`)."""
     where = where or f"grad({function_name(fun)})"
+    policy = check_policy(where, checkpoint_loops, max_trip_count)
     nums = _argnums(where, argnums, len(args))
     leaves, in_tree = _flatten(where, args, kwargs)
     ranges = _arg_leaf_ranges(in_tree)
@@ -262,7 +267,7 @@ def value_and_grad(
                 "return (scalar, aux))"
             )
         _check_scalar_output(where, _Spec(*out_specs[0]))
-        outs, backward = linearize_block(src, leaves, diff, "grad")
+        outs, backward = linearize_block(src, leaves, diff, "grad", policy)
     finally:
         src.drop()
     value = outs[0]
@@ -295,11 +300,20 @@ class _Spec:
         self.shape, self.dtype = shape, dtype
 
 
-def vjp(fun: Callable, primals: tuple, *, has_aux: bool = False, where: str | None = None):
+def vjp(
+    fun: Callable,
+    primals: tuple,
+    *,
+    has_aux: bool = False,
+    checkpoint_loops=None,
+    max_trip_count: int | None = None,
+    where: str | None = None,
+):
     """(out, vjp_fn) or (out, vjp_fn, aux), inside a trace; `vjp_fn(ct)` emits the
     backward program where it is called (in the same trace) and returns one cotangent
     per primal (float0 zeros for integer primals)."""
     where = where or f"vjp({function_name(fun)})"
+    policy = check_policy(where, checkpoint_loops, max_trip_count)
     leaves, in_tree = _flatten(where, tuple(primals), {})
     src = trace_function(fun, leaves, in_tree, where)
     try:
@@ -313,7 +327,7 @@ def vjp(fun: Callable, primals: tuple, *, has_aux: bool = False, where: str | No
             main_tree, aux_tree = out_tree.children()
         else:
             main_tree, aux_tree = out_tree, None
-        outs, backward = linearize_block(src, leaves, [True] * len(leaves))
+        outs, backward = linearize_block(src, leaves, [True] * len(leaves), "vjp", policy)
     finally:
         src.drop()
     n_main = main_tree.num_leaves
@@ -614,12 +628,16 @@ def stage_function(kind: str, call: Callable, in_specs, out_specs, where: str, *
     """(function, args, kwargs) to trace for the stage transform `kind` of a program
     called as `call` with `in_specs` = ((args...), {kwargs}) and `out_specs`."""
     args, kwargs = in_specs
+    loops = {
+        "checkpoint_loops": options.get("checkpoint_loops"),
+        "max_trip_count": options.get("max_trip_count"),
+    }
     if kind in ("grad", "value_and_grad"):
         argnums, has_aux = options["argnums"], options["has_aux"]
 
         def transformed(*a, **k):
             (value, grads) = value_and_grad(
-                call, a, k, argnums=argnums, has_aux=has_aux, where=where
+                call, a, k, argnums=argnums, has_aux=has_aux, where=where, **loops
             )
             if kind == "value_and_grad":
                 return value, grads
@@ -630,7 +648,7 @@ def stage_function(kind: str, call: Callable, in_specs, out_specs, where: str, *
         cotangent_specs = _none_at_int(out_specs)
 
         def pullback(primals, cotangents, **k):
-            out, vjp_fn = vjp(lambda *a: call(*a, **k), primals, where=where)
+            out, vjp_fn = vjp(lambda *a: call(*a, **k), primals, where=where, **loops)
             cts = vjp_fn(_fill(where, cotangents, out))
             return out, _drop_float0(cts)
 

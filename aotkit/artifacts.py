@@ -10,7 +10,12 @@ compilation cache (aotkit/cache.py) stores the same containers.
 
 What it promises:
 - Nothing is pickled or evaluated: the header is JSON checked field by field, pytrees are
-  written as data (tuples, lists, dicts with str or int keys, None, leaves).
+  written as data (tuples, lists, dicts with str or int keys, None, leaves, namedtuples by
+  name and fields, registered node types by serialized name: aotkit/pytrees.py), and no
+  name in a file is imported or looked up as code.
+- A sharded executable is written with its layout (`partitioning`: mesh axes, the position
+  of each partition's device among the run's devices, compiled shardings) and a target that
+  counts the run's devices; its portable module keeps its Shardy annotations.
 - A file is untrusted until checked: magic, format version, sizes, the header's and every
   section's SHA-256 and the header's fields are validated before any byte reaches the MLIR
   or PJRT bindings; anything wrong is an `ArtifactError` naming the file and the fault.

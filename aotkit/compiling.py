@@ -130,6 +130,11 @@ def load(
     whoever wrote the file. `portable_only=True` never loads it: the portable StableHLO
     passes the trust check that modules from files pass (aotkit/frontends/trust.py) and is
     compiled here, whatever the targets say (`recompile=False` then cannot hold).
+
+    A sharded artifact is placed on this run's devices in the positions it was saved with
+    (an ArtifactError where there are too few); its target includes the run's device count,
+    so another count is another target (recompiled for the same positions, or refused).
+    Custom pytree nodes are rebuilt from this process's registrations (aotkit/pytrees.py).
     """
     if not any(recompile is choice for choice in artifacts.RECOMPILE_CHOICES):
         raise ValueError(f"aotkit.load: recompile={recompile!r}; expected 'auto', True or False")

@@ -520,8 +520,9 @@ def ecosystem(tmp_path_factory):
 @pytest.mark.parametrize("name", list(ecosystem_models.CASES))
 def test_training_step_round_trip_equals_jax_jit(ecosystem, name):
     if not AVAILABLE[name]:
-        needs = " and ".join(ecosystem_models.LIBRARIES[name])
-        pytest.skip(f"{needs} not installed: pip install -e '.[flax]' (it has equinox too)")
+        needs = ecosystem_models.LIBRARIES[name]
+        extra = "flax" if "flax" in needs else "test"
+        pytest.skip(f"{' and '.join(needs)} not installed: pip install -e '.[{extra}]'")
     tmp, results = ecosystem
     seen = results[name]
     assert seen["origin"] == "artifact"

@@ -85,6 +85,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "aotkit.sharding",
             "aotkit.functional",
             "aotkit.distributed",
+            "aotkit.interop",
             "aotkit.crosscheck",
             "aotkit._cli_specs",
             "aotkit.cli",

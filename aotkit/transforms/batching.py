@@ -636,7 +636,6 @@ BATCH_RULES["stablehlo.rng_bit_generator"] = loop_fallback
 BATCH_RULES["stablehlo.fft"] = loop_fallback
 BATCH_RULES["stablehlo.triangular_solve"] = loop_fallback
 BATCH_RULES["stablehlo.cholesky"] = loop_fallback
-BATCH_RULES["stablehlo.convolution"] = loop_fallback
 
 
 # --- evaluation entry point ----------------------------------------------------------------------

@@ -216,6 +216,20 @@ def test_a_jax_export_registration_writes_bytes_and_reads_them_back():
     np.testing.assert_array_equal(out.value, X * 2)
 
 
+def test_static_arguments_and_static_fields_survive():
+    def scale(s, power, *, shift):
+        return Scaled(s.value**power + shift, s.factor * power, s.label)
+
+    jitted = aotkit.jit(scale, static_argnums=(1,), static_argnames=("shift",))
+    compiled = jitted.lower(Scaled(F32, 3, "q"), 2, shift=1.0).compile()
+    loaded = aotkit.load(compiled.serialize())
+    out = loaded(Scaled(X, 3, "q"))  # the static arguments were baked in, as in `compiled`
+    assert (out.factor, out.label) == (6, "q")
+    np.testing.assert_array_equal(out.value, compiled(Scaled(X, 3, "q")).value)
+    with pytest.raises(TypeError, match=r"first difference at args\[0\]: expected a Scaled"):
+        loaded(Scaled(X, 4, "q"))  # another static field is another structure
+
+
 def test_donation_survives_with_custom_nodes(tmp_path):
     compiled = aotkit.jit(lambda s: Scaled(s.value + 1.0, s.factor), donate_argnums=(0,))
     compiled = compiled.lower(Scaled(F32, 2)).compile()

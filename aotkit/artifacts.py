@@ -85,9 +85,19 @@ def encode_tree(tree, where: str, what: str) -> object:
     return pytrees.encode(tree, where, what)
 
 
-def decode_tree(data, where: str, field: str, fix: str | None = None, path: str | None = None):
-    """The PyTreeDef written by `encode_tree`; ArtifactError naming `field` otherwise."""
-    return pytrees.decode(data, where, field, fix or REWRITE, path)
+def decode_tree(
+    data,
+    where: str,
+    field: str,
+    fix: str | None = None,
+    path: str | None = None,
+    *,
+    unregistered: list | None = None,
+):
+    """The PyTreeDef written by `encode_tree`; ArtifactError naming `field` otherwise. With
+    `unregistered` (a list), a node type not registered here is read as a placeholder and
+    its name appended, instead of raising (what `aotkit inspect` shows)."""
+    return pytrees.decode(data, where, field, fix or REWRITE, path, unregistered=unregistered)
 
 
 def _uses_custom_nodes(data) -> bool:
@@ -291,6 +301,7 @@ class Artifact:
         "executable_format",
         "partitioning",
         "version",
+        "unregistered",
     )
 
     def __init__(self, label: str, header: dict, sections: dict, status: dict):
@@ -374,7 +385,7 @@ def unpack(
         raise ArtifactError(
             f"{where}: the header is not valid JSON ({e}); {fix}", path=label
         ) from None
-    artifact = _check_header(header, label, where, fix)
+    artifact = _check_header(header, label, where, fix, lenient=not verify)
     artifact.version = version
     table = header["sections"]
     total = body + sum(s["size"] for s in table)
@@ -417,8 +428,10 @@ def _unique_keys(pairs):
     return out
 
 
-def _check_header(header, label: str, where: str, fix: str) -> Artifact:
-    """Validates every field aotkit reads; returns the Artifact with them decoded."""
+def _check_header(header, label: str, where: str, fix: str, lenient: bool = False) -> Artifact:
+    """Validates every field aotkit reads; returns the Artifact with them decoded. `lenient`
+    (inspection) reads node types not registered here as placeholders."""
+    unregistered = [] if lenient else None
 
     def bad(field: str, detail: str) -> ArtifactError:
         return ArtifactError(f"{where}: header field {field!r} {detail}; {fix}", path=label)
@@ -482,10 +495,19 @@ def _check_header(header, label: str, where: str, fix: str) -> Artifact:
     donated = field("donated", (list,), "a list of booleans")
     if len(donated) != len(flat["in_specs"]) or not all(isinstance(d, bool) for d in donated):
         raise bad("donated", f"must hold one boolean per input ({len(flat['in_specs'])})")
-    in_tree = decode_tree(field("in_tree", (dict,), "a pytree"), where, "in_tree", fix, label)
+    in_tree = decode_tree(
+        field("in_tree", (dict,), "a pytree"),
+        where,
+        "in_tree",
+        fix,
+        label,
+        unregistered=unregistered,
+    )
     if "out_tree" not in header:
         raise bad("out_tree", "is missing")
-    out_tree = decode_tree(header["out_tree"], where, "out_tree", fix, label)
+    out_tree = decode_tree(
+        header["out_tree"], where, "out_tree", fix, label, unregistered=unregistered
+    )
     args_kwargs = tree_util.tree_structure(((0,), {}))
     node = in_tree.node_data()
     children = in_tree.children()
@@ -536,6 +558,7 @@ def _check_header(header, label: str, where: str, fix: str) -> Artifact:
         )
     artifact = Artifact(label, header, {}, {})
     artifact.partitioning = layout
+    artifact.unregistered = sorted(set(unregistered or ()))
     artifact.signature = Signature(
         printable(header["name"]),  # shown in reprs and `aotkit inspect`
         in_tree,
@@ -869,6 +892,12 @@ def describe(data, label: str) -> str:
             f"{artifact.section_status[name]}"
         )
     lines.append(_here(artifact))
+    if artifact.unregistered:
+        names = ", ".join(map(repr, artifact.unregistered))
+        lines.append(
+            f"node types not registered here: {names}; aotkit.load needs "
+            "aotkit.register_pytree_node_serialization for each"
+        )
     return "\n".join(lines)
 
 

@@ -515,9 +515,19 @@ def _fields_of(node, kind) -> list | None:
 # --- reading ---------------------------------------------------------------------------------
 
 
-def decode(data, where: str, field: str, fix: str, path: str | None = None):
+def decode(
+    data,
+    where: str,
+    field: str,
+    fix: str,
+    path: str | None = None,
+    *,
+    unregistered: list | None = None,
+):
     """The PyTreeDef written by `encode`, built node by node; ArtifactError naming `field`
-    otherwise. `fix` says what to do about a malformed tree."""
+    otherwise. `fix` says what to do about a malformed tree. With `unregistered` (a list),
+    a node type not registered here is read as a stand-in with fields `child0`, ... (for
+    inspection: nothing of its aux data is read) and its name appended to the list."""
 
     def bad(detail: str) -> ArtifactError:
         return ArtifactError(f"{where}: header field {field!r} {detail}; {fix}", path=path)
@@ -632,6 +642,10 @@ def decode(data, where: str, field: str, fix: str, path: str | None = None):
             raise bad(f"names a node type {_short(name)}, which holds {_UNPRINTABLE}")
         built = children_of(children, depth, at)
         entry = registration_named(name)
+        if entry is None and unregistered is not None:
+            unregistered.append(name)
+            fields = tuple(f"child{i}" for i in range(len(built)))
+            return _make(_registry, (standin(name, fields), None), built)
         if entry is None:
             raise ArtifactError(
                 f"{where}: header field {field!r} has at {at_text(at)} a node of type "

@@ -308,6 +308,15 @@ def test_a_node_type_not_registered_at_load_is_named_with_how_to_register_it():
         aotkit.load(unregistered_artifact())
 
 
+def test_inspect_shows_an_artifact_whose_node_types_are_not_registered_here():
+    text = artifacts.describe(unregistered_artifact(), "gone.aotx")
+    assert "function: lambda(args[0][0]: f32[3], args[0][1].child0: f32[3]) -> " in text
+    assert text.endswith(
+        "node types not registered here: 'tests.pytrees.Gone'; aotkit.load needs "
+        "aotkit.register_pytree_node_serialization for each"
+    )
+
+
 def with_in_tree(data: bytes, in_tree) -> bytes:
     header = {k: v for k, v in artifacts.unpack(data).header.items() if k != "sections"}
     return raw_header(json.dumps({**header, "in_tree": in_tree, "sections": []}).encode())

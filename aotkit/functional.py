@@ -58,7 +58,7 @@ class _Transformed:
         if core.is_tracing():
             return self._run(args, kwargs)
         if self._jitted is None:
-            self._jitted = api.jit(self, frontend="aotkit", autograph=False)
+            self._jitted = api.jit(self, frontend="aotkit")
         return self._jitted(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -212,7 +212,7 @@ def _eager(fun, where: str, body: Callable) -> Callable:
         return body(*args)
 
     run.__name__ = run.__qualname__ = function_name(fun)
-    return api.jit(run, frontend="aotkit", autograph=False)
+    return api.jit(run, frontend="aotkit")
 
 
 def _no_float0(tree):

@@ -43,6 +43,7 @@ from aotkit.autograph._runtime import UNROLL_LIMIT, AutographWarning
 __all__ = [
     "UNROLL_LIMIT",
     "AutographWarning",
+    "active",
     "convert",
     "do_not_convert",
     "is_converted",
@@ -78,6 +79,12 @@ def convert(fn: Callable) -> Callable:
             return _convert.converted(fn)(*args, **kwargs)
 
     return converted
+
+
+def active() -> bool:
+    """Whether the function being traced now runs converted (`aotkit.jit`'s `autograph`):
+    a function it hands to `aotkit.grad` or `aotkit.vmap` is converted alike."""
+    return _runtime.in_session()
 
 
 def to_source(fn: Callable) -> str | None:

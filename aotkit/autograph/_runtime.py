@@ -113,6 +113,11 @@ class Session:
             _local.session = None
 
 
+def in_session() -> bool:
+    """Whether a converted function is being traced on this thread."""
+    return getattr(_local, "session", None) is not None
+
+
 def _warn(info, message: str) -> None:
     current = getattr(_local, "session", None)
     key = (info.filename, info.lineno, message)

@@ -31,7 +31,7 @@ from aotkit.lowering import core
 from aotkit.lowering.core import Tracer
 from aotkit.specs import ShapeDtype
 from aotkit.transforms import _hlo as H
-from aotkit.transforms import batching, control, windows  # noqa: F401  (they fill the rule tables)
+from aotkit.transforms import batching, control, linalg, windows  # noqa: F401  (they fill the rule tables)
 from aotkit.transforms.core import Env, Forward, LinVar, Tape, check_policy, transpose
 from aotkit.transforms.jvp import JVPEvaluator
 
@@ -84,7 +84,7 @@ def as_tracer(where: str, x) -> Tracer:
 
 def trace_function(fun: Callable, leaves: list[Tracer], in_tree, where: str) -> Traced:
     """Traces `fun(*args, **kwargs)` (the pytree `in_tree` of `leaves`' avals) into a
-    detached block; its Python control flow is converted as `aotkit.jit` converts it."""
+    detached block; its Python control flow is converted when the enclosing trace's is."""
     with core.user_location():
         scratch = ir.Operation.create(
             "stablehlo.case", results=[], operands=[], regions=1, ip=False
@@ -104,7 +104,8 @@ def trace_function(fun: Callable, leaves: list[Tracer], in_tree, where: str) -> 
                 for a, t in zip(block.arguments, leaves, strict=True)
             ]
             a, k = tree_util.tree_unflatten(in_tree, args)
-            out = autograph.convert(fun)(*a, **k)
+            # Converted as the function being traced is (`jit`'s `autograph`).
+            out = (autograph.convert(fun) if autograph.active() else fun)(*a, **k)
             with_paths, out_tree = tree_util.tree_flatten_with_path(out)
             outs = [output_value(p, leaf) for p, leaf in with_paths]
             with core.user_location():

@@ -55,6 +55,7 @@ ZERO = frozenset(
         "stablehlo.shift_right_arithmetic",
         "stablehlo.shift_right_logical",
         "stablehlo.popcnt",
+        "stablehlo.bitcast_convert",
         "stablehlo.count_leading_zeros",
         "stablehlo.iota",
         "stablehlo.constant",
@@ -225,11 +226,16 @@ def _convert(ctx, primals, tangents):
     return [y], [L.convert(ctx.T, tangents[0], y.dtype)]
 
 
-@defjvp("stablehlo.reduce_precision", "stablehlo.optimization_barrier")
+@defjvp("stablehlo.optimization_barrier")
 def _identity_like(ctx, primals, tangents):
-    # The tangent passes unchanged: rounding to a narrower format has derivative 1 almost
-    # everywhere (JAX's rule too); a barrier orders the primal computation only.
+    # The tangents pass unchanged: a barrier orders the primal computation only.
     return ctx.replay(primals), list(tangents)
+
+
+@defjvp("stablehlo.reduce_precision")
+def _reduce_precision(ctx, primals, tangents):
+    attributes = {k: _ir.attr(ctx.op, k) for k in ("exponent_bits", "mantissa_bits")}
+    return ctx.replay(primals), [L.reduce_precision(ctx.T, tangents[0], attributes)]
 
 
 # --- elementwise: two or three operands ----------------------------------------------------------
@@ -265,11 +271,8 @@ def _divide(ctx, primals, tangents):
 
 def _balanced_eq(x, z, y):
     """1 where x is the result z (0.5 where y is too), else 0: JAX's split of ties."""
-    one, zero = H.like(z, 1), H.like(z, 0)
-    return H.div(
-        H.select(H.compare(x, z, "EQ"), one, zero),
-        H.select(H.compare(y, z, "EQ"), H.like(z, 2), one),
-    )
+    half_or_one = H.select(H.compare(y, z, "EQ"), H.like(z, 0.5), H.like(z, 1))
+    return H.select(H.compare(x, z, "EQ"), half_or_one, H.like(z, 0))
 
 
 @defjvp("stablehlo.maximum", "stablehlo.minimum")
@@ -277,7 +280,11 @@ def _max_min(ctx, primals, tangents):
     (x, y), (tx, ty) = primals, tangents
     T = ctx.T
     (z,) = ctx.replay(primals)
-    t = L.add(T, L.mul(T, tx, _balanced_eq(x, z, y)), L.mul(T, ty, _balanced_eq(y, z, x)))
+    t = None
+    if tx is not None:
+        t = L.mul(T, tx, _balanced_eq(x, z, y))
+    if ty is not None:
+        t = L.add(T, t, L.mul(T, ty, _balanced_eq(y, z, x)))
     return [z], [t]
 
 
@@ -312,7 +319,11 @@ def _atan2(ctx, primals, tangents):
     T = ctx.T
     (out,) = ctx.replay(primals)
     r = H.add(H.square(x), H.square(y))
-    t = L.add(T, L.mul(T, tx, H.div(y, r)), L.mul(T, ty, H.div(H.neg(x), r)))
+    t = None
+    if tx is not None:
+        t = L.mul(T, tx, H.div(y, r))
+    if ty is not None:
+        t = L.add(T, t, L.mul(T, ty, H.div(H.neg(x), r)))
     return [out], [t]
 
 

@@ -176,6 +176,30 @@ aotkit.register_pytree_node_serialization(Scaled)
 aotkit.register_pytree_node_serialization(Layer, serialized_name="tests.pytrees.Layer")
 
 
+class Plain:
+    """Registered for artifacts but not as a pytree node: a file naming it cannot build it."""
+
+
+aotkit.register_pytree_node_serialization(Plain, serialized_name="tests.pytrees.Plain")
+
+
+class Refusing(Tagged):
+    pass
+
+
+class Reshaping(Tagged):
+    pass
+
+
+for _cls, _build in ((Refusing, lambda aux, c: 1 / 0), (Reshaping, lambda aux, c: (c[0],))):
+    tree_util.register_pytree_node(
+        _cls, lambda t: ((t.value,), t.tag), lambda tag, c, cls=_cls: cls(c[0], tag)
+    )
+    aotkit.register_pytree_node_serialization(
+        _cls, serialized_name=f"tests.pytrees.{_cls.__name__}", from_children=_build
+    )
+
+
 def node_of(data: bytes, field: str = "in_tree"):
     return artifacts.unpack(data).header[field]["tuple"][0]["tuple"][0]
 
@@ -327,6 +351,11 @@ def one_leaf():
     return aotkit.lower(lambda x: x, F32).compile().serialize()
 
 
+DEEP = "x"
+for _ in range(300):
+    DEEP = {"tuple": [DEEP]}
+
+
 def wrap(node):
     return {"tuple": [{"tuple": [node]}, {"dict": []}]}
 
@@ -378,6 +407,59 @@ def wrap(node):
         ),
         ({"namedtuple": ["P", ["a"], ["*", "*"]]}, "has a namedtuple 'P' whose children"),
         ({"namedtuple": ["P\x1b", [], []]}, 'names a namedtuple "P\\u001b", which holds a control'),
+        ({"namedtuple": "x"}, 'has a namedtuple "x", not [name, [fields], [children]]'),
+        ({"node": ["a\x1b", {"data": None}, []]}, 'names a node type "a\\u001b", which holds'),
+        (
+            {"node": ["tests.test_artifact_pytrees.Scaled", {"data": None}, "x"]},
+            'has children "x", not a list',
+        ),
+        (
+            {"node": ["tests.test_artifact_pytrees.Scaled", {"bytes": "e30="}, ["*"]]},
+            "(tests.test_artifact_pytrees.Scaled here) that was written by its "
+            "serialize_auxdata, but it is registered here without deserialize_auxdata",
+        ),
+        (
+            {"node": ["tests.pytrees.Tagged", {"fields": [["value"], {"dict": []}]}, ["*"]]},
+            "that was written by its fields, but is no dataclass here",
+        ),
+        (
+            {"node": ["tests.pytrees.Layer", {"fields": "x"}, ["*"]]},
+            'has fields "x", not [[child fields], {field: value}]',
+        ),
+        (
+            {
+                "node": [
+                    "tests.pytrees.Layer",
+                    {"fields": [["weight", "size"], {"dict": []}]},
+                    ["*"],
+                ]
+            },
+            'has fields [["weight", "size"], {"dict": []}] that do not match its 1 children',
+        ),
+        (
+            {"node": ["tests.pytrees.Plain", {"data": None}, ["*"]]},
+            "(tests.test_artifact_pytrees.Plain here) that is not a pytree node type here",
+        ),
+        (
+            {"node": ["tests.pytrees.Refusing", {"data": "t"}, ["*"]]},
+            "that its from_children refused (ZeroDivisionError: division by zero)",
+        ),
+        (
+            {"node": ["tests.pytrees.Reshaping", {"data": "t"}, ["*"]]},
+            "that from_children rebuilt as another structure",
+        ),
+        (
+            {"node": ["tests.pytrees.Tagged", {"data": {"dict": [["a"]]}}, ["*"]]},
+            'has an aux dict entry ["a"], not a [str, value] pair',
+        ),
+        (
+            {"node": ["tests.test_artifact_pytrees.Scaled", {"data": "a\x1b"}, ["*"]]},
+            'has aux data "a\\u001b", which holds a control or other unprintable character',
+        ),
+        (
+            {"node": ["tests.test_artifact_pytrees.Scaled", {"data": DEEP}, ["*"]]},
+            "nests aux data deeper than 256 levels",
+        ),
     ],
     ids=[
         "node-shape",
@@ -390,6 +472,19 @@ def wrap(node):
         "namedtuple-private-field",
         "namedtuple-count",
         "namedtuple-unprintable",
+        "namedtuple-shape",
+        "node-unprintable",
+        "children-not-list",
+        "bytes-without-deserialize",
+        "fields-not-dataclass",
+        "fields-shape",
+        "fields-count",
+        "not-a-pytree-node",
+        "from-children-refused",
+        "from-children-reshaped",
+        "aux-dict-entry",
+        "aux-unprintable",
+        "aux-deep",
     ],
 )
 def test_malformed_nodes_are_artifact_errors(one_leaf, node, message):
@@ -453,6 +548,83 @@ def test_malformed_nodes_are_artifact_errors(one_leaf, node, message):
 def test_registration_errors(call, error, message):
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         call()
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (
+            lambda: aotkit.register_pytree_node_serialization(3),
+            TypeError,
+            "aotkit.register_pytree_node_serialization: expected a class, got 3",
+        ),
+        (
+            lambda: aotkit.register_pytree_node_serialization(
+                Layer, serialize_auxdata=1, deserialize_auxdata=2
+            ),
+            TypeError,
+            "aotkit.register_pytree_node_serialization: serialize_auxdata must be a function, "
+            "got 1",
+        ),
+        (
+            lambda: aotkit.register_pytree_node_serialization(collections.OrderedDict),
+            TypeError,
+            "aotkit.register_pytree_node_serialization: OrderedDict is one of the node types "
+            "artifacts keep without registering; register only your own node types",
+        ),
+    ],
+    ids=["not-a-class", "not-a-function", "ordered-dict"],
+)
+def test_more_registration_errors(call, error, message):
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        call()
+
+
+def test_what_cannot_be_written_is_named():
+    ordered = aotkit.lower(lambda d: d["a"], collections.OrderedDict(a=F32)).compile()
+    with pytest.raises(TypeError, match=re.escape(
+        "Compiled 'lambda': serialize: argument args[0] is a collections.OrderedDict; "
+        "artifacts keep dicts (str or int keys): pass dict(...) instead"
+    )):  # fmt: skip
+        ordered.serialize()
+    Renamed = collections.namedtuple("Renamed", "a def", rename=True)
+    renamed = aotkit.lower(lambda r: r.a, Renamed(F32, F32)).compile()
+    with pytest.raises(ValueError, match=re.escape(
+        "Compiled 'lambda': serialize: argument args[0] is a tests.test_artifact_pytrees.Renamed "
+        "with field '_1'; artifacts keep namedtuples whose fields are identifiers not "
+        "starting with '_'"
+    )):  # fmt: skip
+        renamed.serialize()
+
+    class Failing(Tagged):
+        pass
+
+    tree_util.register_pytree_node(
+        Failing, lambda t: ((t.value,), t.tag), lambda g, c: Failing(c[0], g)
+    )
+    aotkit.register_pytree_node_serialization(
+        Failing,
+        serialized_name="tests.pytrees.Failing",
+        serialize_auxdata=lambda aux: 1 / 0,
+        deserialize_auxdata=lambda b: b,
+    )
+    failing = aotkit.lower(lambda t: t.value, Failing(F32, "x")).compile()
+    with pytest.raises(TypeError, match=re.escape(
+        "Compiled 'lambda': serialize: argument args[0]: serialize_auxdata of "
+        "'tests.pytrees.Failing' raised ZeroDivisionError: division by zero; fix the function "
+        "registered for tests.test_artifact_pytrees.test_what_cannot_be_written_is_named."
+        "<locals>.Failing"
+    )):  # fmt: skip
+        failing.serialize()
+
+
+def test_a_stand_in_checks_what_it_is_built_from():
+    Standin = pytrees.standin("tests.pytrees.S", ("a", "b"))
+    with pytest.raises(TypeError, match=r"^S takes 2 values, got 1$"):
+        Standin(1)
+    with pytest.raises(ValueError, match=re.escape("S._replace: unknown fields ['c']")):
+        Standin(1, 2)._replace(c=3)
+    assert Standin(1, 2).b == 2 and Standin(1, 2)._asdict() == {"a": 1, "b": 2}
 
 
 def test_registering_the_same_type_again_replaces_it():

@@ -312,3 +312,72 @@ def test_an_uneven_split_in_a_header_is_refused():
         "f32[3,2] unevenly"
     )):  # fmt: skip
         aotkit.load(repack(data, partitioning=layout))
+
+
+def test_a_sharded_executable_that_does_not_load_is_refused_or_recompiled(one_device):
+    compiled, data = one_device
+    broken = repack(data, replace={"executable": b"not an executable"})
+    with pytest.raises(ArtifactError, match=(
+        r"^aotkit.load: <bytes>: its executable does not load \(backend 'cpu' could not load "
+        r"the serialized executable of 'layer': .*\); load it with recompile=True or 'auto' to "
+        r"compile its portable StableHLO$"
+    )):  # fmt: skip
+        aotkit.load(broken, recompile=False)
+    with pytest.warns(aotkit.errors.ArtifactWarning, match="its executable does not load"):
+        loaded = aotkit.load(broken)
+    assert loaded.origin == "recompiled" and loaded.mesh == compiled.mesh
+
+
+def test_a_sharded_executable_of_other_shapes_is_refused(one_device):
+    _, data = one_device
+    other = aotkit.jit(make_layer(), in_shardings=(NamedSharding(ONE, P("x")), None))
+    other = other.lower(aotkit.spec("f32[4,4]"), aotkit.spec("f32[4,4]")).compile().serialize()
+    swapped = repack(data, replace={"executable": artifacts.unpack(other).section("executable")})
+    with pytest.raises(ArtifactError, match=re.escape(
+        "aotkit.load: <bytes>: its executable does not load (backend 'cpu': the serialized "
+        "executable of 'layer' takes per device (f32[4,4], f32[4,4]) -> (f32[4,4]), but its "
+        "signature and shardings say (f32[2,2], f32[2,2]) -> (f32[2,2]); the file's header "
+        "does not describe its executable); load it with recompile=True"
+    )):  # fmt: skip
+        aotkit.load(swapped, recompile=False)
+
+
+def test_one_device_backends_refuse_sharded_executables():
+    with pytest.raises(ValueError, match=re.escape(
+        "backend 'interpreter' runs programs on one device, but 'f' is partitioned over mesh "
+        "('x': 1); load it on a PJRT backend such as 'cpu'"
+    )):  # fmt: skip
+        aotkit.backends.get("interpreter").deserialize_spmd(
+            b"",
+            name="f",
+            in_specs=(),
+            out_specs=(),
+            partitioning=aotkit.spmd.Partitioning(ONE, 1, (), ()),
+        )
+
+
+def test_without_jaxlibs_mixed_serialization_a_sharded_program_does_not_save(monkeypatch):
+    from aotkit import _compat
+
+    monkeypatch.setattr(_compat, "portable_artifact_with_shardy", lambda *a: None)
+    with pytest.raises(ValueError, match=re.escape(
+        "Compiled 'layer': serialize: this jaxlib cannot write a sharded module as a portable "
+        "artifact (jaxlib's mixed StableHLO/Shardy serialization is missing); save the module "
+        "with Lowered.as_bytecode() and compile it where it runs"
+    )):  # fmt: skip
+        compile_layer().serialize()
+
+
+@pytest.mark.parametrize(
+    "mesh, message",
+    [
+        ("x", 'has mesh "x", not a list of [axis name, size] pairs'),
+        ([["x", 0]], 'has mesh axis ["x", 0], not an [axis name, size] pair'),
+        ([["x", 1], ["x", 1]], "names mesh axis 'x' twice"),
+    ],
+    ids=["not-list", "size-0", "axis-twice"],
+)
+def test_bad_meshes_in_a_header_are_artifact_errors(one_device, mesh, message):
+    layout = {**artifacts.unpack(one_device[1]).header["partitioning"], "mesh": mesh}
+    with pytest.raises(ArtifactError, match=re.escape(f"header field 'partitioning' {message};")):
+        aotkit.load(repack(one_device[1], partitioning=layout))

@@ -197,3 +197,15 @@ def test_vmap_of_a_keyword_argument_is_refused():
         "positional arguments only; pass them positionally"
     )):  # fmt: skip
         jax.vmap(lambda x, s: f(x, s=s))(np.ones((2, 3), np.float32), np.ones(2, np.float32))
+
+
+def test_a_compiled_without_its_module_cannot_embed(lowered):
+    compiled = lowered.compile()
+    bare = aotkit.Compiled(
+        compiled._executable, in_tree=compiled.in_tree, out_tree=compiled.out_tree
+    )
+    with pytest.raises(ValueError, match=re.escape(
+        "aotkit.to_jax: Compiled 'aotkit_kernel' has neither its Lowered stage nor a portable "
+        "module; compile it with Lowered.compile (or load it with aotkit.load)"
+    )):  # fmt: skip
+        aotkit.to_jax(bare)

@@ -27,6 +27,7 @@ from aotkit.transforms import functions as F
 from aotkit.transforms.core import check_policy
 
 __all__ = [
+    "checkpoint",
     "grad",
     "hessian",
     "jacfwd",
@@ -239,6 +240,19 @@ def _restore_float0(float_cts: list, primals, float0) -> tuple:
         ]
         out.append(tree_util.tree_unflatten(tree, rebuilt))
     return tuple(out)
+
+
+def checkpoint(fun: Callable) -> Callable:
+    """`fun`, whose intermediates reverse mode recomputes in the backward pass instead of
+    storing them from the forward pass, as `jax.checkpoint` (remat): less memory for one
+    more evaluation of `fun`. Usable as a decorator; outside reverse mode it is `fun`."""
+    where = f"checkpoint({function_name(fun)})"
+    _check_callable(where, fun)
+
+    def run(args, kwargs):
+        return F.checkpoint(fun, args, kwargs, where)
+
+    return _Transformed(fun, where, run)
 
 
 def vmap(fun: Callable, in_axes=0, out_axes=0, axis_size: int | None = None) -> Callable:

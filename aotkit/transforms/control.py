@@ -188,12 +188,15 @@ def _primal_env(ev, env: Env, values) -> Env:
     return primal
 
 
-def _linear_env(ev, env: Env, values) -> tuple[Env, list]:
-    """An environment where each captured float value with a tangent has a fresh LinVar."""
+def _linear_env(ev, env: Env, values, primals=None) -> tuple[Env, list]:
+    """An environment where each captured float value with a tangent has a fresh LinVar
+    (and its primal from `primals`, when given)."""
     lin = Env()
     found = []
-    for v in values:
+    for i, v in enumerate(values):
         p, t = ev.entry(env, v)
+        if primals is not None:
+            p = primals[i]
         var = LinVar(p.shape, p.dtype) if t is not None and is_float(p.dtype) else None
         lin[v] = (p, var)
         found.append(var)
@@ -484,12 +487,29 @@ def _case_transpose(
 ):
     o = op.operation
     which = [j for j, a in enumerate(cap_args) if isinstance(a, LinVar)]
+    primals = None
+    if CHECKPOINT in o.attributes and captured:
+        # aotkit.checkpoint: the recomputation reads its inputs through one barrier with
+        # the cotangents, so XLA can neither merge it with the forward pass nor run it
+        # before the backward pass reaches it (and keep the intermediates after all).
+        probe = JVPEvaluator(functions, Forward(), transform)
+        values = [probe.entry(env, v)[0] for v in captured]
+        given = [g for g in cts if g is not None]
+        barrier = H.create(
+            "stablehlo.optimization_barrier",
+            values + given,
+            [(p.shape, p.dtype) for p in values + given],
+        )
+        fenced = H.results(barrier)
+        primals = fenced[: len(values)]
+        rest = iter(fenced[len(values) :])
+        cts = [None if g is None else next(rest) for g in cts]
 
     def branch(block):
         def run():
             tape = Tape(policy)
             bev = JVPEvaluator(functions, tape, transform)
-            lin_env, cap_vars = _linear_env(bev, env, captured)
+            lin_env, cap_vars = _linear_env(bev, env, captured, primals)
             outs = bev.run_block(block, [], lin_env)
             seeds = {}
             for (_, var), g in zip(outs, cts, strict=True):
@@ -509,6 +529,9 @@ def _case_transpose(
         out[j] = g
     return out
 
+
+# The attribute `aotkit.checkpoint` puts on the one-branch case it wraps a function in.
+CHECKPOINT = "aotkit.checkpoint"
 
 CONTROL["stablehlo.while"] = lambda ctx, primals, tangents: _while(ctx, primals, tangents)
 CONTROL["stablehlo.case"] = _branches

@@ -28,7 +28,7 @@ from collections.abc import Callable
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import _context, dtypes
+from aotkit import _context, dtypes, modules
 from aotkit.lowering import core as tracing
 from aotkit.lowering.core import Tracer
 from aotkit.transforms import _hlo as H
@@ -42,9 +42,9 @@ class TransformError(NotImplementedError):
 
 
 def op_site(op) -> str:
-    """`stablehlo.sine at model.py:12` for error messages."""
-    loc = str(op.operation.location)
-    return f"{_ir.name(op)} at {loc[4:-1] if loc.startswith('loc(') else loc}"
+    """`stablehlo.sine at model.py:12` for error messages (the op's name alone when its
+    location names no source line)."""
+    return f"{_ir.name(op)}{modules.op_location(op.operation)}"
 
 
 def no_rule(transform: str, op, table_hint: str) -> TransformError:
@@ -378,11 +378,23 @@ def replay(op, operands: list[Tracer], avals: list[tuple] | None = None) -> list
     if o.name.startswith("chlo."):
         emitted.chlo = True
     n_regions = len(o.regions)
+    try:
+        copied = {n: attributes[n] for n in attributes} if len(attributes) else None
+    except TypeError:
+        # An attribute the bindings cannot hand to Python (a complex constant's dense
+        # elements): the op is cloned as it is, on the new operands.
+        if n_regions or types != [r.type for r in o.results]:
+            raise
+        new = o.clone(ip=False)
+        ir.InsertionPoint.current.insert(new)
+        for i, t in enumerate(operands):
+            new.operands[i] = t.value
+        return [Tracer(r, *_ir.aval(r), scope) for r in new.results]
     new = ir.Operation.create(
         o.name,
         results=types,
         operands=[t.value for t in operands],
-        attributes={n: attributes[n] for n in attributes} if len(attributes) else None,
+        attributes=copied,
         regions=n_regions,
         loc=tracing.user_location(),
     )

@@ -27,11 +27,12 @@ from jaxlib.mlir.dialects import stablehlo
 from aotkit import autograph, dtypes, modules
 from aotkit.arguments import function_name
 from aotkit.frontends.tracer import output_value
+from aotkit.lowering import control as tracer_control
 from aotkit.lowering import core
 from aotkit.lowering.core import Tracer
 from aotkit.specs import ShapeDtype
 from aotkit.transforms import _hlo as H
-from aotkit.transforms import batching, control, linalg, windows  # noqa: F401  (they fill the rule tables)
+from aotkit.transforms import batching, control, windows  # noqa: F401  (they fill the rule tables)
 from aotkit.transforms.core import Env, Forward, LinVar, Tape, check_policy, transpose
 from aotkit.transforms.jvp import JVPEvaluator
 
@@ -428,6 +429,27 @@ def jvp(fun: Callable, primals, tangents, *, has_aux: bool = False, where: str |
             tree_util.tree_unflatten(aux_tree, outs[n:]),
         )
     return tree_util.tree_unflatten(out_tree, outs), tree_util.tree_unflatten(out_tree, touts)
+
+
+# --- checkpoints --------------------------------------------------------------------------------
+
+
+def checkpoint(fun: Callable, args: tuple, kwargs: dict, where: str):
+    """`fun(*args, **kwargs)` wrapped in a one-branch `stablehlo.case` marked
+    `aotkit.checkpoint`: reverse mode recomputes its intermediates in the backward pass
+    instead of keeping them (as every branch's are), behind an optimization barrier."""
+    leaves, in_tree = _flatten(where, args, kwargs)
+    src = trace_function(fun, leaves, in_tree, where)
+
+    def body():
+        ev = JVPEvaluator(src.functions, Forward(), "checkpoint")
+        outs = ev.run_block(src.block, [(x, None) for x in leaves], Env())
+        return [p for p, _ in outs]
+
+    outs = tracer_control.switch(0, [body])
+    if outs:
+        outs[0].value.owner.attributes[control.CHECKPOINT] = ir.UnitAttr.get()
+    return tree_util.tree_unflatten(src.out_tree, outs)
 
 
 # --- batching ------------------------------------------------------------------------------------

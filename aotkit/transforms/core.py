@@ -313,22 +313,32 @@ class Evaluator:
         return self.run_block(block, inputs, Env())
 
     def run_block(self, block: ir.Block, inputs: list, env: Env) -> list:
+        local = env.vars
         for arg, entry in zip(block.arguments, inputs, strict=True):
-            env[arg] = entry
+            local[arg] = entry
         apply = self.apply
-        for op in block.operations:
-            o = op.operation
-            name = o.name
-            if name == "func.return" or name == "stablehlo.return":
-                return [self.entry(env, v) for v in o.operands]
-            ins = [self.entry(env, v) for v in o.operands]
-            if name == "func.call" or name == "stablehlo.composite":
-                outs = self.run_function(self._callee(op), ins)
-            else:
-                with tracing.at_location(o.location):
+        entry = self.entry
+        lc = _context.active()
+        saved = lc.location
+        try:
+            for op in block.operations:
+                o = op.operation
+                name = o.name
+                # The block's own values first (most operands), then the enclosing ones.
+                ins = [local.get(v) or entry(env, v) for v in o.operands]
+                if name == "func.return" or name == "stablehlo.return":
+                    return ins
+                if name == "func.call" or name == "stablehlo.composite":
+                    outs = self.run_function(self._callee(op), ins)
+                else:
+                    # Every op the rule builds takes the location of the op it came from.
+                    lc.location = o.location
                     outs = apply(op, ins, env)
-            for r, out in zip(o.results, outs, strict=True):
-                env[r] = out
+                    lc.location = saved
+                for r, out in zip(o.results, outs, strict=True):
+                    local[r] = out
+        finally:
+            lc.location = saved
         raise AssertionError("a block without a terminator")
 
     def entry(self, env: Env, value):

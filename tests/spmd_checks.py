@@ -117,29 +117,27 @@ def check_data_parallel_mlp_step_equals_one_device_and_jax():
     _close((p_sharded, loss), (p_one, loss_one), rtol=1e-4)
 
 
-def _grad_step(params, x, y):
-    """One SGD step whose gradients aotkit.grad computes (aotkit's own reverse mode)."""
-    loss, grads = aotkit.value_and_grad(functools.partial(_loss, anp))(params, x, y)
-    return tuple(p - 0.1 * g for p, g in zip(params, grads, strict=True)), loss
+def check_data_parallel_adam_step_differentiated_by_aotkit_grad():
+    """tests/transforms/test_training.py's step (an MLP, softmax cross-entropy, Adam; the
+    gradient aotkit's own) with the batch sharded over 8 devices."""
+    from tests.transforms import test_training as t
 
-
-def _loss(xp, params, x, y):
-    w1, b1, w2, b2 = params
-    out = xp.tanh(x @ w1 + b1) @ w2 + b2
-    return xp.mean((out - y) ** 2)
-
-
-def check_data_parallel_step_differentiated_by_aotkit_grad():
     mesh = _mesh(data=8)
-    params, x, y = mlp_data()
-    ins, outs = _dp_shardings(mesh)
-    compiled = (
-        aotkit.jit(_grad_step, in_shardings=ins, out_shardings=outs).lower(params, x, y).compile()
-    )
+    params, state = t.init()
+    x, y = t.batch()
+    replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    ins = (replicated, replicated, batch, batch)
+    compiled = aotkit.jit(t.aotkit_step, in_shardings=ins).lower(params, state, x, y).compile()
     assert "all-reduce" in compiled.as_text()  # the gradients, summed over the batch shards
-    got = jax.block_until_ready(compiled(params, x, y))
-    _close(got, aotkit.jit(_grad_step)(params, x, y))
-    _close(got, jax.jit(jax_grad_step)(params, x, y))
+    one = aotkit.jit(t.aotkit_step)
+    want = jax.jit(t.jax_step)
+    got_p, got_s, want_p, want_s = params, state, params, state
+    for _ in range(3):
+        got_p, got_s, got_loss = jax.block_until_ready(compiled(got_p, got_s, x, y))
+        one_p, _, one_loss = one(want_p, want_s, x, y)
+        want_p, want_s, want_loss = want(want_p, want_s, x, y)
+        _close((got_p, got_loss), (one_p, one_loss), rtol=1e-4, atol=1e-5)
+        _close((got_p, got_loss), (want_p, want_loss), rtol=1e-4, atol=1e-5)
 
 
 def check_data_parallel_step_from_the_jax_front_end():

@@ -409,31 +409,48 @@ _DEVICE_PUT_PARAMETERS = (
 
 
 def _device_put_names():
-    """(jaxlib's batched_device_put, IMMUTABLE_ONLY_DURING_CALL), or None."""
+    """(jaxlib's batched_device_put, IMMUTABLE_ONLY_DURING_CALL, ZERO_COPY), or None."""
     put = _private("jaxlib._jax", "batched_device_put")
     during_call = _private("jaxlib._jax", "HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL")
-    if put is None or during_call is None or not _takes(put, _DEVICE_PUT_PARAMETERS):
+    zero_copy = _private("jaxlib._jax", "HostBufferSemantics.ZERO_COPY")
+    if (
+        put is None
+        or during_call is None
+        or zero_copy is None
+        or not _takes(put, _DEVICE_PUT_PARAMETERS)
+    ):
         return None
-    return put, during_call
+    return put, during_call, zero_copy
 
 
-def host_to_device(aval, sharding, device):
+def host_to_device(aval, sharding, device, *, in_place: bool = False):
     """A function `put(ndarray) -> device array` for one argument slot.
 
-    The data is copied during the call, so the device array never aliases memory the caller
-    may mutate or donate, and x64 is on for the transfer: the slot's dtype was fixed at
-    compile time, and JAX's global `jax_enable_x64=False` must not narrow float64 to float32.
+    By default the data is copied during the call, so the device array never aliases memory
+    the caller may mutate or donate. With `in_place=True` the device array reads the NumPy
+    buffer in place where the client can (a CPU client, for a 64-byte aligned dense buffer)
+    and keeps it alive: for buffers nobody writes to while the device array lives (aotkit's
+    staging buffers, aotkit/backends/pjrt.py). x64 is on for the transfer: the slot's dtype
+    was fixed at compile time, and JAX's global `jax_enable_x64=False` must not narrow
+    float64 to float32.
 
     Private: `jaxlib._jax.batched_device_put` with IMMUTABLE_ONLY_DURING_CALL and a forced
     copy (the device array is ready at once, so execution does not wait on an asynchronous
-    copy of an unaligned NumPy buffer: ~5-10 µs per call for a 0-d array). Fallback:
-    `jax.device_put` of a copy of `x` under `jax.enable_x64(True)`.
+    copy of an unaligned NumPy buffer: ~5-10 µs per call for a 0-d array), or ZERO_COPY
+    in place. Fallback: `jax.device_put` under `jax.enable_x64(True)`, of a copy of `x`
+    unless in place.
     """
     names = _device_put_names()
     if aval is None or names is None:
-        return _public_device_put(sharding)
-    put, during_call = names
+        return _public_device_put(sharding, in_place)
+    put, during_call, zero_copy = names
     devices = [device]
+    if in_place:
+
+        def device_put_in_place(x):
+            return put(aval, sharding, [x], devices, True, False, zero_copy, enable_x64=True)
+
+        return device_put_in_place
 
     def device_put(x):
         return put(aval, sharding, [x], devices, True, True, during_call, enable_x64=True)
@@ -441,19 +458,19 @@ def host_to_device(aval, sharding, device):
     return device_put
 
 
-def _public_device_put(sharding):
+def _public_device_put(sharding, in_place: bool = False):
     import jax
     import numpy as np
 
     x64 = jax.enable_x64
     put = jax.device_put
-    copy = np.array
+    copy = (lambda x: x) if in_place else np.array
 
     def device_put(x):
         with x64(True):
             # On CPU, device_put may alias a NumPy buffer even with may_alias=False (jax
             # 0.10-0.12), and the caller may mutate its buffer once this call returns: the
-            # device array gets a private copy.
+            # device array gets a private copy, unless the buffer is one nobody writes to.
             return put(copy(x), sharding)
 
     return device_put
@@ -771,7 +788,7 @@ def sharded_device_put(aval, sharding, shards, devices):
 
         placed = [jax.device_put(shard, device) for shard, device in zip(shards, devices)]
         return jax.make_array_from_single_device_arrays(aval.shape, sharding, placed)
-    put, _ = names
+    put = names[0]
     return put(aval, sharding, shards, devices, True, enable_x64=True)
 
 

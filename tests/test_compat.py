@@ -42,6 +42,7 @@ PRIVATE = {
     ("jax.core", "ShapedArray"): "host transfer",
     ("jaxlib._jax", "batched_device_put"): "host transfer",
     ("jaxlib._jax", "HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL"): "host transfer",
+    ("jaxlib._jax", "HostBufferSemantics.ZERO_COPY"): "host transfer",
     ("jaxlib._jax", "array_result_handler"): "result handler",
     ("jax", "enable_x64.swap_local"): "x64 switch",
     ("jax", "enable_x64.set_local"): "x64 switch",

@@ -2,7 +2,7 @@
 (`autograph=False`, Python loops run at trace time) against converted (`autograph=True`,
 loops and branches become StableHLO control flow), measured in the same run. The prefix
 kernels (`PREFIX_KERNELS`: slices whose bounds are the loop index, `L[i, :i] @ x[:i]`)
-follow.
+follow, at n = 10, 30 and 60 (unrolled only up to --max-unrolled, 30 by default).
 
 For each: ops in the lowered module (constants excluded), trace + default pipeline time
 (best of --rounds), XLA compile time on the CPU backend (best of 2), and run time per call
@@ -10,6 +10,7 @@ For each: ops in the lowered module (constants excluded), trace + default pipeli
 traced values cannot be traced at all without autograph; their unrolled columns say so.
 
     python benchmarks/autograph.py [--rounds 3] [--calls 200] [--only lu_decompose ...]
+                                   [--max-unrolled 30]
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ SIZES = {
     "nussinov": (8, 16),
     "crc32": (8, 32),
     "mandelbrot": (8, 32),
-    **{name: (10, 30) for name in PREFIX_KERNELS},
+    **{name: (10, 30, 60) for name in PREFIX_KERNELS},
 }
+# Unrolled programs above these sizes take XLA minutes to hours (an LU at n = 30 is 14,000
+# ops and three minutes); their columns say "skipped" (`--max-unrolled` changes it).
+MAX_UNROLLED = 30
 ALL = {**KERNELS, **PREFIX_KERNELS}
 STATIC = {"gauss_seidel": (2,), "mandelbrot": (2,)}
 
@@ -107,6 +111,12 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="best of N for lower and run")
     parser.add_argument("--calls", type=int, default=200, help="calls per timed run round")
     parser.add_argument("--only", nargs="*", default=None, help="kernel names")
+    parser.add_argument(
+        "--max-unrolled",
+        type=int,
+        default=MAX_UNROLLED,
+        help="largest n measured unrolled (larger: converted only)",
+    )
     args = parser.parse_args(argv)
     # Every compile is the compiler's: the persistent cache would answer the second one.
     aotkit.cache.configure(dir="off")
@@ -120,7 +130,11 @@ def main(argv=None) -> int:
     print("-" * len(header))
     for name in args.only or ALL:
         for n in SIZES[name]:
-            u = measure(name, n, False, args.rounds, args.calls)
+            u = (
+                measure(name, n, False, args.rounds, args.calls)
+                if n <= args.max_unrolled
+                else "skipped"
+            )
             c = measure(name, n, True, args.rounds, args.calls)
             print(
                 f"{name:<26} {n:>3} {_cell(u, 'ops', 1, 'd'):>8} {c['ops']:>8} "

@@ -1497,3 +1497,63 @@ def test_builtin_max_with_a_key_runs_as_python():
 
     out = aotkit.jit(by_key)(np.array([1.0], np.float32))
     assert np.asarray(out).tolist() == 2.0
+
+
+def int_of_a_comparison(t, table):
+    return table[0] + int(t[0] + t[1] == 3), int(t[1] > t[0])
+
+
+def int_and_round_of_floats(t, table):
+    return int(t[2]), round(t[2]), round(t[3]), table[1] + round(t[0])
+
+
+def float_and_bool(t, table):
+    return t[0] * float(t[4]), float(table[0]), bool(t[0]), bool(table[0] - 5)
+
+
+def as_indices(t, table):
+    x = t * 2.0
+    return x[int(t[1])] + x[round(t[3])] + x[int(table[0] - 5)]
+
+
+def in_a_loop(t, table):
+    counts = np.zeros(3, np.int32)
+    for i in range(3):
+        counts[i] = counts[i - 1] + int(t[i] > 0) + round(t[i] * 0.0)
+    return counts
+
+
+BUILTIN_CONVERSIONS = [
+    int_of_a_comparison,
+    int_and_round_of_floats,
+    float_and_bool,
+    as_indices,
+    in_a_loop,
+]
+
+
+@pytest.mark.parametrize("fn", BUILTIN_CONVERSIONS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_builtin_int_float_bool_and_round_of_traced_numbers_are_numpys(fn, dtype):
+    """On a traced 0-d value they return what they return for the NumPy scalar it is when
+    NumPy runs the code: a Python number, which is weakly typed (int64 or float64 alone)."""
+    t = np.array([1.0, 2.0, -2.5, 3.5, 0.1], dtype)
+    table = np.array([5, 6], np.int32)
+    got, want = aotkit.jit(fn)(t, table), fn(t, table)
+    for g, w in zip(tree_util.tree_leaves(got), tree_util.tree_leaves(want), strict=True):
+        g = np.asarray(g)
+        assert g.dtype == np.asarray(w).dtype, (fn.__name__, g, w)
+        np.testing.assert_array_equal(g, np.asarray(w))
+
+
+def test_builtin_int_of_an_array_or_a_complex_keeps_pythons_error():
+    def of_array(t):
+        return int(t)
+
+    def of_complex(t):
+        return int(t[0])
+
+    with pytest.raises(TypeError, match=r"^int\(\) of a traced f32\[2\] array"):
+        aotkit.jit(of_array)(np.ones(2, np.float32))
+    with pytest.raises(TypeError, match=r"^int\(\) of a traced c64\[\] array"):
+        aotkit.jit(of_complex)(np.ones(2, np.complex64))

@@ -11,12 +11,15 @@ against NumPy, since hand-picked cases missed both silent wrong values.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aotkit
+from aotkit.autograph import AutographWarning
 from tests.helpers import assert_matches, module_from_source
 
 
@@ -205,6 +208,186 @@ def test_chained_writes_into_a_numpy_made_array_are_numpys(tmp_path):
         aotkit.jit(m.unpacked)(np.ones(3))
 
 
+VIEW_MESSAGE = (
+    "item assignment (at {path}:{line}): the array written is {what}; NumPy would write "
+    "through it into that array, but here the write would change only this name's value; "
+    "write into the array itself (out[i, 0] = v, not row = out[i]; row[0] = v), or take a "
+    "copy (.copy()) if that array should not change"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "write", "what"),
+    [
+        ("part", "view[0] = u[0]", "a view of another array (bound by `{view = out[:2]}` at {})"),
+        ("row", "r *= 2.0", "a view of another array (bound by `{r = out[1]}` at {})"),
+        (
+            "reshaped",
+            "m[0, 0] = 9.0",
+            "a view of another array (bound by `{m = out.reshape(2, 2)}` at {})",
+        ),
+        ("transposed", "t[0, 1] = 9.0", "a view of another array (bound by `{t = out.T}` at {})"),
+        (
+            "numpy_part",
+            "view[0] = u[0]  # NumPy's",
+            "a view of another array (bound by `{view = out[1:]}` at {})",
+        ),
+        (
+            "rows",
+            "r[0] = 7.0",
+            "a row of the array the loop at {for r in out:} runs over, a view of it",
+        ),
+    ],
+)
+def test_a_write_through_a_view_is_refused(tmp_path, name, write, what):
+    """NumPy writes through a view into its array; a traced array's part is a value of its
+    own, so the write would be lost: it is refused at the line (it used to be lost)."""
+    m, path = module_from_source(
+        tmp_path,
+        """
+        def part(u):
+            out = np.zeros_like(u)
+            view = out[:2]
+            view[0] = u[0]
+            return out
+
+        def row(u):
+            out = np.outer(u, u)
+            r = out[1]
+            r *= 2.0
+            return out
+
+        def reshaped(u):
+            out = np.zeros(4) + u[0]
+            m = out.reshape(2, 2)
+            m[0, 0] = 9.0
+            return out
+
+        def transposed(u):
+            out = np.zeros((3, 3)) + u
+            t = out.T
+            t[0, 1] = 9.0
+            return out
+
+        def numpy_part(u):
+            out = np.zeros(3)
+            view = out[1:]
+            view[0] = u[0]  # NumPy's
+            return out
+
+        def rows(u):
+            out = np.zeros((3, 3)) + u
+            for r in out:
+                r[0] = 7.0
+            return out
+        """,
+    )
+    lines = path.read_text().splitlines()
+
+    def at(text: str) -> str:  # the line of the function `name` that holds `text`
+        start = lines.index(f"def {name}(u):")
+        return f"{path}:{next(k for k in range(start, len(lines)) if text in lines[k]) + 1}"
+
+    bound = what[what.index("{") + 1 : what.index("}")]
+    what = what.replace("{" + bound + "}", bound if "loop" not in what else at(bound))
+    what = what.replace("{}", at(bound)) if "loop" not in what else what
+    message = VIEW_MESSAGE.format(path=path, line=at(write).rsplit(":", 1)[1], what=what)
+    if name == "row":
+        message = message.replace("item assignment", "augmented assignment", 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AutographWarning)  # the loop unrolls to say so
+        with pytest.raises(TypeError) as e:
+            aotkit.jit(getattr(m, name))(np.array([1.0, -2.0, 3.0]))
+    assert str(e.value) == message
+
+
+def test_copies_and_numpy_views_written_with_numpy_values_keep_numpys_meaning(tmp_path):
+    m, _ = module_from_source(
+        tmp_path,
+        """
+        def copies(u):
+            out = np.zeros_like(u)
+            part = out[:2].copy()
+            part[0] = u[0]
+            picked = out[[0, 1]]
+            picked[1] = u[1]
+            s = out[0]
+            s += 1.0
+            return out + part.sum() + picked.sum() + s
+
+        def numpy_views(u):
+            out = np.zeros(3)
+            view = out[1:]
+            view[0] = 5.0
+            for r in np.zeros((2, 3)):
+                r[0] = 1.0
+            return out + u
+
+        def rebound(u):
+            out = np.zeros_like(u)
+            v = out[:2]
+            v = v * 2.0
+            v[0] = u[0]
+            return out + v.sum()
+        """,
+    )
+    for fn in (m.copies, m.numpy_views, m.rebound):
+        _same_as_numpy(fn, np.array([1.0, -2.0, 3.0]))
+
+
+def test_a_write_into_an_array_held_by_something_else_is_refused_or_kept(tmp_path):
+    m, path = module_from_source(
+        tmp_path,
+        """
+        def in_a_list(u):
+            outs = [np.zeros(2), np.zeros(2)]
+            outs[0][0] = u[0]
+            return outs[0]
+
+        def in_an_enclosing_function(u):
+            b = np.zeros(3)
+
+            def fill():
+                b[0] = u[0]
+
+            fill()
+            return b
+
+        def row_of_a_row(u):
+            x = np.zeros((2, 2)) + u[0]
+            x[1][0] = 5.0
+            return x
+
+        def traced_in_a_list(u):
+            outs = [np.zeros_like(u), np.zeros_like(u)]
+            outs[1][0] = u[2]
+            outs[1][1] += 3.0
+            return outs[1]
+        """,
+    )
+    held = (
+        "item assignment (at {path}:{line}): a traced value is written into a NumPy array the "
+        "function reaches through something other than a local name (an element of a list "
+        "or dict, an attribute, or a variable of an enclosing function), which keeps the "
+        "NumPy array; a NumPy array cannot hold a traced value: create the array from a "
+        "traced value where it is made (np.zeros_like(x), or aotkit.numpy.zeros(shape)), or "
+        "keep it in a local name and return it"
+    )
+    u = np.array([1.0, -2.0, 3.0])
+    for fn, line in ((m.in_a_list, 5), (m.in_an_enclosing_function, 12)):
+        with pytest.raises(TypeError) as e:
+            aotkit.jit(fn)(u)  # NumPy's own error was "setting an array element with a sequence"
+        assert str(e.value) == held.format(path=path, line=line)
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(m.row_of_a_row)(u)  # was lost: x[1] was a value of its own
+    assert str(e.value) == (
+        f"item assignment (at {path}:19): the array written is `x[1]`, a view of another array; "
+        "NumPy would write through it into that array, but here the write would reach only "
+        "the view; index the array once (x[i, j] = v, not x[i][j] = v)"
+    )
+    _same_as_numpy(m.traced_in_a_list, u)  # the list holds the traced array itself
+
+
 # --- random programs --------------------------------------------------------------------------
 
 N = 4  # the length of `out` and of the argument `t`
@@ -213,7 +396,7 @@ N = 4  # the length of `out` and of the argument `t`
 def _statement(draw, depth: int) -> list[str]:
     i, j = draw(st.integers(0, N - 1)), draw(st.integers(0, N - 1))
     c = draw(st.sampled_from(["0.5", "-1.0", "2.0"]))
-    kinds = ["set_traced", "set_const", "add_traced", "iadd_traced", "scale", "chained"]
+    kinds = ["set_traced", "set_const", "add_traced", "iadd_traced", "scale", "chained", "view"]
     if depth < 2:
         kinds += ["if", "if_else", "loop", "helper"]
     kind = draw(st.sampled_from(kinds))
@@ -229,6 +412,8 @@ def _statement(draw, depth: int) -> list[str]:
         return [f"out *= {c}"]
     if kind == "chained":
         return [f"out[:{i}] = out[{N - i}:] = t[{j}:{j + i}].sum() + {c}"]
+    if kind == "view":
+        return [f"v = out[:{i + 1}]", f"v[0] = {c}", f"v[{i}] += t[{j}]"]
     if kind == "helper":
         return [f"out = put(out, {i}, t[{j}] + {c})"]
     body = [f"    {s}" for s in _block(draw, depth + 1)]
@@ -269,6 +454,7 @@ def test_random_programs_of_writes_match_numpy(tmp_path_factory, case):
     try:
         got = aotkit.jit(m.prog)(t)
     except TypeError as e:  # a refusal must be the documented one, never a wrong value
-        assert "a traced value is written into a NumPy array" in str(e), (source, e)
+        refusals = ("a traced value is written into a NumPy array", "is a view of another array")
+        assert any(r in str(e) for r in refusals), (source, e)
         return
     assert_matches(got, want, source)

@@ -219,3 +219,111 @@ def test_indexed_iterables_keep_their_python_meaning_when_unrolled(tmp_path):
         warnings.simplefilter("ignore", AutographWarning)  # the list makes the loops unroll
         total = aotkit.jit(lambda v: m.short(v)[0])(x)
     assert float(total) == 6.0 + 9
+
+
+REVERSED = """
+def reversed_sums(x):
+    n = x.shape[0]
+    out = np.zeros(n)
+    y = x.copy()
+    for i in range(n):
+        out[i] = np.flip(x[{lo}:{hi}]) @ x[{lo}:{hi}] + (x[{lo}:{hi}][::-1] * 2.0).max(initial=-1.0)
+        y[{lo}:{hi}] = y[{lo}:{hi}] - 0.5 * np.flip(y[{lo}:{hi}])
+    return out, y
+"""
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(BOUNDS), st.sampled_from(BOUNDS), st.integers(0, 7))
+def test_reversed_slices_with_any_bound_match_numpy(tmp_path_factory, lo, hi, n):
+    """`np.flip(x[a:b])` and `x[a:b][::-1]`: the slice's elements in reverse order, which
+    combine with slices of the same bounds and write back into them."""
+    m, _ = module_from_source(tmp_path_factory.mktemp("r"), REVERSED.format(lo=lo, hi=hi))
+    x = np.arange(1.0, n + 1.0) ** 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AutographWarning)
+        got = aotkit.jit(m.reversed_sums)(x)
+    for g, w in zip(got, m.reversed_sums(x), strict=True):
+        assert_matches(g, w, f"x[{lo}:{hi}] reversed for n={n}")
+
+
+def test_products_of_an_array_and_a_slice_keep_the_slice(tmp_path):
+    m, _ = module_from_source(
+        tmp_path,
+        """
+        def products(a, b, v):
+            n = a.shape[0]
+            rows = np.zeros((n, n))
+            cols = np.zeros((n, n))
+            block = np.zeros((n, n))
+            for i in range(n):
+                rows[i, i:] = v @ a[:, i:]
+                cols[:i, i] = np.dot(a[:i, :], v)
+                block[:, i:] = b @ a[:, i:] * 0.5
+                rows[i, :i] += (a[:i, :] @ b).sum()
+            return rows, cols, block
+        """,
+    )
+    rng = np.random.default_rng(0)
+    a, b, v = rng.normal(size=(5, 5)), rng.normal(size=(5, 5)), rng.normal(size=5)
+    got = _as_loops(m.products, a, b, v).compile()(a, b, v)
+    for g, w in zip(got, m.products(a, b, v), strict=True):
+        assert_matches(g, w)
+
+
+def test_products_over_a_traced_extent_need_two_slices(tmp_path):
+    m, path = module_from_source(
+        tmp_path,
+        """
+        def over_extent(a, v):
+            out = np.zeros(a.shape[0])
+            for i in range(a.shape[0]):
+                out[i] = (v[:i] @ a[:i]).sum()
+            return out
+
+        def sliced_again(v):
+            out = np.zeros(v.shape[0])
+            for i in range(v.shape[0]):
+                out[i] = v[:i][1:].sum()
+            return out
+        """,
+    )
+    cases = [
+        (m.over_extent, 6, "matmul", np.arange(36.0).reshape(6, 6)),
+        (m.sliced_again, 12, r"x\[a:b\]\[\.\.\.\]", None),
+    ]
+    for fn, line, op, a in cases:
+        with pytest.warns(
+            AutographWarning,
+            match=rf"{op} \(at {path}:{line}\): the slice at {path}:{line} has a traced bound",
+        ):
+            got = aotkit.jit(fn)(*((a, np.ones(6)) if a is not None else (np.ones(6),)))
+        assert_matches(got, fn(*((a, np.ones(6)) if a is not None else (np.ones(6),))))
+
+
+def test_windows_running_past_an_end_in_a_loop_are_numpys_shorter_slices(tmp_path):
+    """A window the loop's index range keeps inside the array is one dynamic_slice; one
+    that may run past an end is NumPy's shorter (or empty) slice there, not a window moved
+    back inside."""
+    m, _ = module_from_source(
+        tmp_path,
+        """
+        def edges(x, w):
+            n = x.shape[0]
+            sums = np.zeros(n)
+            spread = np.zeros(n)
+            inside = np.zeros(n)
+            for i in range(n):
+                sums[i] = x[i : i + 3].sum() + x[i - 2 : i].max(initial=-9.0)
+                spread[i : i + 2] += x[i]
+                for j in range(i):
+                    inside[i] += x[j : j + 2] @ w
+            return sums, spread, inside
+        """,
+    )
+    x, w = np.arange(1.0, 8.0) ** 2, np.array([0.5, -1.0])
+    lowered = _as_loops(m.edges, x, w)
+    text = lowered.as_text()
+    assert "sizes = [2]" in text and "sizes = [3]" not in text  # x[j : j + 2] only
+    for g, want in zip(lowered.compile()(x, w), m.edges(x, w), strict=True):
+        assert_matches(g, want)

@@ -31,13 +31,14 @@ import sys
 import threading
 import types
 import warnings
+import weakref
 
 import numpy as np
 from jax import tree_util
 
 from aotkit import dtypes, lax
 from aotkit import numpy as anp
-from aotkit.lowering.core import Tracer, as_weak, user_site
+from aotkit.lowering.core import Tracer, as_weak, note_range, user_site
 
 # Loops of at most this many iterations (with static bounds) stay unrolled: a handful of
 # copies of the body costs less than a loop and keeps every index static.
@@ -382,6 +383,7 @@ def _python_for(info, vals: dict, scope, body, iterable):
     params, writes, brk = info.params, info.writes, info.brk
     done = 0
     for item in iterable:
+        _note_rows(iterable, item, info.site)
         vals.update(zip(writes, body(item, *[vals[p] for p in params]), strict=True))
         done += 1
         if brk is not None:
@@ -544,6 +546,7 @@ def _body_runner(info, vals, body, names, record, rows, pending=()):
         args = [local[p] for p in params]
         if is_for:
             item = rows[index] if rows is not None else index
+            _note_rows(rows, item, info.site)
             outs = body(item, *args)
         else:
             outs = body(*args)
@@ -994,15 +997,15 @@ plain_types: set = {
 
 def call(f):
     """The function to call in place of `f`: its converted version when `f` is a Python
-    function from the user's own code, `max`/`min` that take traced numbers, the iterables
-    a converted loop can index (`np.ndindex`, `itertools.product`, `enumerate`, `zip`),
-    else `f`."""
+    function from the user's own code, `max`/`min`, `int`/`float`/`bool`/`round` that take
+    traced numbers, the iterables a converted loop can index (`np.ndindex`,
+    `itertools.product`, `enumerate`, `zip`), else `f`."""
     if type(f) in plain_types:
         if f is builtins.max:
             return _max
         if f is builtins.min:
             return _min
-        return _INDEXABLE.get(f, f)
+        return _SCALAR_BUILTINS.get(f) or _INDEXABLE.get(f, f)
     return _converter(f)
 
 
@@ -1040,15 +1043,21 @@ def _element(part, k):
     if type(part) is range:
         return part.start + part.step * k
     if isinstance(part, np.ndarray):
-        return anp.asarray(part)[k]
-    return part[k]
+        row = anp.asarray(part)[k]
+    else:
+        row = part[k]
+    _note_rows(part, row, user_site())
+    return row
 
 
 def _digits(k, sizes: tuple[int, ...]) -> list:
     """The mixed-radix digits of the flat index `k` (the last size varies fastest)."""
     out = []
     for size in reversed(sizes):
-        out.append(k % size)
+        digit = k % size
+        if isinstance(digit, Tracer):  # windows at these indices are then proven inside
+            note_range(digit.value, 0, max(size - 1, 0))
+        out.append(digit)
         k = k // size
     return out[::-1]
 
@@ -1181,7 +1190,123 @@ _max = _extreme(builtins.max, operator.gt)
 _min = _extreme(builtins.min, operator.lt)
 
 
+def _scalar_builtin(builtin, convert):
+    """`builtin` (int, float, bool, round) that also takes a traced 0-d value, as it takes
+    the NumPy scalar that value is when NumPy runs the code: the result is the traced form of
+    the Python number it returns, weakly typed as Python numbers are (`int(t)` of a float
+    rounds toward zero, `round(t)` half to even; both int64, as NumPy makes a Python int)."""
+
+    def converted(*args, **kwargs):
+        if len(args) != 1 or kwargs or not isinstance(args[0], Tracer) or args[0].ndim != 0:
+            return builtin(*args, **kwargs)
+        x = args[0]
+        if dtypes.is_complex(x.dtype) and builtin is not bool:
+            return builtin(*args, **kwargs)  # Python's own TypeError, as for a NumPy complex
+        return as_weak(convert(x))
+
+    converted.__name__ = builtin.__name__
+    return converted
+
+
+_INT64 = np.dtype(np.int64)
+_SCALAR_BUILTINS = {
+    builtins.int: _scalar_builtin(
+        builtins.int,
+        lambda x: (anp.trunc(x) if dtypes.is_inexact(x.dtype) else x).astype(_INT64),
+    ),
+    builtins.float: _scalar_builtin(builtins.float, lambda x: x.astype(np.float64)),
+    builtins.bool: _scalar_builtin(builtins.bool, lambda x: x != 0),
+    builtins.round: _scalar_builtin(builtins.round, lambda x: anp.rint(x).astype(_INT64)),
+}
+
+
 # --- item assignments (see _transform._ItemAssignments) -------------------------------------------
+
+
+# --- views: names bound to part of another array ----------------------------------------------
+# NumPy writes through a view into its array; a traced array has no views (`x[:2]` is a new
+# value), so a write through a name bound to a view is refused (`writable`) rather than
+# lost. The views are noted by object, per thread, as the converted code binds them.
+
+_views = threading.local()
+slice_ = builtins.slice  # the transform's `a:b` as a value, whatever the user named `slice`
+
+
+def _view_table() -> dict:
+    try:
+        return _views.table
+    except AttributeError:
+        _views.table = {}
+        return _views.table
+
+
+def _note_view(value, why: str) -> None:
+    table = _view_table()
+    if len(table) > 256:  # forget the views that are gone
+        for key in [k for k, (ref, _) in table.items() if ref() is None]:
+            del table[key]
+    table[id(value)] = (weakref.ref(value), why)
+
+
+def _view_reason(target) -> str | None:
+    entry = _view_table().get(id(target))
+    return entry[1] if entry is not None and entry[0]() is target else None
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, Tracer | np.ndarray) and x.ndim >= 1
+
+
+def _basic(index) -> bool:
+    """Whether `x[index]` is NumPy's basic indexing (a view), not advanced (a copy)."""
+    items = index if isinstance(index, tuple) else (index,)
+    return all(
+        i is None
+        or i is Ellipsis
+        or isinstance(i, builtins.slice)
+        or (isinstance(i, int | np.integer) and not isinstance(i, bool | np.bool_))
+        or (isinstance(i, Tracer | np.ndarray) and i.ndim == 0 and i.dtype.kind in "iu")
+        for i in items
+    )
+
+
+def _shares(value, base) -> bool:
+    """Whether `value`, made from `base`, is a view of it (or, for a container `base`, one
+    of the NumPy arrays it holds) that NumPy would write through."""
+    if not _is_array(value) or value is base:
+        return False
+    if isinstance(value, np.ndarray):
+        if isinstance(base, np.ndarray):
+            return np.may_share_memory(value, base)
+        return isinstance(base, list | tuple | dict)
+    return isinstance(base, Tracer)
+
+
+def part(base, index, text: str | None):
+    """`base[index]`, noted as a view of `base` where NumPy would make one."""
+    value = base[index]
+    if _basic(index) and _shares(value, base):
+        _note_view(value, _bound_by(text))
+    return value
+
+
+def view_of(value, base, text: str | None):
+    """`value` (`base.T`, `base.reshape(...)`, `np.ravel(base)`, ...), noted as a view of
+    `base` where NumPy would make one."""
+    if _shares(value, base):
+        _note_view(value, _bound_by(text))
+    return value
+
+
+def _bound_by(text: str | None) -> str:
+    said = f"`{text}` " if text is not None else ""
+    return f"a view of another array (bound by {said}at {user_site()})"
+
+
+def _note_rows(iterable, item, site: str) -> None:
+    """Notes `item`, a row of the array a loop runs over, as a view of it."""
+    if isinstance(iterable, Tracer | np.ndarray) and iterable.ndim >= 2:
+        _note_view(item, f"a row of the array the loop at {site} runs over, a view of it")
 
 
 def writable(target, value, shared: str | None = None, what: str = "item assignment"):
@@ -1191,8 +1316,20 @@ def writable(target, value, shared: str | None = None, what: str = "item assignm
 
     `shared` says why another binding may hold the same NumPy array (a parameter, an alias):
     that binding would keep the NumPy array without the write, where NumPy changes the one
-    array both see, so such a write is refused rather than computed differently.
+    array both see, so such a write is refused rather than computed differently. So is a
+    write through a view (`row = out[i]`, a loop's rows): NumPy's changes the array viewed,
+    which a traced array, or a NumPy array given a traced value, would not see.
     """
+    view = _view_reason(target)
+    if view is not None and (
+        isinstance(target, Tracer) or (isinstance(target, np.ndarray) and _holds_tracer(value))
+    ):
+        raise TypeError(
+            f"{what} (at {user_site()}): the array written is {view}; NumPy would write "
+            "through it into that array, but here the write would change only this name's "
+            "value; write into the array itself (out[i, 0] = v, not row = out[i]; "
+            "row[0] = v), or take a copy (.copy()) if that array should not change"
+        )
     if isinstance(target, np.ndarray) and _holds_tracer(value):
         if shared is not None:
             raise TypeError(
@@ -1205,6 +1342,60 @@ def writable(target, value, shared: str | None = None, what: str = "item assignm
             )
         return anp.array(target)
     return target
+
+
+_AUGMENTED = {
+    "Add": operator.iadd,
+    "Sub": operator.isub,
+    "Mult": operator.imul,
+    "Div": operator.itruediv,
+    "FloorDiv": operator.ifloordiv,
+    "Mod": operator.imod,
+    "Pow": operator.ipow,
+    "MatMult": operator.imatmul,
+    "BitAnd": operator.iand,
+    "BitOr": operator.ior,
+    "BitXor": operator.ixor,
+    "LShift": operator.ilshift,
+    "RShift": operator.irshift,
+}
+
+
+def setitem(held, outer, index, value, op: str | None, text: str | None) -> None:
+    """`target[index] = value` (`op`: `target[index] op= value`, as Python runs it) for a
+    target that is no local name of the converted function: `held[outer]` (a list's
+    element, `x[i]` of `x[i][j] = v`) when `text` names it, else `held` itself (an
+    attribute, a variable of an enclosing function). A NumPy array there cannot become
+    traced (what holds it would keep the NumPy array), so a traced value written into it
+    is refused at the line, where NumPy's own `__setitem__` would fail with an unclear
+    error; so is any write into a part of an array (`x[i]` is a view of x in NumPy, which
+    the write changes, where a traced array's part is a value of its own)."""
+    target = held if text is None else held[outer]
+    if op is not None:
+        value = _AUGMENTED[op](target[index], value)
+    if (
+        text is not None
+        and isinstance(held, Tracer | np.ndarray)
+        and _is_array(target)
+        and _basic(outer)
+        and (isinstance(target, Tracer) or _holds_tracer(value))
+    ):
+        raise TypeError(
+            f"item assignment (at {user_site()}): the array written is `{text}`, a view of "
+            "another array; NumPy would write through it into that array, but here the write "
+            "would reach only the view; index the array once (x[i, j] = v, not x[i][j] = v)"
+        )
+    if isinstance(target, np.ndarray) and _holds_tracer(value):
+        raise TypeError(
+            f"item assignment (at {user_site()}): a traced value is written into a NumPy "
+            "array the function reaches through something other than a local name (an "
+            "element of a list or dict, an attribute, or a variable of an enclosing "
+            "function), which keeps the NumPy array; a NumPy array cannot hold a traced "
+            "value: create the array from a traced value where it is made "
+            "(np.zeros_like(x), or aotkit.numpy.zeros(shape)), or keep it in a local name "
+            "and return it"
+        )
+    target[index] = value
 
 
 def _holds_tracer(value) -> bool:

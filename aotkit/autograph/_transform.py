@@ -268,10 +268,12 @@ class _ItemAssignments(ast.NodeTransformer):
         elif isinstance(node, ast.AugAssign) and isinstance(target, ast.Name):
             # `acc += x`: NumPy writes into acc's array, as `acc[...] += x` would.
             base, what = target.id, "augmented assignment"
+        elif isinstance(target, ast.Subscript):
+            return self._held_elsewhere(node, target)
         else:
             return node
         if base not in self.local_names:
-            return node
+            return self._held_elsewhere(node, target)
         temp = f"{PREFIX}item_{self.conv.next_id()}"
         keep = ast.Assign(targets=[_name(temp, True)], value=node.value)
         writable = self._writable(base, temp, what)
@@ -279,8 +281,31 @@ class _ItemAssignments(ast.NodeTransformer):
         return [_located(ast.copy_location(keep, node), node),
                 _located(ast.copy_location(writable, node), node), node]  # fmt: skip
 
+    def _held_elsewhere(self, node, target):
+        """`T[i] = v` (or `T[i] += v`) where T is no local name (`outs[0][k]`, `self.a[k]`,
+        a variable of an enclosing function): `ag__.setitem(T, i, v)`, which refuses at the
+        line a traced value written into a NumPy array (what T holds keeps that array)."""
+        if not isinstance(target, ast.Subscript):
+            return node
+        index = _index_value(target.slice)
+        if index is None:
+            return node
+        op = _const(type(node.op).__name__ if isinstance(node, ast.AugAssign) else None)
+        held = target.value
+        outer = _index_value(held.slice) if isinstance(held, ast.Subscript) else None
+        if outer is not None:
+            # `x[i][j] = v`: the item i of x (a view, when x is an array) written into.
+            text = _const(ast.unparse(held))
+            call = _call(_ag("setitem"), held.value, outer, index, node.value, op, text)
+        else:
+            call = _call(_ag("setitem"), held, _const(None), index, node.value, op, _const(None))
+        return _located(ast.copy_location(ast.Expr(value=call), node), node)
+
     def visit_Assign(self, node: ast.Assign):
         if len(node.targets) == 1:
+            if isinstance(node.targets[0], ast.Name):
+                node.value = self._noted_view(node.value, node)
+                return node
             return self._rewrite(node, node.targets[0])
         if not any(
             isinstance(t, ast.Subscript)
@@ -298,6 +323,47 @@ class _ItemAssignments(ast.NodeTransformer):
             rewritten = self._rewrite(one, target)
             out.extend(rewritten if isinstance(rewritten, list) else [rewritten])
         return out
+
+    # What makes a view of an array NumPy writes through: `x.T`, `x.reshape(...)`,
+    # `np.ravel(x)`, ... (and `x[...]` with a basic index, see `_runtime.part`).
+    _VIEW_ATTRS = frozenset({"T", "mT", "real", "imag"})
+    _VIEW_METHODS = frozenset(
+        {"reshape", "ravel", "transpose", "swapaxes", "squeeze", "view", "diagonal"}
+    )
+    _VIEW_FUNCTIONS = _VIEW_METHODS | frozenset(
+        {"moveaxis", "expand_dims", "atleast_1d", "atleast_2d", "atleast_3d"}
+    )
+
+    def _noted_view(self, value: ast.expr, node: ast.Assign) -> ast.expr:
+        """`name = x[i]`, `name = x.T`, `name = np.reshape(x, ...)` for a name `x`: the same
+        value, noted at run time as a part of x when NumPy would make it a view, so that a
+        write through `name` is refused (`_runtime.writable`) rather than lost."""
+        text = _const(ast.unparse(node) if len(ast.unparse(node)) <= 60 else None)
+        if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
+            index = _index_value(value.slice)
+            if index is None:
+                return value
+            new = _call(_ag("part"), value.value, index, text)
+        elif (
+            isinstance(value, ast.Attribute)
+            and isinstance(value.value, ast.Name)
+            and value.attr in self._VIEW_ATTRS
+        ):
+            new = _call(_ag("view_of"), value, _name(value.value.id), text)
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+            owner, attr = value.func.value, value.func.attr
+            if isinstance(owner, ast.Name) and attr in self._VIEW_METHODS:
+                base = owner.id
+            elif (
+                attr in self._VIEW_FUNCTIONS and value.args and isinstance(value.args[0], ast.Name)
+            ):
+                base = value.args[0].id
+            else:
+                return value
+            new = _call(_ag("view_of"), value, _name(base), text)
+        else:
+            return value
+        return _located(ast.copy_location(new, value), value)
 
     # NumPy functions that write into their first argument: `np.add.at(x, i, v)`,
     # `np.put(x, i, v)`, `np.copyto(x, v)`, `np.fill_diagonal(x, v)`.
@@ -328,6 +394,24 @@ class _ItemAssignments(ast.NodeTransformer):
 
     def visit_AugAssign(self, node: ast.AugAssign):
         return self._rewrite(node, node.target)
+
+
+def _index_value(index: ast.expr) -> ast.expr | None:
+    """The index of a subscript as a value to pass (`a:b` -> `slice(a, b, None)`), or None
+    for one that has no such form here (a starred item)."""
+
+    def one(e):
+        if isinstance(e, ast.Slice):
+            parts = [p if p is not None else _const(None) for p in (e.lower, e.upper, e.step)]
+            return _call(_ag("slice_"), *parts)
+        if isinstance(e, ast.Starred):
+            return None
+        return e
+
+    if isinstance(index, ast.Tuple):
+        items = [one(e) for e in index.elts]
+        return None if None in items else ast.Tuple(elts=items, ctx=ast.Load())
+    return one(index)
 
 
 def _item_assignments(conv: Converter, node) -> None:

@@ -35,7 +35,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes
-from aotkit.lowering import indexing  # noqa: F401  (registers the dynamic slices scan binds)
+from aotkit.lowering import indexing  # also registers the dynamic slices scan binds
 from aotkit.lowering.core import (
     Tracer,
     _check_live,
@@ -45,6 +45,7 @@ from aotkit.lowering.core import (
     current_scope,
     full,
     is_tracing,
+    note_range,
     pop_scope,
     push_scope,
     user_location,
@@ -672,10 +673,14 @@ def fori_loop(lower, upper, body_fn: Callable, init):
     counter = _Carry((), index_dtype, None, _as_index(lower, index_dtype), "i")
     upper_t = cast(upper, index_dtype) if isinstance(upper, Tracer) else None
 
+    span = _index_span(lower, upper)
+
     def body(args, loop):
         # The index is weakly typed, like the Python int a `for i in range(...)` loop gives:
         # `c * 2.0 + i` keeps the carry's dtype.
         i, rest = args[0], args[1:]
+        if span is not None:
+            note_range(i.value, *span)
         out = body_fn(as_weak(i), tree_util.tree_unflatten(tree, rest))
         new = _check_carry(
             "fori_loop", "body_fn", loop.carry[1:], tree, out, offset=1, probe=loop.probe
@@ -688,6 +693,18 @@ def fori_loop(lower, upper, body_fn: Callable, init):
 
     outs, final = _while("fori_loop", [counter] + carry, cond, body)
     return tree_util.tree_unflatten(tree, _weak_results(outs[1:], final[1:]))
+
+
+def _index_span(lower, upper) -> tuple[int, int] | None:
+    """[lo, hi] that the index of `fori_loop(lower, upper, ...)` lies in whenever the body
+    runs, from static bounds or traced ones of known range (`indexing.value_range`)."""
+    lo = lower if not isinstance(lower, Tracer) else indexing.value_range(lower.value)
+    hi = upper if not isinstance(upper, Tracer) else indexing.value_range(upper.value)
+    if lo is None or hi is None:
+        return None
+    lo = int(lo) if not isinstance(lo, tuple) else lo[0]
+    hi = int(hi) - 1 if not isinstance(hi, tuple) else hi[1] - 1
+    return lo, max(lo, hi)
 
 
 def _scan_xs(op: str, xs, length):

@@ -145,12 +145,15 @@ class Emitted:
 class Scope:
     """A region being traced into. Tracers made in a closed scope may not be used again."""
 
-    __slots__ = ("open", "name", "constants", "written", "emitted")
+    __slots__ = ("open", "name", "constants", "written", "emitted", "ranges")
 
     def __init__(self, name: str, emitted: Emitted):
         self.open = True
         self.name = name
         self.emitted = emitted  # shared by every scope of one module
+        # Integer scalars known to lie in [lo, hi] (the index of a loop over known bounds),
+        # by value: a window that moves with the index is proven inside its array with them.
+        self.ranges: dict[ir.Value, tuple[int, int]] = {}
         # Tracers written in place here (`x[i] = v`, `x += v`), by id: where the first
         # write was, for the warning about arguments written but not returned.
         self.written: dict[int, str] = {}
@@ -187,6 +190,21 @@ def in_loop_body() -> bool:
     """Whether the trace is inside a loop's body (a while/fori loop, or a Python loop
     autograph converted), where a loop index is traced."""
     return any(s.name.endswith((" body", " probe")) for s in _scopes())
+
+
+def note_range(value: ir.Value, lo: int, hi: int) -> None:
+    """Records that the integer scalar `value` lies in [lo, hi] while the current scope is
+    traced (see `noted_range`)."""
+    current_scope().ranges[value] = (lo, hi)
+
+
+def noted_range(value: ir.Value) -> tuple[int, int] | None:
+    """The [lo, hi] an open scope recorded for `value` (`note_range`), else None."""
+    for scope in reversed(_scopes()):
+        found = scope.ranges.get(value)
+        if found is not None:
+            return found
+    return None
 
 
 def current_scope() -> Scope:

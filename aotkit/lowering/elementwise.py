@@ -344,6 +344,15 @@ def defer_ufuncs_to(kind: type) -> None:
     _OVERRIDES = (*_OVERRIDES, kind)
 
 
+def overriding(*args):
+    """The first of `args` of a type given to `defer_ufuncs_to`, else None: such an operand
+    computes NumPy functions on it itself (its `__array_function__`)."""
+    for arg in args:
+        if _OVERRIDES and isinstance(arg, _OVERRIDES):
+            return arg
+    return None
+
+
 def ufunc(np_ufunc: np.ufunc, *names: str, static=None):
     """Exports an elementwise function under `names`; `impl` sees operands in loop dtypes.
 

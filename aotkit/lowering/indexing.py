@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -36,6 +37,7 @@ from aotkit.lowering.core import (
     export,
     full,
     in_loop_body,
+    noted_range,
     register,
     user_site,
     where,
@@ -309,7 +311,8 @@ def _traced_mask_error(op: str, selected_at: str | None = None) -> IndexError:
         f"{where(op)}: indexing with a traced boolean mask{at} gives a result whose shape "
         "depends on the data (the number of True values), which a compiled program cannot "
         "have; reduce it (x[mask].sum(), np.mean(x[mask]), .max(), ...), or use "
-        "aotkit.numpy.where(mask, x, other) to keep the shape (x[mask] = value also works)"
+        "aotkit.numpy.where(mask, x, other) to keep the shape (x[mask] = value and "
+        "y[mask] = 2 * x[mask] + 1 also work)"
     )
 
 
@@ -433,20 +436,49 @@ class MaskedSelection(_Selection):
     over the whole selection (or over its rows, `axis=0`, for a mask of x's first axis),
     of fixed shape: `np.sum(x, where=mask)`. The maximum or minimum of an empty float
     selection is NaN (NumPy raises, which a compiled program cannot); integers need
-    `initial=`. Anything else is the data-dependent-shape error, naming both lines.
+    `initial=`. It can also be combined elementwise with scalars and with selections by the
+    same mask of arrays of the same shape (the result is such a selection again), and be
+    written into an array of that shape with that mask (`x[m] += 1`, `y[m] = 2 * v[m]`):
+    fixed-shape work over the whole array, kept where the mask is true. "The same mask" is
+    the same traced value (or one computed the same way from the same values). Anything
+    else is the data-dependent-shape error, naming both lines.
     """
 
-    __slots__ = ()
+    __slots__ = ("_given",)
     _what = "a selection by a traced boolean mask"
+    _label = "x[mask]"
 
     def __init__(self, x: Tracer, mask: Tracer, site: str):
         full = bind1("broadcast_in_dim", mask, shape=x.shape, dims=tuple(range(mask.ndim)))
         rows = (0, -(x.ndim - mask.ndim + 1)) if mask.ndim == 1 else ()
         super().__init__(x, full, rows, 0, site)
+        object.__setattr__(self, "_given", mask)
 
     def refusal(self, op: str) -> IndexError:
         """The error for using the selection as `op` would (its shape depends on the data)."""
         return _traced_mask_error(op, self._site)
+
+    def selects_like(self, x: Tracer, mask: Tracer) -> bool:
+        """Whether this selects from an array of x's shape with the same mask as `x[mask]`."""
+        given = self._given
+        return (
+            self._x.shape == x.shape
+            and given.shape == mask.shape
+            and _same_value(given.value, mask.value, 8)
+        )
+
+    def _same(self, other, op: str):
+        """The full-array value of `other` combined elementwise with this selection."""
+        if isinstance(other, MaskedSelection):
+            if not other.selects_like(self._x, self._given):
+                raise self.refusal(op)
+            return other._x
+        if isinstance(other, _Selection) or np.ndim(other) != 0:
+            raise self.refusal(op)
+        return other
+
+    def _like(self, full: Tracer) -> MaskedSelection:
+        return MaskedSelection(full, self._given, self._site)
 
     def __repr__(self) -> str:
         return f"<x[mask] of a traced {self._x.dtype.name}{list(self._x.shape)} (at {self._site})>"
@@ -481,6 +513,7 @@ class TracedSlice(_Selection):
 
     __slots__ = ("_key",)
     _what = "a slice with a traced bound"
+    _label = "x[a:b]"
 
     def __init__(self, full: Tracer, axis: int, mask: Tracer, key: tuple, site: str):
         super().__init__(full, mask, (axis, axis - full.ndim), axis, site)
@@ -524,7 +557,33 @@ class TracedSlice(_Selection):
             return _slice_dot(*args, f"np.{name}")
         if name == "copy":
             return self
+        if name == "flip" and args and args[0] is self:
+            axis = kwargs.get("axis", args[1] if len(args) > 1 else None)
+            if len(args) > 2 or set(kwargs) - {"axis"}:
+                raise self.refusal("np.flip")
+            return self._flipped("np.flip", axis)
         return super().__array_function__(func, types, args, kwargs)
+
+    def __getitem__(self, idx):
+        if idx == slice(None, None, -1):
+            return self._flipped("x[a:b][::-1]", 0)
+        raise self.refusal("x[a:b][...]")
+
+    def _flipped(self, op: str, axis) -> TracedSlice:
+        """The slice reversed along its axis, at the same positions (so it combines with
+        slices of the same bounds): position p holds x[lo + hi - 1 - p], a gather."""
+        if axis is None and self._x.ndim == 1:
+            axis = 0
+        if axis not in self._axes:
+            raise self.refusal(op)
+        start, stop, n = self._key
+        if n == 0:
+            return self
+        lo, hi = _slice_end(start, 0, n), _slice_end(stop, n, n)
+        last = bind1("subtract", bind1("add", lo, hi), full((), 1, lo.dtype))
+        positions = bind1("iota", shape=(n,), dtype=lo.dtype, dim=0)
+        source = clip(bind1("subtract", _splat(last, n), positions), 0, n - 1)
+        return self._like(take(self._x, source, axis=self._axis))
 
     def __matmul__(self, other):
         return _slice_dot(self, other, "matmul")
@@ -552,23 +611,30 @@ class TracedSlice(_Selection):
 
 
 defer_ufuncs_to(TracedSlice)  # `2.0 * A[:i, k]`, `t * x[:i]` with a tracer t
+defer_ufuncs_to(MaskedSelection)  # `2.0 * x[m]`, `t * v[m]`
 
 
 def _binary(name: str, reflected: bool):
-    def method(self: TracedSlice, other):
-        full = self._same(other, f"x[a:b] {name}")
+    def method(self: TracedSlice | MaskedSelection, other):
+        full = self._same(other, f"{self._label} {name}")
         a, b = (full, self._x) if reflected else (self._x, full)
         return self._like(getattr(operator, name)(a, b))
 
     return method
 
 
-for _name in "add sub mul truediv floordiv mod pow and_ or_ xor lt le gt ge eq ne".split():
-    _plain = _name.rstrip("_")
-    setattr(TracedSlice, f"__{_plain}__", _binary(_name, False))
-    if _name not in ("lt", "le", "gt", "ge", "eq", "ne"):
-        setattr(TracedSlice, f"__r{_plain}__", _binary(_name, True))
-        setattr(TracedSlice, f"__i{_plain}__", _binary(_name, False))
+for _kind in (TracedSlice, MaskedSelection):
+    for _name in "add sub mul truediv floordiv mod pow and_ or_ xor lt le gt ge eq ne".split():
+        _plain = _name.rstrip("_")
+        setattr(_kind, f"__{_plain}__", _binary(_name, False))
+        if _name not in ("lt", "le", "gt", "ge", "eq", "ne"):
+            setattr(_kind, f"__r{_plain}__", _binary(_name, True))
+            setattr(_kind, f"__i{_plain}__", _binary(_name, False))
+MaskedSelection.__array_ufunc__ = TracedSlice.__array_ufunc__
+MaskedSelection.astype = TracedSlice.astype
+MaskedSelection.__neg__ = TracedSlice.__neg__
+MaskedSelection.__abs__ = TracedSlice.__abs__
+MaskedSelection.__invert__ = TracedSlice.__invert__
 
 
 def _same_bounds(a: tuple, b: tuple) -> bool:
@@ -586,8 +652,8 @@ def _same_bounds(a: tuple, b: tuple) -> bool:
     return len(a) == len(b) and all(same(u, v) for u, v in zip(a, b, strict=True))
 
 
-# The ops of an index expression (`2 * i + 1`, `n - i`, a cast) that `_same_value` compares
-# by their operands, and the attribute each one's result also depends on.
+# The ops of an index expression (`2 * i + 1`, `n - i`, a cast) or of a mask that
+# `_same_value` compares by their operands, and the attribute each one's result depends on.
 _PURE_INDEX_OPS = {
     "stablehlo.add": None,
     "stablehlo.subtract": None,
@@ -604,6 +670,12 @@ _PURE_INDEX_OPS = {
     "stablehlo.dynamic_slice": "slice_sizes",
     "stablehlo.reshape": None,
     "stablehlo.slice": "start_indices",
+    # Masks (`~m`, `(x > 0) & (x < 1)`) written twice.
+    "stablehlo.not": None,
+    "stablehlo.and": None,
+    "stablehlo.or": None,
+    "stablehlo.xor": None,
+    "stablehlo.broadcast_in_dim": "broadcast_dimensions",
 }
 
 
@@ -628,9 +700,24 @@ def _same_value(a: ir.Value, b: ir.Value, depth: int) -> bool:
 
 
 def _slice_dot(a, b, op: str):
-    """`a @ b` of two 1-D slices of the same bounds: the sum of their products there."""
+    """`a @ b` of two 1-D slices of the same bounds: the sum of their products there; or
+    of a 2-D slice and an array, the slice's traced axis not the one summed over
+    (`v @ A[:, i:]`, `A[i:, :] @ B`): the product over the full extent, a slice of the
+    same bounds along the result's axis."""
     slices = [v for v in (a, b) if isinstance(v, TracedSlice)]
     first = slices[0]
+    if len(slices) == 1 and first._x.ndim == 2:
+        other = b if first is a else a
+        free = 1 if first is b else 0  # the slice's axis that the product keeps
+        if isinstance(other, _Selection) or first._axis != free or np.ndim(other) not in (1, 2):
+            raise first.refusal(op)
+        matmul = NUMPY_FUNCTIONS["matmul"]
+        product = matmul(first._x, other) if first is a else matmul(other, first._x)
+        axis = 0 if first is a else product.ndim - 1
+        start, stop, n = first._key
+        lo, hi = _slice_end(start, 0, n), _slice_end(stop, n, n)
+        mask = bind1("broadcast_in_dim", _inside(lo, hi, n), shape=product.shape, dims=(axis,))
+        return TracedSlice(product, axis, mask, first._key, first._site)
     if len(slices) != 2 or first._x.ndim != 1 or b._x.ndim != 1:
         raise first.refusal(op)
     other = first._same(b if first is a else a, op)
@@ -666,12 +753,16 @@ def _traced_slice(op: str, x: Tracer, idx):
     axis = sum(isinstance(e, slice) for e in entries[:k])
     lo = _slice_end(traced.start, 0, n)
     hi = _slice_end(traced.stop, n, n)
-    positions = bind1("iota", shape=(n,), dtype=lo.dtype, dim=0)
-    inside = bind1("and", bind1("compare", positions, _splat(lo, n), direction="GE"),
-                   bind1("compare", positions, _splat(hi, n), direction="LT"))  # fmt: skip
-    mask = bind1("broadcast_in_dim", inside, shape=full.shape, dims=(axis,))
+    mask = bind1("broadcast_in_dim", _inside(lo, hi, n), shape=full.shape, dims=(axis,))
     key = (traced.start, traced.stop, n)
     return TracedSlice(full, axis, mask, key, user_site())
+
+
+def _inside(lo: Tracer, hi: Tracer, n: int) -> Tracer:
+    """`lo <= iota(n) < hi`: which positions of an axis of length n a slice keeps."""
+    positions = bind1("iota", shape=(n,), dtype=lo.dtype, dim=0)
+    return bind1("and", bind1("compare", positions, _splat(lo, n), direction="GE"),
+                 bind1("compare", positions, _splat(hi, n), direction="LT"))  # fmt: skip
 
 
 def _window(op: str, x: Tracer, entries: tuple) -> Tracer | None:
@@ -718,7 +809,7 @@ def _window_box(op: str, x: Tracer, entries: tuple):
                 return None
             if isinstance(e.start, Tracer) or isinstance(e.stop, Tracer):
                 k = _constant_extent(e.start, e.stop)
-                if k is None or k > n:
+                if k is None or k > n or not _stays_inside(e.start, k, n):
                     return None
                 starts.append(_wrapped(e.start, n, dtype))
                 sizes.append(k)
@@ -741,6 +832,73 @@ def _window_box(op: str, x: Tracer, entries: tuple):
             sizes.append(1)
             kept.append(False)
     return starts, tuple(sizes), kept
+
+
+def _stays_inside(start: Tracer, k: int, n: int) -> bool:
+    """Whether a window `[start, start + k)` may be read as one `dynamic_slice`: outside a
+    loop always (a start out of range is clamped, as documented); in a loop body when the
+    start is known to keep the whole window inside the axis, where the slice is NumPy's.
+    Otherwise the loop reads it as a slice with traced bounds (`TracedSlice`), which gives
+    NumPy's shorter or empty slice at the ends."""
+    if not in_loop_body():
+        return True
+    span = value_range(start.value)
+    return span is not None and span[0] >= 0 and span[1] + k <= n
+
+
+def value_range(v: ir.Value, depth: int = 12) -> tuple[int, int] | None:
+    """[lo, hi] that the integer scalar `v` lies in, when known: a loop index over known
+    bounds (`note_range`), constants, and sums, differences, products, negations, maxima,
+    minima, clamps and casts of such values that cannot overflow their type; else None."""
+    noted = noted_range(v)
+    if noted is not None:
+        return noted
+    owner = v.owner
+    if depth == 0 or isinstance(owner, ir.Block):
+        return None
+    name = owner.operation.name
+    if name == "stablehlo.constant":
+        c = _constant_int(v)
+        return None if c is None else (c, c)
+    rule = _RANGE_RULES.get(name)
+    if rule is None:
+        return None
+    spans = [value_range(x, depth - 1) for x in owner.operands]
+    if None in spans:
+        return None
+    lo, hi = rule(*spans)
+    kind = str(ir.RankedTensorType(v.type).element_type)  # i64, ui32, i1, f32, ...
+    integer = re.fullmatch(r"u?i(\d+)", kind)
+    if integer is None:
+        return None
+    width = int(integer.group(1))
+    if kind.startswith("u"):
+        least, most = 0, 2**width - 1
+    else:
+        least, most = -(2 ** (width - 1)), 2 ** (width - 1) - 1
+    return (lo, hi) if least <= lo and hi <= most else None
+
+
+def _product_range(a, b):
+    ends = [x * y for x in a for y in b]
+    return min(ends), max(ends)
+
+
+_RANGE_RULES = {
+    "stablehlo.add": lambda a, b: (a[0] + b[0], a[1] + b[1]),
+    "stablehlo.subtract": lambda a, b: (a[0] - b[1], a[1] - b[0]),
+    "stablehlo.multiply": _product_range,
+    "stablehlo.negate": lambda a: (-a[1], -a[0]),
+    "stablehlo.maximum": lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
+    "stablehlo.minimum": lambda a, b: (min(a[0], b[0]), min(a[1], b[1])),
+    "stablehlo.clamp": lambda m, x, M: (
+        min(max(x[0], m[0]), M[0]),
+        min(max(x[1], m[1]), M[1]),
+    ),
+    "stablehlo.convert": lambda a: a,
+    "stablehlo.reshape": lambda a: a,
+    "stablehlo.broadcast_in_dim": lambda a: a,
+}
 
 
 def _constant_extent(start, stop) -> int | None:
@@ -816,12 +974,7 @@ def _splat(t: Tracer, n: int) -> Tracer:
 
 
 # Arithmetic, comparisons and conversions of a selection: each is the refusal.
-_BINARY = "add sub mul truediv floordiv mod pow matmul and or xor".split()
-for _dunder in (
-    [f"__{op}__" for op in _BINARY]
-    + [f"__r{op}__" for op in _BINARY]
-    + [f"__{op}__" for op in "lt le gt ge eq ne getitem float int neg abs invert".split()]
-):
+for _dunder in ("__matmul__", "__rmatmul__", "__getitem__", "__float__", "__int__"):
     setattr(MaskedSelection, _dunder, _refuse_on_selection(f"x[mask] {_dunder.strip('_')}"))
 
 
@@ -1032,6 +1185,11 @@ def _combine(mode: str, old: Tracer, new: Tracer) -> Tracer:
 
 def _masked_update(op: str, x: Tracer, p: _Parsed, v, mode: str) -> Tracer:
     start, mask = p.mask
+    if isinstance(v, MaskedSelection):  # `x[m] += 1`, `y[m] = v[m] * 2`: the same mask
+        if start != 0 or p.shape != x.shape or not v.selects_like(x, mask):
+            raise v.refusal(op)
+        new = _combine(mode, x, _value(op, v._x, x.dtype, x.shape))
+        return bind1("select", v._mask, new, x)
     others = [e for d, e in enumerate(p.entries) if not start <= d < start + mask.ndim]
     if (
         start != 0

@@ -28,7 +28,7 @@ from aotkit.lowering.core import (
     where,
 )
 from aotkit.lowering.creation import iota
-from aotkit.lowering.elementwise import asarray, conj, multiply
+from aotkit.lowering.elementwise import asarray, conj, multiply, overriding
 from aotkit.lowering.hlo import (
     broadcast_shapes,
     broadcast_to_shape,
@@ -132,6 +132,9 @@ def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", s
     if dtype is None and type(x1) is Tracer and type(x2) is Tracer and x1.dtype is x2.dtype:
         a, b = x1, x2  # the common case: nothing to convert
     else:
+        special = overriding(x1, x2)
+        if special is not None and dtype is None:  # a slice with a traced bound
+            return special.__array_function__(np.matmul, (), (x1, x2), {})
         a, b = _promoted("matmul", x1, x2, dtype=dtype)
     for i, t in enumerate((a, b)):
         if t.ndim == 0:
@@ -176,6 +179,9 @@ def _not_aligned(op: str, a: Tracer, b: Tracer, ia: int, ib: int) -> ValueError:
 @export("dot")
 def dot(a, b, out=None):
     no_out("dot", out)
+    special = overriding(a, b)
+    if special is not None:  # a slice with a traced bound
+        return special.__array_function__(np.dot, (), (a, b), {})
     x, y = _promoted("dot", a, b)
     if x.ndim == 0 or y.ndim == 0:
         return multiply(x, y)

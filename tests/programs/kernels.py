@@ -316,6 +316,63 @@ def make_csr_matvec(n, rng):
     return dense[rows, cols], cols.astype(np.int32), row, rng.uniform(-1, 1, n)
 
 
+def durbin(r):
+    """Levinson-Durbin recursion for the Yule-Walker equations, as NumPy ports of Polybench's
+    durbin write it: a reversed prefix dotted with a prefix, and a prefix updated with its
+    own reverse."""
+    y = np.empty_like(r)
+    alpha = -r[0]
+    beta = 1.0
+    y[0] = -r[0]
+    for k in range(1, r.shape[0]):
+        beta *= 1.0 - alpha * alpha
+        alpha = -(r[k] + np.dot(np.flip(r[:k]), y[:k])) / beta
+        y[:k] += alpha * y[:k][::-1]
+        y[k] = alpha
+    return y
+
+
+def durbin_elements(r):
+    """Polybench's durbin element by element: inner loops whose bound is the outer index."""
+    n = r.shape[0]
+    y = np.zeros(n)
+    z = np.zeros(n)
+    y[0] = -r[0]
+    beta = 1.0
+    alpha = -r[0]
+    for k in range(1, n):
+        beta = (1 - alpha * alpha) * beta
+        s = 0.0
+        for i in range(k):
+            s += r[k - i - 1] * y[i]
+        alpha = -(r[k] + s) / beta
+        for i in range(k):
+            z[i] = y[i] + alpha * y[k - i - 1]
+        for i in range(k):
+            y[i] = z[i]
+        y[k] = alpha
+    return y
+
+
+def make_durbin(n, rng):
+    return (0.5 ** np.arange(1, n + 1) * rng.uniform(0.5, 1.0, n),)
+
+
+def covariance(data):
+    """Covariance of the columns, as Polybench's: each column against the columns from it
+    on (a vector times a matrix suffix), written into a row and a column at once."""
+    m = data.shape[1]
+    data = data - np.mean(data, axis=0)
+    cov = np.zeros((m, m))
+    for i in range(m):
+        cov[i:m, i] = cov[i, i:m] = data[:, i] @ data[:, i:m] / (data.shape[0] - 1.0)
+    return cov
+
+
+def make_covariance(n, rng):
+    return (rng.uniform(-1, 1, (n + 3, n)),)
+
+
 PREFIX_KERNELS = {
     "forward_substitution_rows": (forward_substitution_rows, make_forward_substitution),
     "back_substitution": (back_substitution, make_back_substitution),
@@ -325,6 +382,9 @@ PREFIX_KERNELS = {
     "gram_schmidt": (gram_schmidt, make_gram_schmidt),
     "syrk_lower": (syrk_lower, make_syrk_lower),
     "csr_matvec": (csr_matvec, make_csr_matvec),
+    "durbin": (durbin, make_durbin),
+    "durbin_elements": (durbin_elements, make_durbin),
+    "covariance": (covariance, make_covariance),
 }
 
 

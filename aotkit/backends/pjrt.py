@@ -371,7 +371,7 @@ def native_dispatcher(name: str, python_call, run):
                     return python_call(*args, **kwargs)
                 large = large or found & _LARGE
             if large:
-                return large_call(mode, dispatch, args, kwargs)
+                return large_call(mode, dispatch, exact_only, args, kwargs)
             if exact_only:
                 # Device arrays, and NumPy values of dtypes x64 mode does not narrow, key and
                 # transfer alike in either mode: no switch, and the hot loop costs what
@@ -404,13 +404,13 @@ def native_dispatcher(name: str, python_call, run):
             stack.pop()
             restore(previous)
 
-    def large_call(mode: bool, dispatch, args: tuple, kwargs: dict):
+    def large_call(mode: bool, dispatch, exact_only: bool, args: tuple, kwargs: dict):
         # NumPy arrays the transfer may read in place (see `HostInputs`): those of
         # `STAGED_FROM` bytes or more that are not aligned are copied into staging buffers
         # first; if any of the caller's own arrays is left, the call returns only once its
         # results are ready, so that the caller may write to them as soon as it returns.
         args, kwargs, in_place = host_inputs.prepare_tree(args, kwargs)
-        if thread_x64.value is mode:
+        if exact_only or thread_x64.value is mode:
             try:
                 out = dispatch(*args, **kwargs)
             except (runtime_error, ValueError):
@@ -418,7 +418,10 @@ def native_dispatcher(name: str, python_call, run):
         else:
             out = in_mode(mode, dispatch, args, kwargs)
         if in_place:
-            _block(out, array_type)
+            if type(out) is array_type:
+                out.block_until_ready()
+            else:
+                _block(out, array_type)
         return out
 
     def _after_failure(args, kwargs):
@@ -555,6 +558,26 @@ class HostInputs:
         """`args` and `kwargs` with every NumPy array of `IN_PLACE_FROM` bytes or more
         prepared (in lists, tuples and dicts too); and whether any of them is the caller's."""
         in_place = False
+        prepared = []
+        for x in args:
+            t = type(x)
+            if t is np.ndarray and x.nbytes >= IN_PLACE_FROM:
+                if x.nbytes >= STAGED_FROM:
+                    x, own = self.prepare(x)
+                    in_place = in_place or own
+                else:
+                    in_place = True
+            elif t in _CONTAINERS:
+                x, own = self._prepare_container(x)
+                in_place = in_place or own
+            prepared.append(x)
+        if kwargs:
+            kwargs, own = self._prepare_container(kwargs)
+            in_place = in_place or own
+        return tuple(prepared), kwargs, in_place
+
+    def _prepare_container(self, tree) -> tuple[object, bool]:
+        in_place = False
 
         def one(x):
             nonlocal in_place
@@ -571,9 +594,7 @@ class HostInputs:
                 return {k: one(v) for k, v in x.items()}
             return x
 
-        args = tuple(one(x) for x in args)
-        kwargs = {k: one(v) for k, v in kwargs.items()} if kwargs else kwargs
-        return args, kwargs, in_place
+        return one(tree), in_place
 
     def owns(self, x: np.ndarray) -> bool:
         """Whether `x` is a view of one of this pool's staging buffers."""

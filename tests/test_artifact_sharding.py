@@ -381,3 +381,15 @@ def test_bad_meshes_in_a_header_are_artifact_errors(one_device, mesh, message):
     layout = {**artifacts.unpack(one_device[1]).header["partitioning"], "mesh": mesh}
     with pytest.raises(ArtifactError, match=re.escape(f"header field 'partitioning' {message};")):
         aotkit.load(repack(one_device[1], partitioning=layout))
+
+
+def test_a_header_with_specs_of_another_rank_is_refused(one_device):
+    # Found by the header fuzz: the compiled shardings do not apply to specs of another rank.
+    bad = repack(one_device[1], out_specs=["f32[2,2,1]"])
+    with pytest.raises(ArtifactError, match=re.escape(
+        "aotkit.load: <bytes>: its executable does not load (backend 'cpu': the serialized "
+        "executable of 'layer' takes per device (f32[2,2], f32[2,2]) -> (f32[2,2]), but its "
+        "signature and shardings say (f32[2,2], f32[2,2]) -> (f32[2,2,1]); the file's header "
+        "does not describe its executable); load it with recompile=True"
+    )):  # fmt: skip
+        aotkit.load(bad, recompile=False)

@@ -127,24 +127,32 @@ class SpmdBackend(PjrtBackend):
                 module_name=name,
             )
         _refuse_manual(exe, self, name, where)
+        declared = _entry_signature(exe)
+
+        def mismatch(given: str) -> CompileError:
+            ins, outs = (", ".join(side) for side in declared)
+            return CompileError(
+                f"{where}: the serialized executable of {name!r} takes per device ({ins}) -> "
+                f"({outs}), but its signature and shardings say {given}; the file's header "
+                "does not describe its executable",
+                backend=self.name,
+                module_name=name,
+            )
+
+        ranks = ([len(s.shape) for s in in_specs], [len(s.shape) for s in out_specs])
+        if declared is not None and ranks != tuple([_rank(t) for t in side] for side in declared):
+            # A shard of another rank: the compiled shardings do not even apply to the specs.
+            raise mismatch(_specs_text(in_specs, out_specs))
         executable = SpmdExecutable(
             self, name, exe, in_specs, out_specs, partitioning, donates, serialized=data
         )
-        declared = _entry_signature(exe)
         shards = executable.partitioning
         given = (
             [_shard_type(s, x) for s, x in zip(shards.in_shardings, in_specs)],
             [_shard_type(s, x) for s, x in zip(shards.out_shardings, out_specs)],
         )
         if declared is not None and declared != given:
-            raise CompileError(
-                f"{where}: the serialized executable of {name!r} takes per device "
-                f"({', '.join(declared[0])}) -> ({', '.join(declared[1])}), but its signature "
-                f"and shardings say ({', '.join(given[0])}) -> ({', '.join(given[1])}); the "
-                "file's header does not describe its executable",
-                backend=self.name,
-                module_name=name,
-            )
+            raise mismatch(f"({', '.join(given[0])}) -> ({', '.join(given[1])})")
         return executable
 
     def target_for(self, saved: dict[str, str]) -> dict[str, str]:
@@ -154,6 +162,16 @@ class SpmdBackend(PjrtBackend):
         if "devices" in saved:
             target["devices"] = str(len(self.global_devices()))
         return target
+
+
+def _rank(hlo_type: str) -> int:
+    """The rank of `f32[4,16]` (2) or `f32[]` (0)."""
+    dims = hlo_type.partition("[")[2].rstrip("]")
+    return len(dims.split(",")) if dims else 0
+
+
+def _specs_text(in_specs, out_specs) -> str:
+    return f"({', '.join(map(str, in_specs))}) -> ({', '.join(map(str, out_specs))})"
 
 
 def _shard_type(sharding, spec: ShapeDtype) -> str:

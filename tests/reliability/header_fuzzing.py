@@ -12,7 +12,8 @@ Seeds are artifacts aotkit itself saved, in a child process with two host device
 f32 function, pytrees of arguments and results (dicts, tuples, a list, None, a keyword
 argument), a donated argument, integer and bool dtypes, a static argument (artifacts keep
 only the dynamic ones), an interpreter-backend artifact (no executable section) and, when
-saving one is allowed, a sharded program (refused today: the seed is skipped and said so).
+there are two devices, a sharded program over them (format version 2, with its
+`partitioning`; skipped, saying why, where there are not).
 
 Each batch runs in a child (`python -m tests.reliability.header_fuzzing --child ...`), one
 JSON line per case: load, call with the seed's arguments (NumPy arrays, then device arrays,
@@ -229,6 +230,8 @@ class Draft:
     def __init__(self, data: bytes):
         self.header, body = split(data)
         self.body = bytearray(body)
+        # The seed's format version (1, or 2 for pytree nodes and sharded programs): kept.
+        self.version = _PREFIX.unpack_from(data)[1]
         self.raw: dict[str, str] = {}
         self.text = None
         self.encoding = "utf-8"
@@ -269,7 +272,7 @@ def encode(draft: Draft) -> bytes:
     size = max(0, len(raw) + draft.header_size_delta)
     rest = raw + bytes(draft.body)
     digest = hashlib.sha256(rest[:size]).digest()
-    return _PREFIX.pack(MAGIC, 1, size, digest) + rest
+    return _PREFIX.pack(MAGIC, draft.version, size, digest) + rest
 
 
 # --- mutations ---------------------------------------------------------------------------------
@@ -961,9 +964,6 @@ def _run_case(case: dict, seed: dict, cli, aotkit) -> dict:
     import io
     import warnings
 
-    import jax
-    from jax import tree_util
-
     from tests.artifact_child import decode
 
     answer: dict = {"id": case["id"], "defects": []}
@@ -1001,8 +1001,9 @@ def _run_case(case: dict, seed: dict, cli, aotkit) -> dict:
             check_text("repr", repr(compiled))
             answer["outcome"] = _call(compiled, args, kwargs, expected, defect, check_text, answer)
             if answer["outcome"] in ("held", "relabelled"):
-                device_args = tree_util.tree_map(jax.device_put, decode(seed["args"]))
-                device_kwargs = tree_util.tree_map(jax.device_put, decode(seed["kwargs"]))
+                device_args, device_kwargs = _on_devices(
+                    compiled, decode(seed["args"]), decode(seed["kwargs"])
+                )
                 _call_on_device(compiled, device_args, device_kwargs, expected, defect)
     for w in caught:
         check_text(f"a {w.category.__name__}", str(w.message))
@@ -1059,6 +1060,20 @@ def _fits(compiled, args, kwargs) -> bool:
         return False
     given = [(np.shape(x), np.asarray(x).dtype) for x in leaves]
     return given == [(s.shape, s.dtype) for s in compiled.flat_in_specs]
+
+
+def _on_devices(compiled, args, kwargs):
+    """The arguments as device arrays: placed by the compiled input shardings where the
+    file's argument tree takes them (a sharded seed's arrays live on its mesh), else each on
+    the default device."""
+    import jax
+    from jax import tree_util
+
+    shardings = compiled.input_shardings
+    try:
+        return jax.device_put((args, kwargs), shardings)
+    except (TypeError, ValueError):
+        return tree_util.tree_map(jax.device_put, (args, kwargs))
 
 
 def _call_on_device(compiled, args, kwargs, expected, defect) -> None:

@@ -56,9 +56,18 @@ def test_the_writer_is_reproduced_byte_for_byte(found):
         assert header_fuzzing.encode(header_fuzzing.Draft(data)) == data, name
 
 
-def test_the_sharded_seed_is_skipped_because_saving_it_is_refused(found):
-    assert found.skipped["sharded"].startswith("saving is refused: ")
-    assert sorted(found.data) == ["donated", "interpreter", "ints", "scalar", "static", "tree"]
+def test_every_seed_is_saved_the_sharded_one_too(found):
+    assert found.skipped == {}
+    assert sorted(found.data) == [
+        "donated",
+        "interpreter",
+        "ints",
+        "scalar",
+        "sharded",
+        "static",
+        "tree",
+    ]
+    assert artifacts.unpack(found.data["sharded"]).version == 2
 
 
 def test_mutated_headers_hold_or_are_refused(found, report):

@@ -583,16 +583,26 @@ def portable_artifact(lowered) -> bytes:
     (StableHLO as VHLO, the `sdy` ops as they are: what jax.export writes)."""
     if lowered.partitioning is not None:
         return sharded_portable_artifact(lowered._module, lowered.name)
+    return module_portable_artifact(lowered._module)
+
+
+def module_portable_artifact(module) -> bytes:
+    """A one-device module as a StableHLO portable artifact, CHLO legalized in a copy where
+    the module has some (see `portable_artifact`); `module` may be an `ir.Module` or a
+    `builtin.module` op (a clone)."""
+    if not isinstance(module, ir.Module):
+        with _context.of(module) as lc:
+            module = ir.Module.parse(modules.bytecode(module), lc.mlir)
     try:
-        return lowered.as_portable_artifact()
+        return modules.portable_artifact(module)
     except ValueError:
         pass
     from jaxlib.mlir import passmanager
 
-    with lowered._lc:
-        module = ir.Module.parse(modules.bytecode(lowered._module))
-        passmanager.PassManager.parse(_LEGALIZE_CHLO).run(module.operation)
-    return modules.portable_artifact(module)
+    with _context.of(module) as lc:
+        copy = ir.Module.parse(modules.bytecode(module), lc.mlir)
+        passmanager.PassManager.parse(_LEGALIZE_CHLO).run(copy.operation)
+    return modules.portable_artifact(copy)
 
 
 def sharded_portable_artifact(module, name: str) -> bytes:

@@ -296,35 +296,71 @@ def key(lowered, backend, options) -> str | None:
         shown_options = sorted((str(k), repr(v)) for k, v in (options or {}).items())
     except ValueError:  # an int past Python's 4300 printable digits: the backend refuses it
         return None
-    import jaxlib
-    from jaxlib.mlir import passmanager
-
-    with lowered._lc as lc:
-        copy = lowered._module.operation.clone()
-        strip = lc.pipelines.get(_STRIP)
-        if strip is None:
-            strip = lc.pipelines[_STRIP] = passmanager.PassManager.parse(_STRIP)
-        strip.run(copy)
-        data = modules.bytecode(copy)
-    config = {
-        "aotkit": __version__,
-        "jaxlib": jaxlib.__version__,
-        "target": backend.target(),
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "options": shown_options,
-        "donated": list(lowered.donated),
-    }
+    data = _stripped_bytecode(lowered._module, lowered._lc)
+    config = _config(backend, shown_options, lowered.donated)
     partitioning = lowered.partitioning
     if partitioning is not None:
         everywhere = list(backend.global_devices())
         placed = partitioning.devices or everywhere[: partitioning.num_devices]
         config["devices"] = [[d.process_index, d.id] for d in placed]
         config["global_devices"] = len(everywhere)
+    return _digest(config, data)
+
+
+def _stripped_bytecode(module, lc) -> bytes:
+    """The module's bytecode without its locations (they change no program)."""
+    from jaxlib.mlir import passmanager
+
+    with lc:
+        copy = module.operation.clone()
+        strip = lc.pipelines.get(_STRIP)
+        if strip is None:
+            strip = lc.pipelines[_STRIP] = passmanager.PassManager.parse(_STRIP)
+        strip.run(copy)
+        return modules.bytecode(copy)
+
+
+def _config(backend, shown_options, donated) -> dict:
+    import jaxlib
+
+    return {
+        "aotkit": __version__,
+        "jaxlib": jaxlib.__version__,
+        "target": backend.target(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "options": shown_options,
+        "donated": list(donated),
+    }
+
+
+def _digest(config: dict, data: bytes) -> str:
     digest = hashlib.sha256(_KEY_VERSION)
     digest.update(json.dumps(config, sort_keys=True).encode())
     digest.update(b"\0")
     digest.update(data)
     return digest.hexdigest()
+
+
+def program_digest(module, lc) -> str:
+    """SHA-256 of a (symbolic) program's bytecode without locations: what `shape_key`
+    names the program by."""
+    return hashlib.sha256(_stripped_bytecode(module, lc)).hexdigest()
+
+
+def shape_key(program_digest, in_specs, backend, options, donated) -> str | None:
+    """The entry name for one specialization of a symbolic program (aotkit/specialize.py):
+    the program (`program_digest()`, called only when the cache is on) and the concrete
+    argument specs `in_specs`, with what `key` holds of the backend and options. None when
+    the cache is off or the backend's executables do not serialize."""
+    if backend.executable_format is None or _usable_directory() is None:
+        return None
+    try:
+        shown_options = sorted((str(k), repr(v)) for k, v in (options or {}).items())
+    except ValueError:
+        return None
+    config = _config(backend, shown_options, donated)
+    config["specialized"] = [str(s) for s in in_specs]
+    return _digest(config, program_digest().encode())
 
 
 def get(cache_key: str, lowered, backend, options):
@@ -408,8 +444,10 @@ def _read_entry(path: Path) -> bytes | None:
         return None
 
 
-def put(cache_key: str, lowered, executable, options) -> None:
-    """Stores `executable` (compiled from `lowered`) under `cache_key`, then evicts."""
+def put(cache_key: str, lowered, executable, options, *, portable: bytes | None = None) -> None:
+    """Stores `executable` (compiled from `lowered`) under `cache_key`, then evicts.
+    `portable` is the program's portable StableHLO where `lowered` is no Lowered stage
+    (a specialization: aotkit/specialize.py)."""
     folder = _usable_directory()
     if folder is None:
         return
@@ -422,7 +460,7 @@ def put(cache_key: str, lowered, executable, options) -> None:
             name=lowered.name,
             executable=executable,
             serialized=serialized,
-            portable=artifacts.portable_artifact(lowered),
+            portable=portable if portable is not None else artifacts.portable_artifact(lowered),
             # Entries hold flat signatures: the caller has the pytrees, and custom pytree
             # nodes (which artifacts refuse) then cache like any other.
             in_tree={"tuple": [{"tuple": ["*"] * n_in}, {"dict": []}]},

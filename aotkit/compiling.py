@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from aotkit import artifacts, backends, cache, dumps, spmd
+from aotkit import artifacts, backends, cache, dumps, specialize, spmd
 from aotkit._traceback import api_boundary
 from aotkit.artifacts import Artifact
 from aotkit.backends.base import Backend
@@ -68,6 +68,8 @@ def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None)
     """`lowered` compiled by `backend` with `options` (checked by `options_key`) and the
     target keywords `targeting` (from `targeting`): from the persistent cache when another
     process compiled it, else by the backend's compiler; then the compile's dumps."""
+    if specialize.is_symbolic(lowered.flat_in_specs):
+        return _compile_symbolic(lowered, backend, options, targeting)
     dumper = lowered._dumper
     # The persistent cache (aotkit/cache.py) first: an executable another process compiled.
     # Not cached: a cross-compile (`target=`; the key has no place for its target).
@@ -108,6 +110,47 @@ def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None)
         if memory is not None:
             dumper.write_json("memory", memory.to_dict())
     return compiled
+
+
+def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) -> Compiled:
+    """The `Compiled` of a symbolic lowering: a `SymbolicExecutable` that compiles one
+    executable per distinct shape it is called with (aotkit/specialize.py)."""
+    where = f"Lowered.compile({lowered.name})"
+    if targeting:
+        raise ValueError(
+            f"{where}: the program has symbolic shapes ({lowered._signature_text()}), which "
+            "are compiled per shape for this machine's backend; drop target= and "
+            "target_options="
+        )
+    if lowered.partitioning is not None:
+        raise NotImplementedError(
+            f"{where}: the program has symbolic shapes and is sharded "
+            f"({lowered.partitioning.describe()}); aotkit specializes one-device programs: "
+            "lower it with concrete shapes"
+        )
+    shapes = specialize.Shapes.of(lowered.flat_in_specs, lowered.flat_out_specs, where=where)
+    program = lowered._program
+    source = specialize.Source(
+        lambda: (program.module, program.lc), lambda: artifacts.portable_artifact(lowered)
+    )
+    executable = specialize.SymbolicExecutable(
+        backend,
+        lowered.name,
+        shapes,
+        source,
+        options=options,
+        donated=lowered.donated,
+        where=f"Compiled {lowered.name!r}",
+    )
+    return Compiled(
+        executable,
+        in_tree=lowered.in_tree,
+        out_tree=lowered.out_tree,
+        donated=lowered.donated,
+        lowered=lowered,
+        options=options,
+        origin="compiled",
+    )
 
 
 # --- an artifact ---------------------------------------------------------------------------

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "as data, SPMD layouts, passes",
         (
             "aotkit._context",
+            "aotkit._dims",
             "aotkit.dtypes",
             "aotkit.specs",
             "aotkit.modules",
@@ -52,6 +53,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "format: the artifact container and the persistent cache",
         ("aotkit.artifacts", "aotkit.cache"),
+    ),
+    (
+        "specialize: symbolic programs compiled per shape (through the persistent cache)",
+        ("aotkit.specialize",),
     ),
     (
         "tracer: op families, aotkit.numpy and friends, autograph",

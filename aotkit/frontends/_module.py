@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from aotkit import _context, modules, spmd
+from aotkit import _context, dtypes, modules, spmd
 from aotkit.errors import printable
 from aotkit.program import Program, Signature
 
@@ -159,6 +159,7 @@ def adopt(
     sharded: bool = False,
     mesh=None,
     frontend: str = "file",
+    specs: tuple | None = None,
 ) -> Program:
     """Normalizes `module` in place (see the module docstring); ValueError if it cannot run.
 
@@ -170,7 +171,10 @@ def adopt(
     A name from a file is escaped for printing (`errors.printable`).
 
     The Program's signature is `@main`'s, called with positional arrays
-    (`Signature.flat`); a front end that knows the pytrees replaces them.
+    (`Signature.flat`); a front end that knows the pytrees replaces them. `specs` (flat
+    argument and result specs, symbolic ones included) stand for `@main`'s types where the
+    front end knows more than they say (a jax.export artifact's symbolic shapes): `@main`'s
+    types must have their ranks and element types, and their sizes where a spec has one.
     """
     name = printable(name)
     with _context.of(module) as lc:
@@ -211,7 +215,10 @@ def adopt(
                 f"{where}: the module does not verify: {modules.diagnostic(e)}; fix the module "
                 "or re-export it"
             ) from None
-    in_specs, out_specs = modules.signature(module, where)
+    if specs is None:
+        in_specs, out_specs = modules.signature(module, where)
+    else:
+        in_specs, out_specs = _declared(module, specs, where)
     donated_flags = tuple(donated) if donated else (False,) * len(in_specs)
     partitioning = None
     if sharded:
@@ -220,3 +227,39 @@ def adopt(
         name, in_specs, out_specs, donated=donated_flags, partitioning=partitioning
     )
     return Program(module, lc, signature, frontend)
+
+
+def _declared(module: ir.Module, specs: tuple, where: str) -> tuple[tuple, tuple]:
+    """`specs` (flat in, flat out), checked against `@main`'s types (see `adopt`)."""
+    with _context.of(module):
+        ftype = modules.function_type(modules.main_function(module))
+        for side, types, given in (
+            ("argument", ftype.inputs, specs[0]),
+            ("result", ftype.results, specs[1]),
+        ):
+            if len(types) != len(given):
+                raise ValueError(
+                    f"{where}: @main has {len(types)} {side}s but the artifact declares "
+                    f"{len(given)}; the artifact is inconsistent: re-export it"
+                )
+            for i, (t, spec) in enumerate(zip(types, given)):
+                if not _fits(t, spec):
+                    raise ValueError(
+                        f"{where}: @main's {side} {i} is {t} but the artifact declares {spec}; "
+                        "the artifact is inconsistent: re-export it"
+                    )
+    return tuple(specs[0]), tuple(specs[1])
+
+
+def _fits(t: ir.Type, spec) -> bool:
+    if not isinstance(t, ir.RankedTensorType) or t.rank != len(spec.shape):
+        return False
+    try:
+        if dtypes.dtype_of_ir_type(t.element_type) != spec.dtype:
+            return False
+    except (TypeError, ValueError):
+        return False
+    for k, d in enumerate(spec.shape):
+        if isinstance(d, int) and (t.is_dynamic_dim(k) or t.get_dim_size(k) != d):
+            return False
+    return True

@@ -37,7 +37,7 @@ from pathlib import Path
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
-from aotkit import _compat, _files, artifacts, backends, dtypes, modules
+from aotkit import _compat, _dims, _files, artifacts, backends, dtypes, modules, specialize
 from aotkit.frontends import _module, _probe, trust
 from aotkit.program import Program
 from aotkit.specs import ShapeDtype
@@ -531,14 +531,22 @@ def _from_exported(data: bytes, label: str, name: str | None, platform: str | No
     module, lc, _ = parse_untrusted(
         bytes(exported.mlir_module_serialized), "portable", f"{label} (its embedded module)"
     )
+    symbolic = not all(_static(a.shape) for a in (*exported.in_avals, *exported.out_avals))
+    if symbolic:
+        expected_in, expected_out = _symbolic_specs(exported, where)
+    else:
+        expected_in = tuple(_aval_spec(a) for a in exported.in_avals)
+        expected_out = tuple(_aval_spec(a) for a in exported.out_avals)
     kept = tuple(exported.module_kept_var_idx)
     if len(kept) != len(exported.in_avals) or index is not None:
-        in_specs = [_aval_spec(a) for a in exported.in_avals]
-        restore_unused_arguments(module, lc, in_specs, kept, platform_index=index)
-    adopted = _module.adopt(module, name=name or exported.fun_name, where=where)
+        restore_unused_arguments(module, lc, expected_in, kept, platform_index=index)
+    adopted = _module.adopt(
+        module,
+        name=name or exported.fun_name,
+        where=where,
+        specs=(expected_in, expected_out) if symbolic else None,
+    )
     trust.check(adopted.module, where)
-    expected_in = tuple(_aval_spec(a) for a in exported.in_avals)
-    expected_out = tuple(_aval_spec(a) for a in exported.out_avals)
     if (
         adopted.signature.flat_in_specs != expected_in
         or adopted.signature.flat_out_specs != expected_out
@@ -584,12 +592,6 @@ def _check_exported(exported, where: str) -> None:
             f"({jax.__version__}) reads versions {low} to {high}: re-export it with a JAX "
             "whose versions include it"
         )
-    symbolic = [str(a) for a in (*exported.in_avals, *exported.out_avals) if not _static(a.shape)]
-    if symbolic:
-        raise ValueError(
-            f"{where} was exported with symbolic shapes ({', '.join(symbolic)}); aotkit "
-            "compiles static shapes: export with concrete shapes"
-        )
     effects = (*exported.ordered_effects, *exported.unordered_effects)
     if effects:
         raise ValueError(
@@ -623,6 +625,49 @@ def _static(shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
+def _symbolic_specs(exported, where: str) -> tuple[tuple, tuple]:
+    """The flat specs of an artifact exported with symbolic shapes (`f32[b,784]`): each
+    dimension read from its text (aotkit/_dims.py: data, never code), with the constraint
+    `s >= 1` for each symbol, which jax.export assumes of every dimension variable (its
+    module asserts it, and any constraint given at export)."""
+    symbols: list[str] = []
+
+    def one(aval, what: str):
+        dims = []
+        for d in aval.shape:
+            if isinstance(d, int):
+                dims.append(d)
+                continue
+            try:
+                dim = _dims.parse_dim(str(d))
+            except ValueError as e:
+                raise ValueError(
+                    f"{where}: {what} {aval} has a dimension aotkit cannot read ({e}); "
+                    "export with dimensions written with + - * floordiv mod max min"
+                ) from None
+            if isinstance(dim, _dims.Expr):
+                symbols.extend(s for s in sorted(dim.symbols()) if s not in symbols)
+            dims.append(dim)
+        return dims, aval.dtype
+
+    ins = [one(a, "argument") for a in exported.in_avals]
+    outs = [one(a, "result") for a in exported.out_avals]
+    constraints = tuple(_dims.parse_constraint(f"{s} >= 1") for s in symbols)
+
+    def spec(dims, dtype):
+        if all(isinstance(d, int) for d in dims):
+            return ShapeDtype(tuple(dims), dtype)
+        return specialize.SymbolicSpec(tuple(dims), dtype, constraints)
+
+    return tuple(spec(*x) for x in ins), tuple(spec(*x) for x in outs)
+
+
+def _tensor_type(spec) -> ir.RankedTensorType:
+    """`tensor<?x784xf32>` for a symbolic spec, as `dtypes.tensor_type` for a static one."""
+    dims = [d if isinstance(d, int) else ir.ShapedType.get_dynamic_size() for d in spec.shape]
+    return ir.RankedTensorType.get(dims, dtypes.ir_element_type(spec.dtype))
+
+
 def _aval_spec(aval):
     return ShapeDtype(tuple(aval.shape), aval.dtype)
 
@@ -644,7 +689,7 @@ def restore_unused_arguments(
         inner = "main_kept_arguments"
         old.attributes["sym_name"] = ir.StringAttr.get(inner)
         old.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        types = [dtypes.tensor_type(s.shape, s.dtype) for s in in_specs]
+        types = [_tensor_type(s) for s in in_specs]
         with ir.InsertionPoint(module.body):
             main = func.FuncOp("main", ir.FunctionType.get(types, old_type.results))
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")

@@ -16,6 +16,8 @@ of more than 2**63 - 1 bytes aborts it.
 So a module passes only if:
 - every op is StableHLO, CHLO or Shardy (`func.call`, `func.return` and a top-level
   `sdy.mesh` aside), and none is `infeed`, `outfeed`, `send` or `recv`;
+- every jax.export `shape_assertion` takes an i1 condition and integer scalars and gives
+  nothing (specializing a symbolic program decides and removes it);
 - every GSPMD sharding annotation (`@Sharding`, `@SPMDFullToShardShape`,
   `@SPMDShardToFullShape`: the partitioner rewrites them, no kernel runs) takes one value and
   gives one of the same element type and rank;
@@ -78,6 +80,10 @@ _TOP_LEVEL_OPS = frozenset({"func.func", "sdy.mesh"})
 # kernel). Each takes one value and gives one of the same element type and rank; `Sharding`
 # gives the same type.
 SHARDING_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"})
+# jax.export's check of a symbolic program's shapes: a condition and the integers its error
+# message shows. No kernel runs it: specializing the program to concrete shapes decides it
+# and removes it (aotkit/specialize.py); XLA refuses a module that still has one.
+SHAPE_ASSERTION = "shape_assertion"
 
 # The largest value XLA's CPU compiler sizes without aborting ("overflow in static extent
 # product"): its byte size must fit an int64.
@@ -474,6 +480,9 @@ class _Checker:
         if target in SHARDING_TARGETS:
             self._check_sharding_call(op, described, name, same_type=target == "Sharding")
             return
+        if target == SHAPE_ASSERTION:
+            self._check_shape_assertion(op, described, name)
+            return
         contract = _CONTRACTS.get(target)
         if contract is None:
             self.refuse(
@@ -491,6 +500,38 @@ class _Checker:
                 described,
                 f"breaks the target's contract: {broken} (the kernel would read or write "
                 "past its buffers); re-export the module from JAX or aotkit",
+                name,
+            )
+
+    def _check_shape_assertion(self, op, described: str, name: str) -> None:
+        operands = [v.type for v in op.operands]
+        broken = None
+        if len(op.results) or not operands:
+            broken = f"it takes {len(operands)} operand(s) and gives {len(op.results)} result(s)"
+        elif (
+            not all(
+                isinstance(t, ir.RankedTensorType)
+                and t.rank == 0
+                and isinstance(t.element_type, ir.IntegerType)
+                for t in operands
+            )
+            or ir.IntegerType(ir.RankedTensorType(operands[0]).element_type).width != 1
+        ):
+            broken = f"its operands are ({', '.join(map(str, operands))})"
+        elif "called_computations" in op.attributes and len(
+            ir.ArrayAttr(op.attributes["called_computations"])
+        ):
+            broken = "it calls other functions"
+        elif "error_message" in op.attributes and not isinstance(
+            op.attributes["error_message"], ir.StringAttr
+        ):
+            broken = "its error_message is not a string"
+        if broken is not None:
+            self.refuse(
+                op,
+                described,
+                "is a jax.export shape assertion, which takes a condition (i1) and integer "
+                f"scalars and gives nothing, but {broken}; re-export the module from JAX",
                 name,
             )
 

@@ -1,0 +1,678 @@
+"""Symbolic programs, specialized per shape: part of the compile stage.
+
+A symbolic program's module is dynamic StableHLO (`tensor<?x784xf32>`) and its signature
+names its dimensions (`f32[b,784]`) under constraints (`t % 8 == 0`). `Lowered.compile` of
+one gives a `Compiled` whose executable is a `SymbolicExecutable`: called with concrete
+arrays, it
+
+1. reads the symbols' values from the arguments' shapes (`Shapes.bind`): two arguments
+   that share a symbol must agree, a dimension written as an expression (`2*b`) must equal
+   its value, and every constraint must hold; otherwise a ValueError naming the argument,
+   the symbol, the values and the constraint, before anything is compiled;
+2. for values it has not seen, refines a copy of the module to those shapes (`refine`:
+   StableHLO's `stablehlo-refine-arguments` and `stablehlo-refine-shapes` passes, dynamism
+   canonicalized, jax.export's `shape_assertion` calls decided and removed, verified), then
+   compiles it once: from the persistent cache when a process compiled that program for
+   those shapes before (the key is the symbolic program and the concrete shapes, so a hit
+   costs no refinement), else by the backend;
+3. runs the executable of those values. On a backend with a native dispatcher (PJRT),
+   each specialization's argument signature is cached there as a static `Compiled`'s is,
+   so a call of a shape already compiled costs what a static call costs.
+
+Sizes 0 and 1 are values like any other: the same symbolic program serves them (a program
+from jax.export states `b >= 1` for each of its dimensions, as JAX assumes).
+
+`Compiled.specialize(b=[1, 8])` compiles chosen values ahead of time; artifacts keep the
+symbolic program and every specialization compiled (aotkit/artifacts.py).
+
+Until aotkit/shapes.py (the symbolic dimension type of the tracer) is in, the dimension
+expressions are aotkit/_dims.py's and a symbolic spec is a `SymbolicSpec`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from jax import tree_util
+from jaxlib.mlir import ir, passmanager
+
+from aotkit import _dims, artifacts, cache, dtypes, modules
+from aotkit import specs as _specs
+from aotkit.backends.base import ArgumentMismatch, Backend, Executable, describe
+from aotkit.errors import ArtifactError, CompileError, printable
+from aotkit.program import Signature
+from aotkit.specs import ShapeDtype
+
+# --- symbolic specs ------------------------------------------------------------------------
+
+
+class SymbolicSpec(ShapeDtype):
+    """A ShapeDtype whose shape holds symbolic dimensions (`_dims.Expr`) beside ints:
+    `f32[b,784]`. Its `constraints` are those of the program it belongs to."""
+
+    __slots__ = ("constraints",)
+
+    def __init__(self, shape, dtype, constraints=()):
+        shape = tuple(shape)
+        for d in shape:
+            if not (isinstance(d, _dims.Expr) or type(d) is int and d >= 0):
+                raise ValueError(
+                    f"SymbolicSpec: dimension {d!r} of {shape!r} is neither a size nor a "
+                    "symbolic expression"
+                )
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", dtypes.canonicalize(dtype, where="SymbolicSpec"))
+        object.__setattr__(self, "constraints", tuple(constraints))
+
+    @property
+    def size(self):
+        raise TypeError(f"{self} has a symbolic size; specialize it first")
+
+    def __repr__(self) -> str:
+        return f"SymbolicSpec(shape=({', '.join(map(str, self.shape))}), dtype={self.dtype.name})"
+
+
+def is_symbolic(specs: Sequence) -> bool:
+    """Whether any spec of `specs` has a symbolic dimension."""
+    return any(not isinstance(d, int) for s in specs for d in getattr(s, "shape", ()))
+
+
+_SPEC = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\[(.*)\]\s*$", re.S)
+
+
+def parse_spec(text: str, constraints=()) -> ShapeDtype:
+    """`f32[2,3]` (a ShapeDtype) or `f32[b,2*b]` (a SymbolicSpec); ValueError otherwise."""
+    if not isinstance(text, str):
+        raise ValueError(f"spec {text!r} is not text")
+    try:
+        return _specs.spec(text)
+    except ValueError:
+        pass
+    m = _SPEC.match(text)
+    if m is None:
+        raise ValueError(f"cannot parse spec {text!r}")
+    name, body = m.groups()
+    dims = [_dims.parse_dim(part) for part in _split_dims(body)] if body.strip() else []
+    return SymbolicSpec(tuple(dims), dtypes.canonicalize(name), constraints)
+
+
+def _split_dims(body: str) -> list[str]:
+    """The dimensions of `b,floordiv(t, 2)`: commas at the top level only."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(body):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+    parts.append(body[start:])
+    return parts
+
+
+# --- the symbolic part of a signature -----------------------------------------------------
+
+
+def _leaf_shape(leaf):
+    """A leaf's shape as a call sees it (a Python scalar is 0-d), or None for a non-array."""
+    shape = getattr(leaf, "shape", None)
+    if shape is not None:
+        return tuple(shape)
+    if dtypes.weak_kind(leaf) is not None:
+        return ()
+    return None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Shapes:
+    """The symbols of a signature, in the order they first appear in its argument specs,
+    its constraints, and its flat argument and result specs (symbolic)."""
+
+    in_specs: tuple
+    out_specs: tuple
+    constraints: tuple
+    symbols: tuple[str, ...]
+
+    @classmethod
+    def of(cls, in_specs, out_specs, constraints=None, where: str = "") -> Shapes:
+        """The Shapes of a signature; ValueError where a symbol of a result or a constraint
+        appears in no argument (no call could give it a value)."""
+        if constraints is None:
+            found = []
+            for s in in_specs:
+                for c in getattr(s, "constraints", ()):
+                    if c not in found:
+                        found.append(c)
+            constraints = tuple(found)
+        symbols: list[str] = []
+        for s in in_specs:
+            for d in s.shape:
+                if isinstance(d, _dims.Expr):
+                    for name in sorted(d.symbols()):
+                        if name not in symbols:
+                            symbols.append(name)
+        known = set(symbols)
+        for what, items in (
+            ("result", [d for s in out_specs for d in s.shape if isinstance(d, _dims.Expr)]),
+            ("constraint", list(constraints)),
+        ):
+            for item in items:
+                missing = sorted(item.symbols() - known)
+                if missing:
+                    raise ValueError(
+                        f"{where}: {what} {item} names symbol {missing[0]!r}, which no "
+                        "argument's shape has; every symbol must size an argument"
+                    )
+        return cls(tuple(in_specs), tuple(out_specs), tuple(constraints), tuple(symbols))
+
+    def key(self, values: dict[str, int]) -> tuple[int, ...]:
+        return tuple(values[s] for s in self.symbols)
+
+    def text(self, values: dict[str, int]) -> str:
+        """`b = 8, t = 128`."""
+        return ", ".join(f"{s} = {values[s]}" for s in self.symbols)
+
+    def concrete(self, values: dict[str, int]) -> tuple[tuple, tuple]:
+        """The flat argument and result specs for `values`."""
+
+        def one(spec):
+            if not any(isinstance(d, _dims.Expr) for d in spec.shape):
+                return spec
+            return ShapeDtype(
+                tuple(d.evaluate(values) if isinstance(d, _dims.Expr) else d for d in spec.shape),
+                spec.dtype,
+            )
+
+        return tuple(map(one, self.in_specs)), tuple(map(one, self.out_specs))
+
+    def bind(self, leaves: Sequence, names: Callable[[int], str]) -> dict[str, int]:
+        """The symbols' values from the argument leaves; `ArgumentMismatch` naming the leaf
+        (its path is `names(i)`) where a shape does not fit."""
+        values: dict[str, int] = {}
+        source: dict[str, tuple[int, tuple]] = {}
+        pending: list[tuple[int, tuple, _dims.Expr, int]] = []
+        for i, (spec, leaf) in enumerate(zip(self.in_specs, leaves, strict=True)):
+            shape = _leaf_shape(leaf)
+            dtype = getattr(leaf, "dtype", None)
+            if (
+                shape is None
+                or len(shape) != len(spec.shape)
+                or (dtype is not None and isinstance(dtype, np.dtype) and dtype != spec.dtype)
+            ):
+                raise ArgumentMismatch(i, f"expected {spec}, got {describe(leaf)}")
+            for d, n in zip(spec.shape, shape):
+                if isinstance(d, int):
+                    if d != n:
+                        raise ArgumentMismatch(i, f"expected {spec}, got {describe(leaf)}")
+                elif d.is_symbol:
+                    name = d.node[1]
+                    if name in values and values[name] != n:
+                        j, other = source[name]
+                        raise ArgumentMismatch(
+                            i,
+                            f"has {name} = {n} (shape {shape} for {spec}), but {names(j)} has "
+                            f"{name} = {values[name]} (shape {other} for {self.in_specs[j]}); "
+                            f"pass arrays whose sizes agree on {name}",
+                            ValueError,
+                            says_fix=True,
+                        )
+                    if name not in values:
+                        values[name], source[name] = n, (i, shape)
+                else:
+                    pending.append((i, shape, d, n))
+        _solve(pending, values, source)
+        for i, shape, d, n in pending:
+            unknown = sorted(d.symbols() - values.keys())
+            if unknown:
+                raise ArgumentMismatch(
+                    i,
+                    f"has shape {shape} for {self.in_specs[i]}, which does not give "
+                    f"{unknown[0]}: a dimension {d} has more than one unknown; pass an "
+                    f"argument whose dimension is {unknown[0]} alone",
+                    ValueError,
+                    says_fix=True,
+                )
+            try:
+                expected = d.evaluate(values)
+            except ValueError as e:
+                raise ArgumentMismatch(i, f"has shape {shape}: {e}", ValueError) from None
+            if expected != n:
+                given = ", ".join(f"{s} = {values[s]}" for s in sorted(d.symbols()))
+                raise ArgumentMismatch(
+                    i,
+                    f"has shape {shape} for {self.in_specs[i]}, where {d} = {expected} "
+                    f"({given}), not {n}; pass arrays whose sizes agree",
+                    ValueError,
+                    says_fix=True,
+                )
+        for constraint in self.constraints:
+            try:
+                holds = constraint.holds(values)
+            except ValueError as e:
+                holds, detail = False, f" ({e})"
+            else:
+                detail = ""
+            if not holds:
+                first = sorted(constraint.symbols(), key=self.symbols.index)
+                i, shape = source[first[0]] if first else (0, _leaf_shape(leaves[0]))
+                given = ", ".join(f"{s} = {values[s]}" for s in first)
+                raise ArgumentMismatch(
+                    i,
+                    f"has shape {shape} for {self.in_specs[i]}, giving {given}, which breaks "
+                    f"the constraint {constraint}{detail}; pass shapes for which it holds",
+                    ValueError,
+                    says_fix=True,
+                )
+        return values
+
+    def check_values(self, values: dict[str, int], where: str) -> None:
+        """ValueError unless `values` gives every symbol a size and meets every constraint
+        (`Compiled.specialize`)."""
+        for name in self.symbols:
+            v = values.get(name)
+            if type(v) is not int or v < 0:
+                raise ValueError(
+                    f"{where}: {name} = {v!r}; give every symbol ({', '.join(self.symbols)}) "
+                    "a size >= 0"
+                )
+        for constraint in self.constraints:
+            if not constraint.holds(values):
+                raise ValueError(
+                    f"{where}: {self.text(values)} breaks the constraint {constraint}; give "
+                    "sizes for which it holds"
+                )
+        for spec in self.in_specs + self.out_specs:
+            for d in spec.shape:
+                if isinstance(d, _dims.Expr) and d.evaluate(values) < 0:
+                    raise ValueError(
+                        f"{where}: {self.text(values)} makes dimension {d} of {spec} "
+                        f"{d.evaluate(values)}; give sizes for which every dimension is >= 0"
+                    )
+
+
+def _solve(pending, values: dict[str, int], source: dict) -> None:
+    """Gives a value to each symbol that appears alone in a linear dimension (`2*b + 1`),
+    from the dimensions already known; `bind` then checks every dimension."""
+    progress = True
+    while progress:
+        progress = False
+        for i, shape, d, n in pending:
+            unknown = d.symbols() - values.keys()
+            if len(unknown) != 1:
+                continue
+            (name,) = unknown
+            try:
+                c = d.evaluate({**values, name: 0})
+                a = d.evaluate({**values, name: 1}) - c
+                linear = d.evaluate({**values, name: 2}) == 2 * a + c
+            except ValueError:
+                continue
+            if a != 0 and linear and (n - c) % a == 0 and (n - c) // a >= 0:
+                values[name] = (n - c) // a
+                source[name] = (i, shape)
+                progress = True
+
+
+# --- refinement ----------------------------------------------------------------------------
+
+_SHAPE_ASSERTION = "shape_assertion"
+_PLACEHOLDER = re.compile(r"\{(\d+)\}")
+MAX_ASSERTION_TEXT = 2000
+
+
+def refine(module: ir.Module, lc, in_specs: Sequence[ShapeDtype], where: str) -> ir.Module:
+    """A copy of the dynamic `module` refined to the static `in_specs`: StableHLO's argument
+    and shape refinement, dynamism canonicalized, `shape_assertion` calls (jax.export's)
+    decided and removed, then verified. ValueError for an assertion that fails; CompileError
+    for a module that does not refine to static shapes."""
+    with lc, ir.Location.unknown():
+        types = ",".join(str(dtypes.tensor_type(s.shape, s.dtype)) for s in in_specs)
+        # A `builtin.module` op view, which backends take as they take an `ir.Module`.
+        copy = module.operation.clone()
+        pipeline = (
+            f"builtin.module(stablehlo-refine-arguments{{types='{types}'}},"
+            "stablehlo-refine-shapes,func.func(stablehlo-canonicalize-dynamism),canonicalize)"
+        )
+        try:
+            passmanager.PassManager.parse(pipeline).run(copy)
+        except ir.MLIRError as e:
+            raise CompileError(
+                f"{where}: the symbolic program does not refine to {_specs_text(in_specs)}: "
+                f"{modules.diagnostic(e)}",
+                module_name=modules.module_name(module),
+            ) from None
+        _check_assertions(copy.operation, where)
+        left = _dynamic_types(copy.operation)
+        if left:
+            raise CompileError(
+                f"{where}: the symbolic program refined to {_specs_text(in_specs)} still has "
+                f"a dynamic shape ({left}); the shapes cannot be decided from the arguments",
+                module_name=modules.module_name(module),
+            )
+        try:
+            copy.operation.verify()
+        except ir.MLIRError as e:
+            raise CompileError(
+                f"{where}: the symbolic program refined to {_specs_text(in_specs)} does not "
+                f"verify: {modules.diagnostic(e)}",
+                module_name=modules.module_name(module),
+            ) from None
+        return copy
+
+
+def _constant_ints(value: ir.Value) -> list[int] | None:
+    owner = value.owner
+    if not isinstance(owner, ir.OpView | ir.Operation):
+        return None
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    if op.name != "stablehlo.constant":
+        return None
+    attr = op.attributes["value"]
+    try:
+        dense = ir.DenseIntElementsAttr(attr)
+    except ValueError:
+        return None
+    t = ir.RankedTensorType(dense.type)
+    if t.rank != 0:
+        return None
+    if ir.IntegerType(t.element_type).width == 1:
+        return [1 if ir.BoolAttr(dense.get_splat_value()).value else 0]
+    return [dense[0]]
+
+
+def _check_assertions(op: ir.Operation, where: str) -> None:
+    found: list[ir.Operation] = []
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        if inner.name == "stablehlo.custom_call":
+            target = ir.StringAttr(inner.attributes["call_target_name"]).value
+            if target == _SHAPE_ASSERTION:
+                found.append(inner)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    for assertion in found:
+        values = [_constant_ints(v) for v in assertion.operands]
+        if any(v is None for v in values):
+            raise CompileError(
+                f"{where}: a shape assertion of the symbolic program "
+                f"{modules.op_location(assertion)}cannot be decided for these shapes (its "
+                "operands are not constants after refinement)",
+            )
+        if not values or values[0][0] != 1:
+            message = "a shape assertion failed"
+            if "error_message" in assertion.attributes:
+                template = ir.StringAttr(assertion.attributes["error_message"]).value
+                args = [v[0] for v in values[1:]]
+
+                def fill(m, args=args):
+                    k = int(m.group(1))
+                    return str(args[k]) if k < len(args) else m.group(0)
+
+                message = printable(_PLACEHOLDER.sub(fill, template[:MAX_ASSERTION_TEXT]))
+            raise ValueError(f"{where}: {message}")
+    for assertion in found:
+        assertion.erase()
+
+
+def _dynamic_types(op: ir.Operation) -> str | None:
+    found: list[str] = []
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        for result in inner.results:
+            t = result.type
+            if isinstance(t, ir.RankedTensorType) and not t.has_static_shape:
+                found.append(f"{inner.name} gives {t}")
+                return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found[0] if found else None
+
+
+def _specs_text(specs) -> str:
+    return f"({', '.join(map(str, specs))})"
+
+
+# --- the executable ------------------------------------------------------------------------
+
+
+class Source:
+    """Where a symbolic executable gets its program: `module()` gives (module, lc), parsed
+    on first use; `portable()` its StableHLO portable artifact."""
+
+    def __init__(self, module: Callable[[], tuple], portable: Callable[[], bytes]):
+        self._module_fn, self._portable_fn = module, portable
+        self._module = None
+        self._portable = None
+        self._digest = None
+        self._lock = threading.Lock()
+
+    def module(self) -> tuple:
+        with self._lock:
+            if self._module is None:
+                self._module = self._module_fn()
+            return self._module
+
+    def portable(self) -> bytes:
+        with self._lock:
+            if self._portable is None:
+                self._portable = bytes(self._portable_fn())
+            return self._portable
+
+    def digest(self) -> str:
+        """SHA-256 of the program without its locations: the persistent cache's key for it."""
+        if self._digest is None:
+            module, lc = self.module()
+            self._digest = cache.program_digest(module, lc)
+        return self._digest
+
+
+class SymbolicExecutable(Executable):
+    """The executable of a symbolic program: one static executable per distinct set of
+    symbol values, compiled on first call (see the module docstring).
+
+    `in_specs`/`out_specs` are the symbolic specs. `recompile=False` (an artifact loaded
+    so) runs only the specializations it was given. `names(i)` is the path of argument leaf
+    `i` for errors.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        name: str,
+        shapes: Shapes,
+        source: Source,
+        *,
+        options=None,
+        donated: tuple = (),
+        recompile: bool = True,
+        where: str | None = None,
+    ):
+        self.backend = backend
+        self.name = name
+        self.shapes = shapes
+        self.in_specs = shapes.in_specs
+        self.out_specs = shapes.out_specs
+        self.options = dict(options or {})
+        self.donated = tuple(donated) or (False,) * len(shapes.in_specs)
+        self.recompile = recompile
+        self.source = source
+        self._where = where or f"Compiled {name!r}"
+        # symbol values -> executable, and leaf shapes -> executable (the call's lookup).
+        self._by_values: dict[tuple, Executable] = {}
+        self._by_shape: dict[tuple, Executable] = {}
+        self._values: dict[tuple, dict] = {}
+        self._lock = threading.RLock()
+        self._names: list[str] | None = None
+        self.compiles = 0
+
+    # -- what the call runs
+
+    def execute(self, leaves: Sequence) -> list:
+        executable = self._by_shape.get(tuple(map(_leaf_shape, leaves)))
+        if executable is None:
+            executable = self._for_leaves(leaves)
+        return executable.execute(leaves)
+
+    def _leaf_name(self, i: int) -> str:
+        return f"argument {i}" if self._names is None else self._names[i]
+
+    def set_leaf_names(self, names: list[str]) -> None:
+        self._names = names
+
+    def _for_leaves(self, leaves: Sequence) -> Executable:
+        values = self.shapes.bind(leaves, self._leaf_name)
+        executable = self.specialization(values)
+        self._by_shape[tuple(map(_leaf_shape, leaves))] = executable
+        return executable
+
+    def specialization(self, values: dict[str, int]) -> Executable:
+        """The executable for `values` (checked by the caller), compiled if needed."""
+        key = self.shapes.key(values)
+        executable = self._by_values.get(key)
+        if executable is not None:
+            return executable
+        with self._lock:
+            executable = self._by_values.get(key)
+            if executable is None:
+                if not self.recompile:
+                    raise self._unknown(values)
+                executable = self._compile(values)
+                self._by_values[key] = executable
+                self._values[key] = dict(values)
+        return executable
+
+    def _unknown(self, values: dict[str, int]) -> ArtifactError:
+        held = "; ".join(self.shapes.text(v) for v in self.specialized()) or "none"
+        return ArtifactError(
+            f"{self._where}: no executable for {self.shapes.text(values)}, and it was loaded "
+            f"with recompile=False; it holds executables for: {held}; call it with one of "
+            "those shapes, or load it with recompile='auto' to compile others from its "
+            "portable StableHLO"
+        )
+
+    def _compile(self, values: dict[str, int]) -> Executable:
+        in_specs, out_specs = self.shapes.concrete(values)
+        where = f"{self._where}: specializing to {self.shapes.text(values)}"
+        backend, options = self.backend, self.options
+        # What the persistent cache reads of a compile: the specialization's signature.
+        entry = Signature.flat(self.name, in_specs, out_specs, donated=self.donated)
+        cache_key = cache.shape_key(self.source.digest, in_specs, backend, options, self.donated)
+        executable = None
+        if cache_key is not None:
+            executable = cache.get(cache_key, entry, backend, options)
+        if executable is None:
+            module, lc = self.source.module()
+            refined = refine(module, lc, in_specs, where)
+            executable = backend.compile(refined, options)
+            self.compiles += 1
+            if cache_key is not None:
+                cache.put(cache_key, entry, executable, options, portable=_portable(refined))
+        self.check(executable, values, where)
+        return executable
+
+    def check(self, executable: Executable, values: dict[str, int], where: str) -> None:
+        """CompileError unless `executable` has the specs `values` give the signature."""
+        in_specs, out_specs = self.shapes.concrete(values)
+        if (tuple(executable.in_specs), tuple(executable.out_specs)) != (in_specs, out_specs):
+            raise CompileError(
+                f"{where}: the program compiled to {_specs_text(executable.in_specs)} -> "
+                f"{_specs_text(executable.out_specs)}, but its signature gives "
+                f"{_specs_text(in_specs)} -> {_specs_text(out_specs)}",
+                backend=self.backend.name,
+                module_name=self.name,
+            )
+
+    def add(self, values: dict[str, int], executable: Executable) -> None:
+        """Keeps an executable made elsewhere (an artifact's) for `values`."""
+        with self._lock:
+            key = self.shapes.key(values)
+            self._by_values[key] = executable
+            self._values[key] = dict(values)
+
+    def specialized(self) -> list[dict[str, int]]:
+        """The symbol values of every specialization held, in the order of their values."""
+        with self._lock:
+            return [self._values[k] for k in sorted(self._values)]
+
+    def executable_for(self, values: dict[str, int]) -> Executable | None:
+        return self._by_values.get(self.shapes.key(values))
+
+    def specialize(self, sizes: dict[str, Sequence[int]], where: str) -> list[dict[str, int]]:
+        """Compiles the executables of every combination of `sizes` (symbol -> sizes)."""
+        unknown = sorted(set(sizes) - set(self.shapes.symbols))
+        if unknown:
+            raise ValueError(
+                f"{where}: {unknown[0]!r} is not a symbol of this program (its symbols: "
+                f"{', '.join(self.shapes.symbols)})"
+            )
+        missing = [s for s in self.shapes.symbols if s not in sizes]
+        if missing:
+            raise ValueError(
+                f"{where}: no sizes for {', '.join(missing)}; give sizes for every symbol: "
+                + ", ".join(f"{s}=[...]" for s in self.shapes.symbols)
+            )
+        lists = []
+        for name in self.shapes.symbols:
+            given = sizes[name]
+            given = [given] if isinstance(given, int) else given
+            try:
+                given = list(given)
+            except TypeError:
+                raise TypeError(
+                    f"{where}: {name}={sizes[name]!r}; give a size or a list of sizes"
+                ) from None
+            lists.append(given)
+        done = []
+        for combination in itertools.product(*lists):
+            values = dict(zip(self.shapes.symbols, combination, strict=True))
+            self.shapes.check_values(values, where)
+            self.specialization(values)
+            done.append(values)
+        return done
+
+    # -- native dispatch
+
+    def dispatcher(self, name: str, python_call):
+        """The backend's multi-signature native dispatch in front of `python_call`: each
+        argument signature (shapes included) the checked call ran is cached with its
+        specialization's fast path, as `jit` caches its executables."""
+
+        def run(x64: bool, args: tuple, kwargs: dict):
+            out = python_call(*args, **kwargs)
+            leaves = tree_util.tree_leaves((args, kwargs))
+            executable = self._by_shape.get(tuple(map(_leaf_shape, leaves)))
+            if executable is None:
+                return out, None
+            return out, executable.fastpath(out, args, kwargs, x64)
+
+        return self.backend.jit_dispatcher(name, python_call, run)
+
+    # -- views
+
+    def as_text(self) -> str:
+        module, lc = self.source.module()
+        with lc:
+            text = module.operation.get_asm()
+        held = "\n".join(f"//   {self.shapes.text(v)}" for v in self.specialized())
+        return (
+            f"// symbolic program {self.name!r}; executables compiled for:\n"
+            f"{held or '//   (none yet)'}\n{text}"
+        )
+
+    def runtime_executable(self):
+        return None
+
+    def serialize(self) -> bytes | None:
+        return None
+
+
+def _portable(module: ir.Module) -> bytes:
+    return artifacts.module_portable_artifact(module)

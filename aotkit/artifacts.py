@@ -42,7 +42,7 @@ from jax import tree_util
 from jax.sharding import NamedSharding
 from jaxlib.mlir import ir
 
-from aotkit import _compat, _context, _files, backends, modules, pytrees
+from aotkit import _compat, _context, _dims, _files, backends, modules, pytrees, symbolic
 from aotkit._version import __version__
 from aotkit.arguments import format_signature
 from aotkit.errors import ArtifactError, printable
@@ -51,8 +51,10 @@ from aotkit.specs import spec
 
 MAGIC = b"\x89AOT\r\n\x1a\n"
 # Version 2 added namedtuples and registered pytree nodes in the trees, and sharded programs
-# (`partitioning`). A file that uses neither is written as version 1, which every reader reads.
-FORMAT_VERSION = 2
+# (`partitioning`); version 3 symbolic programs (`symbolic`: specs with symbolic dimensions,
+# constraints, one executable section per specialization). A file is written with the lowest
+# version that holds it, so one that uses none of them is version 1, which every reader reads.
+FORMAT_VERSION = 3
 MIN_FORMAT_VERSION = 1
 # magic, format version (u32), header length (u32), SHA-256 of the header: little-endian.
 _PREFIX = struct.Struct("<8sII32s")
@@ -268,8 +270,11 @@ def _sha256(data) -> str:
 
 
 def format_version(header: dict) -> int:
-    """The lowest format version that holds `header`: 2 for a sharded program or trees with
-    namedtuples or registered nodes, else 1 (which older readers read too)."""
+    """The lowest format version that holds `header`: 3 for a symbolic program, 2 for a
+    sharded program or trees with namedtuples or registered nodes, else 1 (which older
+    readers read too)."""
+    if header.get("symbolic") is not None:
+        return 3
     if header.get("partitioning") is not None or any(
         _uses_custom_nodes(header.get(k)) for k in ("in_tree", "out_tree")
     ):
@@ -302,6 +307,8 @@ class Artifact:
         "partitioning",
         "version",
         "unregistered",
+        "shapes",
+        "specializations",
     )
 
     def __init__(self, label: str, header: dict, sections: dict, status: dict):
@@ -486,10 +493,14 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
         if fault is not None:
             raise bad("options", f"has {fault}")
     flat = {}
+    symbolic_field = header.get("symbolic")
     for name in ("in_specs", "out_specs"):
         texts = field(name, (list,), "a list of specs")
         try:
-            flat[name] = tuple(spec(t) for t in texts)
+            if symbolic_field is None:
+                flat[name] = tuple(spec(t) for t in texts)
+            else:  # dimensions such as `b` or `2*b`: read as data (aotkit/_dims.py)
+                flat[name] = tuple(symbolic.parse_spec(t) for t in texts)
         except (TypeError, ValueError) as e:
             raise bad(name, f"holds a bad spec ({e})") from None
     donated = field("donated", (list,), "a list of booleans")
@@ -546,7 +557,7 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
         seen.add(entry["name"])
     if PORTABLE not in seen:
         raise bad("sections", f"has no {PORTABLE!r} section (the portable StableHLO)")
-    if fmt is not None and EXECUTABLE not in seen:
+    if fmt is not None and EXECUTABLE not in seen and symbolic_field is None:
         raise bad("sections", f"has no {EXECUTABLE!r} section for executable_format {fmt!r}")
     layout = header.get("partitioning")
     if layout is not None:
@@ -556,7 +567,16 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
             flat["out_specs"],
             lambda detail: bad("partitioning", detail),
         )
+    shapes, specializations = None, ()
+    if symbolic_field is not None:
+        if layout is not None:
+            raise bad("symbolic", "is given for a sharded program; aotkit writes neither with both")
+        shapes, specializations = _check_symbolic(
+            symbolic_field, flat["in_specs"], flat["out_specs"], seen, fmt, bad
+        )
     artifact = Artifact(label, header, {}, {})
+    artifact.shapes = shapes
+    artifact.specializations = specializations
     artifact.partitioning = layout
     artifact.unregistered = sorted(set(unregistered or ()))
     artifact.signature = Signature(
@@ -571,6 +591,148 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
     artifact.target = dict(target)
     artifact.executable_format = fmt
     return artifact
+
+
+# --- symbolic programs (format version 3) --------------------------------------------------
+
+MAX_SYMBOLS = 64
+MAX_CONSTRAINTS = 64
+# Sizes a header may give a symbol: what a dimension holds (aotkit/specs.py).
+MAX_SIZE = 2**63 - 1
+
+
+def _check_symbolic(data, in_specs, out_specs, sections: set, fmt, bad):
+    """The checked `symbolic` header field: (Shapes, ((sizes dict, section name), ...)).
+    Symbols, constraints and dimensions are parsed as data by aotkit/_dims.py's bounded
+    parser; nothing in them is evaluated as code."""
+    if not isinstance(data, dict) or set(data) != {"symbols", "constraints", "specializations"}:
+        raise bad(
+            "symbolic", f"is {_short(data)}, not an object of symbols, constraints, specializations"
+        )
+    symbols, texts, entries = data["symbols"], data["constraints"], data["specializations"]
+    if (
+        not isinstance(symbols, list)
+        or not 1 <= len(symbols) <= MAX_SYMBOLS
+        or not all(isinstance(n, str) for n in symbols)
+        or len(set(symbols)) != len(symbols)
+    ):
+        raise bad(
+            "symbolic",
+            f"has symbols {_short(symbols)}, not a list of 1 to {MAX_SYMBOLS} distinct names",
+        )
+    if (
+        not isinstance(texts, list)
+        or len(texts) > MAX_CONSTRAINTS
+        or not all(isinstance(t, str) for t in texts)
+    ):
+        raise bad(
+            "symbolic",
+            f"has constraints {_short(texts)}, not a list of at most {MAX_CONSTRAINTS} texts",
+        )
+    constraints = []
+    for text in texts:
+        try:
+            constraints.append(_dims.parse_constraint(text))
+        except ValueError as e:
+            raise bad("symbolic", f"has a constraint that does not parse ({e})") from None
+    try:
+        shapes = symbolic.Shapes.of(in_specs, out_specs, tuple(constraints), where="its program")
+    except ValueError as e:
+        raise bad("symbolic", f"describes no program aotkit can call ({e})") from None
+    if list(shapes.symbols) != symbols:
+        raise bad(
+            "symbolic",
+            f"has symbols {_short(symbols)}, but its argument specs name "
+            f"{_short(list(shapes.symbols))}",
+        )
+    if not isinstance(entries, list) or len(entries) > MAX_SECTIONS:
+        raise bad(
+            "symbolic",
+            f"has specializations {_short(entries)}, not a list of at most {MAX_SECTIONS}",
+        )
+    found, used, keys = [], set(), set()
+    for entry in entries:
+        if not (
+            isinstance(entry, dict)
+            and set(entry) == {"sizes", "section"}
+            and isinstance(entry["section"], str)
+            and isinstance(entry["sizes"], list)
+            and len(entry["sizes"]) == len(symbols)
+            and all(type(n) is int and 0 <= n <= MAX_SIZE for n in entry["sizes"])
+        ):
+            raise bad(
+                "symbolic",
+                f"has a specialization {_short(entry)}, not {{sizes: one size per symbol, "
+                "section: a section name}}",
+            )
+        values = dict(zip(symbols, entry["sizes"], strict=True))
+        try:
+            shapes.check_values(values, "the specialization")
+            shapes.concrete(values)
+        except ValueError as e:
+            raise bad("symbolic", f"has a specialization its program cannot have ({e})") from None
+        key = tuple(entry["sizes"])
+        if key in keys:
+            raise bad("symbolic", f"lists the specialization {shapes.text(values)} twice")
+        if entry["section"] not in sections or entry["section"] in (PORTABLE, TEXT):
+            raise bad(
+                "symbolic",
+                f"names section {_short(entry['section'])} for {shapes.text(values)}, which "
+                "is not an executable section of the file",
+            )
+        if entry["section"] in used:
+            raise bad("symbolic", f"names section {entry['section']!r} twice")
+        keys.add(key)
+        used.add(entry["section"])
+        found.append((values, entry["section"]))
+    if (fmt is None) != (not found):
+        raise bad(
+            "executable_format",
+            f"is {_short(fmt)} for a symbolic program with {len(found)} specialization(s); "
+            "it names the format of their executables, and is null when there are none",
+        )
+    return shapes, tuple(found)
+
+
+def pack_symbolic(compiled, *, text: bool = True) -> bytes:
+    """The container of a `Compiled` of a symbolic program (its executable an
+    `aotkit.specialize.SymbolicExecutable`): its
+    portable StableHLO (the symbolic program), its symbols and constraints, and one
+    executable section per specialization compiled so far."""
+    executable = compiled._executable
+    shapes = executable.shapes
+    backend = executable.backend
+    sections = {PORTABLE: bytes(executable.source.portable())}
+    entries = []
+    for values in executable.specialized():
+        data = executable.executable_for(values).serialize()
+        if data is None:
+            continue
+        name = f"{EXECUTABLE}.{len(entries)}"
+        sections[name] = data
+        entries.append({"sizes": [values[s] for s in shapes.symbols], "section": name})
+    if text:
+        sections[TEXT] = executable.as_text().encode("utf-8")
+    header = {
+        **_versions(),
+        "name": compiled.name,
+        "target": backend.target(),
+        "executable_format": backend.executable_format if entries else None,
+        "in_specs": [str(s) for s in shapes.in_specs],
+        "out_specs": [str(s) for s in shapes.out_specs],
+        "in_tree": encode_tree(compiled.in_tree, f"Compiled {compiled.name!r}", "argument"),
+        "out_tree": encode_tree(compiled.out_tree, f"Compiled {compiled.name!r}", "result"),
+        "donated": [bool(d) for d in compiled.donated],
+        "options": {
+            k: v for k, v in (compiled.options or {}).items() if option_fault(k, v) is None
+        },
+        "symbolic": {
+            "symbols": list(shapes.symbols),
+            "constraints": [str(c) for c in shapes.constraints],
+            "specializations": entries,
+        },
+    }
+    return pack(header, sections)
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -727,6 +889,8 @@ def serialize(compiled, *, text: bool = True) -> bytes:
             "which artifacts do not hold; pass and return their uint32 data instead "
             "(jax.random.key_data, and jax.random.wrap_key_data after loading)"
         )
+    if symbolic.is_symbolic(compiled.flat_in_specs):
+        return pack_symbolic(compiled, text=text)
     in_tree = encode_tree(compiled.in_tree, where, "argument")
     out_tree = encode_tree(compiled.out_tree, where, "result")
     if compiled.lowered is not None:

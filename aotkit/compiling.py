@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from aotkit import artifacts, backends, cache, dumps, specialize, spmd
+from aotkit import artifacts, backends, cache, dumps, specialize, spmd, symbolic
 from aotkit._traceback import api_boundary
 from aotkit.artifacts import Artifact
 from aotkit.backends.base import Backend
@@ -68,7 +68,7 @@ def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None)
     """`lowered` compiled by `backend` with `options` (checked by `options_key`) and the
     target keywords `targeting` (from `targeting`): from the persistent cache when another
     process compiled it, else by the backend's compiler; then the compile's dumps."""
-    if specialize.is_symbolic(lowered.flat_in_specs):
+    if symbolic.is_symbolic(lowered.flat_in_specs):
         return _compile_symbolic(lowered, backend, options, targeting)
     dumper = lowered._dumper
     # The persistent cache (aotkit/cache.py) first: an executable another process compiled.
@@ -128,7 +128,7 @@ def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) ->
             f"({lowered.partitioning.describe()}); aotkit specializes one-device programs: "
             "lower it with concrete shapes"
         )
-    shapes = specialize.Shapes.of(lowered.flat_in_specs, lowered.flat_out_specs, where=where)
+    shapes = symbolic.Shapes.of(lowered.flat_in_specs, lowered.flat_out_specs, where=where)
     program = lowered._program
     source = specialize.Source(
         lambda: (program.module, program.lc), lambda: artifacts.portable_artifact(lowered)
@@ -256,6 +256,10 @@ def to_compiled(
     if target_backend.executable_format is not None:
         here["executable_format"] = target_backend.executable_format
     same = saved == here
+    if artifact.shapes is not None:
+        return _symbolic_compiled(
+            artifact, target_backend, same, saved, here, explicit, recompile, portable_only, place
+        )
     layout = None
     if artifact.partitioning is not None:
         # Its mesh goes on devices here before anything loads: none that fits is an error
@@ -324,6 +328,107 @@ def to_compiled(
         artifact, target_backend, place, check=portable_only, layout=layout
     )
     return _compiled(artifact, executable, "recompiled", place)
+
+
+def _symbolic_compiled(
+    artifact: Artifact,
+    backend: Backend,
+    same: bool,
+    saved: dict,
+    here: dict,
+    explicit: bool,
+    recompile,
+    portable_only: bool,
+    place: str,
+) -> Compiled:
+    """The `Compiled` of a symbolic artifact (format version 3): its specializations'
+    executables loaded as they are where the target matches (as `to_compiled` loads one
+    executable), and its portable StableHLO compiled for any other shape on first call,
+    unless `recompile=False`."""
+    signature = artifact.signature
+
+    def parse():
+        module, lc = artifacts.parse_portable(artifact, place)
+        if portable_only:
+            trust.check(module, place)
+        return module, lc
+
+    source = specialize.Source(parse, lambda: artifact.section(artifacts.PORTABLE))
+    options = artifact.options if backend.name == artifact.target["backend"] else None
+    executable = specialize.SymbolicExecutable(
+        backend,
+        artifact.name,
+        artifact.shapes,
+        source,
+        options=options,
+        donated=signature.donated,
+        recompile=recompile is not False,
+        where=f"Compiled {artifact.name!r} ({artifact.label})",
+    )
+    loaded = 0
+    if not same and artifact.specializations:
+        differences = artifacts.differences(saved, here)
+        if recompile is False:
+            raise ArtifactError(
+                f"{place} was compiled with {differences}; load it with recompile=True or "
+                "'auto' to compile its portable StableHLO here",
+                path=artifact.label,
+            )
+        if recompile == "auto" and not (explicit and saved["backend"] != backend.name):
+            warnings.warn(
+                f"{place} was compiled with {differences}; compiling its portable StableHLO "
+                f"for backend {backend.name!r} for each shape it is called with "
+                "(recompile=True does so without this warning)",
+                ArtifactWarning,
+                stacklevel=3,
+            )
+    elif same and not portable_only and recompile is not True:
+        for values, section in artifact.specializations:
+            in_specs, out_specs = artifact.shapes.concrete(values)
+            try:
+                loaded_executable = backend.deserialize(
+                    artifact.section(section),
+                    name=artifact.name,
+                    in_specs=in_specs,
+                    out_specs=out_specs,
+                    options=artifact.options,
+                    target=artifact.target,
+                )
+            except (CompileError, ValueError) as e:
+                shown = artifact.shapes.text(values)
+                if recompile is False:
+                    raise ArtifactError(
+                        f"{place}: its executable for {shown} does not load ({e}); load it "
+                        "with recompile=True or 'auto' to compile its portable StableHLO",
+                        path=artifact.label,
+                    ) from None
+                warnings.warn(
+                    f"{place}: its executable for {shown} does not load ({e}); compiling its "
+                    "portable StableHLO for that shape when it is called",
+                    ArtifactWarning,
+                    stacklevel=3,
+                )
+                continue
+            aliased = loaded_executable.aliased_arguments()
+            undeclared = sorted(i for i in aliased or () if not signature.donated[i])
+            if undeclared:
+                raise ArtifactError(
+                    f"{place}: its executable for {artifact.shapes.text(values)} reuses the "
+                    f"buffers of arguments {', '.join(map(str, undeclared))} for its results, "
+                    f"but its header says they are not donated; {artifacts.REWRITE}",
+                    path=artifact.label,
+                )
+            executable.add(values, loaded_executable)
+            loaded += 1
+    return Compiled(
+        executable,
+        in_tree=signature.in_tree,
+        out_tree=signature.out_tree,
+        donated=signature.donated,
+        options=artifact.options,
+        origin="artifact" if loaded or same and not portable_only else "recompiled",
+        portable=artifact.section(artifacts.PORTABLE),
+    )
 
 
 def _placed_layout(artifact: Artifact, backend, place: str) -> spmd.Partitioning:

@@ -51,8 +51,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("program: the Program record and its one Signature", ("aotkit.program",)),
     ("backends: compile and run a module", ("aotkit.backends", "aotkit.backends.*")),
     (
-        "format: the artifact container and the persistent cache",
-        ("aotkit.artifacts", "aotkit.cache"),
+        "format: symbolic signatures, the artifact container and the persistent cache",
+        ("aotkit.symbolic", "aotkit.artifacts", "aotkit.cache"),
     ),
     (
         "specialize: symbolic programs compiled per shape (through the persistent cache)",

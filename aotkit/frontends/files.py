@@ -37,7 +37,7 @@ from pathlib import Path
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
-from aotkit import _compat, _dims, _files, artifacts, backends, dtypes, modules, specialize
+from aotkit import _compat, _dims, _files, artifacts, backends, dtypes, modules, symbolic
 from aotkit.frontends import _module, _probe, trust
 from aotkit.program import Program
 from aotkit.specs import ShapeDtype
@@ -99,7 +99,15 @@ def _from_artifact(data: bytes, label: str, name: str | None) -> Program:
     artifact = artifacts.unpack(data, label, where="load_module")
     where = f"load_module: {label}"
     module, _ = artifacts.parse_portable(artifact, where)
-    adopted = _module.adopt(module, name=name or artifact.name, where=where, shardy=False)
+    signature = artifact.signature
+    adopted = _module.adopt(
+        module,
+        name=name or artifact.name,
+        where=where,
+        shardy=False,
+        # A symbolic program's @main has dynamic types; its header has the symbols.
+        specs=(signature.flat_in_specs, signature.flat_out_specs) if artifact.shapes else None,
+    )
     return _with_trees(adopted, artifact.signature.in_tree, artifact.signature.out_tree)
 
 
@@ -657,7 +665,7 @@ def _symbolic_specs(exported, where: str) -> tuple[tuple, tuple]:
     def spec(dims, dtype):
         if all(isinstance(d, int) for d in dims):
             return ShapeDtype(tuple(dims), dtype)
-        return specialize.SymbolicSpec(tuple(dims), dtype, constraints)
+        return symbolic.SymbolicSpec(tuple(dims), dtype, constraints)
 
     return tuple(spec(*x) for x in ins), tuple(spec(*x) for x in outs)
 

@@ -405,12 +405,19 @@ def emit(ctx: RuleContext, name: str, *operands: ir.Value, **attributes) -> list
 ShapeRule = Callable[..., list[Aval]]
 LoweringRule = Callable[..., list[ir.Value]]
 AttributeRule = Callable[..., dict]
-# Per op: (shape rule, lowering rule, None, None, False), or for an op that is one StableHLO
-# op (`register_direct`): (shape rule, None, that op's name, its attribute rule or None,
-# whether it is a CHLO op).
+# Per op: (shape rule, lowering rule, None, None, False, False), or for an op that is one
+# StableHLO op (`register_direct`): (shape rule, None, that op's name, its attribute rule or
+# None, whether it is a CHLO op, whether the shape rule is `same`).
 _rules: dict[
-    str, tuple[ShapeRule, LoweringRule | None, str | None, AttributeRule | None, bool]
+    str, tuple[ShapeRule, LoweringRule | None, str | None, AttributeRule | None, bool, bool]
 ] = {}
+
+
+def same(*avals: Aval, **_) -> list[Aval]:
+    """The shape rule of an op whose result has its last operand's shape and dtype (the
+    elementwise ops, whose operands `aotkit.numpy` has made alike); `bind` knows it and
+    does not call it."""
+    return [avals[-1]]
 
 
 def register(*names: str, shape: ShapeRule):
@@ -419,7 +426,7 @@ def register(*names: str, shape: ShapeRule):
     def decorate(rule: LoweringRule) -> LoweringRule:
         for name in names:
             assert name not in _rules, f"op {name!r} registered twice"
-            _rules[name] = (shape, rule, None, None, False)
+            _rules[name] = (shape, rule, None, None, False, False)
         return rule
 
     return decorate
@@ -436,7 +443,7 @@ def register_direct(
     """
     for name, hlo in ops.items():
         assert name not in _rules, f"op {name!r} registered twice"
-        _rules[name] = (shape, None, hlo, attributes, hlo.startswith("chlo."))
+        _rules[name] = (shape, None, hlo, attributes, hlo.startswith("chlo."), shape is same)
 
 
 def _check_live(t: Tracer, op: str) -> None:
@@ -449,43 +456,91 @@ def _check_live(t: Tracer, op: str) -> None:
 
 
 def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
-    """Applies `op` to tracers: shape rule, then its lowering rule, at the user's location."""
+    """Applies `op` to tracers: shape rule, then its lowering rule, at the user's location.
+
+    The hot path of every traced program: an op that is one StableHLO op (`register_direct`)
+    is created here, with what `user_location` and `dtypes.tensor_type` would give inlined
+    (each is a function call and a lookup of the lowering context otherwise).
+    """
     entry = _rules.get(op)
     if entry is None:
         raise NotImplementedError(f"aotkit has no lowering rule for op {op!r}")
-    avals_in = []
     values = []
     for t in operands:
         if not t._scope.open:
             _check_live(t, op)
-        avals_in.append((t.shape, t.dtype))
         values.append(t.value)
+    hlo = entry[2]
+    if hlo is None:
+        return _bind_rule(op, entry, operands, values, params)
+    if entry[5]:  # the result is the last operand's shape and dtype
+        last = operands[-1]
+        shape, dtype = last.shape, last.dtype
+        avals_in = None
+    else:
+        avals_in = [(t.shape, t.dtype) for t in operands]
+        shape, dtype = entry[0](*avals_in, **params)[0]
+    lc = _context.active()
+    key = (shape, dtype)
+    result_type = lc.tensor_types.get(key)
+    if result_type is None:
+        result_type = lc.tensor_types[key] = ir.RankedTensorType.get(
+            shape, dtypes.ir_element_type(dtype)
+        )
+    loc = lc.location
+    if loc is None:
+        loc = _caller_location(lc, sys._getframe(1))
+    attributes = entry[3]
+    result = ir.Operation.create(
+        hlo,
+        results=[result_type],
+        operands=values,
+        attributes=attributes(**params) if attributes is not None else None,
+        loc=loc,
+    ).result
+    scope = _tls.scopes[-1]
+    emitted = scope.emitted
+    emitted.ops += 1
+    if entry[4]:
+        emitted.chlo = True
+    if not emitted.simplify:
+        if emitted.constants and hlo in _SIMPLIFY_WITH_CONSTANTS:
+            emitted.simplify = _constant_operands(
+                values, emitted.constants, _SIMPLIFY_WITH_CONSTANTS[hlo]
+            )
+        check = _SIMPLIFY_IF.get(hlo)
+        if check is not None:
+            if avals_in is None:
+                avals_in = [(t.shape, t.dtype) for t in operands]
+            if check(avals_in[0], (shape, dtype), params):
+                emitted.simplify = True
+    return [Tracer(result, shape, dtype, scope)]
+
+
+def _caller_location(lc, f) -> ir.Location:
+    """`user_location` from frame `f` up (the walk, for `bind`)."""
+    internal = _internal_files
+    while f is not None:
+        name = f.f_code.co_filename
+        skip = internal.get(name)
+        if skip is None:
+            skip = internal[name] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
+        if not skip:
+            key = (name, f.f_lineno)
+            locations = lc.locations
+            loc = locations.get(key)
+            if loc is None:
+                loc = locations[key] = ir.Location.file(name, key[1], 0)
+            return loc
+        f = f.f_back
+    return ir.Location.unknown()
+
+
+def _bind_rule(op: str, entry, operands, values: list, params: dict) -> list[Tracer]:
+    """`bind` of an op with a lowering rule of its own."""
+    avals_in = [(t.shape, t.dtype) for t in operands]
     avals_out = entry[0](*avals_in, **params)
     scope = _tls.scopes[-1]
-    hlo = entry[2]
-    if hlo is not None:
-        shape, dtype = avals_out[0]
-        attributes = entry[3]
-        result = ir.Operation.create(
-            hlo,
-            results=[dtypes.tensor_type(shape, dtype)],
-            operands=values,
-            attributes=attributes(**params) if attributes is not None else None,
-            loc=user_location(),
-        ).result
-        emitted = scope.emitted
-        emitted.ops += 1
-        if entry[4]:
-            emitted.chlo = True
-        if not emitted.simplify:
-            if emitted.constants and hlo in _SIMPLIFY_WITH_CONSTANTS:
-                emitted.simplify = _constant_operands(
-                    values, emitted.constants, _SIMPLIFY_WITH_CONSTANTS[hlo]
-                )
-            check = _SIMPLIFY_IF.get(hlo)
-            if check is not None and check(avals_in[0], avals_out[0], params):
-                emitted.simplify = True
-        return [Tracer(result, shape, dtype, scope)]
     scope.emitted.opaque = True
     with user_location():
         results = entry[1](RuleContext(op, avals_in, avals_out), *values, **params)

@@ -33,6 +33,7 @@ from aotkit.lowering.core import (
     is_tracing,
     no_trace_error,
     register_direct,
+    same,
     where,
 )
 from aotkit.lowering.hlo import (
@@ -49,8 +50,7 @@ from aotkit.lowering.outputs import store
 # --- primitives --------------------------------------------------------------------------------
 
 
-def _same(*avals, **_):
-    return [avals[-1]]
+_same = same
 
 
 def _to_bool(*avals, **_):

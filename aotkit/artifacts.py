@@ -1054,6 +1054,7 @@ def describe(data, label: str) -> str:
     lines = [
         f"{label}: aotkit artifact, format {artifact.version}, {len(data)} bytes",
         f"function: {_leaf_signature(artifact)}",
+        *_symbolic_lines(artifact),
         "header:",
         *(f"  {k}: {json.dumps(header[k], separators=(', ', ': '))}" for k in sorted(header)),
         "sections:",
@@ -1073,6 +1074,28 @@ def describe(data, label: str) -> str:
             "aotkit.register_pytree_node_serialization for each"
         )
     return "\n".join(lines)
+
+
+def _symbolic_lines(artifact: Artifact) -> list[str]:
+    """What `aotkit inspect` says of a symbolic program: its symbols and constraints, and
+    the shapes it holds executables for."""
+    shapes = artifact.shapes
+    if shapes is None:
+        return []
+    constraints = "; ".join(map(str, shapes.constraints)) or "none"
+    held = [
+        "  "
+        + shapes.text(values)
+        + ": "
+        + ", ".join(map(str, shapes.concrete(values)[0]))
+        + f" ({section})"
+        for values, section in artifact.specializations
+    ]
+    return [
+        f"symbolic: {', '.join(shapes.symbols)}; constraints: {constraints}",
+        f"specializations: {len(held)} (other shapes compile from the portable StableHLO)",
+        *held,
+    ]
 
 
 def _here(artifact: Artifact) -> str:

@@ -248,9 +248,14 @@ class SymbolicExecutable(Executable):
         return executable.execute(leaves)
 
     def _leaf_name(self, i: int) -> str:
-        return f"argument {i}" if self._names is None else self._names[i]
+        if self._names is None:
+            return f"argument {i}"
+        if callable(self._names):
+            self._names = self._names()
+        return self._names[i]
 
-    def set_leaf_names(self, names: list[str]) -> None:
+    def set_leaf_names(self, names: Callable[[], list[str]]) -> None:
+        """`names()` gives the path of each argument leaf (`args[0]`), for errors."""
         self._names = names
 
     def _for_leaves(self, leaves: Sequence) -> Executable:

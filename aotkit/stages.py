@@ -46,6 +46,7 @@ from aotkit.arguments import (
 )
 from aotkit.backends.base import ArgumentMismatch, Backend, Executable, MemoryAnalysis, describe
 from aotkit.program import Program, Signature
+from aotkit.specialize import SymbolicExecutable
 from aotkit.specs import ShapeDtype
 
 
@@ -472,6 +473,9 @@ class Compiled(Stage):
             # `lowered` to write it from), so that it saves again.
             _portable=portable,
         )
+        if isinstance(executable, SymbolicExecutable):
+            # Its errors name the other argument a symbol's size came from.
+            executable.set_leaf_names(lambda: _leaf_paths(in_tree))
         # A backend may put a native dispatcher in front of the checked Python call; it
         # falls back to `_python_call` for every argument signature it has not cached.
         native = executable.dispatcher(self.name, self._python_call)
@@ -545,6 +549,33 @@ class Compiled(Stage):
                 "for the new one"
             )
         return mismatch.kind(message)
+
+    # -- symbolic shapes (aotkit/specialize.py)
+
+    @api_boundary
+    def specialize(self, **sizes) -> Compiled:
+        """Compiles, ahead of the calls that would, the executables of a program with
+        symbolic shapes for every combination of the sizes given per symbol
+        (`compiled.specialize(b=[1, 8, 32], t=128)`); returns this Compiled, whose artifact
+        (`save`) then holds them. Sizes already compiled are kept as they are. A size that
+        breaks a constraint is a ValueError; so is a static program."""
+        if not isinstance(self._executable, SymbolicExecutable):
+            raise ValueError(
+                f"Compiled {self.name!r}: specialize: the program has static shapes "
+                f"({self._signature_text()}), so it has nothing to specialize; lower it with "
+                "symbolic dimensions (aotkit.spec('f32[b,784]')) to compile it per shape"
+            )
+        self._executable.specialize(sizes, f"Compiled {self.name!r}: specialize")
+        return self
+
+    @property
+    def specializations(self) -> tuple[dict[str, int], ...]:
+        """The symbol values of the executables a program with symbolic shapes holds
+        (compiled by calls, `specialize` or loaded from an artifact), in order of their
+        values: `({'b': 1}, {'b': 8})`; () for a static program."""
+        if not isinstance(self._executable, SymbolicExecutable):
+            return ()
+        return tuple(self._executable.specialized())
 
     # -- inspection
 

@@ -751,20 +751,19 @@ def portable_artifact(lowered) -> bytes:
 def module_portable_artifact(module) -> bytes:
     """A one-device module as a StableHLO portable artifact, CHLO legalized in a copy where
     the module has some (see `portable_artifact`); `module` may be an `ir.Module` or a
-    `builtin.module` op (a clone)."""
-    if not isinstance(module, ir.Module):
-        with _context.of(module) as lc:
-            module = ir.Module.parse(modules.bytecode(module), lc.mlir)
-    try:
-        return modules.portable_artifact(module)
-    except ValueError:
-        pass
-    from jaxlib.mlir import passmanager
-
+    `builtin.module` op (a clone). StableHLO's writer turns the module it is given into VHLO
+    in place, so it is given a copy."""
     with _context.of(module) as lc:
-        copy = ir.Module.parse(modules.bytecode(module), lc.mlir)
+        data = modules.bytecode(module)
+        try:
+            return modules.portable_artifact(ir.Module.parse(data, lc.mlir))
+        except ValueError:
+            pass
+        from jaxlib.mlir import passmanager
+
+        copy = ir.Module.parse(data, lc.mlir)
         passmanager.PassManager.parse(_LEGALIZE_CHLO).run(copy.operation)
-    return modules.portable_artifact(copy)
+        return modules.portable_artifact(copy)
 
 
 def sharded_portable_artifact(module, name: str) -> bytes:

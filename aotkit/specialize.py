@@ -66,6 +66,15 @@ def refine(module: ir.Module, lc, in_specs: Sequence[ShapeDtype], where: str) ->
             "stablehlo-refine-shapes,func.func(stablehlo-canonicalize-dynamism),canonicalize)"
         )
         try:
+            # What JAX's own refinement runs first (jaxlib's C++ inliner, which the Python
+            # bindings' contexts do not register): with every call inlined, a function is
+            # never refined twice, which fails ("incompatible refinement keys") where a size
+            # of 1 lets one call site's operands refine later than the call.
+            inline_calls(copy.operation)
+            dce = lc.pipelines.get(_DCE)
+            if dce is None:
+                dce = lc.pipelines[_DCE] = passmanager.PassManager.parse(_DCE)
+            dce.run(copy)
             passmanager.PassManager.parse(pipeline).run(copy)
         except ir.MLIRError as e:
             raise CompileError(
@@ -90,6 +99,72 @@ def refine(module: ir.Module, lc, in_specs: Sequence[ShapeDtype], where: str) ->
                 module_name=modules.module_name(module),
             ) from None
         return copy
+
+
+_DCE = "builtin.module(symbol-dce)"
+
+
+def inline_calls(module_op: ir.Operation) -> None:
+    """Inlines every `func.call` reachable from `@main` (a module's call graph has no cycle:
+    the trust check refuses one, and aotkit writes none), in place; the callees are left
+    for `symbol-dce`."""
+    functions = {}
+    main = None
+    for op in module_op.regions[0].blocks[0].operations:
+        if op.operation.name == "func.func":
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            functions[name] = op.operation
+            if name == "main":
+                main = op.operation
+    if main is None:
+        return
+    while True:
+        calls: list[ir.Operation] = []
+
+        def visit(op: ir.Operation, calls=calls) -> ir.WalkResult:
+            if op.name == "func.call":
+                calls.append(op)
+            return ir.WalkResult.ADVANCE
+
+        main.walk(visit)
+        if not calls:
+            return
+        for call in calls:
+            callee = functions[ir.FlatSymbolRefAttr(call.attributes["callee"]).value]
+            _inline(call, callee)
+
+
+def _inline(call: ir.Operation, callee: ir.Operation) -> None:
+    entry = callee.regions[0].blocks[0]
+    mapping = dict(zip(entry.arguments, call.operands, strict=True))
+    point = ir.InsertionPoint(call)
+    results = None
+    for op in entry.operations:
+        op = op.operation
+        if op.name == "func.return":
+            results = [mapping.get(v, v) for v in op.operands]
+            break
+        new = op.clone(point).operation
+        _remap(new, mapping)
+        for old, fresh in zip(op.results, new.results, strict=True):
+            mapping[old] = fresh
+    for old, fresh in zip(call.results, results or (), strict=True):
+        old.replace_all_uses_with(fresh)
+    call.erase()
+
+
+def _remap(op: ir.Operation, mapping: dict) -> None:
+    """Points the operands of `op` and of the ops in its regions at the inlined values."""
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        operands = inner.operands
+        for i, value in enumerate(operands):
+            found = mapping.get(value)
+            if found is not None:
+                operands[i] = found
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
 
 
 def _constant_ints(value: ir.Value) -> list[int] | None:

@@ -38,6 +38,9 @@ _LAZY = {
     "UnsupportedModuleError": "aotkit.errors",
     "ShapeDtype": "aotkit.specs",
     "spec": "aotkit.specs",
+    "symbolic_shape": "aotkit.shapes",
+    "Dim": "aotkit.shapes",
+    "InconclusiveDimensionError": "aotkit.shapes",
     "load": "aotkit.compiling",
     "InPlaceWriteWarning": "aotkit.errors",
     "check": "aotkit.crosscheck",
@@ -63,7 +66,7 @@ _SUBMODULES = frozenset(
     """
     api artifacts autograph backends cache cli compiling config crosscheck distributed dtypes
     dumps errors frontends functional interop lax lowering modules nn numpy passes program
-    pytrees random sharding specs spmd stages transforms
+    pytrees random shapes sharding specs spmd stages transforms
     """.split()
 )
 
@@ -92,6 +95,8 @@ __all__ = [
     "CompileError",
     "Jitted",
     "Lowered",
+    "Dim",
+    "InconclusiveDimensionError",
     "ShapeDtype",
     "Traced",
     "UnsupportedModuleError",
@@ -123,6 +128,7 @@ __all__ = [
     "sharding",
     "spec",
     "switch",
+    "symbolic_shape",
     "to_jax",
     "value_and_grad",
     "vjp",

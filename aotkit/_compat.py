@@ -827,3 +827,25 @@ def portable_artifact_with_shardy(bytecode: bytes, target_version: str) -> bytes
     ):
         return None
     return bytes(serialize(bytecode, target_version, True))
+
+
+# --- jax.export symbolic dimensions (issue 25) -----------------------------------------------
+# Used by aotkit/shapes.py only: a `jax.ShapeDtypeStruct` whose shape holds
+# `jax.export.symbolic_shape(...)` dimensions becomes aotkit's own symbolic dimensions.
+
+
+def symbolic_constraints(dim) -> tuple[str, ...]:
+    """The constraints (as written) of the scope of a `jax.export` symbolic dimension
+    (`dim.scope._explicit_constraints[i].debug_str`); where this jax keeps them elsewhere,
+    read from the scope's text, which lists them one per line after " with constraints:"."""
+    scope = getattr(dim, "scope", None)
+    explicit = getattr(scope, "_explicit_constraints", None)
+    if isinstance(explicit, list) and all(
+        isinstance(getattr(c, "debug_str", None), str) for c in explicit
+    ):
+        return tuple(c.debug_str for c in explicit)
+    text = str(scope)
+    _, found, rest = text.partition(" with constraints:")
+    if not found:
+        return ()
+    return tuple(line.strip() for line in rest.splitlines() if line.strip())

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "aotkit._traceback",
             "aotkit._files",
             "aotkit._compat",
+            "aotkit.shapes",
         ),
     ),
     (

@@ -1278,7 +1278,7 @@ def parse_dim(text, scope: Scope | None = None) -> Dim | int:
     return (scope or DEFAULT_SCOPE).dim(text)
 
 
-def _split_top(text: str) -> list[str]:
+def split_dims(text: str) -> list[str]:
     """`text` split at commas outside parentheses."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
@@ -1314,7 +1314,7 @@ def symbolic_shape(text: str, *, constraints=(), scope: Scope | None = None) -> 
     if not body.strip():
         return ()
     dims = []
-    for part in _split_top(body):
+    for part in split_dims(body):
         if not part.strip():
             raise ValueError(
                 f"symbolic_shape: empty dimension in {text!r}; expected dimensions separated "

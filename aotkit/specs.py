@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aotkit import dtypes
+from aotkit import dtypes, shapes
 
 SPEC_SYNTAX = (
     "DTYPE[DIM,...] with DTYPE one of "
     + ", ".join(dtypes.ALL_NAMES)
     + " (or a NumPy name such as float32 or float8_e4m3fn) and non-negative integer dims, "
-    "e.g. f32[] or f32[2,3]"
+    "e.g. f32[] or f32[2,3] (or symbolic dims such as f32[b,784])"
 )
 _SPEC_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\[([^\[\]]*)\]\s*$")
 # The largest dimension (int64, as MLIR and XLA store it) and the largest array in bytes that
@@ -24,7 +24,13 @@ MAX_BYTES = 2**63 - 1
 
 @dataclass(frozen=True, slots=True, init=False)
 class ShapeDtype:
-    """The abstract value of an array: a shape and a dtype. Hashable; usable as an argument."""
+    """The abstract value of an array: a shape and a dtype. Hashable; usable as an argument.
+
+    A dimension may be symbolic (issue 25): a `aotkit.shapes.Dim`, its text (`"b"`,
+    `"2*t"`), or a `jax.export.symbolic_shape` dimension; `ShapeDtype(("b", 784), "float32")`
+    prints `f32[b,784]`. Two specs are equal when their dimensions are the same expressions
+    in scopes with the same constraints.
+    """
 
     shape: tuple[int, ...]
     dtype: np.dtype
@@ -36,15 +42,25 @@ class ShapeDtype:
             shape = (shape,)
         for d in shape:
             if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
-                raise ValueError(
-                    f"ShapeDtype: shape {shape!r} must hold non-negative integers; "
-                    "use e.g. ShapeDtype((2, 3), 'float32')"
-                )
-        shape = tuple(int(d) for d in shape)
+                shape = _symbolic_shape(shape)
+                break
+        else:
+            shape = tuple(int(d) for d in shape)
         dtype = dtypes.canonicalize(dtype, where="ShapeDtype")
         _check_size(shape, dtype)
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", dtype)
+
+    def __eq__(self, other) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        try:
+            return self.shape == other.shape and self.dtype == other.dtype
+        except shapes.InconclusiveDimensionError:  # different symbolic expressions
+            return False
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype))
 
     @property
     def ndim(self) -> int:
@@ -58,10 +74,44 @@ class ShapeDtype:
         return n
 
     def __str__(self) -> str:
-        return f"{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+        return f"{dtypes.short_name(self.dtype)}[{','.join(map(dim_text, self.shape))}]"
 
     def __repr__(self) -> str:
         return f"ShapeDtype(shape={self.shape}, dtype={self.dtype.name})"
+
+
+def dim_text(d) -> str:
+    """A dimension as specs print it: `784`, `b`, `2*t+1` (no spaces)."""
+    return str(d) if type(d) is int else str(d).replace(" ", "")
+
+
+def _symbolic_shape(shape: tuple) -> tuple:
+    """`shape` with symbolic dimensions (Dims, their texts, jax.export dims) as Dims, all in
+    one scope; ValueError for anything else."""
+    scope = None
+    for d in shape:
+        if isinstance(d, shapes.Dim):
+            scope = d.scope
+            break
+    out = []
+    for d in shape:
+        if isinstance(d, str):
+            try:
+                d = shapes.parse_dim(d, scope)
+            except ValueError as e:
+                raise ValueError(f"ShapeDtype: shape {shape!r}: {e}") from None
+        elif shapes.is_jax_dim(d):
+            d = shapes.from_jax(d)
+        if isinstance(d, shapes.Dim):
+            out.append(d)
+            continue
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
+            raise ValueError(
+                f"ShapeDtype: shape {shape!r} must hold non-negative integers; "
+                "use e.g. ShapeDtype((2, 3), 'float32')"
+            )
+        out.append(int(d))
+    return tuple(out)
 
 
 def _check_size(shape: tuple[int, ...], dtype: np.dtype) -> None:
@@ -69,6 +119,8 @@ def _check_size(shape: tuple[int, ...], dtype: np.dtype) -> None:
     (jaxlib 0.10.2 aborts the process compiling either)."""
     count = 1
     for d in shape:
+        if type(d) is not int:  # symbolic: sized when the program is specialized
+            continue
         if d > MAX_DIM:
             raise ValueError(
                 f"ShapeDtype: dimension {d} of shape {shape} does not fit in 64 bits (at most "
@@ -99,13 +151,20 @@ def spec(text: str) -> ShapeDtype:
         ) from None
     shape = []
     if dims.strip():
-        for part in dims.split(","):
+        for part in shapes.split_dims(dims):
             part = part.strip()
-            if not part.isdigit():
+            if part.isdigit():
+                shape.append(int(part))
+                continue
+            try:
+                d = shapes.parse_dim(part)
+            except (TypeError, ValueError):
+                d = None
+            if not isinstance(d, shapes.Dim):
                 raise ValueError(
                     f"spec: bad dimension {part!r} in {text!r}; expected {SPEC_SYNTAX}"
                 )
-            shape.append(int(part))
+            shape.append(d)
     return ShapeDtype(tuple(shape), dtype)
 
 

@@ -32,7 +32,7 @@ from aotkit.lowering import core
 from aotkit.lowering.core import Tracer
 from aotkit.specs import ShapeDtype
 from aotkit.transforms import _hlo as H
-from aotkit.transforms import batching, control, windows  # noqa: F401  (they fill the rule tables)
+from aotkit.transforms import batching, control, linalg, windows  # noqa: F401  (they fill the rule tables)
 from aotkit.transforms.core import Env, Forward, LinVar, Tape, check_policy, transpose
 from aotkit.transforms.jvp import JVPEvaluator
 

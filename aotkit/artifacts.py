@@ -42,7 +42,7 @@ from jax import tree_util
 from jax.sharding import NamedSharding
 from jaxlib.mlir import ir
 
-from aotkit import _compat, _context, _dims, _files, backends, modules, pytrees, symbolic
+from aotkit import _compat, _context, _files, backends, modules, pytrees, shapes, symbolic
 from aotkit._version import __version__
 from aotkit.arguments import format_signature
 from aotkit.errors import ArtifactError, printable
@@ -494,13 +494,20 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
             raise bad("options", f"has {fault}")
     flat = {}
     symbolic_field = header.get("symbolic")
+    scope = None
+    if symbolic_field is not None:
+        scope = _symbolic_scope(symbolic_field, bad)
     for name in ("in_specs", "out_specs"):
         texts = field(name, (list,), "a list of specs")
         try:
-            if symbolic_field is None:
+            if not all(isinstance(t, str) for t in texts):
+                raise TypeError("specs are strings such as 'f32[2,3]'")
+            if scope is None:
                 flat[name] = tuple(spec(t) for t in texts)
-            else:  # dimensions such as `b` or `2*b`: read as data (aotkit/_dims.py)
-                flat[name] = tuple(symbolic.parse_spec(t) for t in texts)
+                if symbolic.is_symbolic(flat[name]):
+                    raise ValueError("a symbolic dimension in a header without a symbolic field")
+            else:  # dimensions such as `b` or `2*b`: data, read by aotkit/shapes.py
+                flat[name] = tuple(symbolic.parse_spec(t, scope) for t in texts)
         except (TypeError, ValueError) as e:
             raise bad(name, f"holds a bad spec ({e})") from None
     donated = field("donated", (list,), "a list of booleans")
@@ -567,15 +574,17 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
             flat["out_specs"],
             lambda detail: bad("partitioning", detail),
         )
-    shapes, specializations = None, ()
+    specializations = ()
     if symbolic_field is not None:
         if layout is not None:
             raise bad("symbolic", "is given for a sharded program; aotkit writes neither with both")
-        shapes, specializations = _check_symbolic(
-            symbolic_field, flat["in_specs"], flat["out_specs"], seen, fmt, bad
+        signature_shapes, specializations = _check_symbolic(
+            symbolic_field, scope, flat["in_specs"], flat["out_specs"], seen, fmt, bad
         )
+    else:
+        signature_shapes = None
     artifact = Artifact(label, header, {}, {})
-    artifact.shapes = shapes
+    artifact.shapes = signature_shapes
     artifact.specializations = specializations
     artifact.partitioning = layout
     artifact.unregistered = sorted(set(unregistered or ()))
@@ -601,15 +610,33 @@ MAX_CONSTRAINTS = 64
 MAX_SIZE = 2**63 - 1
 
 
-def _check_symbolic(data, in_specs, out_specs, sections: set, fmt, bad):
-    """The checked `symbolic` header field: (Shapes, ((sizes dict, section name), ...)).
-    Symbols, constraints and dimensions are parsed as data by aotkit/_dims.py's bounded
-    parser; nothing in them is evaluated as code."""
+def _symbolic_scope(data, bad) -> shapes.Scope:
+    """The constraints of the `symbolic` header field as a `shapes.Scope` (each text parsed
+    by aotkit/shapes.py's bounded parser: data, never code)."""
     if not isinstance(data, dict) or set(data) != {"symbols", "constraints", "specializations"}:
         raise bad(
             "symbolic", f"is {_short(data)}, not an object of symbols, constraints, specializations"
         )
-    symbols, texts, entries = data["symbols"], data["constraints"], data["specializations"]
+    texts = data["constraints"]
+    if (
+        not isinstance(texts, list)
+        or len(texts) > MAX_CONSTRAINTS
+        or not all(isinstance(t, str) and t.isprintable() for t in texts)
+    ):
+        raise bad(
+            "symbolic",
+            f"has constraints {_short(texts)}, not a list of at most {MAX_CONSTRAINTS} texts",
+        )
+    try:
+        return shapes.Scope(tuple(texts))
+    except (TypeError, ValueError, RecursionError) as e:
+        raise bad("symbolic", f"has a constraint that does not parse ({e})") from None
+
+
+def _check_symbolic(data, scope, in_specs, out_specs, sections: set, fmt, bad):
+    """The checked `symbolic` header field (its constraints already read into `scope` by
+    `_symbolic_scope`): (Shapes, ((sizes dict, section name), ...))."""
+    symbols, entries = data["symbols"], data["specializations"]
     if (
         not isinstance(symbols, list)
         or not 1 <= len(symbols) <= MAX_SYMBOLS
@@ -620,30 +647,15 @@ def _check_symbolic(data, in_specs, out_specs, sections: set, fmt, bad):
             "symbolic",
             f"has symbols {_short(symbols)}, not a list of 1 to {MAX_SYMBOLS} distinct names",
         )
-    if (
-        not isinstance(texts, list)
-        or len(texts) > MAX_CONSTRAINTS
-        or not all(isinstance(t, str) for t in texts)
-    ):
-        raise bad(
-            "symbolic",
-            f"has constraints {_short(texts)}, not a list of at most {MAX_CONSTRAINTS} texts",
-        )
-    constraints = []
-    for text in texts:
-        try:
-            constraints.append(_dims.parse_constraint(text))
-        except ValueError as e:
-            raise bad("symbolic", f"has a constraint that does not parse ({e})") from None
     try:
-        shapes = symbolic.Shapes.of(in_specs, out_specs, tuple(constraints), where="its program")
+        sig = symbolic.Shapes.of(in_specs, out_specs, scope, where="its program")
     except ValueError as e:
         raise bad("symbolic", f"describes no program aotkit can call ({e})") from None
-    if list(shapes.symbols) != symbols:
+    if list(sig.symbols) != symbols:
         raise bad(
             "symbolic",
             f"has symbols {_short(symbols)}, but its argument specs name "
-            f"{_short(list(shapes.symbols))}",
+            f"{_short(list(sig.symbols))}",
         )
     if not isinstance(entries, list) or len(entries) > MAX_SECTIONS:
         raise bad(
@@ -663,21 +675,21 @@ def _check_symbolic(data, in_specs, out_specs, sections: set, fmt, bad):
             raise bad(
                 "symbolic",
                 f"has a specialization {_short(entry)}, not {{sizes: one size per symbol, "
-                "section: a section name}}",
+                "section: a section name}",
             )
         values = dict(zip(symbols, entry["sizes"], strict=True))
         try:
-            shapes.check_values(values, "the specialization")
-            shapes.concrete(values)
+            sig.check_values(values, "the specialization")
+            sig.concrete(values)
         except ValueError as e:
             raise bad("symbolic", f"has a specialization its program cannot have ({e})") from None
         key = tuple(entry["sizes"])
         if key in keys:
-            raise bad("symbolic", f"lists the specialization {shapes.text(values)} twice")
+            raise bad("symbolic", f"lists the specialization {sig.text(values)} twice")
         if entry["section"] not in sections or entry["section"] in (PORTABLE, TEXT):
             raise bad(
                 "symbolic",
-                f"names section {_short(entry['section'])} for {shapes.text(values)}, which "
+                f"names section {_short(entry['section'])} for {sig.text(values)}, which "
                 "is not an executable section of the file",
             )
         if entry["section"] in used:
@@ -691,7 +703,7 @@ def _check_symbolic(data, in_specs, out_specs, sections: set, fmt, bad):
             f"is {_short(fmt)} for a symbolic program with {len(found)} specialization(s); "
             "it names the format of their executables, and is null when there are none",
         )
-    return shapes, tuple(found)
+    return sig, tuple(found)
 
 
 def pack_symbolic(compiled, *, text: bool = True) -> bytes:
@@ -700,7 +712,7 @@ def pack_symbolic(compiled, *, text: bool = True) -> bytes:
     portable StableHLO (the symbolic program), its symbols and constraints, and one
     executable section per specialization compiled so far."""
     executable = compiled._executable
-    shapes = executable.shapes
+    sig = executable.shapes
     backend = executable.backend
     sections = {PORTABLE: bytes(executable.source.portable())}
     entries = []
@@ -710,7 +722,7 @@ def pack_symbolic(compiled, *, text: bool = True) -> bytes:
             continue
         name = f"{EXECUTABLE}.{len(entries)}"
         sections[name] = data
-        entries.append({"sizes": [values[s] for s in shapes.symbols], "section": name})
+        entries.append({"sizes": [values[s] for s in sig.symbols], "section": name})
     if text:
         sections[TEXT] = executable.as_text().encode("utf-8")
     header = {
@@ -718,8 +730,8 @@ def pack_symbolic(compiled, *, text: bool = True) -> bytes:
         "name": compiled.name,
         "target": backend.target(),
         "executable_format": backend.executable_format if entries else None,
-        "in_specs": [str(s) for s in shapes.in_specs],
-        "out_specs": [str(s) for s in shapes.out_specs],
+        "in_specs": [str(s) for s in sig.in_specs],
+        "out_specs": [str(s) for s in sig.out_specs],
         "in_tree": encode_tree(compiled.in_tree, f"Compiled {compiled.name!r}", "argument"),
         "out_tree": encode_tree(compiled.out_tree, f"Compiled {compiled.name!r}", "result"),
         "donated": [bool(d) for d in compiled.donated],
@@ -727,8 +739,8 @@ def pack_symbolic(compiled, *, text: bool = True) -> bytes:
             k: v for k, v in (compiled.options or {}).items() if option_fault(k, v) is None
         },
         "symbolic": {
-            "symbols": list(shapes.symbols),
-            "constraints": [str(c) for c in shapes.constraints],
+            "symbols": list(sig.symbols),
+            "constraints": list(sig.constraints),
             "specializations": entries,
         },
     }
@@ -1078,20 +1090,20 @@ def describe(data, label: str) -> str:
 def _symbolic_lines(artifact: Artifact) -> list[str]:
     """What `aotkit inspect` says of a symbolic program: its symbols and constraints, and
     the shapes it holds executables for."""
-    shapes = artifact.shapes
-    if shapes is None:
+    sig = artifact.shapes
+    if sig is None:
         return []
-    constraints = "; ".join(map(str, shapes.constraints)) or "none"
+    constraints = "; ".join(map(str, sig.constraints)) or "none"
     held = [
         "  "
-        + shapes.text(values)
+        + sig.text(values)
         + ": "
-        + ", ".join(map(str, shapes.concrete(values)[0]))
+        + ", ".join(map(str, sig.concrete(values)[0]))
         + f" ({section})"
         for values, section in artifact.specializations
     ]
     return [
-        f"symbolic: {', '.join(shapes.symbols)}; constraints: {constraints}",
+        f"symbolic: {', '.join(sig.symbols)}; constraints: {constraints}",
         f"specializations: {len(held)} (other shapes compile from the portable StableHLO)",
         *held,
     ]

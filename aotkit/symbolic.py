@@ -1,5 +1,6 @@
-"""The symbolic part of a signature: specs with symbolic dimensions (`f32[b,784]`), their
-constraints, and the values a call's argument shapes give the symbols.
+"""The symbolic part of a signature: specs with symbolic dimensions (`f32[b,784]`, whose
+dimensions are `aotkit.shapes.Dim`s of one `Scope` of constraints), and the values a call's
+argument shapes give the symbols.
 
 A value layer under the compile stage (aotkit/specialize.py) and the artifact format
 (aotkit/artifacts.py, which reads symbolic specs and constraints from headers): it builds no
@@ -8,20 +9,16 @@ from the first argument dimension that is that symbol alone, solves dimensions w
 linear expressions (`2*b + 1`), then checks every dimension and every constraint, raising
 `ArgumentMismatch` (which `Compiled` words as an error naming the argument) before anything
 is compiled.
-
-Until aotkit/shapes.py (the tracer's symbolic dimension type) is in, the dimension
-expressions are aotkit/_dims.py's and a symbolic spec is a `SymbolicSpec`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from aotkit import _dims, dtypes
+from aotkit import dtypes, shapes
 from aotkit import specs as _specs
 from aotkit.backends.base import ArgumentMismatch, describe
 from aotkit.specs import ShapeDtype
@@ -29,69 +26,52 @@ from aotkit.specs import ShapeDtype
 # --- symbolic specs ------------------------------------------------------------------------
 
 
-class SymbolicSpec(ShapeDtype):
-    """A ShapeDtype whose shape holds symbolic dimensions (`_dims.Expr`) beside ints:
-    `f32[b,784]`. Its `constraints` are those of the program it belongs to."""
-
-    __slots__ = ("constraints",)
-
-    def __init__(self, shape, dtype, constraints=()):
-        shape = tuple(shape)
-        for d in shape:
-            if not (isinstance(d, _dims.Expr) or type(d) is int and d >= 0):
-                raise ValueError(
-                    f"SymbolicSpec: dimension {d!r} of {shape!r} is neither a size nor a "
-                    "symbolic expression"
-                )
-        object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "dtype", dtypes.canonicalize(dtype, where="SymbolicSpec"))
-        object.__setattr__(self, "constraints", tuple(constraints))
-
-    @property
-    def size(self):
-        raise TypeError(f"{self} has a symbolic size; specialize it first")
-
-    def __repr__(self) -> str:
-        return f"SymbolicSpec(shape=({', '.join(map(str, self.shape))}), dtype={self.dtype.name})"
-
-
 def is_symbolic(specs: Sequence) -> bool:
     """Whether any spec of `specs` has a symbolic dimension."""
-    return any(not isinstance(d, int) for s in specs for d in getattr(s, "shape", ()))
+    return any(isinstance(d, shapes.Dim) for s in specs for d in getattr(s, "shape", ()))
 
 
-_SPEC = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\[(.*)\]\s*$", re.S)
+def parse_spec(text: str, scope: shapes.Scope) -> ShapeDtype:
+    """`f32[2,3]` or `f32[b,2*b]`, its symbolic dimensions in `scope`; ValueError otherwise
+    (texts are parsed by aotkit/shapes.py's bounded parser: data, never code)."""
+    spec = _specs.spec(text)
+    if not any(isinstance(d, shapes.Dim) for d in spec.shape):
+        return spec
+    return ShapeDtype(tuple(shapes.rehome(d, scope) for d in spec.shape), spec.dtype)
 
 
-def parse_spec(text: str, constraints=()) -> ShapeDtype:
-    """`f32[2,3]` (a ShapeDtype) or `f32[b,2*b]` (a SymbolicSpec); ValueError otherwise."""
-    if not isinstance(text, str):
-        raise ValueError(f"spec {text!r} is not text")
+def _constraint_symbols(text: str) -> frozenset[str]:
+    return frozenset(shapes.Scope((text,)).symbols)
+
+
+def _complete(scope: shapes.Scope, values: dict[str, int]) -> dict[str, int]:
+    """`values` with the symbols an equality constraint (`b == 2*k`) made expressions of
+    the others."""
+    full = dict(values)
+    for name in scope.symbols - values.keys():
+        d = scope.symbol(name)
+        if isinstance(d, shapes.Dim) and d.symbols() <= values.keys():
+            full[name] = d.evaluate(values)
+        elif isinstance(d, int):
+            full[name] = d
+    return full
+
+
+def _broken(scope: shapes.Scope, values: dict[str, int]) -> str | None:
+    """The first constraint of `scope` that `values` break, or None."""
+    values = _complete(scope, values)
     try:
-        return _specs.spec(text)
+        scope.check(values)
     except ValueError:
         pass
-    m = _SPEC.match(text)
-    if m is None:
-        raise ValueError(f"cannot parse spec {text!r}")
-    name, body = m.groups()
-    dims = [_dims.parse_dim(part) for part in _split_dims(body)] if body.strip() else []
-    return SymbolicSpec(tuple(dims), dtypes.canonicalize(name), constraints)
-
-
-def _split_dims(body: str) -> list[str]:
-    """The dimensions of `b,floordiv(t, 2)`: commas at the top level only."""
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(body):
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(body[start:i])
-            start = i + 1
-    parts.append(body[start:])
-    return parts
+    else:
+        return None
+    for text in scope.constraints:
+        try:
+            shapes.Scope((text,)).check({k: values[k] for k in _constraint_symbols(text)})
+        except ValueError:
+            return text
+    return "; ".join(scope.constraints)
 
 
 # --- the symbolic part of a signature -----------------------------------------------------
@@ -114,40 +94,46 @@ class Shapes:
 
     in_specs: tuple
     out_specs: tuple
-    constraints: tuple
+    scope: shapes.Scope
     symbols: tuple[str, ...]
 
     @classmethod
-    def of(cls, in_specs, out_specs, constraints=None, where: str = "") -> Shapes:
-        """The Shapes of a signature; ValueError where a symbol of a result or a constraint
-        appears in no argument (no call could give it a value)."""
-        if constraints is None:
-            found = []
-            for s in in_specs:
-                for c in getattr(s, "constraints", ()):
-                    if c not in found:
-                        found.append(c)
-            constraints = tuple(found)
+    def of(cls, in_specs, out_specs, scope=None, where: str = "") -> Shapes:
+        """The Shapes of a signature (its constraints: those of its dimensions' scope, or
+        `scope`); ValueError where a symbol of a result or a constraint appears in no
+        argument (no call could give it a value)."""
+        if scope is None:
+            scope = shapes.scope_of(tuple(in_specs) + tuple(out_specs)) or shapes.DEFAULT_SCOPE
         symbols: list[str] = []
         for s in in_specs:
             for d in s.shape:
-                if isinstance(d, _dims.Expr):
+                if isinstance(d, shapes.Dim):
                     for name in sorted(d.symbols()):
                         if name not in symbols:
                             symbols.append(name)
         known = set(symbols)
-        for what, items in (
-            ("result", [d for s in out_specs for d in s.shape if isinstance(d, _dims.Expr)]),
-            ("constraint", list(constraints)),
-        ):
-            for item in items:
-                missing = sorted(item.symbols() - known)
-                if missing:
-                    raise ValueError(
-                        f"{where}: {what} {item} names symbol {missing[0]!r}, which no "
-                        "argument's shape has; every symbol must size an argument"
-                    )
-        return cls(tuple(in_specs), tuple(out_specs), tuple(constraints), tuple(symbols))
+        named = [
+            ("result", s, d.symbols())
+            for s in out_specs
+            for d in s.shape
+            if isinstance(d, shapes.Dim)
+        ]
+        # An equality (`b == 2*k`) rewrote its left side everywhere: its right side counts.
+        named += [
+            ("constraint", c, _constraint_symbols(c)) for c in scope.constraints if "==" not in c
+        ]
+        for what, item, used in named:
+            missing = sorted(used - known)
+            if missing:
+                raise ValueError(
+                    f"{where}: {what} {item} names symbol {missing[0]!r}, which no "
+                    "argument's shape has; every symbol must size an argument"
+                )
+        return cls(tuple(in_specs), tuple(out_specs), scope, tuple(symbols))
+
+    @property
+    def constraints(self) -> tuple[str, ...]:
+        return self.scope.constraints
 
     def key(self, values: dict[str, int]) -> tuple[int, ...]:
         return tuple(values[s] for s in self.symbols)
@@ -160,12 +146,9 @@ class Shapes:
         """The flat argument and result specs for `values`."""
 
         def one(spec):
-            if not any(isinstance(d, _dims.Expr) for d in spec.shape):
+            if not any(isinstance(d, shapes.Dim) for d in spec.shape):
                 return spec
-            return ShapeDtype(
-                tuple(d.evaluate(values) if isinstance(d, _dims.Expr) else d for d in spec.shape),
-                spec.dtype,
-            )
+            return ShapeDtype(shapes.evaluate_shape(spec.shape, values), spec.dtype)
 
         return tuple(map(one, self.in_specs)), tuple(map(one, self.out_specs))
 
@@ -174,7 +157,7 @@ class Shapes:
         (its path is `names(i)`) where a shape does not fit."""
         values: dict[str, int] = {}
         source: dict[str, tuple[int, tuple]] = {}
-        pending: list[tuple[int, tuple, _dims.Expr, int]] = []
+        pending: list[tuple[int, tuple, shapes.Dim, int]] = []
         for i, (spec, leaf) in enumerate(zip(self.in_specs, leaves, strict=True)):
             shape = leaf_shape(leaf)
             dtype = getattr(leaf, "dtype", None)
@@ -188,8 +171,8 @@ class Shapes:
                 if isinstance(d, int):
                     if d != n:
                         raise ArgumentMismatch(i, f"expected {spec}, got {describe(leaf)}")
-                elif d.is_symbol:
-                    name = d.node[1]
+                elif d.as_symbol() is not None:
+                    name = d.as_symbol()
                     if name in values and values[name] != n:
                         j, other = source[name]
                         raise ArgumentMismatch(
@@ -218,7 +201,7 @@ class Shapes:
                 )
             try:
                 expected = d.evaluate(values)
-            except ValueError as e:
+            except (ValueError, ZeroDivisionError) as e:
                 raise ArgumentMismatch(i, f"has shape {shape}: {e}", ValueError) from None
             if expected != n:
                 given = ", ".join(f"{s} = {values[s]}" for s in sorted(d.symbols()))
@@ -229,24 +212,19 @@ class Shapes:
                     ValueError,
                     says_fix=True,
                 )
-        for constraint in self.constraints:
-            try:
-                holds = constraint.holds(values)
-            except ValueError as e:
-                holds, detail = False, f" ({e})"
-            else:
-                detail = ""
-            if not holds:
-                first = sorted(constraint.symbols(), key=self.symbols.index)
-                i, shape = source[first[0]] if first else (0, leaf_shape(leaves[0]))
-                given = ", ".join(f"{s} = {values[s]}" for s in first)
-                raise ArgumentMismatch(
-                    i,
-                    f"has shape {shape} for {self.in_specs[i]}, giving {given}, which breaks "
-                    f"the constraint {constraint}{detail}; pass shapes for which it holds",
-                    ValueError,
-                    says_fix=True,
-                )
+        broken = _broken(self.scope, values)
+        if broken is not None:
+            constraint = broken
+            first = sorted(_constraint_symbols(constraint), key=self.symbols.index)
+            i, shape = source[first[0]] if first else (0, leaf_shape(leaves[0]))
+            given = ", ".join(f"{s} = {values[s]}" for s in first)
+            raise ArgumentMismatch(
+                i,
+                f"has shape {shape} for {self.in_specs[i]}, giving {given}, which breaks "
+                f"the constraint {constraint}; pass shapes for which it holds",
+                ValueError,
+                says_fix=True,
+            )
         return values
 
     def check_values(self, values: dict[str, int], where: str) -> None:
@@ -259,15 +237,15 @@ class Shapes:
                     f"{where}: {name} = {v!r}; give every symbol ({', '.join(self.symbols)}) "
                     "a size >= 0"
                 )
-        for constraint in self.constraints:
-            if not constraint.holds(values):
-                raise ValueError(
-                    f"{where}: {self.text(values)} breaks the constraint {constraint}; give "
-                    "sizes for which it holds"
-                )
+        broken = _broken(self.scope, values)
+        if broken is not None:
+            raise ValueError(
+                f"{where}: {self.text(values)} breaks the constraint {broken}; give "
+                "sizes for which it holds"
+            )
         for spec in self.in_specs + self.out_specs:
             for d in spec.shape:
-                if isinstance(d, _dims.Expr) and d.evaluate(values) < 0:
+                if isinstance(d, shapes.Dim) and d.evaluate(values) < 0:
                     raise ValueError(
                         f"{where}: {self.text(values)} makes dimension {d} of {spec} "
                         f"{d.evaluate(values)}; give sizes for which every dimension is >= 0"
@@ -289,7 +267,7 @@ def _solve(pending, values: dict[str, int], source: dict) -> None:
                 c = d.evaluate({**values, name: 0})
                 a = d.evaluate({**values, name: 1}) - c
                 linear = d.evaluate({**values, name: 2}) == 2 * a + c
-            except ValueError:
+            except (ValueError, ZeroDivisionError):
                 continue
             if a != 0 and linear and (n - c) % a == 0 and (n - c) // a >= 0:
                 values[name] = (n - c) // a

@@ -37,7 +37,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "as data, SPMD layouts, passes",
         (
             "aotkit._context",
-            "aotkit._dims",
             "aotkit.dtypes",
             "aotkit.specs",
             "aotkit.modules",

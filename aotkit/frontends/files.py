@@ -37,7 +37,7 @@ from pathlib import Path
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
-from aotkit import _compat, _dims, _files, artifacts, backends, dtypes, modules, symbolic
+from aotkit import _compat, _files, artifacts, backends, dtypes, modules, shapes
 from aotkit.frontends import _module, _probe, trust
 from aotkit.program import Program
 from aotkit.specs import ShapeDtype
@@ -635,39 +635,42 @@ def _static(shape) -> bool:
 
 def _symbolic_specs(exported, where: str) -> tuple[tuple, tuple]:
     """The flat specs of an artifact exported with symbolic shapes (`f32[b,784]`): each
-    dimension read from its text (aotkit/_dims.py: data, never code), with the constraint
-    `s >= 1` for each symbol, which jax.export assumes of every dimension variable (its
-    module asserts it, and any constraint given at export)."""
+    dimension read from its text (by aotkit/shapes.py's bounded parser: data, never code)
+    into one scope with the artifact's constraints and `s >= 1` for each symbol, which
+    jax.export assumes of every dimension variable (its module asserts that, and any
+    constraint given at export, again when the program is specialized)."""
+    avals = (*exported.in_avals, *exported.out_avals)
+    texts: list[str] = []
     symbols: list[str] = []
-
-    def one(aval, what: str):
-        dims = []
+    for aval in avals:
         for d in aval.shape:
             if isinstance(d, int):
-                dims.append(d)
                 continue
+            if not texts:
+                texts.extend(_compat.symbolic_constraints(d))
             try:
-                dim = _dims.parse_dim(str(d))
-            except ValueError as e:
+                dim = shapes.parse_dim(str(d))
+            except (TypeError, ValueError) as e:
                 raise ValueError(
-                    f"{where}: {what} {aval} has a dimension aotkit cannot read ({e}); "
-                    "export with dimensions written with + - * floordiv mod max min"
+                    f"{where}: {aval} has a dimension aotkit cannot read ({e}); export with "
+                    "dimensions written with + - * floordiv mod max min"
                 ) from None
-            if isinstance(dim, _dims.Expr):
+            if isinstance(dim, shapes.Dim):
                 symbols.extend(s for s in sorted(dim.symbols()) if s not in symbols)
-            dims.append(dim)
-        return dims, aval.dtype
+    try:
+        scope = shapes.Scope((*texts, *(f"{s} >= 1" for s in symbols)))
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"{where}: its symbolic constraints are not ones aotkit reads ({e}); export with "
+            "constraints written with + - * // % and comparisons"
+        ) from None
 
-    ins = [one(a, "argument") for a in exported.in_avals]
-    outs = [one(a, "result") for a in exported.out_avals]
-    constraints = tuple(_dims.parse_constraint(f"{s} >= 1") for s in symbols)
+    def spec(aval):
+        return ShapeDtype(
+            tuple(d if isinstance(d, int) else scope.dim(str(d)) for d in aval.shape), aval.dtype
+        )
 
-    def spec(dims, dtype):
-        if all(isinstance(d, int) for d in dims):
-            return ShapeDtype(tuple(dims), dtype)
-        return symbolic.SymbolicSpec(tuple(dims), dtype, constraints)
-
-    return tuple(spec(*x) for x in ins), tuple(spec(*x) for x in outs)
+    return tuple(map(spec, exported.in_avals)), tuple(map(spec, exported.out_avals))
 
 
 def _tensor_type(spec) -> ir.RankedTensorType:

@@ -151,6 +151,26 @@ def conj(T, t):
     return T.bind(CONJ, [t])
 
 
+def _reduce_precision_emit(t, *, attributes):
+    op = H.create("stablehlo.reduce_precision", [t], [(t.shape, t.dtype)], attributes)
+    return H.wrap(op.results[0])
+
+
+# Rounding to a narrower format is linear as JAX defines it: the tangent and the cotangent
+# are rounded alike (`deflinear`), so they carry the precision the primal has.
+REDUCE_PRECISION = _prim(
+    "reduce_precision",
+    (0,),
+    _reduce_precision_emit,
+    lambda g, t, *, attributes: [_reduce_precision_emit(g, attributes=attributes)],
+    _same,
+)
+
+
+def reduce_precision(T, t, attributes: dict):
+    return None if t is None else T.bind(REDUCE_PRECISION, [t], {"attributes": attributes})
+
+
 # --- layout --------------------------------------------------------------------------------------
 
 

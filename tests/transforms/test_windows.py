@@ -1,0 +1,339 @@
+"""The window and convolution family under aotkit's transforms: `stablehlo.convolution`,
+`stablehlo.reduce_window` and `stablehlo.select_and_scatter` (aotkit/transforms/windows.py).
+
+Each case is an aotkit.numpy / aotkit.lax / aotkit.nn program and its jax.lax twin; the
+oracle (tests/transforms/oracle.py) checks aotkit.jvp, aotkit.vjp and aotkit.vmap against
+jax.jvp, jax.vjp and jax.vmap, central differences in float64 and the transpose identity,
+per case and dtype. Then: programs JAX lowered (its own pools, convolutions and their
+gradients, with select_and_scatter and pads) transformed by `Lowered.grad/jvp/vmap`, a CNN
+training step, and the errors of what the rules do not cover.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import aotkit
+import aotkit.lax as alax
+import aotkit.nn as ann
+import aotkit.numpy as anp
+from tests.transforms.oracle import Case, Family
+
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+HIGHEST = lax.Precision.HIGHEST
+
+
+def normal(*shapes):
+    return lambda rng, dtype: tuple(rng.standard_normal(s).astype(dtype) for s in shapes)
+
+
+# --- convolutions ---------------------------------------------------------------------------------
+
+
+def conv_case(lhs, rhs, in_axes=(0, 0), **params) -> Case:
+    """`conv_general_dilated(lhs, rhs, **params)` in aotkit and JAX, vmapped over `in_axes`."""
+    params.setdefault("window_strides", (1,) * (len(lhs) - 2))
+    params.setdefault("padding", "VALID")
+    return Case(
+        functools.partial(alax.conv_general_dilated, **params),
+        functools.partial(lax.conv_general_dilated, precision=HIGHEST, **params),
+        normal(lhs, rhs),
+        in_axes=in_axes,
+    )
+
+
+LHS, RHS, BOTH = (0, None), (None, 0), (0, 0)
+NHWC = ("NHWC", "HWIO", "NHWC")
+
+# Each case varies several parameters at once (every XLA kernel costs a compile); the
+# groups' cases take every branch of the batching rule: the input, the kernel or both
+# batched, with no groups, feature groups or batch groups.
+CONVOLUTIONS = {
+    "2d_same[both]": conv_case((2, 3, 6, 5), (4, 3, 3, 2), BOTH, padding="SAME"),
+    "2d_explicit_padding[rhs]": conv_case(
+        (2, 2, 7, 6), (3, 2, 2, 3), RHS, window_strides=(2, 1), padding=((2, -1), (0, 2))
+    ),
+    "feature_groups_rhs_dilation[lhs]": conv_case(
+        (2, 4, 7, 6),
+        (6, 2, 2, 3),
+        LHS,
+        padding="SAME",
+        rhs_dilation=(3, 2),
+        feature_group_count=2,
+    ),
+    "depthwise_nhwc[rhs]": conv_case(
+        (2, 5, 5, 3),
+        (3, 3, 1, 3),
+        RHS,
+        window_strides=(2, 1),
+        padding="SAME",
+        dimension_numbers=NHWC,
+        feature_group_count=3,
+    ),
+    "feature_groups_lhs_dilation[both]": conv_case(
+        (1, 4, 4, 5),
+        (4, 2, 3, 2),
+        BOTH,
+        padding=((2, 1), (1, 0)),
+        lhs_dilation=(2, 3),
+        feature_group_count=2,
+    ),
+    "batch_groups_stride[lhs]": conv_case(
+        (4, 3, 5, 4), (6, 3, 2, 2), LHS, window_strides=(2, 1), batch_group_count=2
+    ),
+    "batch_groups_same[rhs]": conv_case(
+        (4, 2, 5, 4), (4, 2, 3, 2), RHS, padding="SAME", batch_group_count=2
+    ),
+    "batch_groups_nhwc[both]": conv_case(
+        (4, 5, 4, 2),
+        (2, 3, 2, 6),
+        BOTH,
+        padding=((1, -1), (0, 1)),
+        dimension_numbers=NHWC,
+        batch_group_count=2,
+    ),
+    "1d_stride_valid[lhs]": conv_case((2, 3, 9), (4, 3, 3), LHS, window_strides=(2,)),
+    "3d[both]": conv_case(
+        (1, 2, 4, 5, 4),
+        (3, 2, 2, 3, 2),
+        BOTH,
+        window_strides=(1, 2, 1),
+        padding="SAME",
+        rhs_dilation=(1, 1, 2),
+    ),
+    "mixed_layouts[lhs]": conv_case(
+        (2, 3, 6, 5),
+        (3, 2, 3, 4),
+        LHS,
+        padding="SAME",
+        dimension_numbers=("NCHW", "HWIO", "NHWC"),
+    ),
+    "conv[rhs]": Case(
+        lambda x, w: alax.conv(x, w, (1, 2), "SAME"),
+        lambda x, w: lax.conv(x, w, (1, 2), "SAME", precision=HIGHEST),
+        normal((2, 3, 5, 6), (2, 3, 2, 2)),
+        in_axes=RHS,
+    ),
+    "conv_transpose_kernel[both]": Case(
+        lambda x, w: alax.conv_transpose(x, w, (2, 2), "SAME", transpose_kernel=True),
+        lambda x, w: lax.conv_transpose(
+            x, w, (2, 2), "SAME", transpose_kernel=True, precision=HIGHEST
+        ),
+        normal((1, 3, 4, 2), (3, 3, 3, 2)),
+        in_axes=BOTH,
+    ),
+}
+
+
+_GROUPED = {"window_strides": (2, 1), "padding": ((1, 0), (0, 1)), "rhs_dilation": (1, 2)}
+_conv_a = functools.partial(alax.conv_general_dilated, feature_group_count=2, **_GROUPED)
+_conv_j = functools.partial(
+    lax.conv_general_dilated, feature_group_count=2, precision=HIGHEST, **_GROUPED
+)
+# The gradient's derivatives: those of the transposed convolutions (batch groups).
+CONVOLUTIONS["grad_feature_groups[both]"] = Case(
+    lambda x, w: aotkit.grad(lambda x, w: anp.sum(anp.sin(_conv_a(x, w))), (0, 1))(x, w),
+    lambda x, w: jax.grad(lambda x, w: jnp.sum(jnp.sin(_conv_j(x, w))), (0, 1))(x, w),
+    normal((2, 4, 5, 5), (6, 2, 2, 3)),
+    in_axes=BOTH,
+)
+
+
+# --- window reductions ----------------------------------------------------------------------------
+
+INF = np.inf
+
+
+def with_zeros(shape, *where):
+    """Normal samples with exact zeros at `where` (one zero and two in one window)."""
+
+    def make(rng, dtype):
+        x = rng.standard_normal(shape).astype(dtype)
+        for i in where:
+            x[i] = 0
+        return (x,)
+
+    return make
+
+
+def rw_case(x_shape, init, kind, *window, in_axes=None, make=None) -> Case:
+    """`reduce_window(x, init, kind, *window)` in aotkit and JAX (one operand)."""
+    jax_kind = {"add": lax.add, "max": lax.max, "min": lax.min}[kind]
+    return Case(
+        lambda x: alax.reduce_window(x, init, kind, *window),
+        lambda x: lax.reduce_window(x, np.asarray(init, x.dtype), jax_kind, *window),
+        make or normal(x_shape),
+        in_axes=in_axes,
+    )
+
+
+def _init_count(x, *window):
+    """How many times each window sum adds its init (XLA adds it once, not per padded
+    element as the StableHLO spec reads): the sum of zeros from an init of 1."""
+    zeros = jnp.zeros(x.shape, x.dtype)
+    return lax.reduce_window(zeros, np.asarray(1, x.dtype), lax.add, *window)
+
+
+def _product_2x2(x, pad_high):
+    x = jnp.pad(x, ((0, pad_high), (0, pad_high)), constant_values=1)
+    return x[:-1, :-1] * x[1:, :-1] * x[:-1, 1:] * x[1:, 1:]
+
+
+SUM_WINDOW = ((2, 3), (2, 1), ((1, 0), (2, 1)), (2, 1), (1, 2))
+WINDOWS = {
+    "max_pool_nhwc": Case(
+        lambda x: ann.max_pool(x, (2, 2), (2, 2)),
+        lambda x: lax.reduce_window(x, -INF, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
+        normal((2, 4, 6, 3)),
+    ),
+    "max_pool_same_stride": Case(
+        lambda x: ann.max_pool(x, (3, 3), (2, 2), "SAME"),
+        lambda x: lax.reduce_window(x, -INF, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
+        normal((1, 5, 5, 2)),
+    ),
+    "max_pool_nchw": rw_case((2, 3, 4, 6), -INF, "max", (1, 1, 2, 2), (1, 1, 2, 2), "VALID"),
+    "max_pool_1d": Case(
+        lambda x: ann.max_pool(x, (3,), (2,), "SAME"),
+        lambda x: lax.reduce_window(x, -INF, lax.max, (1, 3, 1), (1, 2, 1), "SAME"),
+        normal((2, 7, 3)),
+    ),
+    "min_explicit_padding": rw_case((5, 6), INF, "min", (2, 3), (1, 2), ((1, 0), (1, 1))),
+    # Every window holds at least one real element, so none is -inf.
+    "max_base_dilation": rw_case((5, 4), -INF, "max", (3, 2), (2, 1), ((1, 1), (0, 0)), (2, 1)),
+    "max_from_zero": Case(
+        lambda x: alax.reduce_window(x, 0.0, "max", (2, 2), (1, 1), "SAME"),
+        lambda x: jnp.maximum(lax.reduce_window(x, -INF, lax.max, (2, 2), (1, 1), "SAME"), 0),
+        normal((4, 5)),
+    ),
+    "max_init_with_tangent": Case(
+        lambda x, c: alax.reduce_window(x, c, "max", (2, 2), (1, 1), "SAME"),
+        lambda x, c: jnp.maximum(lax.reduce_window(x, -INF, lax.max, (2, 2), (1, 1), "SAME"), c),
+        normal((4, 5), ()),
+        in_axes=(0, None),
+    ),
+    "sum_dilations": rw_case((4, 5), 0.0, "add", *SUM_WINDOW),
+    "sum_init_with_tangent": Case(
+        lambda x, c: alax.reduce_window(x, c, "add", *SUM_WINDOW),
+        lambda x, c: (
+            lax.reduce_window(x, np.asarray(0, x.dtype), lax.add, *SUM_WINDOW)
+            + c * _init_count(x, *SUM_WINDOW)
+        ),
+        normal((4, 5), ()),
+        in_axes=(0, None),
+    ),
+    "avg_pool_same": Case(
+        lambda x: ann.avg_pool(x, (3, 3), (1, 1), "SAME"),
+        lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 3, 3, 1), (1, 1, 1, 1), "SAME") / 9,
+        normal((2, 4, 5, 3)),
+    ),
+    "avg_pool_real_count": Case(
+        lambda x: ann.avg_pool(x, (2, 2), (2, 2), "SAME", count_include_pad=False),
+        lambda x: (
+            lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "SAME")
+            / lax.reduce_window(jnp.ones_like(x), 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "SAME")
+        ),
+        normal((2, 5, 5, 3)),
+    ),
+    "avg_pool_3d": Case(
+        lambda x: ann.avg_pool(x, (2, 2, 2), (2, 1, 2)),
+        lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 2, 1), (1, 2, 1, 2, 1), "VALID") / 8,
+        normal((1, 4, 5, 4, 2)),
+    ),
+    "cumsum": Case(
+        lambda x: anp.cumsum(x, axis=1), lambda x: jnp.cumsum(x, axis=1), normal((3, 5))
+    ),
+    "cumprod_with_zeros": Case(
+        lambda x: anp.cumprod(x, axis=1),
+        lambda x: jnp.cumprod(x, axis=1),
+        with_zeros((3, 5), (0, 2), (1, 1), (1, 3)),
+    ),
+    "cummax": Case(
+        lambda x: np.maximum.accumulate(x, axis=0),
+        lambda x: lax.cummax(x, axis=0),
+        normal((5, 3)),
+    ),
+    "product_2x2_padded": Case(
+        lambda x: alax.reduce_window(x, 1.0, "mul", (2, 2), (1, 1), ((0, 1), (0, 1))),
+        lambda x: _product_2x2(x, 1),
+        with_zeros((4, 4), (0, 0), (1, 1), (3, 3)),
+    ),
+}
+
+
+# --- select_and_scatter and select pairs: second derivatives of max pools ------------------------
+
+
+def _pool_pair(dims, strides, padding, base=None):
+    window = (dims, strides, padding, base)
+    return (
+        lambda x: alax.reduce_window(x, -INF, "max", *window),
+        lambda x: lax.reduce_window(x, -INF, lax.max, *window),
+    )
+
+
+_POOLS = {
+    "nhwc": ((1, 4, 6, 2), _pool_pair((1, 2, 2, 1), (1, 2, 2, 1), "VALID")),
+    "same": ((1, 5, 5, 2), _pool_pair((1, 3, 3, 1), (1, 2, 2, 1), "SAME")),
+    "base_dilation": ((5, 4), _pool_pair((3, 2), (2, 1), ((1, 1), (0, 0)), (2, 1))),
+}
+
+
+def _pool_vjp_case(shape, pools, in_axes=None) -> Case:
+    """The pool's backward pass (a select_and_scatter) as a function of the input and the
+    cotangent: linear in the cotangent, piecewise constant in the input."""
+    pool_a, pool_j = pools
+    out_shape = jax.eval_shape(pool_j, jax.ShapeDtypeStruct(shape, np.float32)).shape
+    return Case(
+        lambda x, g: aotkit.vjp(pool_a, x)[1](g)[0],
+        lambda x, g: jax.vjp(pool_j, x)[1](g)[0],
+        normal(shape, out_shape),
+        in_axes=in_axes,
+    )
+
+
+def _pool_jvp_case(shape, pools) -> Case:
+    """The pool's forward-mode tangent (a reduce_window of (value, tangent) pairs)."""
+    pool_a, pool_j = pools
+    return Case(
+        lambda x, t: aotkit.jvp(pool_a, (x,), (t,))[1],
+        lambda x, t: jax.jvp(pool_j, (x,), (t,))[1],
+        normal(shape, shape),
+    )
+
+
+SELECTIONS = {
+    "vjp_nhwc[cotangent]": _pool_vjp_case(*_POOLS["nhwc"], in_axes=(None, 0)),
+    "vjp_same[input]": _pool_vjp_case(*_POOLS["same"], in_axes=(0, None)),
+    "vjp_base_dilation[both]": _pool_vjp_case(*_POOLS["base_dilation"]),
+    "jvp_same": _pool_jvp_case(*_POOLS["same"]),
+    "jvp_base_dilation": _pool_jvp_case(*_POOLS["base_dilation"]),
+}
+
+
+# --- the checks, per family, case and dtype -------------------------------------------------------
+
+FAMILIES = {
+    "convolution": Family(CONVOLUTIONS),
+    "window": Family(WINDOWS, seed=1),
+    "selection": Family(SELECTIONS, seed=2),
+}
+CASES = [(f, n) for f, family in FAMILIES.items() for n in family.cases]
+IDS = [f"{f}:{n}" for f, n in CASES]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+@pytest.mark.parametrize(("family", "name"), CASES, ids=IDS)
+@pytest.mark.parametrize("check", ["primal", "jvp", "vjp", "vmap", "transpose"])
+def test_against_jax(check, family, name, dtype):
+    getattr(FAMILIES[family], f"check_{check}")(name, dtype)
+
+
+@pytest.mark.parametrize(("family", "name"), CASES, ids=IDS)
+def test_central_differences(family, name):
+    FAMILIES[family].check_fd(name, F64)

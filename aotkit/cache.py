@@ -50,7 +50,7 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
-from aotkit import _files, artifacts, modules
+from aotkit import _compat, _files, artifacts, modules
 from aotkit._version import __version__
 from aotkit.errors import ArtifactError, CacheWarning, CompileError
 
@@ -292,6 +292,8 @@ def key(lowered, backend, options) -> str | None:
     cache is off or the backend's executables do not serialize."""
     if backend.executable_format is None or _usable_directory() is None:
         return None
+    if lowered.partitioning is not None and _compat.sharding_support() is not None:
+        return None  # no sharded executables here: the compile says why
     try:
         shown_options = sorted((str(k), repr(v)) for k, v in (options or {}).items())
     except ValueError:  # an int past Python's 4300 printable digits: the backend refuses it

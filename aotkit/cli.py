@@ -267,6 +267,22 @@ def _static_arg(text: str) -> tuple[str, object]:
         ) from None
 
 
+def _specialize_arg(text: str) -> tuple[str, list[int]]:
+    """`--specialize b=1,8,32`: a symbol and the sizes to compile it for."""
+    name, eq, sizes = text.partition("=")
+    name = name.strip()
+    try:
+        values = [int(v) for v in sizes.split(",")] if eq else []
+    except ValueError:
+        values = []
+    if not name.isidentifier() or not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected SYMBOL=SIZE,... with sizes >= 0, got {text!r}; e.g. --specialize "
+            "b=1,8,32,128 (repeat it for each symbol: --specialize t=128)"
+        )
+    return name, values
+
+
 def _mesh_arg(text: str) -> str:
     from aotkit.sharding import parse_axes
 
@@ -693,10 +709,14 @@ def _load_module_file(args, default_pipeline: str = "none"):
     `@main`; the module runs as written unless `--pipeline` names a pipeline (`aotkit opt`
     runs the default one).
     """
-    if getattr(args, "shapes", None) is not None or getattr(args, "static", None):
+    if (
+        getattr(args, "shapes", None) is not None
+        or getattr(args, "static", None)
+        or getattr(args, "constraint", None)
+    ):
         raise UserError(
-            f"{args.target}: --shapes and --static apply to FILE.py:FN targets; a module "
-            "file's signature comes from its @main"
+            f"{args.target}: --shapes, --static and --constraint apply to FILE.py:FN targets; "
+            "a module file's signature (and a jax.export artifact's symbols) come from the file"
         )
     if getattr(args, "mesh", None) is not None or getattr(args, "shardings", None):
         raise UserError(
@@ -740,6 +760,7 @@ def _lower_target(args, specs: list | dict | None = None, source: str = "--shape
                 "exported for several platforms; a Python function is lowered for --backend"
             )
         specs = specs if specs is not None else args.shapes
+        specs = _with_constraints(args, specs)
         if source == "--inputs" and getattr(args, "transform", None) not in (
             None,
             "grad",
@@ -757,6 +778,30 @@ def _lower_target(args, specs: list | dict | None = None, source: str = "--shape
             "function (use `aotkit opt FILE.mlir` for module files)"
         )
     return _transformed(args, _load_module_file(args))
+
+
+def _with_constraints(args, specs):
+    """`specs` with their symbolic dimensions under the `--constraint`s (one scope)."""
+    texts = getattr(args, "constraint", None)
+    if not texts:
+        return specs
+    from jax import tree_util
+
+    from aotkit import shapes
+    from aotkit.specs import ShapeDtype
+
+    leaves, tree = tree_util.tree_flatten(specs or [])
+    if not any(isinstance(d, shapes.Dim) for s in leaves for d in getattr(s, "shape", ())):
+        raise UserError(
+            "--constraint: the --shapes have no symbolic dimension to constrain; write symbols "
+            "in them, e.g. --shapes 'f32[b,t,512]' --constraint 't % 8 == 0'"
+        )
+    try:
+        scope = shapes.Scope(tuple(texts))
+    except (TypeError, ValueError) as e:
+        raise UserError(f"--constraint: {e}") from None
+    rehomed = [ShapeDtype(tuple(shapes.rehome(d, scope) for d in s.shape), s.dtype) for s in leaves]
+    return tree_util.tree_unflatten(tree, rehomed)
 
 
 def _transformed(args, lowered):
@@ -976,6 +1021,8 @@ def cmd_compile(args) -> int:
     if compiled is None:
         lowered = _lower_target(args)
         compiled = _compile(args, lowered)
+    if args.specialize:
+        _specialize(args, compiled)
     if args.emit == "artifact":
         _write_bytes(args.output, compiled.serialize(), args.emit, args)
         return EXIT_OK
@@ -992,6 +1039,29 @@ def cmd_compile(args) -> int:
         analysis = analysis.to_dict()
     _write_text(args.output, json.dumps(analysis, indent=2, sort_keys=True, default=float), args)
     return EXIT_OK
+
+
+def _specialize(args, compiled) -> None:
+    """`--specialize`: compiles a symbolic program's executables for the sizes given."""
+    sizes: dict[str, list[int]] = {}
+    for name, values in args.specialize:
+        sizes.setdefault(name, [])
+        sizes[name] += [v for v in values if v not in sizes[name]]
+    from aotkit.symbolic import is_symbolic
+
+    if not is_symbolic(compiled.flat_in_specs):
+        raise UserError(
+            f"--specialize: {compiled.name} has static shapes ({_signature_line(compiled)}); "
+            "it applies to programs lowered with symbolic --shapes such as f32[b,784]"
+        )
+    shown = " ".join(f"{k}={','.join(map(str, v))}" for k, v in sizes.items())
+    with _progress(args, f"specializing {compiled.name} to {shown}"):
+        start = time.perf_counter()
+        compiled.specialize(**sizes)
+    held = "; ".join(
+        ", ".join(f"{k} = {v}" for k, v in d.items()) for d in compiled.specializations
+    )
+    _say(args, f"specialized in {_time(time.perf_counter() - start)}; it holds: {held}")
 
 
 # What `compile -o FILE` writes, by FILE's suffix, when --emit does not say.
@@ -1032,11 +1102,14 @@ def _compile(args, lowered):
         how = " (executable loaded from the persistent cache, not compiled)"
     elif compiled.origin == "compiled":
         from aotkit import cache
+        from aotkit.symbolic import is_symbolic
 
         state = "the persistent cache is off" if cache.directory() is None else "not cached yet"
         if compiled.partitioning is not None:
             state = f"sharded over {compiled.partitioning.describe()}, not cached"
         how = f" (compiled by the backend: {state})"
+        if is_symbolic(compiled.flat_in_specs):
+            how = " (symbolic shapes: one executable per shape, compiled when first called)"
     _say(args, f"compiled {lowered.name} in {_time(args.compile_seconds)}{how}")
     return compiled
 
@@ -1057,7 +1130,10 @@ def _load_artifact_target(args):
         return None
 
     for flag, given in (
-        ("--shapes and --static", args.shapes is not None or args.static),
+        (
+            "--shapes, --static and --constraint",
+            args.shapes is not None or args.static or args.constraint,
+        ),
         ("--pipeline", args.pipeline is not None),
         ("--dump-dir and --print-ir-after-all", args.dump_dir or args.print_ir_after_all),
     ):
@@ -1195,6 +1271,7 @@ class _Inputs:
         """The arrays for the leaves `names` (with `specs`) of `owner`'s arguments, in order."""
         from aotkit._cli_specs import canonical
         from aotkit.specs import restore_dtype, spec_of
+        from aotkit.symbolic import is_symbolic
 
         signature = ", ".join(f"{n}: {s}" for n, s in zip(names, specs, strict=True)) or "none"
         if self.npz is None:
@@ -1241,6 +1318,15 @@ class _Inputs:
             labels = [f"{self.npz!r}[{key!r}]" for key, _ in found]
         arrays = []
         for (_, x), label, name, s in zip(found, labels, names, specs, strict=True):
+            if is_symbolic([s]):
+                # Its sizes are the array's to give; the call checks them with the others'.
+                if getattr(x, "dtype", None) != s.dtype or np.ndim(x) != len(s.shape):
+                    raise UserError(
+                        f"--inputs: {label} holds {spec_of(x)} but argument {name} is {s}; "
+                        "save an array of that dtype and rank"
+                    )
+                arrays.append(x)
+                continue
             x = restore_dtype(x, spec_of(s))  # numpy.save keeps int4, f8e4m3fn as raw bytes
             if spec_of(x) != spec_of(s):
                 raise UserError(
@@ -1343,6 +1429,7 @@ def cmd_run(args) -> int:
     from jax import tree_util
 
     from aotkit.specs import spec_of
+    from aotkit.symbolic import is_symbolic
 
     if args.timeout is not None and not os.environ.get(_WORKER_ENV):
         return _run_in_worker(args)
@@ -1351,6 +1438,11 @@ def cmd_run(args) -> int:
         _check_npz_output(args)
     lowered, loaded, leaves = _stage_and_inputs(args)
     flat_specs = lowered.flat_in_specs
+    if leaves is None and is_symbolic(flat_specs):
+        raise UserError(
+            f"{lowered.name} has symbolic shapes ({_signature_line(lowered)}); give --inputs "
+            "files, whose shapes choose the sizes it runs with"
+        )
     if leaves is None:
         rng = np.random.default_rng(args.seed)
         leaves = [_random_input(rng, s) for s in flat_specs]
@@ -1540,6 +1632,13 @@ def _add_target_args(p: argparse.ArgumentParser, *, files: bool) -> None:
         metavar="NAME=VALUE",
         help="a static argument as a Python literal (repeatable): --static n=3",
     )
+    p.add_argument(
+        "--constraint",
+        action="append",
+        metavar="TEXT",
+        help="a constraint on the symbols of symbolic --shapes such as f32[b,t]: 't % 8 == 0', "
+        "'t <= 2048', 'b >= 1' (repeatable; quote it for the shell)",
+    )
     if files:
         p.add_argument(
             "--platform",
@@ -1705,6 +1804,15 @@ def build_parser() -> argparse.ArgumentParser:
         ".aotx artifact; .hlo, .txt, .mlir hlo; hlo on stdout; any other suffix needs --emit)",
     )
     p.add_argument("-o", "--output", metavar="PATH", help="write here ('-' = stdout, default)")
+    p.add_argument(
+        "--specialize",
+        action="append",
+        type=_specialize_arg,
+        metavar="SYMBOL=SIZE,...",
+        help="for a program with symbolic shapes: compile its executables for these sizes now "
+        "(every combination, repeatable per symbol: --specialize b=1,8,32 --specialize t=128); "
+        "the artifact holds them, and compiles other shapes when called",
+    )
     _add_force_arg(p)
     _add_transform_args(p)
     _add_common_args(p)

@@ -14,6 +14,7 @@ Not a stage: it only uses `lower`, `Lowered.compile` and `Compiled.call_flat`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from aotkit import dtypes, dumps
 from aotkit.api import lower
 from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
+from aotkit.symbolic import Shapes, is_symbolic
 
 # (rtol, atol) by result dtype: XLA, the interpreter and IREE each have their own
 # transcendental approximations and summation orders.
@@ -64,6 +66,8 @@ class Comparison:
     max_ulp: float | None
     ok: bool
     note: str = ""
+    # The symbol values of the call, for a program with symbolic shapes ("b = 8"); "".
+    sizes: str = ""
 
 
 @dataclass
@@ -86,19 +90,21 @@ class CheckReport:
         return list(dict.fromkeys(row.backend for row in self.rows if not row.ok))
 
     def table(self) -> str:
+        sized = any(row.sizes for row in self.rows)
         header = ("BACKEND", "OUTPUT", "SPEC", "MAX ABS DIFF", "MAX ULP DIFF", "RESULT")
+        if sized:
+            header = ("SIZES", *header)
         lines = [header]
         for row in self.rows:
-            lines.append(
-                (
-                    row.backend,
-                    row.output,
-                    row.spec,
-                    _number(row.max_abs),
-                    _number(row.max_ulp),
-                    row.note or ("ok" if row.ok else "DIFFERS"),
-                )
+            cells = (
+                row.backend,
+                row.output,
+                row.spec,
+                _number(row.max_abs),
+                _number(row.max_ulp),
+                row.note or ("ok" if row.ok else "DIFFERS"),
             )
+            lines.append((row.sizes, *cells) if sized else cells)
         widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
         text = [
             f"{self.name}({', '.join(map(str, self.in_specs))}), seed {self.seed}, "
@@ -174,6 +180,8 @@ def check_lowered(
             raise ValueError(f"{where}: {name} must be a number >= 0, got {value!r}")
     names = _backend_names(where, backends, reference, aotkit.backends)
     specs = lowered.flat_in_specs
+    if is_symbolic(specs):
+        return _check_symbolic(lowered, leaves, names, reference, seed, rtol, atol, where)
     if leaves is None:
         leaves = [None] * len(specs)
     if len(leaves) != len(specs):
@@ -202,6 +210,98 @@ def check_lowered(
         for path, spec, w, g in zip(out_paths, out_specs, want, got):
             report.rows.append(_compare(name, path, spec, w, g, rtol, atol))
     return report
+
+
+# Sizes tried for each symbol of a program with symbolic shapes: the edge sizes 0 and 1
+# first, then sizes that are neither small powers of two nor alike.
+SAMPLE_SIZES = (0, 1, 2, 3, 5, 8, 16, 17, 32, 64)
+SAMPLES = 4
+
+
+def sample_sizes(shapes, count: int = SAMPLES) -> list[dict[str, int]]:
+    """Up to `count` sets of symbol values that meet the constraints of `shapes` (an
+    `aotkit.symbolic.Shapes`): the smallest sizes allowed (0 and 1 where they are), then
+    larger ones, the symbols told apart where there are several."""
+    found: list[dict[str, int]] = []
+
+    def take(values: dict[str, int]) -> None:
+        if values in found or len(found) >= count:
+            return
+        try:
+            shapes.check_values(values, "check")
+        except ValueError:
+            return
+        found.append(values)
+
+    symbols = shapes.symbols
+    for size in SAMPLE_SIZES[:2]:
+        take(dict.fromkeys(symbols, size))
+    for i, size in enumerate(SAMPLE_SIZES[2:]):
+        # told apart: each symbol one step further along the list
+        take(
+            {s: SAMPLE_SIZES[min(2 + i + k, len(SAMPLE_SIZES) - 1)] for k, s in enumerate(symbols)}
+        )
+        take(dict.fromkeys(symbols, size))
+    return found
+
+
+def _check_symbolic(lowered, leaves, names, reference, seed, rtol, atol, where) -> CheckReport:
+    """`check_lowered` for a program with symbolic shapes: each backend compiles it once and
+    runs it on every sampled set of sizes (`sample_sizes`), each with its seeded inputs."""
+    if leaves is not None and any(x is not None for x in leaves):
+        raise ValueError(
+            f"{where}: the program has symbolic shapes; check samples their sizes (0 and 1 "
+            "among them) with random inputs, so give no inputs"
+        )
+    shapes = Shapes.of(lowered.flat_in_specs, lowered.flat_out_specs, where=where)
+    samples = sample_sizes(shapes)
+    if not samples:
+        raise ValueError(
+            f"{where}: no sizes up to {SAMPLE_SIZES[-1]} meet the constraints "
+            f"({'; '.join(shapes.constraints)}); check the program with concrete inputs"
+        )
+    report = CheckReport(lowered.name, tuple(lowered.flat_in_specs), reference, seed)
+    out_paths = _output_paths(lowered.out_tree)
+    compiled = {}
+    for name in names:
+        try:
+            compiled[name] = lowered.compile(name)
+        except (CompileError, ValueError) as e:
+            if name == reference:
+                raise
+            compiled[name] = f"not compiled: {_first_line(e)}"
+    rng = np.random.default_rng(seed)
+    for values in samples:
+        sizes = shapes.text(values)
+        in_specs, out_specs = shapes.concrete(values)
+        inputs = [random_input(rng, s) for s in in_specs]
+        want = _call(compiled[reference], inputs, raise_errors=True)
+        for path, spec in zip(out_paths, out_specs):
+            report.rows.append(
+                Comparison(reference, path, str(spec), None, None, True, "reference", sizes)
+            )
+        for name in names:
+            if name == reference:
+                continue
+            got = _call(compiled[name], inputs, raise_errors=False)
+            if isinstance(got, str):
+                report.rows.append(Comparison(name, "-", "-", None, None, True, got, sizes))
+                continue
+            for path, spec, w, g in zip(out_paths, out_specs, want, got):
+                row = _compare(name, path, str(spec), w, g, rtol, atol)
+                report.rows.append(dataclasses.replace(row, sizes=sizes))
+    return report
+
+
+def _call(compiled, inputs: list, *, raise_errors: bool):
+    if isinstance(compiled, str):
+        return compiled
+    try:
+        return [np.asarray(x) for x in compiled.call_flat([np.copy(x) for x in inputs])]
+    except (CompileError, RuntimeError, ValueError, TypeError) as e:
+        if raise_errors:
+            raise
+        return f"failed to run: {_first_line(e)}"
 
 
 def _backend_names(where: str, backends, reference: str, registry) -> list[str]:

@@ -541,7 +541,8 @@ def _from_exported(data: bytes, label: str, name: str | None, platform: str | No
     )
     symbolic = not all(_static(a.shape) for a in (*exported.in_avals, *exported.out_avals))
     if symbolic:
-        expected_in, expected_out = _symbolic_specs(exported, where)
+        stated = _assertion_constraints(module, lc)
+        expected_in, expected_out = _symbolic_specs(exported, where, stated)
     else:
         expected_in = tuple(_aval_spec(a) for a in exported.in_avals)
         expected_out = tuple(_aval_spec(a) for a in exported.out_avals)
@@ -633,12 +634,49 @@ def _static(shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
-def _symbolic_specs(exported, where: str) -> tuple[tuple, tuple]:
+# How jax.export words the shape assertion of a constraint given at export
+# (`symbolic_shape(..., constraints=...)`), which its serialization does not keep otherwise.
+_JAX_CONSTRAINT = re.compile(r"do not match the symbolic shape constraint (.{1,200}?)\. Expected ")
+
+
+def _assertion_constraints(module: ir.Module, lc) -> list[str]:
+    """The constraints a jax.export module asserts, read from its `shape_assertion`
+    messages: text, parsed later by aotkit/shapes.py's bounded parser (one that does not
+    parse is left to the assertion itself, which still runs when the program is
+    specialized)."""
+    found: list[str] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "stablehlo.custom_call" and "error_message" in op.attributes:
+            target = ir.StringAttr(op.attributes["call_target_name"]).value
+            message = op.attributes["error_message"]
+            if target == trust.SHAPE_ASSERTION and isinstance(message, ir.StringAttr):
+                m = _JAX_CONSTRAINT.search(message.value)
+                if m is not None and m.group(1) not in found:
+                    found.append(m.group(1))
+        return ir.WalkResult.ADVANCE
+
+    with lc:
+        main = modules.main_function(module)
+        if main is not None:
+            main.operation.walk(visit)
+    kept = []
+    for text in found:
+        try:
+            shapes.Scope((text,))
+        except (TypeError, ValueError):
+            continue
+        kept.append(text)
+    return kept
+
+
+def _symbolic_specs(exported, where: str, stated=()) -> tuple[tuple, tuple]:
     """The flat specs of an artifact exported with symbolic shapes (`f32[b,784]`): each
     dimension read from its text (by aotkit/shapes.py's bounded parser: data, never code)
-    into one scope with the artifact's constraints and `s >= 1` for each symbol, which
-    jax.export assumes of every dimension variable (its module asserts that, and any
-    constraint given at export, again when the program is specialized)."""
+    into one scope with the constraints given at export (`stated`: read from the module's
+    assertions where the artifact's scope lost them) and `s >= 1` for each symbol, which
+    jax.export assumes of every dimension variable (its module asserts these again when the
+    program is specialized)."""
     avals = (*exported.in_avals, *exported.out_avals)
     texts: list[str] = []
     symbols: list[str] = []
@@ -647,7 +685,7 @@ def _symbolic_specs(exported, where: str) -> tuple[tuple, tuple]:
             if isinstance(d, int):
                 continue
             if not texts:
-                texts.extend(_compat.symbolic_constraints(d))
+                texts.extend(_compat.symbolic_constraints(d) or stated)
             try:
                 dim = shapes.parse_dim(str(d))
             except (TypeError, ValueError) as e:

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import aotkit
-from aotkit import cache
+from aotkit import artifacts, cache
 from aotkit.errors import ArtifactError
 from tests.shapes import programs
 
@@ -260,15 +260,31 @@ def test_a_broken_constraint_is_an_error(mlp):
     assert mlp.specializations == () or {"b": 0} not in mlp.specializations
 
 
-def test_a_jax_shape_assertion_is_an_error(block):
+def test_a_constraint_given_at_export_is_checked_before_compiling(block):
     params = programs.block_params(np.random.default_rng(11))
     x = np.zeros((2, 65, programs.D), np.float32)
     with pytest.raises(ValueError) as e:
         block(x, *params)
+    assert str(e.value) == (
+        "Compiled 'block': argument args[0] has shape (2, 65, 16) for f32[b,t,16], giving "
+        "t = 65, which breaks the constraint t <= 64; pass shapes for which it holds"
+    )
+
+
+def test_a_jax_shape_assertion_fails_the_specialization(block_file):
+    # Without the constraint in its header, the module's own assertion decides.
+    data = aotkit.load_module(block_file).compile().serialize()
+    art = artifacts.unpack(data)
+    header = {k: v for k, v in art.header.items() if k != "sections"}
+    header["symbolic"]["constraints"] = ["b >= 1", "t >= 1"]
+    loaded = aotkit.load(artifacts.pack(header, {n: bytes(v) for n, v in art.sections.items()}))
+    params = programs.block_params(np.random.default_rng(11))
+    with pytest.raises(ValueError) as e:
+        loaded(np.zeros((2, 65, programs.D), np.float32), *params)
     assert str(e.value).startswith(
-        "Compiled 'block': specializing to b = 2, t = 65: Input shapes do not match the "
-        "symbolic shape constraint t <= 64. Expected '- t + 64' to be greater or equal to 0, "
-        "but found -1."
+        "Compiled 'block' (<bytes>): specializing to b = 2, t = 65: Input shapes do not match "
+        "the symbolic shape constraint t <= 64. Expected '- t + 64' to be greater or equal to "
+        "0, but found -1."
     )
 
 

@@ -52,7 +52,8 @@ class Case:
     """One op under test. `make(rng, dtype)` gives its arguments (a tuple of NumPy arrays);
     `diff` the positions differentiated (default: the inexact ones); `in_axes` the vmap
     axes, one per argument (0 or None); `fd` whether central differences apply (the op is
-    smooth at the sampled points); `tol` overrides (rtol, atol)."""
+    smooth at the sampled points); `tol` overrides (rtol, atol); `vjp` whether reverse mode
+    is checked."""
 
     fa: Callable
     fj: Callable
@@ -61,6 +62,7 @@ class Case:
     in_axes: tuple | None = None
     fd: bool = True
     tol: tuple[float, float] | None = None
+    vjp: bool = True  # False: forward mode and batching only (JAX has no vjp of the op)
 
     def diff_positions(self, args) -> tuple[int, ...]:
         if self.diff is not None:
@@ -104,10 +106,17 @@ def _merge(case: Case, args, diff, const):
 class Family:
     """The cases of one family and their results, computed once per dtype."""
 
-    def __init__(self, cases: dict[str, Case], seed: int = 0, backend: str = "interpreter"):
+    def __init__(
+        self,
+        cases: dict[str, Case],
+        seed: int = 0,
+        backend: str = "interpreter",
+        autograph: bool = False,
+    ):
         self.cases = cases
         self.seed = seed
         self.backend = backend
+        self.autograph = autograph  # whether aotkit's program converts Python control flow
         self._results: dict = {}
         self._single: dict = {}
 
@@ -137,9 +146,13 @@ class Family:
         with jax.enable_x64(True):
             shapes = jax.eval_shape(lambda d, c: self._apply_jax(names, args, d, c), diff, const)
         rng = np.random.default_rng(self.seed + 1)
-        cotangents = tree_util.tree_map(
-            lambda s: _random_like(rng, np.zeros(s.shape, s.dtype)), shapes
-        )
+        cotangents = {
+            n: tree_util.tree_map(
+                lambda s: _random_like(rng, np.zeros(s.shape, s.dtype)), shapes[n]
+            )
+            for n in names
+            if self.cases[n].vjp
+        }
         return Inputs(args, diff, const, tangents, cotangents, batched, axes)
 
     def _apply(self, fn_of, names, args, diff, const):
@@ -164,7 +177,10 @@ class Family:
                 return {n: cases[n].fa(*b[n]) for n in names}
 
             out, tan = aotkit.jvp(f, (diff,), (tangents,))
-            _, pull = aotkit.vjp(f, diff)
+            rev = list(cotangents)  # the cases reverse mode checks
+            _, pull = aotkit.vjp(
+                lambda d: self._apply(lambda c: c.fa, rev, args, d, const), _only(diff, rev)
+            )
             (ct,) = pull(cotangents)
             vm = aotkit.vmap(g, in_axes=(inp.axes,))(batched)
             res = {"out": out, "tan": tan, "ct": ct, "vm": vm}
@@ -173,14 +189,16 @@ class Family:
                 res["fdm"] = f(_step(diff, tangents, -FD_STEP))
             return res
 
-        jitted = aotkit.jit(program, frontend="aotkit", autograph=False, backend=self.backend)
+        jitted = aotkit.jit(
+            program, frontend="aotkit", autograph=self.autograph, backend=self.backend
+        )
         a = (inp.diff, inp.const, inp.tangents, inp.cotangents, inp.batched)
         found = jitted.lower(*a).compile(options=_options(self.backend))(*a)
         # The loop over the batch: the untransformed program, compiled once, per lane.
         lane = aotkit.jit(
             lambda b: {n: cases[n].fa(*b[n]) for n in names},
             frontend="aotkit",
-            autograph=False,
+            autograph=self.autograph,
             backend=self.backend,
         )
         found["loop"] = [lane(_lane(inp.batched, inp.axes, i)) for i in range(BATCH)]
@@ -197,7 +215,8 @@ class Family:
                 return {n: cases[n].fj(*b[n]) for n in names}
 
             out, tan = jax.jvp(f, (diff,), (tangents,))
-            _, pull = jax.vjp(f, diff)
+            rev = list(cotangents)
+            _, pull = jax.vjp(lambda d: self._apply_jax(rev, args, d, const), _only(diff, rev))
             (ct,) = pull(cotangents)
             vm = jax.vmap(g, in_axes=(inp.axes,))(batched)
             return {"out": out, "tan": tan, "ct": ct, "vm": vm}
@@ -279,6 +298,10 @@ class Family:
         assert abs(lhs - rhs) <= 10 * (atol + rtol) * scale, (
             f"<vjp(u), v> = {lhs} but <u, jvp(v)> = {rhs}"
         )
+
+
+def _only(tree: dict, names) -> dict:
+    return {n: tree[n] for n in names}
 
 
 def _options(backend: str):

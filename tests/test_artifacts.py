@@ -854,8 +854,8 @@ def test_cli_run_of_an_artifact_matches_the_function(cli_artifact, run_cli):
 @pytest.mark.parametrize(
     "flags, named",
     [
-        (("--shapes", "f32[2,3]"), "--shapes and --static"),
-        (("--static", "n=3"), "--shapes and --static"),
+        (("--shapes", "f32[2,3]"), "--shapes, --static and --constraint"),
+        (("--static", "n=3"), "--shapes, --static and --constraint"),
         (("--pipeline", "none"), "--pipeline"),
         (("--print-ir-after-all",), "--dump-dir and --print-ir-after-all"),
     ],

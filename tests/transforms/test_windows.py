@@ -337,3 +337,185 @@ def test_against_jax(check, family, name, dtype):
 @pytest.mark.parametrize(("family", "name"), CASES, ids=IDS)
 def test_central_differences(family, name):
     FAMILIES[family].check_fd(name, F64)
+
+
+# --- on XLA: a CNN step, its per-example gradients and Hessians -----------------------------------
+
+RNG = np.random.default_rng(7)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def close(got, want, rtol=2e-5, atol=2e-5):
+    got_leaves, want_leaves = jax.tree.leaves(got), jax.tree.leaves(want)
+    assert len(got_leaves) == len(want_leaves)
+    for g, w in zip(got_leaves, want_leaves, strict=True):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+CNN_PARAMS = {"w": f32(3, 3, 3, 8) * 0.3, "b": f32(8) * 0.1, "dense": f32(8, 5) * 0.3}
+IMAGES, LABELS = f32(4, 8, 8, 3), RNG.integers(0, 5, 4).astype(np.int32)
+
+
+def cnn_loss(params, x, labels, np_, lax_, nn_):
+    """conv + bias + relu + max pool + avg pool + dense + softmax cross-entropy."""
+    h = lax_.conv_general_dilated(x, params["w"], (1, 1), "SAME", dimension_numbers=NHWC)
+    h = np_.maximum(h + params["b"], 0)
+    h = nn_["max_pool"](h)
+    h = np_.mean(nn_["avg_pool"](h), axis=(1, 2))
+    logits = h @ params["dense"]
+    logits = logits - np_.max(logits, axis=1, keepdims=True)
+    log_p = logits - np_.log(np_.sum(np_.exp(logits), axis=1, keepdims=True))
+    return -np_.mean(np_.sum(log_p * (np_.arange(5) == labels[:, None]), axis=1))
+
+
+AOTKIT_POOLS = {
+    "max_pool": lambda h: ann.max_pool(h, (2, 2), (2, 2)),
+    "avg_pool": lambda h: ann.avg_pool(h, (3, 3), (1, 1), "SAME"),
+}
+JAX_POOLS = {
+    "max_pool": lambda h: lax.reduce_window(h, -INF, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
+    "avg_pool": lambda h: (
+        lax.reduce_window(h, 0.0, lax.add, (1, 3, 3, 1), (1, 1, 1, 1), "SAME") / 9
+    ),
+}
+loss_a = functools.partial(cnn_loss, np_=anp, lax_=alax, nn_=AOTKIT_POOLS)
+
+
+def loss_j(params, x, labels):
+    conv = functools.partial(lax.conv_general_dilated, precision=HIGHEST)
+    lax_ = type("lax", (), {"conv_general_dilated": staticmethod(conv)})
+    return cnn_loss(params, x, labels, jnp, lax_, JAX_POOLS)
+
+
+def test_cnn_step_gradient_equals_jax():
+    grads = aotkit.grad(loss_a)(CNN_PARAMS, IMAGES, LABELS)
+    close(grads, jax.jit(jax.grad(loss_j))(CNN_PARAMS, IMAGES, LABELS))
+
+
+def on_interpreter(fn, frontend="aotkit"):
+    """`fn` run by the StableHLO interpreter: XLA would spend seconds compiling programs
+    that run once on a few elements (the tests above run on XLA)."""
+    return aotkit.jit(fn, frontend=frontend, backend="interpreter")
+
+
+def test_cnn_per_example_gradients_equal_jax():
+    # vmap(grad): the transposed convolutions and select_and_scatter, batched.
+    def one(params, x, label):
+        return loss_a(params, x[None], label[None])
+
+    def one_j(params, x, label):
+        return loss_j(params, x[None], label[None])
+
+    got = on_interpreter(aotkit.vmap(aotkit.grad(one), in_axes=(None, 0, 0)))
+    want = on_interpreter(jax.vmap(jax.grad(one_j), in_axes=(None, 0, 0)), "jax")
+    close(got(CNN_PARAMS, IMAGES, LABELS), want(CNN_PARAMS, IMAGES, LABELS))
+
+
+def _pooled(np_, pools, conv):
+    def f(x, w):
+        return np_.sum(np_.sin(pools["max_pool"](conv(x, w))))
+
+    return f
+
+
+_HESSIAN_CONV = {"window_strides": (1, 1), "padding": "SAME", "dimension_numbers": NHWC}
+HESSIAN_A = _pooled(
+    anp, AOTKIT_POOLS, functools.partial(alax.conv_general_dilated, **_HESSIAN_CONV)
+)
+HESSIAN_J = _pooled(
+    jnp,
+    JAX_POOLS,
+    functools.partial(lax.conv_general_dilated, precision=HIGHEST, **_HESSIAN_CONV),
+)
+
+
+def test_hessian_of_conv_and_max_pool_equals_jax():
+    # jacfwd(jacrev): the tangents of the transposed ops (select_and_scatter, convolutions).
+    x, w = f32(1, 4, 4, 2), f32(2, 2, 2, 2)
+    got = on_interpreter(aotkit.hessian(HESSIAN_A, (0, 1)))(x, w)
+    close(got, on_interpreter(jax.hessian(HESSIAN_J, (0, 1)), "jax")(x, w), 1e-4, 1e-4)
+
+
+def test_jacrev_of_jacfwd_of_a_max_pool_equals_jax_on_xla():
+    # The transposes of forward mode's select pairs (a variadic reduce_window), which
+    # XLA's CPU compiles and runs as JAX's own.
+    def pool_a(x):
+        return anp.sin(ann.max_pool(x, (3, 3), (2, 2), "SAME"))
+
+    def pool_j(x):
+        return jnp.sin(lax.reduce_window(x, -INF, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME"))
+
+    x = f32(1, 5, 5, 1)
+    close(aotkit.jacrev(aotkit.jacfwd(pool_a))(x), jax.jit(jax.jacrev(jax.jacfwd(pool_j)))(x))
+
+
+# --- programs JAX lowered: its pools, convolutions and gradients ---------------------------------
+
+
+def jax_cnn(params, x):
+    h = lax.conv_general_dilated(
+        x, params["w"], (2, 1), "SAME", dimension_numbers=NHWC, feature_group_count=3
+    )
+    h = jax.nn.relu(h)
+    h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+    h = lax.reduce_window(h, 0.0, lax.add, (1, 2, 2, 1), (1, 1, 1, 1), "VALID") / 4
+    return jnp.sum(jnp.cumsum(h, axis=3) ** 2)
+
+
+JAX_PARAMS = {"w": f32(3, 3, 1, 6) * 0.5}
+JAX_X, JAX_XS = f32(2, 8, 7, 3), f32(3, 2, 8, 7, 3)
+
+
+def interpret(lowered):
+    return lowered.compile(backend="interpreter")
+
+
+@pytest.fixture(scope="module")
+def jax_programs():
+    return {
+        "cnn": aotkit.jit(jax_cnn, frontend="jax").lower(JAX_PARAMS, JAX_X),
+        "grad": aotkit.jit(jax.grad(jax_cnn, (0, 1)), frontend="jax").lower(JAX_PARAMS, JAX_X),
+    }
+
+
+def test_a_jax_cnn_is_differentiated_and_batched(jax_programs):
+    lowered = jax_programs["cnn"]
+    text = lowered.as_text()
+    assert "stablehlo.convolution" in text and "stablehlo.reduce_window" in text
+    args = (JAX_PARAMS, JAX_X)
+    want = on_interpreter(jax.grad(jax_cnn, (0, 1)), "jax")(*args)
+    close(interpret(lowered.grad((0, 1)))(*args), want, 1e-4, 1e-4)
+    tangents = jax.tree.map(np.ones_like, args)
+    want = on_interpreter(lambda a, t: jax.jvp(jax_cnn, a, t), "jax")(args, tangents)
+    close(interpret(lowered.jvp())(args, tangents), want, 1e-4, 1e-4)
+    batched = interpret(lowered.vmap(in_axes=(None, 0), axis_size=3))
+    want = on_interpreter(jax.vmap(jax_cnn, (None, 0)), "jax")(JAX_PARAMS, JAX_XS)
+    close(batched(JAX_PARAMS, JAX_XS), want, 1e-4)
+
+
+def test_jax_gradient_program_is_differentiated_again(jax_programs):
+    # JAX's backward pass holds select_and_scatter (with its pads) and transposed
+    # convolutions: their tangents, transposes and batching.
+    lowered = jax_programs["grad"]
+    assert "stablehlo.select_and_scatter" in lowered.as_text()
+    grad = jax.grad(jax_cnn, (0, 1))
+    args = (JAX_PARAMS, JAX_X)
+    tangents = jax.tree.map(lambda a: f32(*a.shape), args)
+    want = on_interpreter(lambda a, t: jax.jvp(grad, a, t), "jax")(args, tangents)
+    close(interpret(lowered.jvp())(args, tangents), want, 1e-4, 1e-4)
+    cts = jax.tree.map(lambda a: f32(*a.shape), args)
+
+    def vjp(a, ct):
+        out, pullback = jax.vjp(grad, *a)
+        return out, pullback(ct)
+
+    want = on_interpreter(vjp, "jax")(args, cts)
+    close(interpret(lowered.vjp())(args, cts), want, 1e-4, 1e-4)
+    batched = interpret(lowered.vmap(in_axes=(None, 0), axis_size=3))
+    want = on_interpreter(jax.vmap(grad, (None, 0)), "jax")(JAX_PARAMS, JAX_XS)
+    close(batched(JAX_PARAMS, JAX_XS), want, 1e-4, 1e-4)

@@ -238,7 +238,7 @@ def _lower(traced: Traced, transitions: _Transitions, consume: bool) -> Lowered:
         donated, unusable = modules.mark_donated(module, traced.donated, traced.flat_in_specs, name)
         # Every front end verifies its module: with no pass run and nothing donated, this
         # is that module unchanged (`pipeline="none"`, `load_module`).
-        if timings or any(traced.donated):
+        if passes.ran_any(timings) or any(traced.donated):
             passes.verify_result(module, pipeline, name=name, dumper=dumper)
         if dumper is not None:
             dumper.write_module("final", module)

@@ -622,7 +622,8 @@ def test_passes_the_tracer_facts_make_no_ops_are_skipped():
         return anp.sin(x) * 1.0 + anp.arcsinh(x)  # chlo.asinh: legalized
 
     spec = aotkit.spec("f32[4]")
-    assert aotkit.jit(fn).trace(spec).facts == passes.TRACER_FACTS
+    # (and no two equal ops; its 1.0 comes after sin, so canonicalize has work)
+    assert aotkit.jit(fn).trace(spec).facts == passes.TRACER_FACTS | {passes.NO_DUPLICATES}
     ran, skipped, told, plain = _told_and_plain(fn, spec)
     assert told == plain and "chlo." not in told
     assert aotkit.lower(fn, spec).as_text() == plain  # what lower does: the skips
@@ -640,7 +641,10 @@ def test_a_trace_without_chlo_skips_its_legalization():
         return anp.sin(x) * 1.0 + anp.tanh(x)  # StableHLO ops only
 
     spec = aotkit.spec("f32[4]")
-    assert aotkit.jit(fn).trace(spec).facts == passes.TRACER_FACTS | {"no CHLO op"}
+    assert aotkit.jit(fn).trace(spec).facts == passes.TRACER_FACTS | {
+        "no CHLO op",
+        passes.NO_DUPLICATES,
+    }
     ran, skipped, told, plain = _told_and_plain(fn, spec)
     assert told == plain
     assert aotkit.lower(fn, spec).as_text() == plain
@@ -1287,3 +1291,105 @@ def test_the_tracer_knows_every_rule_of_the_sweep():
     }
     assert set(core._SIMPLIFY_IF) == no_constant
     assert set(core._SIMPLIFY_WITH_CONSTANTS) == set(python_passes._SIMPLIFY)
+
+
+# --- "canonical" and "no equal ops": canonicalize and cse skipped (issue 28) ----------------
+
+
+def _dead_op(x, y):
+    anp.cos(x)  # nothing uses it: canonicalize erases it
+    return anp.sin(x) * y
+
+
+def _late_constant(x):
+    return anp.sin(x) * 2.0  # the constant comes after sin: canonicalize moves it up
+
+
+def _equal_ops(x):
+    return anp.sin(x) + anp.sin(x)
+
+
+def _equal_constants(x):
+    return x * anp.asarray(np.arange(4.0, dtype=np.float32)) + anp.asarray(
+        np.arange(4.0, dtype=np.float32)
+    )
+
+
+PIPELINE_CORPUS = {
+    **SIMPLIFY_CORPUS,
+    "dead op": (_dead_op, (V, V)),
+    "late constant": (_late_constant, (V,)),
+    "equal ops": (_equal_ops, (V,)),
+    "equal constants": (_equal_constants, (V,)),
+    "argument only": (lambda x, y: x, (V, V)),
+    "returned twice": (lambda x: (anp.sin(x), anp.sin(x)), (V,)),
+}
+
+
+@pytest.mark.parametrize("name", list(PIPELINE_CORPUS))
+@pytest.mark.parametrize(
+    ("fact", "pipeline"),
+    [
+        (passes.CANONICAL, "builtin.module(func.func(canonicalize))"),
+        (passes.NO_DUPLICATES, "builtin.module(func.func(cse))"),
+    ],
+    ids=["canonical", "no equal ops"],
+)
+def test_a_pass_the_tracer_says_has_nothing_to_do_changes_nothing(name, fact, pipeline):
+    fn, specs = PIPELINE_CORPUS[name]
+    traced = aotkit.jit(fn, autograph=False).trace(*specs)
+    text = traced.as_text(debug_info=True)
+    if fact in traced.facts:
+        assert _run(pipeline, text) == _canon(text), f"{name}: the tracer vouched for {fact!r}"
+
+
+def test_the_tracer_knows_when_canonicalize_and_cse_have_work():
+    def facts(name):
+        fn, specs = PIPELINE_CORPUS[name]
+        return aotkit.jit(fn, autograph=False).trace(*specs).facts
+
+    both = {passes.CANONICAL, passes.NO_DUPLICATES}
+    for name in ("chain", "broadcast", "select", "argument only"):
+        assert both <= facts(name), name
+    assert passes.CANONICAL not in facts("mlp layer")  # its 0.0 comes after the product
+    assert passes.NO_DUPLICATES in facts("mlp layer")
+    assert not both & facts("dead op")
+    assert passes.CANONICAL not in facts("late constant")
+    assert passes.NO_DUPLICATES in facts("late constant")
+    assert passes.NO_DUPLICATES not in facts("equal ops")
+    assert passes.NO_DUPLICATES not in facts("returned twice")
+    assert passes.NO_DUPLICATES not in facts("equal constants")
+    # A lowering rule of its own (a reduction) or a region (a branch): nothing vouched.
+    assert not both & facts("reduction")
+    assert not both & facts("branch")
+
+
+def test_a_lowering_whose_every_pass_is_skipped_is_the_traced_module():
+    fn, specs = PIPELINE_CORPUS["chain"]
+    jitted = aotkit.jit(fn, autograph=False)
+    traced_text = jitted.trace(*specs).as_text(debug_info=True)
+    report = []
+    with ir_context():
+        module = ir.Module.parse(traced_text)
+        report = passes.run_pipeline(
+            module, "default", name="t", facts=jitted.trace(*specs).facts, verify=False
+        )
+    assert not passes.ran_any(report)
+    assert all("(skipped" in label for label, _ in report)
+    assert jitted.lower(*specs).as_text(debug_info=True) == traced_text
+
+
+@pytest.mark.parametrize("name", ["dead op", "equal ops", "late constant"])
+def test_the_default_pipeline_still_cleans_what_the_tracer_did_not_vouch_for(name):
+    fn, specs = PIPELINE_CORPUS[name]
+    lowered = aotkit.jit(fn, autograph=False).lower(*specs).as_text()
+    expected = {
+        "dead op": "stablehlo.cosine",
+        "equal ops": "stablehlo.sine",
+        "late constant": "stablehlo.constant",
+    }[name]
+    if name == "late constant":
+        first_op = next(ln for ln in lowered.splitlines() if " = stablehlo." in ln)
+        assert expected in first_op
+    else:
+        assert lowered.count(expected) == (0 if name == "dead op" else 1)

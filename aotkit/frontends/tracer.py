@@ -27,7 +27,13 @@ from aotkit.lowering.core import (
     push_scope,
 )
 from aotkit.lowering.indexing import MaskedSelection
-from aotkit.passes.runner import NO_CHLO, NOTHING_TO_SIMPLIFY, TRACER_FACTS
+from aotkit.passes.runner import (
+    CANONICAL,
+    NO_CHLO,
+    NO_DUPLICATES,
+    NOTHING_TO_SIMPLIFY,
+    TRACER_FACTS,
+)
 from aotkit.program import DEFAULT_OPTIONS, Options, Program, Signature
 from aotkit.specs import ShapeDtype
 
@@ -207,7 +213,16 @@ def trace_to_module(
                 stage="invalid-traced",
             ) from e
         facts = TRACER_FACTS if emitted.chlo else TRACER_FACTS | {NO_CHLO}
-        if emitted.nothing_to_simplify(block):
-            facts |= {NOTHING_TO_SIMPLIFY}
-        emitted.constants.clear()  # a tracer kept by the user must not keep these alive
+        if emitted.vouched(block):
+            if not emitted.simplify:
+                facts |= {NOTHING_TO_SIMPLIFY}
+            if emitted.no_dead_op(block, [t.value for t in outs]):
+                if not emitted.duplicates:
+                    facts |= {NO_DUPLICATES}
+                if not emitted.late_constant:
+                    facts |= {CANONICAL}
+        # A tracer kept by the user must not keep these alive.
+        emitted.constants.clear()
+        emitted.used.clear()
+        emitted.keys.clear()
         return module, out_tree, specs, facts

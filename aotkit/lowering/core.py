@@ -116,9 +116,27 @@ class Emitted:
     each constant: `ops` counts them, `constants` holds the constants' values, and
     `simplify` is set when one of them may give `aotkit-simplify` work. Any other way an op
     is made (a lowering rule, a control-flow body) makes the module `opaque`.
+
+    For MLIR's `canonicalize` and `cse`, which have nothing to do on most traced modules
+    (StableHLO's ops have no folders or patterns in jaxlib), it also records the values
+    vouched ops use (`used`: an op none uses is dead, which both erase), whether a
+    constant came after another op (`late_constant`: canonicalize moves constants to the
+    top), and each op's name, result type, operands and attributes (`keys`), so that two
+    equal ops (`duplicates`, which cse merges) are seen.
     """
 
-    __slots__ = ("chlo", "ops", "constants", "simplify", "opaque", "scratch")
+    __slots__ = (
+        "chlo",
+        "ops",
+        "constants",
+        "simplify",
+        "opaque",
+        "scratch",
+        "used",
+        "keys",
+        "duplicates",
+        "late_constant",
+    )
 
     def __init__(self):
         self.chlo = False  # a CHLO op (`chlo-legalize-to-stablehlo` has work to do)
@@ -131,15 +149,26 @@ class Emitted:
         # cotangent function may read them until the trace ends, when `erase_scratch` drops
         # them, last first (a later one may use an earlier one's values, never the reverse).
         self.scratch: list[ir.Operation] = []
+        self.used: set[ir.Value] = set()
+        self.keys: set[tuple] = set()
+        self.duplicates = False
+        self.late_constant = False
 
     def erase_scratch(self) -> None:
         while self.scratch:
             self.scratch.pop().erase()
 
-    def nothing_to_simplify(self, block: ir.Block) -> bool:
+    def vouched(self, block: ir.Block) -> bool:
         """Whether every op of `block` (the module's one block, and its return) was vouched
-        for, none of them a candidate for `aotkit-simplify`."""
-        return not (self.opaque or self.simplify) and len(block.operations) == self.ops + 1
+        for."""
+        return not self.opaque and len(block.operations) == self.ops + 1
+
+    def no_dead_op(self, block: ir.Block, returned: list[ir.Value]) -> bool:
+        """Whether every op of `block` (all vouched, see `vouched`) has its result used: an
+        op nothing uses is erased by `canonicalize` and by `cse`."""
+        used = self.used.union(returned)
+        used_arguments = sum(1 for a in block.arguments if a in used)
+        return len(used) - used_arguments == self.ops
 
 
 class Scope:
@@ -491,18 +520,26 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
     if loc is None:
         loc = _caller_location(lc, sys._getframe(1))
     attributes = entry[3]
+    if attributes is not None:
+        attributes = attributes(**params)
     result = ir.Operation.create(
-        hlo,
-        results=[result_type],
-        operands=values,
-        attributes=attributes(**params) if attributes is not None else None,
-        loc=loc,
+        hlo, results=[result_type], operands=values, attributes=attributes, loc=loc
     ).result
     scope = _tls.scopes[-1]
     emitted = scope.emitted
     emitted.ops += 1
     if entry[4]:
         emitted.chlo = True
+    if not emitted.opaque:
+        emitted.used.update(values)
+        if attributes is None:
+            key = (hlo, result_type, *values)
+        else:
+            key = (hlo, result_type, *values, *attributes.items())
+        if key in emitted.keys:
+            emitted.duplicates = True
+        else:
+            emitted.keys.add(key)
     if not emitted.simplify:
         if emitted.constants and hlo in _SIMPLIFY_WITH_CONSTANTS:
             emitted.simplify = _constant_operands(
@@ -568,8 +605,8 @@ _SIMPLIFY_IF: dict[str, Callable[[Aval, Aval, dict], bool]] = {
 
 def _constant_operands(values: list, constants: set, need: str) -> bool:
     if need == "any":
-        return any(v in constants for v in values)
-    return all(v in constants for v in values)
+        return not constants.isdisjoint(values)
+    return constants.issuperset(values)
 
 
 def bind1(op: str, *operands: Tracer, **params) -> Tracer:
@@ -611,8 +648,15 @@ def _constant_op(attr: ir.DenseElementsAttr) -> ir.Value:
         "stablehlo.constant", results=[attr.type], attributes={"value": attr}
     ).result
     emitted = _tls.scopes[-1].emitted
+    if emitted.ops != len(emitted.constants):  # another op came first
+        emitted.late_constant = True
     emitted.ops += 1
     emitted.constants.add(value)
+    key = ("stablehlo.constant", attr)
+    if key in emitted.keys:
+        emitted.duplicates = True
+    else:
+        emitted.keys.add(key)
     return value
 
 

@@ -653,6 +653,11 @@ def _nan_propagating(prim: str):
             return _select(_is_nan(x), x, _select(_is_nan(y), y, m))
         return bind1(prim, x, y)
 
+    def primitive(out: np.dtype) -> str | None:
+        # Real numbers: the one primitive, which the ufunc's fast path binds directly.
+        return None if out == np.bool_ or dtypes.is_complex(out) else prim
+
+    impl.primitive = primitive
     return impl
 
 

@@ -34,19 +34,24 @@ from aotkit.passes.python_passes import (
     simplify,
 )
 from aotkit.passes.runner import (
+    CANONICAL,
     NO_CHLO,
+    NO_DUPLICATES,
     NOTHING_TO_SIMPLIFY,
     TRACER_FACTS,
     format_timing,
+    ran_any,
     run_pipeline,
     verify_result,
 )
 
 __all__ = [
+    "CANONICAL",
     "FOLD_LIMIT",
     "NAMED_PIPELINES",
     "NOTHING_TO_SIMPLIFY",
     "NO_CHLO",
+    "NO_DUPLICATES",
     "PYTHON_PASSES",
     "PythonPass",
     "TRACER_FACTS",
@@ -58,6 +63,7 @@ __all__ = [
     "known_names",
     "plan",
     "python_passes",
+    "ran_any",
     "register_pass",
     "remove_dead_ops",
     "run_pipeline",

@@ -25,11 +25,15 @@ IDEMPOTENT = frozenset(
 # What a front end may know of its module ("facts"), and the passes that then do nothing:
 # aotkit's tracer writes one function (@main, control flow in regions) of static shapes, and
 # knows whether it wrote a CHLO op, and, for a module of one block whose every op it
-# vouches for, whether `aotkit-simplify` has anything to rewrite.
+# vouches for, whether `aotkit-simplify` has anything to rewrite, whether `canonicalize`
+# has (a dead op, a constant below another op) and whether `cse` has (a dead op, two equal
+# ops).
 ONE_FUNCTION = "one function"
 STATIC_SHAPES = "static shapes"
 NO_CHLO = "no CHLO op"
 NOTHING_TO_SIMPLIFY = "nothing to simplify"
+CANONICAL = "canonical"
+NO_DUPLICATES = "no equal ops"
 TRACER_FACTS = frozenset({ONE_FUNCTION, STATIC_SHAPES})
 _NOOP_GIVEN = {
     "aotkit-inline": ONE_FUNCTION,
@@ -39,26 +43,41 @@ _NOOP_GIVEN = {
     "aotkit-simplify": NOTHING_TO_SIMPLIFY,
     "aotkit-algebraic-simplify": NOTHING_TO_SIMPLIFY,
     "aotkit-fold-constants": NOTHING_TO_SIMPLIFY,
+    "canonicalize": CANONICAL,
+    "cse": NO_DUPLICATES,
 }
 # The facts each pass keeps true; any other step makes the runner forget them all. None of
 # these adds a function, call, dynamic shape or CHLO op, and those that keep "nothing to
 # simplify" only remove ops or merge equal ones (jaxlib's StableHLO ops have no folders or
 # canonicalization patterns: tests/test_passes.py checks that canonicalize changes none).
-_ALL_FACTS = frozenset({ONE_FUNCTION, STATIC_SHAPES, NO_CHLO, NOTHING_TO_SIMPLIFY})
+# canonicalize leaves no dead op and no constant below another op, and merges no ops a
+# module without equal ops has (equal constants are equal ops); cse, which merges equal
+# ops, leaves no dead op and moves no constant.
+_ALL_FACTS = frozenset(
+    {ONE_FUNCTION, STATIC_SHAPES, NO_CHLO, NOTHING_TO_SIMPLIFY, CANONICAL, NO_DUPLICATES}
+)
 _WITHOUT_SIMPLIFY = frozenset({ONE_FUNCTION, STATIC_SHAPES, NO_CHLO})
+_PASS_FACTS = frozenset({ONE_FUNCTION, STATIC_SHAPES, NO_CHLO, NOTHING_TO_SIMPLIFY})
 _KEEPS = {
     **dict.fromkeys(
         [*_NOOP_GIVEN]
-        + "canonicalize cse strip-debuginfo aotkit-simplify aotkit-algebraic-simplify "
+        + "strip-debuginfo aotkit-simplify aotkit-algebraic-simplify "
         "aotkit-fold-constants aotkit-dce".split(),
-        _ALL_FACTS,
+        _PASS_FACTS,
     ),
+    "canonicalize": _ALL_FACTS,
+    "cse": _ALL_FACTS,
     # These make new ops (legalized CHLO, refined shapes folded), which may be simplified.
     "chlo-legalize-to-stablehlo": _WITHOUT_SIMPLIFY,
     "stablehlo-refine-shapes": _WITHOUT_SIMPLIFY,
     # It rewrites ops StableHLO deprecates, into what this jaxlib may say: not known CHLO-free.
     "stablehlo-legalize-deprecated-ops": frozenset({ONE_FUNCTION, STATIC_SHAPES}),
 }
+
+
+def ran_any(timings: list[tuple[str, float]]) -> bool:
+    """Whether any step of a `run_pipeline` report ran (rather than being skipped)."""
+    return any(" (skipped" not in label for label, _ in timings)
 
 
 def format_timing(timings: list[tuple[str, float]], *, name: str, pipeline: str) -> str:

@@ -23,6 +23,7 @@ import aotkit
 import aotkit.lax as alax
 import aotkit.nn as ann
 import aotkit.numpy as anp
+from aotkit.transforms import TransformError
 from tests.transforms.oracle import Case, Family
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -519,3 +520,185 @@ def test_jax_gradient_program_is_differentiated_again(jax_programs):
     batched = interpret(lowered.vmap(in_axes=(None, 0), axis_size=3))
     want = on_interpreter(jax.vmap(grad, (None, 0)), "jax")(JAX_PARAMS, JAX_XS)
     close(batched(JAX_PARAMS, JAX_XS), want, 1e-4, 1e-4)
+
+
+# --- a reversed window, and what the rules refuse ------------------------------------------------
+
+REVERSED_CONV = """
+func.func @main(%x: tensor<1x2x5x4xf32>, %w: tensor<3x2x2x3xf32>) -> tensor<1x3x4x2xf32> {
+  %0 = stablehlo.convolution(%x, %w)
+    dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1],
+    window = {stride = [1, 1], pad = [[0, 0], [0, 0]], lhs_dilate = [1, 1],
+              rhs_dilate = [1, 1], reverse = [true, false]}
+    {batch_group_count = 1 : i64, feature_group_count = 1 : i64}
+    : (tensor<1x2x5x4xf32>, tensor<3x2x2x3xf32>) -> tensor<1x3x4x2xf32>
+  return %0 : tensor<1x3x4x2xf32>
+}
+"""
+
+
+def _reversed_twin(x, w):
+    return lax.conv_general_dilated(x, w[:, :, ::-1, :], (1, 1), "VALID", precision=HIGHEST)
+
+
+def test_a_reversed_window_is_a_reversed_kernel():
+    lowered = aotkit.load_module(REVERSED_CONV.encode())
+    args = (f32(1, 2, 5, 4), f32(3, 2, 2, 3))
+    tangents = (f32(1, 2, 5, 4), f32(3, 2, 2, 3))
+    want = on_interpreter(lambda a, t: jax.jvp(_reversed_twin, a, t), "jax")(args, tangents)
+    close(interpret(lowered.jvp())(args, tangents), want)
+    ct = f32(1, 3, 4, 2)
+    want = on_interpreter(lambda a, c: jax.vjp(_reversed_twin, *a)[1](c), "jax")(args, ct)
+    close(interpret(lowered.vjp())(args, ct)[1], want)
+    xs, ws = f32(3, 1, 2, 5, 4), f32(3, 3, 2, 2, 3)
+    close(
+        interpret(lowered.vmap(axis_size=3))(xs, ws),
+        on_interpreter(jax.vmap(_reversed_twin), "jax")(xs, ws),
+    )
+
+
+def _max_with_window_dilation(x):
+    return alax.reduce_window(x, -INF, "max", (2, 2), (1, 1), "VALID", window_dilation=(1, 2))
+
+
+DILATED_MAX = (
+    r"stablehlo\.reduce_window at .*test_windows\.py:\d+ takes the max or min of windows "
+    r"with window dilation \[1, 2\]; reverse mode scatters the cotangent with "
+    r"stablehlo\.select_and_scatter, which has no window dilation: differentiate it in "
+    r"forward mode \(aotkit\.jvp, aotkit\.jacfwd\), or without window dilation"
+)
+
+
+def test_max_with_window_dilation_has_a_forward_mode_but_no_reverse_mode():
+    x, t = f32(4, 6), f32(4, 6)
+
+    def twin(x):
+        return lax.reduce_window(x, -INF, lax.max, (2, 2), (1, 1), "VALID", window_dilation=(1, 2))
+
+    want = on_interpreter(lambda x, t: jax.jvp(twin, (x,), (t,)), "jax")(x, t)
+    close(
+        on_interpreter(lambda x, t: aotkit.jvp(_max_with_window_dilation, (x,), (t,)))(x, t), want
+    )
+    with pytest.raises(TransformError, match="grad: " + DILATED_MAX):
+        aotkit.grad(lambda x: anp.sum(_max_with_window_dilation(x)))(x)
+    # Forward mode's select pairs, transposed, the same.
+    with pytest.raises(TransformError, match="vjp: " + DILATED_MAX):
+        aotkit.jit(
+            lambda x, t: aotkit.vjp(
+                lambda t: aotkit.jvp(_max_with_window_dilation, (x,), (t,))[1], t
+            )[0]
+        ).lower(x, t)
+
+
+def test_a_window_product_from_an_init_with_a_tangent_is_refused():
+    x = f32(5)
+    with pytest.raises(
+        TransformError,
+        match=r"grad: stablehlo\.reduce_window at .*test_windows\.py:\d+ multiplies "
+        r"windows from an init value that has a tangent; aotkit differentiates window "
+        r"products \(cumprod\) whose init is a constant: multiply by the init after the "
+        r"reduce_window instead",
+    ):
+        aotkit.grad(lambda c: anp.sum(alax.reduce_window(x, c, "mul", (2,), (1,))))(np.float32(2))
+
+
+def _window_module(op: str) -> aotkit.Lowered:
+    return aotkit.load_module(f"func.func @main{op}".encode())
+
+
+SUBTRACTING_WINDOWS = """(%x: tensor<6xf32>) -> tensor<5xf32> {
+  %c = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = "stablehlo.reduce_window"(%x, %c) <{window_dimensions = array<i64: 2>}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %d = stablehlo.subtract %a, %b : tensor<f32>
+    stablehlo.return %d : tensor<f32>
+  }) : (tensor<6xf32>, tensor<f32>) -> tensor<5xf32>
+  return %0 : tensor<5xf32>
+}"""
+
+PAIRS_FROM_ZERO = """(%x: tensor<6xf32>, %t: tensor<6xf32>) -> tensor<5xf32> {
+  %c = stablehlo.constant dense<0.0> : tensor<f32>
+  %0:2 = "stablehlo.reduce_window"(%x, %t, %c, %c) <{window_dimensions = array<i64: 2>}> ({
+  ^bb0(%a: tensor<f32>, %at: tensor<f32>, %b: tensor<f32>, %bt: tensor<f32>):
+    %k = stablehlo.compare GE, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %v = stablehlo.select %k, %a, %b : tensor<i1>, tensor<f32>
+    %w = stablehlo.select %k, %at, %bt : tensor<i1>, tensor<f32>
+    stablehlo.return %v, %w : tensor<f32>, tensor<f32>
+  }) : (tensor<6xf32>, tensor<6xf32>, tensor<f32>, tensor<f32>) -> (tensor<5xf32>, tensor<5xf32>)
+  return %0#1 : tensor<5xf32>
+}"""
+
+
+def _select_and_scatter(select: str, scatter: str) -> str:
+    return f"""(%x: tensor<6xf32>, %s: tensor<3xf32>) -> tensor<6xf32> {{
+  %c = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = "stablehlo.select_and_scatter"(%x, %s, %c) <{{window_dimensions = array<i64: 2>,
+       window_strides = array<i64: 2>}}> ({{
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    {select}
+  }}, {{
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %r = {scatter} %a, %b : tensor<f32>
+    stablehlo.return %r : tensor<f32>
+  }}) : (tensor<6xf32>, tensor<3xf32>, tensor<f32>) -> tensor<6xf32>
+  return %0 : tensor<6xf32>
+}}"""
+
+
+SELECT_GE = """%k = stablehlo.compare GE, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %k : tensor<i1>"""
+# Selects by the sign of a difference: not one comparison of the two arguments.
+SELECT_BY_DIFFERENCE = """%d = stablehlo.subtract %a, %b : tensor<f32>
+    %z = stablehlo.constant dense<0.0> : tensor<f32>
+    %k = stablehlo.compare GE, %d, %z : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %k : tensor<i1>"""
+
+AT = r" at [^;]+ "
+REFUSED = {
+    "subtracting_windows": (
+        SUBTRACTING_WINDOWS,
+        "jvp",
+        r"jvp: stablehlo\.reduce_window" + AT + r"reduces windows of 1 operand\(s\) with a "
+        r"region aotkit has no derivative for; its rules cover window sums, products, maxima "
+        r"and minima of one operand, and reductions of \(key, values\.\.\.\) tuples that keep "
+        r"the tuple of the greatest or least key",
+    ),
+    "pairs_from_zero": (
+        PAIRS_FROM_ZERO,
+        "jvp",
+        r"jvp: stablehlo\.reduce_window" + AT + r"selects tuples from windows starting at an "
+        r"init key that some element can lose to \(or an init with a tangent\); aotkit "
+        r"differentiates such reductions from the identity of the selection \(-inf for the "
+        r"greatest key, inf for the least\)",
+    ),
+    "scatter_by_max": (
+        _select_and_scatter(SELECT_GE, "stablehlo.maximum"),
+        "jvp",
+        r"jvp: stablehlo\.select_and_scatter" + AT + r"is a select_and_scatter whose scatter "
+        r"region does not add; aotkit differentiates select_and_scatter that adds \(the "
+        r"gradient of a max or min pool\)",
+    ),
+    "select_by_difference": (
+        _select_and_scatter(SELECT_BY_DIFFERENCE, "stablehlo.add"),
+        "vjp",
+        r"vjp: stablehlo\.select_and_scatter" + AT + r"selects with a region other than one "
+        r"comparison \(GE, GT, LE or LT\) of its two arguments, which aotkit cannot "
+        r"transpose; differentiate it in forward mode \(aotkit\.jvp, aotkit\.jacfwd\)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_what_the_rules_refuse_is_an_error_that_names_the_op(name):
+    op, transform, message = REFUSED[name]
+    with pytest.raises(TransformError, match=message):
+        getattr(_window_module(op), transform)()
+
+
+def test_select_and_scatter_of_any_selection_has_a_forward_mode():
+    # Linear in the source: its tangent is the op applied to the source's tangent.
+    lowered = _window_module(_select_and_scatter(SELECT_BY_DIFFERENCE, "stablehlo.add"))
+    x, s, t = f32(6), f32(3), f32(3)
+    out, tangent = interpret(lowered.jvp())((x, s), (f32(6), t))
+    run = interpret(lowered)
+    close((out, tangent), (run(x, s), run(x, t)))

@@ -702,3 +702,18 @@ def test_select_and_scatter_of_any_selection_has_a_forward_mode():
     out, tangent = interpret(lowered.jvp())((x, s), (f32(6), t))
     run = interpret(lowered)
     close((out, tangent), (run(x, s), run(x, t)))
+
+
+def test_bfloat16_convolution_accumulating_in_float32_keeps_its_dtypes():
+    # JAX's mixed precision: bf16 operands, an f32 result (preferred_element_type); the
+    # cotangents come back in bf16, as JAX's.
+    def f(x, w):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", preferred_element_type=jnp.float32)
+        y = lax.reduce_window(
+            y.astype(jnp.bfloat16), -INF, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID"
+        )
+        return jnp.sum(y.astype(jnp.float32) ** 2)
+
+    x, w = f32(2, 3, 4, 4).astype(jnp.bfloat16), f32(2, 3, 3, 3).astype(jnp.bfloat16)
+    lowered = aotkit.jit(f, frontend="jax").lower(x, w)
+    close(lowered.grad((0, 1)).compile()(x, w), jax.jit(jax.grad(f, (0, 1)))(x, w))

@@ -717,3 +717,21 @@ def test_bfloat16_convolution_accumulating_in_float32_keeps_its_dtypes():
     x, w = f32(2, 3, 4, 4).astype(jnp.bfloat16), f32(2, 3, 3, 3).astype(jnp.bfloat16)
     lowered = aotkit.jit(f, frontend="jax").lower(x, w)
     close(lowered.grad((0, 1)).compile()(x, w), jax.jit(jax.grad(f, (0, 1)))(x, w))
+
+
+def test_jax_forward_mode_program_of_a_max_pool_is_reversed():
+    # jax.jvp of a max pool lowers to a reduce_window of (value, tangent) pairs.
+    def tangent(x, t):
+        pool = JAX_POOLS["max_pool"]
+        return jax.jvp(pool, (x,), (t,))[1]
+
+    x, t, ct = f32(1, 4, 6, 2), f32(1, 4, 6, 2), f32(1, 2, 3, 2)
+    lowered = aotkit.jit(tangent, frontend="jax").lower(x, t)
+    assert ':2 = "stablehlo.reduce_window"' in lowered.as_text()
+
+    def vjp(a, c):
+        out, pullback = jax.vjp(tangent, *a)
+        return out, pullback(c)
+
+    want = on_interpreter(vjp, "jax")((x, t), ct)
+    close(interpret(lowered.vjp())((x, t), ct), want)

@@ -28,6 +28,7 @@ add are `TransformError`s that name the op.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -713,8 +714,8 @@ def _window_product_jvp(ctx, w, primals, tangents, y):
 
 _WINDOW_RULES = {
     "add": _window_sum_jvp,
-    "max": lambda *a: _window_chooser_jvp("max", *a),
-    "min": lambda *a: _window_chooser_jvp("min", *a),
+    "max": functools.partial(_window_chooser_jvp, "max"),
+    "min": functools.partial(_window_chooser_jvp, "min"),
     "mul": _window_product_jvp,
 }
 

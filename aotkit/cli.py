@@ -1636,7 +1636,7 @@ def _add_target_args(p: argparse.ArgumentParser, *, files: bool) -> None:
         "--constraint",
         action="append",
         metavar="TEXT",
-        help="a constraint on the symbols of symbolic --shapes such as f32[b,t]: 't % 8 == 0', "
+        help="a constraint on the symbols of symbolic --shapes such as f32[b,t]: 't %% 8 == 0', "
         "'t <= 2048', 'b >= 1' (repeatable; quote it for the shell)",
     )
     if files:

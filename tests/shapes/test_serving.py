@@ -374,7 +374,7 @@ needs_tracer = pytest.mark.skipif(
 
 
 @needs_tracer
-def test_aotkit_numpy_mlp_serves_five_shapes(tmp_path):  # pragma: no cover - until part A
+def test_aotkit_numpy_mlp_serves_five_shapes(tmp_path):
     import aotkit.numpy as anp
 
     def mlp(x, w1, w2):
@@ -391,3 +391,47 @@ def test_aotkit_numpy_mlp_serves_five_shapes(tmp_path):  # pragma: no cover - un
     for (x,), got in zip(calls, results):
         static = aotkit.jit(mlp).lower(x, w1, w2).compile()
         _same(got, static(x, w1, w2))
+
+
+def _layer_norm(h):
+    import aotkit.numpy as anp
+
+    mean = anp.mean(h, axis=-1, keepdims=True)
+    var = anp.mean((h - mean) ** 2, axis=-1, keepdims=True)
+    return (h - mean) / anp.sqrt(var + 1e-5)
+
+
+def aotkit_block(x, wq, wk, wv, wo, w1, w2):
+    """The transformer block of tests/shapes/programs.py in aotkit.numpy (no causal mask)."""
+    import aotkit.numpy as anp
+
+    h = _layer_norm(x)
+    q, k, v = h @ wq, h @ wk, h @ wv
+    scores = anp.einsum("btd,bsd->bts", q, k) / np.float32(np.sqrt(programs.D))
+    scores = scores - anp.max(scores, axis=-1, keepdims=True)
+    weights = anp.exp(scores)
+    weights = weights / anp.sum(weights, axis=-1, keepdims=True)
+    x = x + anp.einsum("bts,bsd->btd", weights, v) @ wo
+    g = _layer_norm(x) @ w1
+    return x + (0.5 * g * (1 + anp.tanh(0.7978845608 * (g + 0.044715 * g**3)))) @ w2
+
+
+@needs_tracer
+def test_aotkit_numpy_block_serves_five_shapes(tmp_path):
+    b, t = aotkit.symbolic_shape("b, t", constraints=("t >= 1",))
+    params = programs.block_params(np.random.default_rng(15))
+    specs = [aotkit.ShapeDtype((b, t, programs.D), "float32")]
+    specs += [aotkit.ShapeDtype(p.shape, p.dtype) for p in params]
+    try:
+        lowered = aotkit.jit(aotkit_block).lower(*specs)
+    except (TypeError, NotImplementedError) as e:  # InconclusiveDimensionError is a TypeError
+        pytest.skip(f"aotkit's tracer cannot trace the block with symbolic shapes yet: {e}")
+    compiled = lowered.compile().specialize(b=[1, 2], t=[8])
+    rng = np.random.default_rng(16)
+    shapes = [(0, 3), (1, 1), (2, 8), (3, 17), (4, 64)]
+    calls = [(rng.standard_normal((bb, tt, programs.D)).astype(np.float32),) for bb, tt in shapes]
+    results, info = _serve_in_fresh_process(tmp_path, compiled.serialize(), calls, params)
+    assert info["held"] == [{"b": 1, "t": 8}, {"b": 2, "t": 8}]
+    for (x,), got in zip(calls, results):
+        static = aotkit.jit(aotkit_block).lower(x, *params).compile()
+        _same(got, static(x, *params))

@@ -11,11 +11,18 @@ interpreter cannot run LAPACK's custom calls.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import tree_util
 
-from tests.transforms.oracle import Case, Family
+import aotkit
+from tests.transforms.oracle import BATCH, FD_STEP, Case, Family, assert_close
 
 DTYPES = ["float32", "float64", "complex128"]
 EXACT = ("float64", "complex128")
@@ -248,3 +255,339 @@ def test_transpose(name, dtype):
 @pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.fd])
 def test_central_differences(name, dtype):
     FAMILY.check_fd(name, dtype)
+
+
+# --- Householder vectors: numpy's qr(mode="raw") -------------------------------------------------
+
+RAW_SHAPES = {"square": (N, N), "tall": (5, 3), "wide": (3, 5)}
+
+
+@functools.cache
+def _raw_qr(dtype):
+    """geqrf's own results (R over the Householder vectors, and tau), which JAX has no
+    derivative for: the tangents of every shape in one program, with central differences
+    and the vjp."""
+    rng = np.random.default_rng(7)
+    x = {k: _normal(rng, s, dtype) for k, s in RAW_SHAPES.items()}
+    v = {k: _normal(rng, s, dtype) for k, s in RAW_SHAPES.items()}
+
+    def f(a):
+        return {k: tuple(np.linalg.qr(a[k], mode="raw")) for k in a}
+
+    out_shapes = jax.eval_shape(lambda a: {k: (a[k].T, a[k][0, : min(a[k].shape)]) for k in a}, x)
+    u = tree_util.tree_map(lambda s: _normal(rng, s.shape, dtype), out_shapes)
+
+    def program(x, v, u):
+        _, tan = aotkit.jvp(f, (x,), (v,))
+        _, pull = aotkit.vjp(f, x)
+        step = tree_util.tree_map(lambda a, t: t * np.asarray(FD_STEP, a.dtype), x, v)
+        plus = f(tree_util.tree_map(np.add, x, step))
+        minus = f(tree_util.tree_map(np.subtract, x, step))
+        return tan, pull(u)[0], plus, minus
+
+    found = aotkit.jit(program).lower(x, v, u).compile(options=_FAST)(x, v, u)
+    return x, v, u, tree_util.tree_map(np.asarray, found)
+
+
+_FAST = {"xla_backend_optimization_level": 0}
+
+
+@pytest.mark.parametrize("dtype", EXACT)
+@pytest.mark.parametrize("shape", RAW_SHAPES)
+def test_householder_vectors_central_differences(shape, dtype):
+    _, _, _, (tan, _, plus, minus) = _raw_qr(dtype)
+    fd = tree_util.tree_map(lambda p, m: (p - m) / (2 * FD_STEP), plus[shape], minus[shape])
+    assert_close(tan[shape], fd, (1e-6, 1e-6), "central differences")
+
+
+@pytest.mark.parametrize("dtype", EXACT)
+@pytest.mark.parametrize("shape", RAW_SHAPES)
+def test_householder_vectors_transpose(shape, dtype):
+    _, v, u, (tan, ct, _, _) = _raw_qr(dtype)
+    lhs = _inner(ct[shape], v[shape])
+    rhs = _inner(u[shape], tan[shape])
+    assert abs(lhs - rhs) <= 1e-9 * max(1.0, abs(lhs)), (lhs, rhs)
+
+
+def _inner(a, b) -> float:
+    pairs = zip(tree_util.tree_leaves(a), tree_util.tree_leaves(b), strict=True)
+    return float(np.real(sum(np.sum(np.asarray(x) * np.asarray(y)) for x, y in pairs)))
+
+
+# --- batching: LAPACK's own batch, not a loop -----------------------------------------------------
+
+BATCHED_KERNELS = {
+    "cholesky": np.linalg.cholesky,
+    "eigh": np.linalg.eigh,
+    "svd": np.linalg.svd,
+    "qr": np.linalg.qr,
+    "solve": lambda a: np.linalg.solve(a, a),
+}
+
+
+@pytest.mark.parametrize("name", BATCHED_KERNELS)
+def test_vmap_uses_the_kernels_batch(name):
+    """A batched LAPACK call is the same call with one more batch dimension: no
+    `loop_fallback` loop, and no call left unbatched."""
+    xs = np.stack([np.eye(3) + 0.1 * k for k in range(BATCH)])
+    text = aotkit.jit(aotkit.vmap(BATCHED_KERNELS[name])).lower(xs).as_text()
+    assert "@lapack_" in text
+    assert 'num_batch_dims = "0"' not in text
+    assert 'num_batch_dims = "1"' in text
+    if name != "solve":  # solve's pivots become a permutation in a loop of its own
+        assert "stablehlo.while" not in text
+
+
+def _unbatched_matrix_programs():
+    rng = np.random.default_rng(3)
+    a = positive_definite(rng, np.dtype(np.float64))[0]
+    ts = np.stack([_normal(rng, (N, N), np.float64) for _ in range(BATCH)])
+
+    def tangent(t):
+        return aotkit.jvp(np.linalg.cholesky, (a,), (t,))[1]
+
+    def cotangent(t):
+        return aotkit.vjp(np.linalg.cholesky, a)[1](t)[0]
+
+    return a, ts, tangent, cotangent
+
+
+@pytest.mark.parametrize("which", ["tangent", "cotangent"])
+def test_vmap_of_a_derivative_with_the_matrix_unbatched(which):
+    """Tangents and cotangents batched over one factor: the triangular solves fold the
+    batch into the right-hand side's columns (solves from the left) or rows (from the
+    right), against a loop."""
+    a, ts, tangent, cotangent = _unbatched_matrix_programs()
+    fn = tangent if which == "tangent" else cotangent
+    lowered = aotkit.jit(aotkit.vmap(fn)).lower(ts)
+    text = lowered.as_text()
+    assert "stablehlo.triangular_solve" in text
+    assert f"tensor<{N}x{N}xf64>, tensor<{N}x{N * BATCH}xf64>" in text or (
+        f"tensor<{N}x{N}xf64>, tensor<{N * BATCH}x{N}xf64>" in text
+    )
+    got = lowered.compile()(ts)
+    one = aotkit.jit(fn)
+    assert_close(np.asarray(got), np.stack([np.asarray(one(t)) for t in ts]), (1e-12, 1e-12), which)
+
+
+# --- second order ------------------------------------------------------------------------------
+
+
+def test_hessian_through_cholesky():
+    """The cotangent program's triangular solves are differentiated again
+    (`stablehlo.triangular_solve`'s own rule)."""
+    a = positive_definite(np.random.default_rng(5), np.dtype(np.float64))[0]
+
+    def f(x):
+        return np.sum(np.linalg.cholesky(_herm_np(x)) ** 3)
+
+    def fj(x):
+        return jnp.sum(jnp.linalg.cholesky(x) ** 3)
+
+    got = aotkit.jit(aotkit.hessian(f)).lower(a).compile(options=_FAST)(a)
+    with jax.enable_x64(True):
+        want = jax.hessian(fj)(a)
+    assert_close(np.asarray(got), np.asarray(want), (1e-10, 1e-10), "hessian")
+
+
+# --- JAX's modules: Lowered.jvp, .vjp, .vmap ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxCase:
+    """A jax.numpy function, its arguments `make(rng, dtype)`; `fd` whether its outputs are
+    smooth functions of the input (vectors are, up to a phase JAX's tangent does not
+    follow)."""
+
+    fn: Callable
+    make: Callable
+    fd: bool = True
+
+
+class JaxFamily:
+    """The module JAX lowers for all the cases at once (one dict in, one dict out),
+    transformed by aotkit (`Lowered.jvp`, `.vjp`, `.vmap`) and compared with JAX's
+    transforms of the same function: five programs per dtype."""
+
+    def __init__(self, cases: dict[str, JaxCase], seed: int):
+        self.cases = cases
+        self.seed = seed
+
+    def fn(self, x):
+        return {n: self.cases[n].fn(*x[n]) for n in x}
+
+    @functools.cache  # noqa: B019 (one family per module, kept for the session)
+    def result(self, dtype):
+        rng = np.random.default_rng(self.seed)
+        dt = np.dtype(dtype)
+        x = {n: c.make(rng, dt) for n, c in self.cases.items()}
+        v = tree_util.tree_map(lambda a: _normal(rng, a.shape, a.dtype), x)
+        lanes = [x] + [
+            {n: c.make(rng, dt) for n, c in self.cases.items()} for _ in range(BATCH - 1)
+        ]
+        xs = tree_util.tree_map(lambda *b: np.stack(b), *lanes)
+        with jax.enable_x64(True):
+            shapes = jax.eval_shape(self.fn, x)
+            u = tree_util.tree_map(lambda s: _normal(rng, s.shape, s.dtype), shapes)
+            lowered = aotkit.jit(self.fn, frontend="jax").lower(x)
+            step = tree_util.tree_map(lambda a, t: t * np.asarray(FD_STEP, a.dtype), x, v)
+            plain = lowered.compile(options=_FAST)
+            got = {
+                "jvp": lowered.jvp().compile(options=_FAST)((x,), (v,)),
+                "vjp": lowered.vjp().compile(options=_FAST)((x,), u)[1][0],
+                "vmap": lowered.vmap(axis_size=BATCH).compile(options=_FAST)(xs),
+                "loop": [plain(tree_util.tree_map(lambda b, i=i: b[i], xs)) for i in range(BATCH)],
+                "plus": plain(tree_util.tree_map(np.add, x, step)),
+                "minus": plain(tree_util.tree_map(np.subtract, x, step)),
+            }
+
+            def oracle(x, v, u, xs):
+                return {
+                    "jvp": jax.jvp(self.fn, (x,), (v,)),
+                    "vjp": jax.vjp(self.fn, x)[1](u)[0],
+                    "vmap": jax.vmap(self.fn)(xs),
+                }
+
+            want = jax.jit(oracle).lower(x, v, u, xs).compile(_FAST)(x, v, u, xs)
+        as_np = functools.partial(tree_util.tree_map, np.asarray)
+        return x, v, u, as_np(got), as_np(want)
+
+    def check(self, name, dtype, what):
+        x, v, u, got, want = self.result(dtype)
+        tol = F32.get(np.dtype(dtype).name, (1e-10, 1e-10))
+        if what == "jvp":
+            assert_close(got["jvp"][1][name], want["jvp"][1][name], tol, "jvp tangent")
+        elif what == "vjp":
+            assert_close(got["vjp"][name], want["vjp"][name], tol, "vjp")
+        elif what == "vmap":
+            for leaf in tree_util.tree_leaves(got["vmap"][name]):
+                assert np.all(np.isfinite(leaf)), "every lane is a valid input"
+            assert_close(got["vmap"][name], want["vmap"][name], tol, "vmap against jax.vmap")
+            loop = tree_util.tree_map(lambda *r: np.stack(r), *[r[name] for r in got["loop"]])
+            assert_close(got["vmap"][name], loop, tol, "vmap against a loop")
+        elif what == "transpose":
+            lhs, rhs = _inner(got["vjp"][name], v[name]), _inner(u[name], got["jvp"][1][name])
+            assert abs(lhs - rhs) <= 10 * sum(tol) * max(1.0, abs(lhs)), (lhs, rhs)
+        else:
+            fd = tree_util.tree_map(
+                lambda p, m: (p - m) / (2 * FD_STEP), got["plus"][name], got["minus"][name]
+            )
+            assert_close(got["jvp"][1][name], fd, (1e-6, 1e-6), "central differences")
+
+
+def _solve_triangular(**kw):
+    return lambda a, b: jax.scipy.linalg.solve_triangular(a, b, **kw)
+
+
+def _triangular_solve(**kw):
+    return lambda a, b: jax.lax.linalg.triangular_solve(a, b, **kw)
+
+
+JAX_LINALG = {
+    "cholesky": JaxCase(jnp.linalg.cholesky, positive_definite),
+    "lu_factor": JaxCase(lambda a: jax.scipy.linalg.lu_factor(a)[0], general((N, N))),
+    "solve": JaxCase(jnp.linalg.solve, general((N, N), (N, 2))),
+    "inv": JaxCase(jnp.linalg.inv, general((N, N))),
+    "slogdet": JaxCase(lambda a: tuple(jnp.linalg.slogdet(a)), general((N, N))),
+    "eigh": JaxCase(lambda a: tuple(jnp.linalg.eigh(a)), positive_definite, fd=False),
+    "eigh_projectors": JaxCase(_eigh_projectors_jnp, positive_definite),
+    "svd_gesdd": JaxCase(
+        lambda a: tuple(jnp.linalg.svd(a, full_matrices=False)), rectangular(5, 3), fd=False
+    ),
+    "svd_gesvd": JaxCase(
+        lambda a: tuple(
+            jax.lax.linalg.svd(a, full_matrices=False, algorithm=jax.lax.linalg.SvdAlgorithm.QR)
+        ),
+        rectangular(3, 5),
+        fd=False,
+    ),
+    "qr": JaxCase(lambda a: tuple(jnp.linalg.qr(a)), rectangular(5, 3)),
+    "qr_complete": JaxCase(lambda a: tuple(jnp.linalg.qr(a, mode="complete")), rectangular(5, 3)),
+    "qr_wide": JaxCase(lambda a: tuple(jnp.linalg.qr(a)), rectangular(3, 5)),
+    "pinv": JaxCase(jnp.linalg.pinv, rectangular(5, 3)),
+    # LAPACK's trsm in each of its forms, as JAX calls it.
+    "trsm_lower": JaxCase(_solve_triangular(lower=True), general((N, N), (N, 2))),
+    "trsm_upper_transposed": JaxCase(
+        _solve_triangular(lower=False, trans=1), general((N, N), (N, 2))
+    ),
+    "trsm_lower_adjoint": JaxCase(_solve_triangular(lower=True, trans=2), general((N, N), (N, 2))),
+    "trsm_unit_diagonal": JaxCase(
+        _solve_triangular(lower=True, unit_diagonal=True), general((N, N), (N, 2))
+    ),
+    "trsm_right": JaxCase(
+        _triangular_solve(left_side=False, lower=True, transpose_a=True, conjugate_a=True),
+        general((N, N), (2, N)),
+    ),
+    "trsm_conjugate": JaxCase(
+        _triangular_solve(left_side=True, lower=False, conjugate_a=True),
+        general((N, N), (N, 2)),
+    ),
+}
+JAX_FAMILY = JaxFamily(JAX_LINALG, seed=11)
+CHECKS = ["jvp", "vjp", "vmap", "transpose"]
+
+
+@pytest.mark.parametrize("what", CHECKS + ["fd"])
+@pytest.mark.parametrize("dtype", EXACT)
+@pytest.mark.parametrize("name", JAX_LINALG)
+def test_jax_linalg(name, dtype, what):
+    if what == "fd" and not JAX_LINALG[name].fd:
+        pytest.skip("vectors: JAX's tangent fixes a phase the kernel does not")
+    JAX_FAMILY.check(name, dtype, what)
+
+
+def test_grad_of_a_jax_program():
+    """`Lowered.grad` of a JAX function built on jnp.linalg, against jax.grad."""
+
+    def loss(a, b):
+        sign, logdet = jnp.linalg.slogdet(a)
+        x = jnp.linalg.solve(a, b)
+        w, v = jnp.linalg.eigh(a @ a.T)
+        q, r = jnp.linalg.qr(a)
+        return logdet + jnp.sum(x**2) + jnp.sum(w) + jnp.sum(jnp.abs(v[:, -1])) + jnp.sum(q * r)
+
+    rng = np.random.default_rng(13)
+    a, b = general((N, N), (N, 2))(rng, np.dtype(np.float64))
+    with jax.enable_x64(True):
+        lowered = aotkit.jit(loss, frontend="jax").lower(a, b)
+        want = jax.grad(loss, argnums=(0, 1))(a, b)
+    got = lowered.grad(argnums=(0, 1)).compile(options=_FAST)(a, b)
+    assert_close(tuple(map(np.asarray, got)), tuple(map(np.asarray, want)), (1e-10, 1e-10), "grad")
+
+
+# --- FFT (JAX's modules: aotkit.numpy has no numpy.fft) -----------------------------------------
+
+
+def _signal(*shape, complex_=False):
+    def make(rng, dt):
+        dt = np.dtype(dt)
+        if complex_:
+            dt = np.result_type(dt, np.complex64)
+        return (_normal(rng, shape, dt),)
+
+    return make
+
+
+FFTS = {
+    "fft": JaxCase(jnp.fft.fft, _signal(8, complex_=True)),
+    "fft_of_real": JaxCase(jnp.fft.fft, _signal(8)),
+    "ifft": JaxCase(jnp.fft.ifft, _signal(8, complex_=True)),
+    "rfft": JaxCase(jnp.fft.rfft, _signal(8)),
+    "rfft_odd": JaxCase(jnp.fft.rfft, _signal(7)),
+    "irfft": JaxCase(jnp.fft.irfft, _signal(5, complex_=True)),
+    "irfft_odd": JaxCase(lambda z: jnp.fft.irfft(z, 7), _signal(4, complex_=True)),
+    "fft2": JaxCase(jnp.fft.fft2, _signal(3, 4, complex_=True)),
+    "rfft2": JaxCase(jnp.fft.rfft2, _signal(3, 4)),
+    "irfft2": JaxCase(jnp.fft.irfft2, _signal(3, 3, complex_=True)),
+    "fft_batch": JaxCase(lambda x: jnp.fft.fft(x, axis=0), _signal(6, 2, complex_=True)),
+}
+FFT_FAMILY = JaxFamily(FFTS, seed=17)
+
+
+@pytest.mark.parametrize("what", CHECKS + ["fd"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", FFTS)
+def test_fft(name, dtype, what):
+    if what == "fd" and dtype != "float64":
+        pytest.skip("central differences in float64")
+    FFT_FAMILY.check(name, dtype, what)

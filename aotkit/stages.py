@@ -48,6 +48,7 @@ from aotkit.backends.base import ArgumentMismatch, Backend, Executable, MemoryAn
 from aotkit.program import Program, Signature
 from aotkit.specialize import SymbolicExecutable
 from aotkit.specs import ShapeDtype
+from aotkit.symbolic import is_symbolic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,7 +327,11 @@ class Lowered(ModuleStage):
         """XLA's cost estimate of the module before compiling ('flops', 'bytes accessed',
         ...; what JAX's `Lowered.cost_analysis()` gives), for `backend` (default: the jit's,
         else the default backend), or None where the backend has none (interpreter, iree).
-        `Compiled.cost_analysis()` is the estimate of the optimized program."""
+        `Compiled.cost_analysis()` is the estimate of the optimized program. None for a
+        program with symbolic shapes, whose cost depends on its sizes (XLA's estimate of a
+        dynamic module is meaningless)."""
+        if is_symbolic(self.flat_in_specs):
+            return None
         chosen = backends.get(backend if backend is not None else self.backend)
         with self._lc:
             return chosen.estimate_cost(self._module)

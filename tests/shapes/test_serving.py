@@ -91,6 +91,16 @@ def test_block_equals_the_fixed_shape_program(block, b, t):
     _same(block(x, *params), programs.fixed(programs.block, x, *params))
 
 
+def test_views_of_a_symbolic_program(mlp_file):
+    lowered = aotkit.load_module(mlp_file)
+    assert lowered.cost_analysis() is None  # its cost depends on b
+    compiled = lowered.compile()
+    assert (compiled.cost_analysis(), compiled.memory_analysis()) == (None, None)
+    assert compiled.as_text().startswith(
+        "// symbolic program 'mlp'; executables compiled for:\n//   (none yet)\nmodule @mlp"
+    )
+
+
 def test_each_shape_compiles_once(mlp_file):
     compiled = aotkit.load_module(mlp_file).compile()
     rng = np.random.default_rng(0)

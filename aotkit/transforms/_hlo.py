@@ -396,6 +396,16 @@ def sum_to_shape(x: Tracer, shape) -> Tracer:
 # --- products --------------------------------------------------------------------------------
 
 
+@_context.cached
+def _dot_dims(ab, bb, ac, bc):
+    return stablehlo.DotDimensionNumbers.get(
+        lhs_batching_dimensions=list(ab),
+        rhs_batching_dimensions=list(bb),
+        lhs_contracting_dimensions=list(ac),
+        rhs_contracting_dimensions=list(bc),
+    )
+
+
 def dot_general(
     a: Tracer,
     b: Tracer,
@@ -412,14 +422,7 @@ def dot_general(
         + tuple(n for i, n in enumerate(a.shape) if i not in ab and i not in ac)
         + tuple(n for i, n in enumerate(b.shape) if i not in bb and i not in bc)
     )
-    attributes = {
-        "dot_dimension_numbers": stablehlo.DotDimensionNumbers.get(
-            lhs_batching_dimensions=list(ab),
-            rhs_batching_dimensions=list(bb),
-            lhs_contracting_dimensions=list(ac),
-            rhs_contracting_dimensions=list(bc),
-        )
-    }
+    attributes = {"dot_dimension_numbers": _dot_dims(tuple(ab), tuple(bb), tuple(ac), tuple(bc))}
     if precision is not None:
         attributes["precision_config"] = precision
     (out,) = create(

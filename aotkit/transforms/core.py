@@ -246,15 +246,20 @@ def transpose(tape: list[Equation], cts: dict) -> dict:
     LinVar) and returns the cotangent of every variable reached (the tape's inputs
     among them). Emits the cotangent ops at the current insertion point."""
     ct = dict(cts)
+    lc = _context.active()
+    saved = lc.location
     for eq in reversed(tape):
         outs = [ct.pop(v, None) for v in eq.outs]
         if all(g is None for g in outs):
             continue
-        with tracing.at_location(eq.loc):
+        lc.location = eq.loc
+        try:
             if eq.prim.results:
                 found = eq.prim.transpose(outs, *eq.args, **eq.params)
             else:
                 found = eq.prim.transpose(outs[0], *eq.args, **eq.params)
+        finally:
+            lc.location = saved
         for pos, g in zip(eq.prim.linear, found, strict=True):
             a = eq.args[pos]
             if g is None or not isinstance(a, LinVar):

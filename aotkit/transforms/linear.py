@@ -566,6 +566,10 @@ def scatter_add(T, t, idx, u, dims, operand_aval, update_aval):
 # --- products ------------------------------------------------------------------------------------
 
 
+def _argsort(values) -> list[int]:
+    return sorted(range(len(values)), key=values.__getitem__)
+
+
 def _ranges_like(*xs):
     start = 0
     for x in xs:
@@ -590,9 +594,9 @@ def dot_transpose_lhs(g, x_aval, y, dims: _ir.DotDims, precision, swap=False):
         ans_batch, ans_y, _ = _ranges_like(x_batch, y_kept, x_kept)
     else:
         ans_batch, _, ans_y = _ranges_like(x_batch, x_kept, y_kept)
-    y_contract_order = np.argsort(y_contract)
+    y_contract_order = _argsort(y_contract)
     x_contract_sorted_by_y = [x_contract[i] for i in y_contract_order]
-    out_axes = np.argsort(list(x_batch) + x_kept + x_contract_sorted_by_y)
+    out_axes = _argsort(list(x_batch) + x_kept + x_contract_sorted_by_y)
     dtype = x_aval[1]
     gy = H.dot_general(
         H.convert(g, y.dtype) if g.dtype != y.dtype else g,

@@ -712,9 +712,8 @@ def _svd(ctx, primals, tangents):
             raise TransformError(
                 f"{ctx.ev.transform}: {op_site(op)} (@{_target(op)}) is a full SVD "
                 f"(full_matrices=True) of {m}x{n} matrices, and the program uses its singular "
-                f"vectors: the {max(m, n) - k} vectors beyond the first {k} are any basis of "
-                "a complement, with no derivative (JAX defines none either). Use "
-                "full_matrices=False"
+                f"vectors: the vectors beyond the first {k} are any basis of a complement, "
+                "with no derivative (JAX defines none either). Use full_matrices=False"
             )
         u, vt = _block(u, cols=(0, k)), _block(vt, rows=(0, k))
     v, uh = _adj(vt), _adj(u)

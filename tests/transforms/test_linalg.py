@@ -22,6 +22,7 @@ import pytest
 from jax import tree_util
 
 import aotkit
+from aotkit.transforms import TransformError
 from tests.transforms.oracle import BATCH, FD_STEP, Case, Family, assert_close
 
 DTYPES = ["float32", "float64", "complex128"]
@@ -591,3 +592,208 @@ def test_fft(name, dtype, what):
     if what == "fd" and dtype != "float64":
         pytest.skip("central differences in float64")
     FFT_FAMILY.check(name, dtype, what)
+
+
+# --- stablehlo.cholesky and stablehlo.triangular_solve, from a module file ------------------------
+
+_TYPES = {np.dtype(np.float64): "f64", np.dtype(np.complex128): "complex<f64>"}
+
+
+def _tensor(shape, dtype) -> str:
+    return f"tensor<{'x'.join(map(str, shape))}x{_TYPES[np.dtype(dtype)]}>"
+
+
+def _cholesky_module(shape, dtype, lower: bool) -> bytes:
+    t = _tensor(shape, dtype)
+    return (
+        f"func.func @main(%a: {t}) -> {t} {{\n"
+        f"  %0 = stablehlo.cholesky %a, lower = {str(lower).lower()} : {t}\n"
+        f"  return %0 : {t}\n}}\n"
+    ).encode()
+
+
+def _solve_module(a_shape, b_shape, dtype, *, left, lower, unit, transpose) -> bytes:
+    ta, tb = _tensor(a_shape, dtype), _tensor(b_shape, dtype)
+    flags = ", ".join(
+        f"{k} = {str(v).lower()}"
+        for k, v in (("left_side", left), ("lower", lower), ("unit_diagonal", unit))
+    )
+    return (
+        f"func.func @main(%a: {ta}, %b: {tb}) -> {tb} {{\n"
+        f'  %0 = "stablehlo.triangular_solve"(%a, %b) {{{flags}, '
+        f"transpose_a = #stablehlo<transpose {transpose}>}} : ({ta}, {tb}) -> {tb}\n"
+        f"  return %0 : {tb}\n}}\n"
+    ).encode()
+
+
+def _real_diagonal(t):
+    """t with the imaginary part of its diagonal removed."""
+    d = np.diagonal(t, axis1=-2, axis2=-1)
+    return t - 1j * np.imag(d)[..., None] * np.eye(t.shape[-1]) if t.dtype.kind == "c" else t
+
+
+def _batched_spd(rng, dt, batch=2):
+    return np.stack([positive_definite(rng, dt)[0] for _ in range(batch)])
+
+
+_JAX_TRANSPOSE = {
+    "NO_TRANSPOSE": (False, False),
+    "TRANSPOSE": (True, False),
+    "ADJOINT": (True, True),
+}
+
+# name: (module(dtype), twin, inputs(rng, dtype), mask of the result JAX defines)
+HLO_OPS = {
+    "cholesky_lower": (
+        lambda dt: _cholesky_module((2, N, N), dt, True),
+        lambda a: jnp.linalg.cholesky(_from_triangle_jnp(a, True)),
+        lambda rng, dt: (_batched_spd(rng, dt),),
+        np.tril,
+    ),
+    "cholesky_upper": (
+        lambda dt: _cholesky_module((2, N, N), dt, False),
+        lambda a: jnp.linalg.cholesky(_from_triangle_jnp(a, False), upper=True),
+        lambda rng, dt: (_batched_spd(rng, dt),),
+        np.triu,
+    ),
+}
+for _left, _lower, _unit, _transpose in [
+    (True, True, False, "NO_TRANSPOSE"),
+    (True, False, True, "TRANSPOSE"),
+    (False, True, False, "ADJOINT"),
+    (False, False, False, "NO_TRANSPOSE"),
+]:
+    _b = (2, N, 3) if _left else (2, 3, N)
+    _t, _c = _JAX_TRANSPOSE[_transpose]
+    HLO_OPS[f"triangular_solve_{'left' if _left else 'right'}_{_transpose.lower()}"] = (
+        functools.partial(
+            lambda dt, *, b, **kw: _solve_module((2, N, N), b, dt, **kw),
+            b=_b,
+            left=_left,
+            lower=_lower,
+            unit=_unit,
+            transpose=_transpose,
+        ),
+        functools.partial(
+            jax.lax.linalg.triangular_solve,
+            left_side=_left,
+            lower=_lower,
+            unit_diagonal=_unit,
+            transpose_a=_t,
+            conjugate_a=_c,
+        ),
+        functools.partial(
+            lambda rng, dt, b: (
+                np.stack([general((N, N))(rng, dt)[0] for _ in range(2)]),
+                _normal(rng, b, dt),
+            ),
+            b=_b,
+        ),
+        None,
+    )
+
+
+@pytest.mark.parametrize("dtype", EXACT)
+@pytest.mark.parametrize("name", HLO_OPS)
+def test_stablehlo_linalg_ops(name, dtype):
+    """jvp, vjp and vmap of the op (a batch of matrices) against JAX's rules on the twin
+    that reads what the op reads; the transpose identity; central differences."""
+    module, twin, make, mask = HLO_OPS[name]
+    keep = mask if mask is not None else (lambda x: x)
+    rng = np.random.default_rng(19)
+    dt = np.dtype(dtype)
+    x = make(rng, dt)
+    v = tuple(_normal(rng, a.shape, dt) for a in x)
+    lowered = aotkit.load_module(module(dt))
+    out_shape = x[-1].shape if mask is None else x[0].shape
+    u = _normal(rng, out_shape, dt)
+    xs = tuple(np.stack([a, b]) for a, b in zip(x, make(rng, dt), strict=True))
+    jvp = lowered.jvp().compile(options=_FAST)
+    _, tan = jvp(x, v)
+    _, ct = lowered.vjp().compile(options=_FAST)(x, u)
+    got_vmap = lowered.vmap(axis_size=2).compile(options=_FAST)(*xs)
+    # Central differences along a direction the op's contract allows: XLA's complex
+    # Cholesky reads the imaginary part of the diagonal a Hermitian matrix does not have.
+    w = v if mask is None else tuple(_real_diagonal(t) for t in v)
+    _, tan_w = jvp(x, w)
+    plain = lowered.compile(options=_FAST)
+    plus = plain(*(a + FD_STEP * t for a, t in zip(x, w, strict=True)))
+    minus = plain(*(a - FD_STEP * t for a, t in zip(x, w, strict=True)))
+    fd = (np.asarray(plus) - np.asarray(minus)) / (2 * FD_STEP)
+    with jax.enable_x64(True):
+        _, want_tan = jax.jvp(twin, x, v)
+        want_ct = jax.vjp(twin, *x)[1](u)
+        want_vmap = jax.vmap(twin)(*xs)
+    tol = (1e-10, 1e-10)
+    assert_close(keep(np.asarray(tan)), np.asarray(want_tan), tol, "jvp")
+    assert_close(tuple(map(np.asarray, ct)), tuple(map(np.asarray, want_ct)), tol, "vjp")
+    assert_close(keep(np.asarray(got_vmap)), np.asarray(want_vmap), tol, "vmap")
+    assert_close(keep(np.asarray(tan_w)), keep(fd), (1e-6, 1e-6), "central differences")
+    lhs, rhs = _inner(ct, v), _inner(u, tan)
+    assert abs(lhs - rhs) <= 1e-9 * max(1.0, abs(lhs)), (lhs, rhs)
+
+
+# --- what has no derivative ---------------------------------------------------------------------
+
+
+def test_eig_of_a_general_matrix_is_refused():
+    a = general((N, N))(np.random.default_rng(0), np.dtype(np.float32))[0]
+    lowered = aotkit.jit(lambda a: jnp.sum(jnp.abs(jnp.linalg.eig(a)[0])), frontend="jax").lower(a)
+    with pytest.raises(
+        TransformError,
+        match=r"grad: stablehlo\.custom_call at .* \(@lapack_sgeev_ffi\) is the "
+        r"eigendecomposition of a general \(non-symmetric\) matrix, which aotkit has no "
+        r"derivative for; for a symmetric or Hermitian matrix use eigh",
+    ):
+        lowered.grad()
+
+
+def test_full_svd_vectors_of_a_rectangular_matrix_are_refused():
+    a = rectangular(N, 3)(np.random.default_rng(0), np.dtype(np.float64))[0]
+    with pytest.raises(
+        TransformError,
+        match=r"vjp: stablehlo\.custom_call at .* \(@lapack_dgesdd_ffi\) is a full SVD "
+        r"\(full_matrices=True\) of 4x3 matrices, and the program uses its singular vectors: "
+        r"the vectors beyond the first 3 are any basis of a complement, with no derivative "
+        r"\(JAX defines none either\)\. Use full_matrices=False",
+    ):
+        aotkit.vjp(lambda a: np.linalg.svd(a)[0], a)
+
+
+def test_full_svd_values_of_a_rectangular_matrix_differentiate():
+    """The same call, its vectors unused: the singular values have their derivative (JAX
+    refuses the full SVD's; its values-only SVD is the oracle)."""
+    a = rectangular(N, 3)(np.random.default_rng(0), np.dtype(np.float64))[0]
+    got = aotkit.grad(lambda a: np.sum(np.linalg.svd(a)[1]))(a)
+    with jax.enable_x64(True):
+        want = jax.grad(lambda a: jnp.sum(jnp.linalg.svd(a, compute_uv=False)))(a)
+    assert_close(np.asarray(got), np.asarray(want), (1e-12, 1e-12), "grad")
+
+
+_VALUES_ONLY_EIGH = b"""
+func.func @main(%a: tensor<3x3xf64>) -> (tensor<3x3xf64>, tensor<3xf64>) {
+  %0:3 = stablehlo.custom_call @lapack_dsyevd_ffi(%a) {api_version = 1 : i32,
+      mhlo.backend_config = {mode = 78 : ui8, uplo = 76 : ui8},
+      operand_layouts = [dense<[0, 1]> : tensor<2xindex>],
+      result_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<0> : tensor<1xindex>,
+                        dense<> : tensor<0xindex>],
+      output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [0],
+                                operand_index = 0, operand_tuple_indices = []>]}
+      : (tensor<3x3xf64>) -> (tensor<3x3xf64>, tensor<3xf64>, tensor<i32>)
+  return %0#0, %0#1 : tensor<3x3xf64>, tensor<3xf64>
+}
+"""
+
+
+def test_scratch_result_of_a_values_only_call_is_refused():
+    """syevd with mode 'N' leaves its vectors' slot undefined: a program that returns it
+    has no derivative."""
+    lowered = aotkit.load_module(_VALUES_ONLY_EIGH)
+    with pytest.raises(
+        TransformError,
+        match=r"jvp: stablehlo\.custom_call at .* \(@lapack_dsyevd_ffi\): result 0 is the "
+        r"eigenvectors' slot of a values-only call \(mode 'N'\), which the kernel leaves "
+        r"undefined, and the program uses it; it has no derivative\. Use the call's other "
+        r"results",
+    ):
+        lowered.jvp()

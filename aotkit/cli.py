@@ -709,14 +709,16 @@ def _load_module_file(args, default_pipeline: str = "none"):
     `@main`; the module runs as written unless `--pipeline` names a pipeline (`aotkit opt`
     runs the default one).
     """
-    if (
-        getattr(args, "shapes", None) is not None
-        or getattr(args, "static", None)
-        or getattr(args, "constraint", None)
-    ):
+    if getattr(args, "shapes", None) is not None or getattr(args, "static", None):
         raise UserError(
-            f"{args.target}: --shapes, --static and --constraint apply to FILE.py:FN targets; "
-            "a module file's signature (and a jax.export artifact's symbols) come from the file"
+            f"{args.target}: --shapes and --static apply to FILE.py:FN targets; a module "
+            "file's signature comes from its @main"
+        )
+    if getattr(args, "constraint", None):
+        raise UserError(
+            f"{args.target}: --constraint applies to the symbolic --shapes of FILE.py:FN "
+            "targets; a module file's symbols and constraints (a jax.export artifact's) come "
+            "from the file"
         )
     if getattr(args, "mesh", None) is not None or getattr(args, "shardings", None):
         raise UserError(

@@ -72,9 +72,9 @@ def test_inspect_lists_what_compile_specialized(run_cli, tmp_path, mlp_file):
         ),
         (
             ["--constraint", "b % 2 == 0"],
-            "aotkit compile: error: {target}: --shapes, --static and --constraint apply to "
-            "FILE.py:FN targets; a module file's signature (and a jax.export artifact's "
-            "symbols) come from the file\n",
+            "aotkit compile: error: {target}: --constraint applies to the symbolic --shapes of "
+            "FILE.py:FN targets; a module file's symbols and constraints (a jax.export "
+            "artifact's) come from the file\n",
         ),
     ],
 )

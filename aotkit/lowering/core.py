@@ -293,7 +293,9 @@ def _control_flow_error(what: str, suggestion: str) -> TypeError:
 class Tracer:
     """An abstract array inside a trace: `shape`, `dtype` and the `ir.Value` holding it."""
 
-    __slots__ = ("value", "shape", "dtype", "weak", "_scope", "__weakref__")
+    # `transposed`, set by `aotkit.numpy.transpose` only: (this tracer's value, the tracer it
+    # transposes, the permutation), so that a product can contract the source instead.
+    __slots__ = ("value", "shape", "dtype", "weak", "_scope", "transposed", "__weakref__")
     # Above NumPy arrays, so `ndarray + tracer` defers to the tracer.
     __array_priority__ = 1000
 

@@ -88,22 +88,48 @@ def dot_general(
     contract: tuple[tuple[int, ...], tuple[int, ...]],
     batch: tuple[tuple[int, ...], tuple[int, ...]] = ((), ()),
 ) -> Tracer:
-    """Contracts two tracers of one dtype; result dims: batch, a's free, b's free."""
+    """Contracts two tracers of one dtype; result dims: batch, a's free, b's free.
+
+    An operand that is a transpose (`A.T @ x`) is contracted in place of it, with the
+    dimension numbers mapped through the permutation, where that keeps the order of its
+    free dimensions: XLA's CPU backend fuses an explicit transpose into a naive loop around
+    the product (a matrix-vector product of 2000x2500 float64 ran 18x slower than with the
+    transpose folded), while a dot whose dimension numbers say it runs its tuned kernel.
+    """
     assert a.dtype == b.dtype, (a.dtype, b.dtype)
     logical = a.dtype == _BOOL
     if logical:
         # XLA has no boolean dot; count the true products and test the count instead.
         a, b = cast(a, np.dtype(np.int32)), cast(b, np.dtype(np.int32))
+    lhs_contract, lhs_batch = tuple(contract[0]), tuple(batch[0])
+    rhs_contract, rhs_batch = tuple(contract[1]), tuple(batch[1])
+    if getattr(a, "transposed", None) is not None:
+        a, lhs_contract, lhs_batch = _untransposed(a, lhs_contract, lhs_batch)
+    if getattr(b, "transposed", None) is not None:
+        b, rhs_contract, rhs_batch = _untransposed(b, rhs_contract, rhs_batch)
     r = bind1(
         "dot_general",
         a,
         b,
-        lhs_batch=tuple(batch[0]),
-        rhs_batch=tuple(batch[1]),
-        lhs_contract=tuple(contract[0]),
-        rhs_contract=tuple(contract[1]),
+        lhs_batch=lhs_batch,
+        rhs_batch=rhs_batch,
+        lhs_contract=lhs_contract,
+        rhs_contract=rhs_contract,
     )
     return cast(r, _BOOL) if logical else r
+
+
+def _untransposed(t: Tracer, contract: tuple[int, ...], batch: tuple[int, ...]):
+    """(operand, contracting dims, batch dims) for a product of `t`: the tracer `t`
+    transposes, with the dims mapped through the permutation, when `t` is still that
+    transpose (not written in place since) and its free dimensions keep their order."""
+    value, source, perm = t.transposed
+    if value is not t.value or not source._scope.open:
+        return t, contract, batch
+    free = [perm[i] for i in range(len(perm)) if i not in contract and i not in batch]
+    if free != sorted(free):
+        return t, contract, batch
+    return source, tuple(perm[i] for i in contract), tuple(perm[i] for i in batch)
 
 
 # --- helpers ---------------------------------------------------------------------------------

@@ -321,7 +321,9 @@ def transpose(a, axes=None):
             )
     if perm == tuple(range(a.ndim)):
         return a
-    return bind1("transpose", a, perm=perm)
+    r = bind1("transpose", a, perm=perm)
+    r.transposed = (r.value, a, perm)  # a product of `r` contracts `a` itself (linalg.py)
+    return r
 
 
 @export("matrix_transpose")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import aotkit
 import aotkit.numpy as anp
-from tests.helpers import PEERS, assert_matches, run_on
+from tests.helpers import PEERS, assert_matches, run_lowered, run_on
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
@@ -497,3 +497,42 @@ def test_errors(case):
     _, exc, pattern, fn = case
     with pytest.raises(exc, match=pattern):
         aotkit.lower(fn, aotkit.spec("f32[3,4]"))
+
+
+# --- products of transposes (issue 28) ------------------------------------------------------
+
+
+def _written_after_transposing(m, a, x):
+    t = m.transpose(a) if m is np else a.T
+    t = t.copy() if m is np else t
+    t[0] = 1.0  # the tracer now holds another value: its product must not use `a`
+    return t @ x
+
+
+TRANSPOSED_PRODUCTS = {
+    # name: (fn(module, *operands), operand shapes, whether the transpose is folded)
+    "A.T @ x": (lambda m, a, x: a.T @ x, [(5, 4), (5,)], True),
+    "x @ A.T": (lambda m, a, x: x @ a.T, [(5, 4), (4,)], True),
+    "A.T @ B": (lambda m, a, b: a.T @ b, [(5, 4), (5, 3)], True),
+    "A @ B.T": (lambda m, a, b: a @ b.T, [(5, 4), (3, 4)], True),
+    "A.T @ B.T": (lambda m, a, b: a.T @ b.T, [(5, 4), (3, 5)], True),
+    "batched": (lambda m, a, b: m.transpose(a, (0, 2, 1)) @ b, [(2, 5, 4), (2, 5, 3)], True),
+    "free dims reordered": (
+        lambda m, a, b: m.tensordot(m.transpose(a, (2, 0, 1)), b, axes=(2, 0)),
+        [(3, 4, 5), (4, 2)],
+        False,
+    ),
+    "written after transposing": (_written_after_transposing, [(5, 4), (5,)], False),
+}
+
+
+@pytest.mark.parametrize("name", list(TRANSPOSED_PRODUCTS))
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_products_of_transposes_match_numpy(name, dtype):
+    fn, shapes, folded = TRANSPOSED_PRODUCTS[name]
+    rng = np.random.default_rng(0)
+    args = [(rng.standard_normal(s) * 4).astype(dtype) for s in shapes]
+    lowered = aotkit.lower(lambda *xs: fn(anp, *xs), *args)
+    assert ("stablehlo.transpose" not in lowered.as_text()) == folded
+    got = run_lowered("cpu", lowered, *args)
+    assert_matches(got, fn(np, *args), name)

@@ -341,54 +341,87 @@ def native_dispatcher(name: str, python_call, run):
         # The entry point of every call (aotkit/_traceback.py): an error leaves it without
         # aotkit's frames. A try costs nothing until it catches; a wrapper would add a frame.
         try:
-            mode, dispatch = True, wide
-            exact_only = not kwargs
-            large = False
+            narrow_mode = False
             for arg in args:
                 t = type(arg)
                 if t is array_type:
                     continue
                 if t is np.ndarray:
-                    if arg.nbytes >= in_place_from:
-                        large = True
-                    if arg.dtype in exact:
+                    if arg.dtype in exact and arg.nbytes < in_place_from:
                         continue
-                    if not arg.dtype.isnative:
-                        return python_call(*args, **kwargs)
-                elif t in exact_scalars:
+                    break
+                if t in exact_scalars:
                     continue
-                elif t in python_scalars:
-                    mode, dispatch = False, narrow
-                elif t in _CONTAINERS:
-                    found = _host_leaves(arg)
-                    if found & _NON_NATIVE:
-                        return python_call(*args, **kwargs)
-                    large = large or found & _LARGE
-                exact_only = False
-            if kwargs:
-                found = _host_leaves(kwargs)
-                if found & _NON_NATIVE:
-                    return python_call(*args, **kwargs)
-                large = large or found & _LARGE
-            if large:
-                return large_call(mode, dispatch, exact_only, args, kwargs)
-            if exact_only:
-                # Device arrays, and NumPy values of dtypes x64 mode does not narrow, key and
-                # transfer alike in either mode: no switch, and the hot loop costs what
-                # jax.jit's does.
-                try:
-                    return wide(*args)
-                except (runtime_error, ValueError):
-                    return _after_failure(args, kwargs)
-            if thread_x64.value is mode:  # already in that mode (x64 off and a Python scalar, say)
-                try:
-                    return dispatch(*args, **kwargs)
-                except (runtime_error, ValueError):
-                    return _after_failure(args, kwargs)
-            return in_mode(mode, dispatch, args, kwargs)
+                if t in python_scalars:
+                    narrow_mode = True
+                    continue
+                break
+            else:
+                if not kwargs:
+                    # Device arrays, small NumPy values of dtypes x64 mode does not narrow,
+                    # and Python scalars: the common calls, in as few steps as jax.jit's.
+                    if not narrow_mode:
+                        # These key and transfer alike in either x64 mode: no switch.
+                        try:
+                            return wide(*args)
+                        except (runtime_error, ValueError):
+                            return _after_failure(args, kwargs)
+                    if thread_x64.value is False:  # x64 off already, as it usually is
+                        try:
+                            return narrow(*args)
+                        except (runtime_error, ValueError):
+                            return _after_failure(args, kwargs)
+                    return in_mode(False, narrow, args, kwargs)
+            return other_call(args, kwargs)
         except Exception as e:
             filter_exception(e)
             raise
+
+    def other_call(args: tuple, kwargs: dict):
+        """Every call `call` does not finish itself: keyword arguments, containers, NumPy
+        values of 64-bit dtypes, non-native byte order or `IN_PLACE_FROM` bytes or more."""
+        mode, dispatch = True, wide
+        exact_only = not kwargs
+        large = False
+        for arg in args:
+            t = type(arg)
+            if t is array_type:
+                continue
+            if t is np.ndarray:
+                if arg.nbytes >= in_place_from:
+                    large = True
+                if arg.dtype in exact:
+                    continue
+                if not arg.dtype.isnative:
+                    return python_call(*args, **kwargs)
+            elif t in exact_scalars:
+                continue
+            elif t in python_scalars:
+                mode, dispatch = False, narrow
+            elif t in _CONTAINERS:
+                found = _host_leaves(arg)
+                if found & _NON_NATIVE:
+                    return python_call(*args, **kwargs)
+                large = large or found & _LARGE
+            exact_only = False
+        if kwargs:
+            found = _host_leaves(kwargs)
+            if found & _NON_NATIVE:
+                return python_call(*args, **kwargs)
+            large = large or found & _LARGE
+        if large:
+            return large_call(mode, dispatch, exact_only, args, kwargs)
+        if exact_only:
+            try:
+                return wide(*args)
+            except (runtime_error, ValueError):
+                return _after_failure(args, kwargs)
+        if thread_x64.value is mode:  # already in that mode (x64 off and a Python scalar, say)
+            try:
+                return dispatch(*args, **kwargs)
+            except (runtime_error, ValueError):
+                return _after_failure(args, kwargs)
+        return in_mode(mode, dispatch, args, kwargs)
 
     def in_mode(mode: bool, dispatch, args: tuple, kwargs: dict):
         previous = swap(mode)

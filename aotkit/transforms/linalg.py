@@ -196,10 +196,6 @@ def _mm(a, b):
     )
 
 
-def _to_real(x):
-    return H.convert(x, dtypes.real_dtype(x.dtype))
-
-
 _TRANSPOSE_ATTR = {"N": "NO_TRANSPOSE", "T": "TRANSPOSE", "H": "ADJOINT"}
 
 
@@ -441,7 +437,7 @@ def _solve_rule(ctx, primals, tangents, *, left: bool, lower: bool, unit: bool, 
     rhs = tb
     if ta is not None:
         da = tri_t(T, ta, lower, (-1 if lower else 1) if unit else 0)
-        op_da = {"N": da, "T": mT_t(T, da), "H": adj_t(T, da)}[mode]
+        op_da = da if mode == "N" else mT_t(T, da) if mode == "T" else adj_t(T, da)
         prod = mm_t(T, op_da, x, "lhs") if left else mm_t(T, x, op_da, "rhs")
         rhs = L.sub(T, rhs, prod)
     return [x], [trsm_t(T, a, rhs, left=left, lower=lower, unit=unit, mode=mode)]

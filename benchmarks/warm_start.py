@@ -14,11 +14,16 @@ runs in a fresh Python process:
                    size and compile-time thresholds set to 0, so small programs are cached)
 
 Columns: "import" is importing what the program needs (aotkit and aotkit.numpy for
-tracing, aotkit alone for an artifact, jax and jax.numpy for JAX); "first call" is from
-there to the first result (blocked on); "process" is the whole process as the parent sees
-it (interpreter start to exit). Rounds are interleaved (every variant once per round) so
-machine load hits all alike; cells are the median of the rounds. Ratios are measured in
-this run: the first call against aotkit cold, the process against JAX with its cache.
+tracing, jax and jax.numpy for JAX; for an artifact aotkit and JAX's runtime, which
+`aotkit.load` would otherwise import during the first call: every variant's import holds
+JAX's); "first call" is from there to the first result (blocked on), and for an artifact
+"load" and "call" split it (`aotkit.load`, then the first call itself); "process" is the
+whole process as the parent sees it (interpreter start to exit). Rounds are interleaved
+(every variant once per round) so machine load hits all alike; cells are the median of the
+rounds. Ratios are measured in this run: the first call against aotkit cold and against
+JAX with its cache, the process against JAX with its cache. Every process runs with Python's
+bytecode cache (in a directory of the run, filled by the preparing processes), as an
+installed aotkit and JAX do.
 
 A second table times `aotkit.load_module` of two 100 KB MLIR bytecode files (one of
 ~11,000 ops, one mostly a constant) in one process: the first call (it starts the sandbox
@@ -59,14 +64,17 @@ AOTKIT_LOAD = """
 import json, sys, time
 t0 = time.perf_counter()
 import aotkit
+import jax  # the runtime aotkit.load runs on
 import numpy as np
 t1 = time.perf_counter()
 compiled = aotkit.load({path!r})
+t_load = time.perf_counter()
 args = [np.load(p) for p in {inputs!r}]
 out = compiled(*args)
 out.block_until_ready()
 t2 = time.perf_counter()
-print(json.dumps({{"import": t1 - t0, "first": t2 - t1, "origin": compiled.origin}}))
+print(json.dumps({{"import": t1 - t0, "first": t2 - t1, "load": t_load - t1, "call": t2 - t_load,
+                  "origin": compiled.origin}}))
 """
 
 JAX_RUN = """
@@ -134,13 +142,14 @@ def scripts(program: str, work: Path, steps: int) -> dict[str, tuple[str, dict]]
     }
 
 
-def run(script: str, env: dict) -> dict:
+def run(script: str, env: dict, pycache: Path) -> dict:
     start = time.perf_counter()
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     proc = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,
-        env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
+        env={**base, "JAX_PLATFORMS": "cpu", "PYTHONPYCACHEPREFIX": str(pycache), **env},
         cwd=ROOT,
     )
     wall = time.perf_counter() - start
@@ -171,24 +180,28 @@ def prepare(program: str, work: Path, steps: int) -> None:
         f".save({str(work / (program + '.aotx'))!r})\n"
         "print(json.dumps({}))\n"
     )
-    run(save, {"AOTKIT_CACHE_DIR": "off"})
-    run(*variants["aotkit cache"])
-    run(*variants["jax cache"])
+    pycache = work / "pycache"
+    run(save, {"AOTKIT_CACHE_DIR": "off"}, pycache)
+    for variant in variants.values():  # fills the caches, bytecode's included
+        run(*variant, pycache)
 
 
 def table(program: str, results: dict[str, list[dict]]) -> list[str]:
+    keys = ("import", "first", "process", "load", "call")
     med = {
-        v: {k: statistics.median(r[k] for r in rs) for k in ("import", "first", "process")}
+        v: {k: statistics.median(r[k] for r in rs) for k in keys if k in rs[0]}
         for v, rs in results.items()
     }
     cold_first = med["aotkit cold"]["first"]
+    jax_first = med["jax cache"]["first"]
     jax_process = med["jax cache"]["process"]
     rows = []
     for variant, m in med.items():
+        split = f"{m['load']:.3f} + {m['call']:.3f}" if "load" in m else "-"
         rows.append(
-            f"{program:<8} {variant:<16} {m['import']:>9.3f} {m['first']:>12.3f} "
-            f"{m['process']:>11.3f} {cold_first / m['first']:>16.1f}x "
-            f"{jax_process / m['process']:>17.2f}x"
+            f"{program:<8} {variant:<16} {m['import']:>9.3f} {m['first']:>12.3f} {split:>15} "
+            f"{m['process']:>11.3f} {cold_first / m['first']:>14.1f}x "
+            f"{jax_first / m['first']:>13.2f}x {jax_process / m['process']:>16.2f}x"
         )
     return rows
 
@@ -255,7 +268,8 @@ def main() -> None:
 
     header = (
         f"{'program':<8} {'variant':<16} {'import s':>9} {'first call s':>12} "
-        f"{'process s':>11} {'first vs cold':>17} {'process vs jax$':>18}"
+        f"{'load + call s':>15} {'process s':>11} {'first vs cold':>15} "
+        f"{'first vs jax$':>14} {'process vs jax$':>17}"
     )
     lines = [header, "-" * len(header)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -266,7 +280,7 @@ def main() -> None:
             results: dict[str, list[dict]] = {v: [] for v in variants}
             for _ in range(args.rounds):
                 for variant, (script, env) in variants.items():
-                    results[variant].append(run(script, env))
+                    results[variant].append(run(script, env, work / "pycache"))
             for variant, rs in results.items():
                 origins = {r["origin"] for r in rs}
                 expected = {

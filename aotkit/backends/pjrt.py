@@ -200,7 +200,8 @@ class PjrtBackend(Backend):
                 backend=self.name,
                 module_name=name,
             )
-        declared = _entry_signature(exe)
+        head = _module_head(exe)
+        declared = _entry_signature(exe, head) if head is not None else None
         given = ([_hlo_type(x) for x in in_specs], [_hlo_type(x) for x in out_specs])
         if declared is not None and declared != given:
             ins, outs = ([_aotkit_type(t) for t in side] for side in declared)
@@ -212,7 +213,9 @@ class PjrtBackend(Backend):
                 backend=self.name,
                 module_name=name,
             )
-        return PjrtExecutable(self, name, exe, in_specs, out_specs, serialized=data)
+        executable = PjrtExecutable(self, name, exe, in_specs, out_specs, serialized=data)
+        executable._head = head
+        return executable
 
     def compile(
         self,
@@ -806,13 +809,23 @@ def _output_memory_kinds(exe) -> list | None:
     return list(kinds[0]) if isinstance(kinds, list) and len(kinds) == 1 else None
 
 
-def _head_field(exe, name: str) -> str | None:
-    """What `name={...}` holds in the first line of a loaded executable's HLO module (its
-    `HloModule ...` header), without the outer braces; None where it prints no such field."""
+def _module_head(exe) -> str | None:
+    """The first line of a loaded executable's HLO module (its `HloModule ...` header), or
+    None when it has several modules. Printing the module costs about 1 µs per op: callers
+    that read several fields print it once and pass the line along."""
     modules_ = exe.hlo_modules()
     if len(modules_) != 1:
         return None
-    head = modules_[0].to_string().split("\n", 1)[0]
+    return modules_[0].to_string().split("\n", 1)[0]
+
+
+def _head_field(exe, name: str, head: str | None = None) -> str | None:
+    """What `name={...}` holds in the header of a loaded executable's HLO module (`head`,
+    the `_module_head` if given), without the outer braces; None where it has no such field."""
+    if head is None:
+        head = _module_head(exe)
+        if head is None:
+            return None
     key = f"{name}={{"
     start = head.find(key)
     if start < 0:
@@ -824,20 +837,20 @@ def _head_field(exe, name: str) -> str | None:
     return head[start + len(key) : i - 1]
 
 
-def _aliased_parameters(exe) -> frozenset[int]:
+def _aliased_parameters(exe, head: str | None = None) -> frozenset[int]:
     """The parameter numbers in `input_output_alias={ {0}: (1, {}, may-alias), ... }`."""
-    field = _head_field(exe, "input_output_alias")
+    field = _head_field(exe, "input_output_alias", head)
     return frozenset(int(n) for n in re.findall(r":\s*\((\d+),", field or ""))
 
 
-def _entry_signature(exe) -> tuple[list[str], list[str]] | None:
+def _entry_signature(exe, head: str | None = None) -> tuple[list[str], list[str]] | None:
     """(parameter types, result types) of a loaded executable, as `f32[4,3]` strings, from
     the `entry_computation_layout` of its HLO module; None where it prints none.
 
     A deserialized executable is checked against the signature the file declares for it:
     PJRT reads its arguments' bytes by the executable's own shapes, so a header that said
     `i32[4]` for an `f32[4]` executable would return float bits read as ints."""
-    field = _head_field(exe, "entry_computation_layout")
+    field = _head_field(exe, "entry_computation_layout", head)
     if field is None:
         return None
     layout = re.sub(r"/\*.*?\*/", "", field)  # `/*index=5*/`
@@ -974,7 +987,8 @@ class PjrtExecutable(Executable):
         return "\n".join(m.to_string() for m in self._exe.hlo_modules())
 
     def aliased_arguments(self) -> frozenset[int] | None:
-        return _aliased_parameters(self._exe)
+        head = getattr(self, "_head", None)  # printed already when it was deserialized
+        return _aliased_parameters(self._exe, head)
 
     def cost_analysis(self) -> dict[str, float] | None:
         try:

@@ -622,8 +622,11 @@ def test_passes_the_tracer_facts_make_no_ops_are_skipped():
         return anp.sin(x) * 1.0 + anp.arcsinh(x)  # chlo.asinh: legalized
 
     spec = aotkit.spec("f32[4]")
-    # (and no two equal ops; its 1.0 comes after sin, so canonicalize has work)
-    assert aotkit.jit(fn).trace(spec).facts == passes.TRACER_FACTS | {passes.NO_DUPLICATES}
+    # (and no dead or equal ops, its 1.0 placed above sin: canonicalize and cse have no work)
+    assert aotkit.jit(fn).trace(spec).facts == passes.TRACER_FACTS | {
+        passes.NO_DUPLICATES,
+        passes.CANONICAL,
+    }
     ran, skipped, told, plain = _told_and_plain(fn, spec)
     assert told == plain and "chlo." not in told
     assert aotkit.lower(fn, spec).as_text() == plain  # what lower does: the skips
@@ -644,6 +647,7 @@ def test_a_trace_without_chlo_skips_its_legalization():
     assert aotkit.jit(fn).trace(spec).facts == passes.TRACER_FACTS | {
         "no CHLO op",
         passes.NO_DUPLICATES,
+        passes.CANONICAL,
     }
     ran, skipped, told, plain = _told_and_plain(fn, spec)
     assert told == plain
@@ -1302,7 +1306,7 @@ def _dead_op(x, y):
 
 
 def _late_constant(x):
-    return anp.sin(x) * 2.0  # the constant comes after sin: canonicalize moves it up
+    return anp.sin(x) * 2.0  # the tracer puts the constant above sin, as canonicalize would
 
 
 def _equal_ops(x):
@@ -1349,13 +1353,9 @@ def test_the_tracer_knows_when_canonicalize_and_cse_have_work():
         return aotkit.jit(fn, autograph=False).trace(*specs).facts
 
     both = {passes.CANONICAL, passes.NO_DUPLICATES}
-    for name in ("chain", "broadcast", "select", "argument only"):
+    for name in ("chain", "broadcast", "select", "argument only", "mlp layer", "late constant"):
         assert both <= facts(name), name
-    assert passes.CANONICAL not in facts("mlp layer")  # its 0.0 comes after the product
-    assert passes.NO_DUPLICATES in facts("mlp layer")
     assert not both & facts("dead op")
-    assert passes.CANONICAL not in facts("late constant")
-    assert passes.NO_DUPLICATES in facts("late constant")
     assert passes.NO_DUPLICATES not in facts("equal ops")
     assert passes.NO_DUPLICATES not in facts("returned twice")
     assert passes.NO_DUPLICATES not in facts("equal constants")

@@ -216,13 +216,10 @@ def trace_to_module(
         if emitted.vouched(block):
             if not emitted.simplify:
                 facts |= {NOTHING_TO_SIMPLIFY}
-            if emitted.no_dead_op(block, [t.value for t in outs]):
+            if emitted.no_dead_op([t.value for t in args], [t.value for t in outs]):
                 if not emitted.duplicates:
                     facts |= {NO_DUPLICATES}
-                if not emitted.late_constant:
+                if not (emitted.late_constant or emitted.equal_constants):
                     facts |= {CANONICAL}
-        # A tracer kept by the user must not keep these alive.
-        emitted.constants.clear()
-        emitted.used.clear()
-        emitted.keys.clear()
+        emitted.forget_values()
         return module, out_tree, specs, facts

@@ -121,8 +121,9 @@ class Emitted:
     (StableHLO's ops have no folders or patterns in jaxlib), it also records the values
     vouched ops use (`used`: an op none uses is dead, which both erase), whether a
     constant came after another op (`late_constant`: canonicalize moves constants to the
-    top), and each op's name, result type, operands and attributes (`keys`), so that two
-    equal ops (`duplicates`, which cse merges) are seen.
+    top, and merges equal ones: `equal_constants`), and a hash of each op's name, result
+    type, operands and attributes (`keys`), so that two equal ops (`duplicates`, which cse
+    merges) are seen.
     """
 
     __slots__ = (
@@ -134,8 +135,11 @@ class Emitted:
         "scratch",
         "used",
         "keys",
+        "results",
         "duplicates",
         "late_constant",
+        "equal_constants",
+        "first_op",
     )
 
     def __init__(self):
@@ -144,15 +148,20 @@ class Emitted:
         self.constants: set[ir.Value] = set()
         self.simplify = False
         self.opaque = False
+        self.used: set[int] = set()  # ids of the values vouched ops use
+        self.keys: set[int] = set()  # hashes of the ops (see `bind`)
+        self.results: list[ir.Value] = []
+        self.duplicates = False
+        self.late_constant = False
+        self.equal_constants = False
+        # The module block's first op that is not a constant: constants made later go
+        # before it, where canonicalize would move them (see `_constant_op`).
+        self.first_op: ir.Operation | None = None
         # Detached ops whose regions hold functions traced for a transform
         # (aotkit.transforms.functions), in the order they were made: a reverse-mode
         # cotangent function may read them until the trace ends, when `erase_scratch` drops
         # them, last first (a later one may use an earlier one's values, never the reverse).
         self.scratch: list[ir.Operation] = []
-        self.used: set[ir.Value] = set()
-        self.keys: set[tuple] = set()
-        self.duplicates = False
-        self.late_constant = False
 
     def erase_scratch(self) -> None:
         while self.scratch:
@@ -163,12 +172,21 @@ class Emitted:
         for."""
         return not self.opaque and len(block.operations) == self.ops + 1
 
-    def no_dead_op(self, block: ir.Block, returned: list[ir.Value]) -> bool:
-        """Whether every op of `block` (all vouched, see `vouched`) has its result used: an
-        op nothing uses is erased by `canonicalize` and by `cse`."""
-        used = self.used.union(returned)
-        used_arguments = sum(1 for a in block.arguments if a in used)
+    def no_dead_op(self, arguments: list[ir.Value], returned: list[ir.Value]) -> bool:
+        """Whether every op of the module's block (all vouched, see `vouched`) has its result
+        used: an op nothing uses is erased by `canonicalize` and by `cse`. `arguments` are
+        the block's arguments as the trace's tracers hold them (values count by identity)."""
+        used = self.used.union(map(id, returned))
+        used_arguments = sum(1 for a in arguments if id(a) in used)
         return len(used) - used_arguments == self.ops
+
+    def forget_values(self) -> None:
+        """Drops the values recorded (a tracer kept by the user must not keep them alive)."""
+        self.constants.clear()
+        self.used.clear()
+        self.keys.clear()
+        self.results.clear()
+        self.first_op = None
 
 
 class Scope:
@@ -194,6 +212,9 @@ class Scope:
 
 # Each thread traces on its own: a trace in one thread is invisible to the others.
 _tls = threading.local()
+# The thread-local stack of lowering contexts (`_context.active()` is its top), read by
+# `bind` directly.
+_contexts = _context._state
 
 
 def _scopes() -> list[Scope]:
@@ -497,10 +518,13 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
     if entry is None:
         raise NotImplementedError(f"aotkit has no lowering rule for op {op!r}")
     values = []
+    ids = []
     for t in operands:
         if not t._scope.open:
             _check_live(t, op)
-        values.append(t.value)
+        v = t.value
+        values.append(v)
+        ids.append(id(v))
     hlo = entry[2]
     if hlo is None:
         return _bind_rule(op, entry, operands, values, params)
@@ -511,7 +535,10 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
     else:
         avals_in = [(t.shape, t.dtype) for t in operands]
         shape, dtype = entry[0](*avals_in, **params)[0]
-    lc = _context.active()
+    try:
+        lc = _contexts.stack[-1]  # `_context.active()`, without its call
+    except (AttributeError, IndexError):
+        lc = _context.active()  # raises the error that says no context is active
     key = (shape, dtype)
     result_type = lc.tensor_types.get(key)
     if result_type is None:
@@ -519,29 +546,53 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
             shape, dtypes.ir_element_type(dtype)
         )
     loc = lc.location
-    if loc is None:
-        loc = _caller_location(lc, sys._getframe(1))
+    if loc is None:  # `user_location`, its walk inlined
+        f = sys._getframe(1)
+        internal = _internal_files
+        while f is not None:
+            name = f.f_code.co_filename
+            skip = internal.get(name)
+            if skip is None:
+                skip = internal[name] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
+            if not skip:
+                where_key = (name, f.f_lineno)
+                loc = lc.locations.get(where_key)
+                if loc is None:
+                    loc = lc.locations[where_key] = ir.Location.file(name, where_key[1], 0)
+                break
+            f = f.f_back
+        else:
+            loc = ir.Location.unknown()
     attributes = entry[3]
     if attributes is not None:
         attributes = attributes(**params)
-    result = ir.Operation.create(
+    created = ir.Operation.create(
         hlo, results=[result_type], operands=values, attributes=attributes, loc=loc
-    ).result
+    )
+    result = created.result
     scope = _tls.scopes[-1]
     emitted = scope.emitted
     emitted.ops += 1
     if entry[4]:
         emitted.chlo = True
     if not emitted.opaque:
-        emitted.used.update(values)
+        if emitted.first_op is None:
+            emitted.first_op = created
+        # Values by identity (hashing an ir.Value costs several times more): every value
+        # of a vouched module is one Python object, kept alive in `results` while the
+        # trace runs, so no id is reused. Ops by the hash of what makes them equal: a
+        # collision can only report equal ops that are not (cse then runs), and a set of
+        # ints gives the garbage collector nothing to walk, where one of tuples would.
+        emitted.results.append(result)
+        emitted.used.update(ids)
+        keys = emitted.keys
+        n = len(keys)
         if attributes is None:
-            key = (hlo, result_type, *values)
+            keys.add(hash((hlo, id(result_type), *ids)))
         else:
-            key = (hlo, result_type, *values, *attributes.items())
-        if key in emitted.keys:
+            keys.add(hash((hlo, id(result_type), *ids, *attributes.items())))
+        if len(keys) == n:  # an equal op came before (one hash, where `in` would be two)
             emitted.duplicates = True
-        else:
-            emitted.keys.add(key)
     if not emitted.simplify:
         if emitted.constants and hlo in _SIMPLIFY_WITH_CONSTANTS:
             emitted.simplify = _constant_operands(
@@ -554,25 +605,6 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
             if check(avals_in[0], (shape, dtype), params):
                 emitted.simplify = True
     return [Tracer(result, shape, dtype, scope)]
-
-
-def _caller_location(lc, f) -> ir.Location:
-    """`user_location` from frame `f` up (the walk, for `bind`)."""
-    internal = _internal_files
-    while f is not None:
-        name = f.f_code.co_filename
-        skip = internal.get(name)
-        if skip is None:
-            skip = internal[name] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
-        if not skip:
-            key = (name, f.f_lineno)
-            locations = lc.locations
-            loc = locations.get(key)
-            if loc is None:
-                loc = locations[key] = ir.Location.file(name, key[1], 0)
-            return loc
-        f = f.f_back
-    return ir.Location.unknown()
 
 
 def _bind_rule(op: str, entry, operands, values: list, params: dict) -> list[Tracer]:
@@ -646,19 +678,28 @@ def _build_splat(one: np.ndarray, shape, dtype: np.dtype) -> ir.DenseElementsAtt
 
 
 def _constant_op(attr: ir.DenseElementsAttr) -> ir.Value:
-    value = ir.Operation.create(
-        "stablehlo.constant", results=[attr.type], attributes={"value": attr}
-    ).result
     emitted = _tls.scopes[-1].emitted
-    if emitted.ops != len(emitted.constants):  # another op came first
-        emitted.late_constant = True
+    first = emitted.first_op
+    if first is not None and not emitted.opaque and ir.InsertionPoint.current.block == first.block:
+        # Among the module's other constants, above every other op: where canonicalize
+        # puts constants, so it has nothing to move (a constant has no operands).
+        with ir.InsertionPoint(first):
+            value = ir.Operation.create(
+                "stablehlo.constant", results=[attr.type], attributes={"value": attr}
+            ).result
+    else:
+        value = ir.Operation.create(
+            "stablehlo.constant", results=[attr.type], attributes={"value": attr}
+        ).result
+        if emitted.ops != len(emitted.constants):  # another op came first
+            emitted.late_constant = True
     emitted.ops += 1
     emitted.constants.add(value)
-    key = ("stablehlo.constant", attr)
-    if key in emitted.keys:
-        emitted.duplicates = True
-    else:
-        emitted.keys.add(key)
+    emitted.results.append(value)  # see `bind`: ids are unique while the trace runs
+    n = len(emitted.keys)
+    emitted.keys.add(hash(("stablehlo.constant", attr)))
+    if len(emitted.keys) == n:  # an equal constant: both passes merge them
+        emitted.duplicates = emitted.equal_constants = True
     return value
 
 

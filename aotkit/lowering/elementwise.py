@@ -379,6 +379,20 @@ def ufunc(np_ufunc: np.ufunc, *names: str, static=None):
             # is the dtype itself.
             if dtype is None and not kwargs and len(args) == nin:
                 a = args[0]
+                # The commonest of all, in the fewest steps: one tracer, or two alike.
+                if type(a) is Tracer:
+                    if nin == 1:
+                        loop = loops.get(a.dtype)
+                        if loop is not None and loop[1] is not None:
+                            result = bind(loop[1], a)[0]
+                            return as_weak(result) if a.weak else result
+                    else:
+                        b = args[1]
+                        if type(b) is Tracer and b.dtype is a.dtype and b.shape == a.shape:
+                            loop = loops.get(a.dtype)
+                            if loop is not None and loop[1] is not None:
+                                result = bind(loop[1], a, b)[0]
+                                return as_weak(result) if a.weak and b.weak else result
                 t = scalar = None
                 if nin == 1:
                     if type(a) is Tracer:

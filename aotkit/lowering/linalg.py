@@ -21,6 +21,7 @@ from jaxlib.mlir.dialects import stablehlo
 from aotkit import _context, dtypes
 from aotkit.lowering.core import (
     Tracer,
+    bind,
     bind1,
     export,
     full,
@@ -97,25 +98,24 @@ def dot_general(
     transpose folded), while a dot whose dimension numbers say it runs its tuned kernel.
     """
     assert a.dtype == b.dtype, (a.dtype, b.dtype)
-    logical = a.dtype == _BOOL
+    logical = a.dtype.kind == "b"
     if logical:
         # XLA has no boolean dot; count the true products and test the count instead.
         a, b = cast(a, np.dtype(np.int32)), cast(b, np.dtype(np.int32))
-    lhs_contract, lhs_batch = tuple(contract[0]), tuple(batch[0])
-    rhs_contract, rhs_batch = tuple(contract[1]), tuple(batch[1])
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = contract, batch
     if getattr(a, "transposed", None) is not None:
         a, lhs_contract, lhs_batch = _untransposed(a, lhs_contract, lhs_batch)
     if getattr(b, "transposed", None) is not None:
         b, rhs_contract, rhs_batch = _untransposed(b, rhs_contract, rhs_batch)
-    r = bind1(
+    r = bind(
         "dot_general",
         a,
         b,
-        lhs_batch=lhs_batch,
-        rhs_batch=rhs_batch,
-        lhs_contract=lhs_contract,
-        rhs_contract=rhs_contract,
-    )
+        lhs_batch=tuple(lhs_batch),
+        rhs_batch=tuple(rhs_batch),
+        lhs_contract=tuple(lhs_contract),
+        rhs_contract=tuple(rhs_contract),
+    )[0]
     return cast(r, _BOOL) if logical else r
 
 
@@ -154,7 +154,8 @@ def _conj(x: Tracer) -> Tracer:
 
 @export("matmul")
 def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", subok=True):
-    no_out("matmul", out)
+    if out is not None:
+        no_out("matmul", out)
     if dtype is None and type(x1) is Tracer and type(x2) is Tracer and x1.dtype is x2.dtype:
         a, b = x1, x2  # the common case: nothing to convert
     else:
@@ -162,14 +163,14 @@ def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", s
         if special is not None and dtype is None:  # a slice with a traced bound
             return special.__array_function__(np.matmul, (), (x1, x2), {})
         a, b = _promoted("matmul", x1, x2, dtype=dtype)
-    for i, t in enumerate((a, b)):
-        if t.ndim == 0:
+    shapes = (a.shape, b.shape)
+    for i, shape in enumerate(shapes):
+        if not shape:
             raise ValueError(
                 f"{where('matmul')}: input operand {i} is a scalar (shape ()); matmul needs "
                 "arrays of at least one dimension, use multiply (*) for scalars"
             )
-    shapes = (a.shape, b.shape)
-    a_vec, b_vec = a.ndim == 1, b.ndim == 1
+    a_vec, b_vec = len(shapes[0]) == 1, len(shapes[1]) == 1
     if a_vec:
         a = reshape_to(a, (1,) + a.shape)
     if b_vec:
@@ -179,9 +180,9 @@ def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", s
             f"{where('matmul')}: shapes {shapes[0]} and {shapes[1]}: core dimension {a.shape[-1]} "
             f"(last of operand 0) does not match {b.shape[-2]} (second to last of operand 1)"
         )
-    if b.ndim == 2:
+    if len(b.shape) == 2:
         # No batch on the right: a's leading dimensions are free dims of one dot.
-        r = dot_general(a, b, ((a.ndim - 1,), (0,)))
+        r = dot_general(a, b, ((len(a.shape) - 1,), (0,)))
     else:
         batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
         a = broadcast_to_shape(a, batch + a.shape[-2:])

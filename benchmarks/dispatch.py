@@ -6,8 +6,10 @@
            checks, no output wrapping; NumPy inputs: plus the host->device transfer)
 
 with device-array inputs and with NumPy inputs, plus Python-float inputs and the
-`jit(f)(x)` path. Rounds are interleaved so all variants see the same machine load; the
-table shows the best and the median round (microseconds per call) and aotkit's ratios.
+`jit(f)(x)` path. Each input kind is measured on its own, its variants' rounds interleaved
+(the first variant of a round rotating) so all see the same machine load; the table shows
+the best and the median round (microseconds per call) and aotkit's ratios of the bests and
+of the medians.
 `--public-only` first takes away every private jaxlib name `aotkit._compat` uses, so aotkit
 (and the raw column's host transfer) run on the public fallbacks a newer jaxlib would get.
 
@@ -31,12 +33,17 @@ from aotkit.api import jit
 
 
 def measure(variants: dict, calls: int, rounds: int) -> dict[str, list[float]]:
+    """Per-call microseconds of each variant, one entry per round. The variants run in
+    turn within each round, starting one further along every round, so that none is always
+    the one that runs first (or after a given other)."""
     for fn in variants.values():
         for _ in range(min(calls, 1000)):
             fn()
+    names = list(variants)
     times = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, fn in variants.items():
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = variants[name]
             start = time.perf_counter()
             for _ in range(calls):
                 fn()
@@ -136,8 +143,12 @@ def main(argv=None) -> int:
             },
         ),
     ]
-    variants = {(group, name): fn for group, fns in groups for name, fn in fns.items()}
-    times = measure(variants, args.calls, args.rounds)
+    # Each group on its own (its variants interleaved): the variants of one group compare
+    # on the same input, and no group's state weighs on another's.
+    times = {}
+    for group, fns in groups:
+        for name, samples in measure(fns, args.calls, args.rounds).items():
+            times[(group, name)] = samples
 
     print(
         f"dispatch of f(x) = sqrt(x**2) + 1 on f32[], cpu backend; {args.rounds} rounds x "
@@ -145,7 +156,7 @@ def main(argv=None) -> int:
         f"{jax.__version__}{', aotkit on public API only' if args.public_only else ''}"
     )
     columns = ("aotkit", "jax", "raw PJRT", "aotkit/jax", "aotkit/raw")
-    widths = (15, 15, 15, 11, 11)
+    widths = (15, 15, 15, 13, 13)
     header = f"{'input':25s} " + " ".join(f"{c:>{w}s}" for c, w in zip(columns, widths))
     print(header)
     print("-" * len(header))
@@ -155,10 +166,15 @@ def main(argv=None) -> int:
         cells = []
         for n in ("aotkit", "jax", "raw"):
             cells.append(f"{best[n]:6.2f} / {median[n]:6.2f}" if n in fns else f"{'-':>15s}")
-        jax_ratio = f"{best['aotkit'] / best['jax']:10.2f}x"
-        raw_ratio = f"{best['aotkit'] / best['raw']:10.2f}x" if "raw" in fns else f"{'-':>11s}"
+        jax_ratio = f"{best['aotkit'] / best['jax']:.2f} / {median['aotkit'] / median['jax']:.2f}"
+        raw_ratio = (
+            f"{best['aotkit'] / best['raw']:.2f} / {median['aotkit'] / median['raw']:.2f}"
+            if "raw" in fns
+            else "-"
+        )
         print(
-            f"{group:25s} {cells[0]:>15s} {cells[1]:>15s} {cells[2]:>15s} {jax_ratio} {raw_ratio}"
+            f"{group:25s} {cells[0]:>15s} {cells[1]:>15s} {cells[2]:>15s} {jax_ratio:>13s} "
+            f"{raw_ratio:>13s}"
         )
     return 0
 

@@ -281,7 +281,7 @@ class PjrtBackend(Backend):
         return native_dispatcher(name, python_call, run)
 
 
-def native_dispatcher(name: str, python_call, run):
+def native_dispatcher(name: str, python_call, run, *, one_leaf: bool = False):
     """jaxlib's C++ dispatch (the loop under JAX's own jit) in front of a Python call.
 
     `run(x64, args, kwargs) -> (out, fastpath or None)` handles every argument signature
@@ -474,7 +474,37 @@ def native_dispatcher(name: str, python_call, run):
             dispatch._clear_cache()
 
     call.clear_cache = clear_cache
-    return call
+    if not one_leaf:
+        return call
+
+    def call1(*args, **kwargs):
+        # A program of one argument leaf: its calls with one array or scalar take fewer
+        # steps still (and `wide(arg)` passes its argument as it is, not unpacked).
+        try:
+            if len(args) == 1 and not kwargs:
+                (arg,) = args
+                t = type(arg)
+                if (
+                    t is array_type
+                    or t in exact_scalars
+                    or (t is np.ndarray and arg.dtype in exact and arg.nbytes < in_place_from)
+                ):
+                    try:
+                        return wide(arg)
+                    except (runtime_error, ValueError):
+                        return _after_failure(args, kwargs)
+                if t in python_scalars and thread_x64.value is False:
+                    try:
+                        return narrow(arg)
+                    except (runtime_error, ValueError):
+                        return _after_failure(args, kwargs)
+        except Exception as e:
+            filter_exception(e)
+            raise
+        return call(*args, **kwargs)
+
+    call1.clear_cache = clear_cache
+    return call1
 
 
 def live(index: int, x):
@@ -965,7 +995,7 @@ class PjrtExecutable(Executable):
             out = python_call(*args, **kwargs)
             return out, self.fastpath(out, args, kwargs, x64)
 
-        return native_dispatcher(name, python_call, run)
+        return native_dispatcher(name, python_call, run, one_leaf=len(self.in_specs) == 1)
 
     def fastpath(self, out, args: tuple, kwargs: dict, x64: bool):
         """What jaxlib's C++ dispatch caches to run this executable again for the argument

@@ -13,6 +13,7 @@ batched form (a custom call): one iteration per batch element, in a `stablehlo.w
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -145,6 +146,22 @@ def _barrier(ctx, values, batched):
         for v, b in zip(values, batched, strict=True)
     ]
     return replay(ctx.op, values, avals), list(batched)
+
+
+@defbatch("sdy.sharding_constraint")
+def _sharding_constraint(ctx, values, batched):
+    """The constraint with one more dimension in front, replicated (JAX's rule without an
+    spmd_axis_name): `[{"x"}, {}]` becomes `[{}, {"x"}, {}]`."""
+    text = str(_ir.attr(ctx.op, "sharding"))
+    dims = re.search(r"\[(?=\{|\])", text)  # the dimension list (an inline mesh's is `["`)
+    assert dims is not None, text
+    at = dims.end()
+    text = text[:at] + ("{}" if text[at] == "]" else "{}, ") + text[at:]
+    (aval,) = ctx.out_avals()
+    new = H.create(
+        "sdy.sharding_constraint", values, [aval], {"sharding": ir.Attribute.parse(text)}
+    )
+    return H.results(new), [True]
 
 
 # --- layout --------------------------------------------------------------------------------------

@@ -184,6 +184,20 @@ _def_unary("chlo.lgamma", lambda x, y: H.digamma(x))
 _def_unary("chlo.digamma", lambda x, y: H.polygamma(1, x))
 
 
+@defjvp("chlo.polygamma")
+def _polygamma(ctx, primals, tangents):
+    (n, x), (tn, tx) = primals, tangents
+    if tn is not None:
+        raise TransformError(
+            f"{ctx.ev.transform}: {op_site(ctx.op)} is polygamma(n, x) with a tangent in n, and "
+            "its derivative in the order n is not defined (JAX's neither); differentiate "
+            "with respect to x only"
+        )
+    (y,) = ctx.replay(primals)
+    op = H.create("chlo.polygamma", [H.add(n, 1), x], [(x.shape, x.dtype)])
+    return [y], [L.mul(ctx.T, tx, H.wrap(op.results[0]))]
+
+
 @defjvp("stablehlo.negate")
 def _negate(ctx, primals, tangents):
     return ctx.replay(primals), [L.neg(ctx.T, tangents[0])]
@@ -236,6 +250,12 @@ def _identity_like(ctx, primals, tangents):
 def _reduce_precision(ctx, primals, tangents):
     attributes = {k: _ir.attr(ctx.op, k) for k in ("exponent_bits", "mantissa_bits")}
     return ctx.replay(primals), [L.reduce_precision(ctx.T, tangents[0], attributes)]
+
+
+@defjvp("sdy.sharding_constraint")
+def _sharding_constraint(ctx, primals, tangents):
+    sharding = _ir.attr(ctx.op, "sharding")
+    return ctx.replay(primals), [L.sharding_constraint(ctx.T, tangents[0], sharding)]
 
 
 # --- elementwise: two or three operands ----------------------------------------------------------

@@ -171,6 +171,26 @@ def reduce_precision(T, t, attributes: dict):
     return None if t is None else T.bind(REDUCE_PRECISION, [t], {"attributes": attributes})
 
 
+def _constraint_emit(t, *, sharding):
+    op = H.create("sdy.sharding_constraint", [t], [(t.shape, t.dtype)], {"sharding": sharding})
+    return H.wrap(op.results[0])
+
+
+# A sharding constraint is the identity on values: its tangent and cotangent take the same
+# layout (JAX's rule), so the partitioner lays out the backward pass as the forward one.
+SHARDING_CONSTRAINT = _prim(
+    "sharding_constraint",
+    (0,),
+    _constraint_emit,
+    lambda g, t, *, sharding: [_constraint_emit(g, sharding=sharding)],
+    _same,
+)
+
+
+def sharding_constraint(T, t, sharding):
+    return None if t is None else T.bind(SHARDING_CONSTRAINT, [t], {"sharding": sharding})
+
+
 # --- layout --------------------------------------------------------------------------------------
 
 

@@ -414,3 +414,35 @@ def test_broadcasting_gradients(shapes, seed):
         want = aotkit.jit(oracle, frontend="jax", backend="interpreter")(x, y)
     for k in _BROADCAST_OPS:
         assert_close(got[k], jax.tree_util.tree_map(np.asarray, want[k]), (1e-10, 1e-10), k)
+
+
+# --- higher derivatives of the special functions ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["lgamma", "digamma"])
+def test_third_derivatives_of_gamma_functions(name):
+    """digamma's derivative is polygamma(1, x), whose own derivative is polygamma(2, x):
+    chlo.polygamma has a JVP rule in x."""
+
+    def third(grad, f):
+        return grad(grad(grad(f)))
+
+    x = np.array([0.7, 1.7, 3.2])
+    got = aotkit.jit(aotkit.vmap(third(aotkit.grad, _prim(name))), backend="interpreter")(x)
+    with jax.enable_x64(True):
+        want = jax.vmap(third(jax.grad, getattr(jax.lax, name)))(x)
+    assert_close(np.asarray(got), np.asarray(want), (1e-9, 1e-9), name)
+
+
+def test_polygamma_has_no_derivative_in_its_order():
+    lowered = aotkit.jit(jax.lax.polygamma, frontend="jax").lower(np.float32(1), np.float32(2))
+    with pytest.raises(
+        NotImplementedError,
+        match=r"^grad: chlo\.polygamma at .*test_elementwise\.py:\d+ is polygamma\(n, x\) with a "
+        r"tangent in n, and its derivative in the order n is not defined \(JAX's neither\); "
+        r"differentiate with respect to x only$",
+    ):
+        lowered.grad(argnums=0)
+    got = lowered.grad(argnums=1).compile(backend="interpreter")(np.float32(1), np.float32(2))
+    want = jax.grad(jax.lax.polygamma, argnums=1)(np.float32(1), np.float32(2))
+    assert_close(np.asarray(got), np.asarray(want), (1e-6, 1e-6), "d/dx")

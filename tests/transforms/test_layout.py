@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import aotkit
 import aotkit.numpy as anp
 from tests.transforms.oracle import Case, Family
 
@@ -222,3 +223,30 @@ def test_transpose_identity(name, dtype):
 @pytest.mark.parametrize("name", [n for n, c in LAYOUT.items() if c.fd])
 def test_central_differences(name):
     FAMILY.check_fd(name, "float64")
+
+
+# --- sharding constraints -------------------------------------------------------------------------
+
+
+def test_sharding_constraints_are_differentiated_and_batched():
+    """A constraint is the identity on values: its tangent and cotangent are constrained
+    alike, and under vmap it gains a replicated leading dimension (JAX's rules)."""
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((1,), ("x",), axis_types=(AxisType.Auto,))
+    sharding = NamedSharding(mesh, PartitionSpec("x"))
+
+    def f(xp, constrain):
+        return lambda x: xp.sum(constrain(xp.sin(x), sharding) ** 2)
+
+    fa = f(anp, aotkit.sharding.constrain)
+    fj = f(jnp, jax.lax.with_sharding_constraint)
+    xs = np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4)
+    lowered = aotkit.jit(aotkit.vmap(aotkit.grad(fa)), pipeline="none").lower(xs)
+    text = lowered.as_text()
+    assert text.count("sdy.sharding_constraint") == 2, text
+    assert '<@mesh, [{}, {"x"}]>' in text, text
+    got = lowered.compile()(xs)
+    np.testing.assert_allclose(np.asarray(got), jax.vmap(jax.grad(fj))(xs), rtol=1e-6)
+    _, tangent = aotkit.jvp(fa, (xs[0],), (xs[1],))
+    np.testing.assert_allclose(np.asarray(tangent), jax.jvp(fj, (xs[0],), (xs[1],))[1], rtol=1e-6)

@@ -15,10 +15,14 @@ as JAX's symbolic dimensions do (`b`, `2*t`, `b*t + 1`, `floordiv(t, 8)`), so it
 back here and in `jax.export.symbolic_shape`.
 
 Every symbol is >= 0, and nothing more unless a constraint says so: a program traced for `b`
-must serve b = 0 and b = 1 too, so a question such as `b == 1` has no answer by default.
-Comparisons return a bool when the scope's constraints decide them and otherwise raise
-`InconclusiveDimensionError`, naming the user's line, the question and the constraint that
-would answer it. Constraints (JAX's `jax.export` syntax is the model):
+must serve b = 0 and b = 1 too, so a question such as `b >= 4` has no answer by default.
+Ordering comparisons (`<`, `<=`, `>`, `>=`), `bool()`, `int()` and use as an index return
+what the scope's constraints decide and otherwise raise `InconclusiveDimensionError`,
+naming the user's line, the question and the constraint that would answer it. Equality is
+the exception, as in JAX: `==` is True when the expressions are the same or the
+constraints make them equal, and False otherwise (it runs in hashing and in comparisons of
+shape tuples, which cannot raise; a rule asking `b == 1` takes its general path, which
+serves b == 1 as well). Constraints (JAX's `jax.export` syntax is the model):
 
     e1 >= e2, e1 <= e2, e1 > e2, e1 < e2     bounds: b >= 1, t <= 2048, a + b <= 16
     e1 == e2                                  e1 one term: b == 2*k (b is 2*k everywhere),
@@ -66,6 +70,8 @@ __all__ = [
 MAX_TEXT = 1000
 MAX_DEPTH = 32
 _INF = math.inf
+# Every symbol is a size: 0 <= s <= 2**63 - 1 (MLIR and XLA hold sizes as int64).
+MAX_SIZE = 2**63 - 1
 
 HOW_TO_DECIDE = (
     "add a constraint such as {example} with aotkit.symbolic_shape(..., constraints=...), "
@@ -528,7 +534,10 @@ class Dim:
                 return True
         elif not _is_int(other):
             return NotImplemented
-        return self.scope.decide_eq(self, other, "==")
+        # Undecided equality is False, as in JAX: `==` runs in hashing and in tuple
+        # comparisons of shapes, and a shape rule that asks `b == 1` then takes its general
+        # path, which serves b == 1 too. Ordering comparisons and bool() raise instead.
+        return self.scope.try_eq(self, other) is True
 
     def __ne__(self, other) -> bool:
         if isinstance(other, Dim):
@@ -538,7 +547,7 @@ class Dim:
                 return False
         elif not _is_int(other):
             return NotImplemented
-        return not self.scope.decide_eq(self, other, "!=")
+        return self.scope.try_eq(self, other) is not True
 
     def __hash__(self) -> int:
         return self._hash
@@ -568,7 +577,7 @@ class Dim:
         return self.scope.decide_ge(other, self + 1, "<", other, flip=True)
 
     def __bool__(self) -> bool:
-        return self != 0
+        return not self.scope.decide_eq(self, 0, "!=")
 
     # -- conversions a traced program cannot have --
     def _not_a_number(self, what: str) -> InconclusiveDimensionError:
@@ -901,6 +910,52 @@ def divide_exact(a, b):
     return divide_exact(q, bc)
 
 
+def slice_indices(start, stop, step: int, n) -> tuple:
+    """Python's `slice(start, stop, step).indices(n)` for a symbolic length `n` or bounds:
+    (first index, length), each an int or a Dim. A bound whose sign the constraints do not
+    decide raises `InconclusiveDimensionError` (a negative bound counts from the end).
+    Lengths come out in one form for equal slices: `x[1:]` and `x[:-1]` of a length-b axis
+    are both `max(0, b - 1)`."""
+
+    def adjusted(v):
+        if v is None:
+            return None
+        return v + n if v < 0 else v  # `v < 0` raises for an undecided sign
+
+    s, e = adjusted(start), adjusted(stop)
+    if step > 0:
+        s = 0 if s is None else s
+        e = n if e is None else e
+        span = dim_min(e, n) - dim_max(s, 0)
+        first = dim_min(dim_max(s, 0), n)
+    else:
+        s = n - 1 if s is None else dim_min(s, n - 1)
+        e = -1 if e is None else dim_max(e, -1)
+        span = s - e
+        first = dim_max(s, -1)
+    k = abs(step)
+    length = dim_max(0, span if k == 1 else _floordiv(span + k - 1, k))
+    return first, length
+
+
+def divisibility_hint(a, b) -> str | None:
+    """A constraint that would make `b` divide `a` (`t % 8 == 0` for a = 512*b*t and
+    b = 4096*b), or None when none of the form `e % k == 0` would."""
+    if isinstance(b, Dim):
+        if len(b.terms) != 1:
+            return None
+        ((bm, bc),) = b.terms
+        q = divide_exact(a, _make({bm: 1}, b.scope))
+        if q is None:
+            return None
+        a, b = q, bc
+    if not isinstance(a, Dim) or b <= 1:
+        return None
+    g = math.gcd(b, *(c for _, c in a.terms))
+    a = _make({m: c // g for m, c in a.terms}, a.scope)
+    return f"{a} % {b // g} == 0"
+
+
 def same(a, b) -> bool:
     """Whether two dimensions are the same expression (never raises; no constraints used)."""
     if isinstance(a, Dim):
@@ -913,6 +968,29 @@ def same(a, b) -> bool:
 def same_shape(a: tuple, b: tuple) -> bool:
     """Whether two shapes are the same expressions, dimension by dimension (never raises)."""
     return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+
+
+def may_exceed(d, n: int) -> bool:
+    """Whether dimension `d` can be greater than `n` (for a Dim: unless the constraints
+    rule it out)."""
+    if isinstance(d, Dim):
+        return d.scope.try_ge(d, n + 1) is not False
+    return d > n
+
+
+def definitely(d, op: str, n) -> bool:
+    """Whether `d op n` (op one of ==, >=, <=, >, <, !=) holds for every value of the
+    symbols; False where it may not (never raises)."""
+    if not isinstance(d, Dim) and not isinstance(n, Dim):
+        return {"==": d == n, "!=": d != n, ">=": d >= n, "<=": d <= n, ">": d > n, "<": d < n}[op]
+    scope = d.scope if isinstance(d, Dim) else n.scope
+    if op == "==":
+        return scope.try_eq(d, n) is True
+    if op == "!=":
+        return scope.try_eq(d, n) is False
+    if op in (">=", ">"):
+        return scope.try_ge(d, n + (op == ">")) is True
+    return scope.try_ge(n, d + (op == "<")) is True
 
 
 def is_symbolic(d) -> bool:
@@ -1052,7 +1130,7 @@ class Scope:
                 linear = None
         if linear is not None:
             c, rest = linear
-            lo, hi = self._sym_bounds.get(name, (0, _INF))
+            lo, hi = self._sym_bounds.get(name, (0, MAX_SIZE))
             if c > 0:
                 lo = max(lo, -(rest // c))  # c*s + rest >= 0: s >= ceil(-rest / c)
             else:
@@ -1123,7 +1201,7 @@ class Scope:
 
     def _atom_bounds(self, atom) -> tuple:
         if isinstance(atom, str):
-            return self._sym_bounds.get(atom, (0, _INF))
+            return self._sym_bounds.get(atom, (0, MAX_SIZE))
         name, args = atom.name, atom.args
         if name == "mod":
             return (0, args[1] - 1) if isinstance(args[1], int) else (0, _INF)

@@ -114,6 +114,26 @@ def _symbolic_shape(shape: tuple) -> tuple:
     return tuple(out)
 
 
+def unify_scopes(specs) -> tuple[ShapeDtype, ...]:
+    """`specs` with every symbolic dimension in one scope: the one they share, or one that
+    holds the constraints of all of theirs (symbols are the same by name). Static specs are
+    returned as they are."""
+    scopes: list[shapes.Scope] = []
+    for s in specs:
+        for d in s.shape:
+            if isinstance(d, shapes.Dim) and d.scope not in scopes:
+                scopes.append(d.scope)
+    if len(scopes) <= 1:
+        return tuple(specs)
+    merged = shapes.merge_scopes(scopes)
+    return tuple(
+        s
+        if shapes.is_static(s.shape)
+        else ShapeDtype(tuple(shapes.rehome(d, merged) for d in s.shape), s.dtype)
+        for s in specs
+    )
+
+
 def _check_size(shape: tuple[int, ...], dtype: np.dtype) -> None:
     """Refuses shapes XLA cannot size: a dimension past int64, or more than MAX_BYTES bytes
     (jaxlib 0.10.2 aborts the process compiling either)."""

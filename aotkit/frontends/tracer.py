@@ -27,6 +27,7 @@ from aotkit.lowering.core import (
     push_scope,
 )
 from aotkit.lowering.indexing import MaskedSelection
+from aotkit.lowering.symbolic import start as start_symbolic
 from aotkit.passes.runner import (
     CANONICAL,
     NO_CHLO,
@@ -35,7 +36,7 @@ from aotkit.passes.runner import (
     TRACER_FACTS,
 )
 from aotkit.program import DEFAULT_OPTIONS, Options, Program, Signature
-from aotkit.specs import ShapeDtype
+from aotkit.specs import ShapeDtype, unify_scopes
 
 
 def output_value(path, leaf) -> Tracer:
@@ -103,6 +104,7 @@ def trace(
     )
     leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
     specs, _ = arguments.flat_specs(name, (dyn_args, dyn_kwargs))
+    specs = unify_scopes(specs)  # symbolic dimensions: one scope (issue 25)
     weak = [dtypes.weak_kind(leaf) is not None for leaf in leaves]
     donated = ()
     if donate_argnums:
@@ -185,6 +187,8 @@ def trace_to_module(
         scope = push_scope(name, emitted)
         try:
             with ir.InsertionPoint(block):
+                # Symbolic dimensions (issue 25): their values, read from the arguments.
+                start_symbolic(emitted, block.arguments, flat_in_specs, f"trace({name})")
                 args = [
                     Tracer(block.arguments[i], s.shape, s.dtype, scope, w)
                     for i, (s, w) in enumerate(zip(flat_in_specs, weak, strict=True))

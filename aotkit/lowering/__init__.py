@@ -25,6 +25,8 @@ FAMILIES = (
     "decompositions",
     "updates",
     "sharding",
+    # Symbolic dimensions (issue 25): the dynamic forms of ops, for symbolic traces only.
+    "symbolic",
 )
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import _context, dtypes
+from aotkit import _context, dtypes, shapes
 from aotkit.passes import python_passes
 
 Aval = tuple  # (shape: tuple[int, ...], dtype: np.dtype), kept a plain tuple for speed
@@ -133,6 +133,7 @@ class Emitted:
         "simplify",
         "opaque",
         "scratch",
+        "symbolic",
         "used",
         "keys",
         "results",
@@ -148,6 +149,9 @@ class Emitted:
         self.constants: set[ir.Value] = set()
         self.simplify = False
         self.opaque = False
+        # The symbolic dimensions of a trace whose arguments have some (issue 25): a
+        # `lowering.symbolic.SymbolicTrace`, None for static traces.
+        self.symbolic = None
         self.used: set[int] = set()  # ids of the values vouched ops use
         self.keys: set[int] = set()  # hashes of the ops (see `bind`)
         self.results: list[ir.Value] = []
@@ -542,6 +546,8 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
     key = (shape, dtype)
     result_type = lc.tensor_types.get(key)
     if result_type is None:
+        if not shapes.is_static(shape):  # a symbolic dimension (issue 25)
+            return _bind_symbolic(op, entry, operands, values, params, shape, dtype)
         result_type = lc.tensor_types[key] = ir.RankedTensorType.get(
             shape, dtypes.ir_element_type(dtype)
         )
@@ -613,6 +619,8 @@ def _bind_rule(op: str, entry, operands, values: list, params: dict) -> list[Tra
     avals_out = entry[0](*avals_in, **params)
     scope = _tls.scopes[-1]
     scope.emitted.opaque = True
+    if scope.emitted.symbolic is not None and op in _symbolic_rules:
+        return _bind_symbolic_rule(op, entry, avals_in, avals_out, values, params)
     with user_location():
         results = entry[1](RuleContext(op, avals_in, avals_out), *values, **params)
     if len(avals_out) == 1:
@@ -620,6 +628,63 @@ def _bind_rule(op: str, entry, operands, values: list, params: dict) -> list[Tra
         shape, dtype = avals_out[0]
         return [Tracer(results[0], shape, dtype, scope)]
     return [Tracer(v, a[0], a[1], scope) for v, a in zip(results, avals_out)]  # noqa: B905
+
+
+# --- Symbolic dimensions (issue 25) ----------------------------------------------------------
+# A trace whose arguments have symbolic dimensions (`f32[b,784]`) builds dynamic StableHLO.
+# Static traces never reach these functions: `bind` comes here only when a result type is
+# not in the context's cache, which symbolic types never enter, and `_bind_rule` and `full`
+# only for a symbolic trace (`Emitted.symbolic`). aotkit/lowering/symbolic.py registers the
+# rules: the dynamic op for each op whose attributes encode a shape (`broadcast_in_dim` ->
+# `dynamic_broadcast_in_dim`, `reshape`, `iota`, `slice`, `pad`, ...) and "full".
+_symbolic_rules: dict[str, Callable] = {}
+
+
+def register_symbolic(*names: str):
+    """Registers the rule that lowers each op of `names` in a symbolic trace:
+    `rule(ctx, *values, static=<the op's own rule, or None for a direct op>, **params)`."""
+
+    def decorate(rule: Callable) -> Callable:
+        for name in names:
+            assert name not in _symbolic_rules, f"symbolic rule {name!r} registered twice"
+            _symbolic_rules[name] = rule
+        return rule
+
+    return decorate
+
+
+def _bind_symbolic(op, entry, operands, values, params, shape, dtype) -> list[Tracer]:
+    """`bind` of a direct op whose result has a symbolic dimension: its symbolic rule, or
+    the same op with a dynamic result type."""
+    avals_in = [(t.shape, t.dtype) for t in operands]
+    scope = _tls.scopes[-1]
+    scope.emitted.opaque = True
+    if entry[4]:
+        scope.emitted.chlo = True
+    rule = _symbolic_rules.get(op)
+    with user_location():
+        if rule is not None:
+            ctx = RuleContext(op, avals_in, [(shape, dtype)])
+            result = rule(ctx, *values, static=None, **params)[0]
+        else:
+            attributes = entry[3](**params) if entry[3] is not None else None
+            result = ir.Operation.create(
+                entry[2],
+                results=[dtypes.tensor_type(shape, dtype)],
+                operands=values,
+                attributes=attributes,
+            ).result
+    return [Tracer(result, shape, dtype, scope)]
+
+
+def _bind_symbolic_rule(op, entry, avals_in, avals_out, values, params) -> list[Tracer]:
+    """`_bind_rule` in a symbolic trace, for an op with a symbolic rule."""
+    scope = _tls.scopes[-1]
+    with user_location():
+        results = _symbolic_rules[op](
+            RuleContext(op, avals_in, avals_out), *values, static=entry[1], **params
+        )
+    return [Tracer(v, a[0], a[1], scope) for v, a in zip(results, avals_out, strict=True)]
 
 
 # When an op `bind` creates may give `aotkit-simplify` work (aotkit/passes/python_passes.py
@@ -744,12 +809,18 @@ def full(shape: tuple[int, ...], value, dtype: np.dtype) -> Tracer:
     scope = current_scope()
     t = type(value)
     if t not in _PY_SCALARS:
+        if isinstance(value, shapes.Dim):  # a symbolic dimension's value (issue 25)
+            return _symbolic_rules["dim"](shape, value, dtype)
         value = np.asarray(value).astype(dtype)
         t = type(value)
     # repr, not the value, keys the constant: 0.0 == -0.0, but they are different constants.
     key = (ir.InsertionPoint.current.block, dtype, shape, t, repr(value))
     v = scope.constants.get(key)
     if v is None:
+        if not shapes.is_static(shape):  # a symbolic dimension (issue 25)
+            with user_location():
+                v = scope.constants[key] = _symbolic_rules["full"](value, shape, dtype)
+            return Tracer(v, shape, dtype, scope)
         with user_location():
             v = scope.constants[key] = _constant_op(_splat_attr(value, shape, dtype))
     return Tracer(v, shape, dtype, scope)

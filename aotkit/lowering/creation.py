@@ -15,6 +15,7 @@ from aotkit import dtypes
 from aotkit.lowering.core import RuleContext, Tracer, bind1, export, full, register, where
 from aotkit.lowering.elementwise import asarray
 from aotkit.lowering.hlo import broadcast_to_shape, cast
+from aotkit.shapes import Dim
 
 
 @register("iota", shape=lambda *, shape, dtype, dim: [(tuple(shape), dtype)])
@@ -27,20 +28,22 @@ def iota(shape: tuple[int, ...], dtype: np.dtype, dim: int = 0) -> Tracer:
 
 
 def _shape_arg(op: str, shape) -> tuple[int, ...]:
-    if isinstance(shape, int | np.integer) and not isinstance(shape, bool):
+    if isinstance(shape, int | np.integer | Dim) and not isinstance(shape, bool):
         shape = (shape,)
     try:
         shape = tuple(shape)
     except TypeError:
         shape = None
     if shape is None or any(
-        isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0 for d in shape
+        not isinstance(d, Dim)
+        and (isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0)
+        for d in shape
     ):
         raise TypeError(
             f"{where(op)}: shape must be a non-negative int or a tuple of them (static); "
             "shapes are fixed at trace time"
         )
-    return tuple(int(d) for d in shape)
+    return tuple(d if isinstance(d, Dim) else int(d) for d in shape)
 
 
 def _dtype_arg(op: str, dtype, default) -> np.dtype:

@@ -15,6 +15,7 @@ import functools
 import numpy as np
 
 from aotkit import dtypes
+from aotkit import shapes as shapes_
 from aotkit.lowering.core import Tracer, bind1, constant, current_scope, full, user_site, where
 
 
@@ -37,6 +38,8 @@ def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     if len(shapes) == 2 and shapes[1] == first:
         return first
     out = _broadcast(shapes)
+    if out is None and not all(map(shapes_.is_static, shapes)):  # symbolic (issue 25)
+        out = _broadcast_symbolic(op, shapes)
     if out is None:
         listed = " and ".join(str(tuple(s)) for s in shapes)
         raise ValueError(
@@ -60,6 +63,44 @@ def _broadcast(shapes: tuple[tuple[int, ...], ...]) -> tuple[int, ...] | None:
                 if size not in (1, d):
                     return None
                 size = d
+        out.append(size)
+    return tuple(out)
+
+
+def _broadcast_symbolic(op: str, shapes: tuple) -> tuple | None:
+    """NumPy broadcasting of shapes with symbolic dimensions: a dimension against 1 is the
+    dimension; two others must be equal (or one of them 1) by the constraints, else an
+    `InconclusiveDimensionError` (None: they cannot broadcast)."""
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for i in range(ndim):
+        size = 1
+        for s in shapes:
+            d = s[i - ndim + len(s)] if i >= ndim - len(s) else 1
+            if shapes_.same(d, 1) or shapes_.same(d, size):
+                continue
+            if shapes_.same(size, 1):
+                size = d
+                continue
+            scope = (size if isinstance(size, shapes_.Dim) else d).scope
+            equal = scope.try_eq(size, d)
+            if equal:
+                continue
+            size_one = scope.try_eq(size, 1)
+            d_one = scope.try_eq(d, 1)
+            if equal is False and size_one is False and d_one is False:
+                return None
+            if equal is False and size_one is True:
+                size = d
+                continue
+            if equal is False and d_one is True:
+                continue
+            x, y = (size, d) if isinstance(size, shapes_.Dim) else (d, size)
+            raise shapes_.InconclusiveDimensionError(
+                f"{where(op)}: cannot broadcast dimension {x} against {y}: the constraints "
+                f"({scope.describe()}) do not decide whether they are equal or one of them "
+                "is 1; " + shapes_.HOW_TO_DECIDE.format(example=f"{x} == {y}")
+            )
         out.append(size)
     return tuple(out)
 
@@ -119,13 +160,13 @@ def slice_static(
 
 
 def reverse(x: Tracer, dims: tuple[int, ...]) -> Tracer:
-    dims = tuple(d for d in dims if x.shape[d] > 1)
+    dims = tuple(d for d in dims if shapes_.may_exceed(x.shape[d], 1))
     return bind1("reverse", x, dims=dims) if dims else x
 
 
 def concat(xs: list[Tracer], axis: int) -> Tracer:
     """Concatenates tracers of one dtype and matching shapes along `axis`."""
-    xs = [x for x in xs if x.shape[axis] != 0] or xs[:1]
+    xs = [x for x in xs if not shapes_.same(x.shape[axis], 0)] or xs[:1]
     return xs[0] if len(xs) == 1 else bind1("concatenate", *xs, dim=axis)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import dtypes
+from aotkit import dtypes, shapes
 from aotkit.lowering.core import (
     NUMPY_FUNCTIONS,
     RuleContext,
@@ -55,6 +55,7 @@ from aotkit.lowering.elementwise import (
     to_operand,
 )
 from aotkit.lowering.hlo import (
+    broadcast_shapes,
     broadcast_to_shape,
     cast,
     concat,
@@ -65,6 +66,7 @@ from aotkit.lowering.hlo import (
     reverse,
     slice_static,
 )
+from aotkit.shapes import Dim
 
 # --- primitives ------------------------------------------------------------------------------
 
@@ -153,8 +155,8 @@ _FULL = slice(None)
 
 
 def _slice_bound(op: str, v, name: str):
-    if v is None:
-        return None
+    if v is None or isinstance(v, Dim):
+        return v
     if isinstance(v, Tracer):
         raise IndexError(
             f"{where(op)}: slice {name} is traced, but slice bounds fix the result shape and "
@@ -282,13 +284,27 @@ def _parse(op: str, shape: tuple[int, ...], idx) -> _Parsed:
                 d += 1
             continue
         n = shape[d]
-        if kind == "slice":
+        if kind == "slice" and (
+            isinstance(n, Dim) or isinstance(v.start, Dim) or isinstance(v.stop, Dim)
+        ):  # symbolic (issue 25)
+            step = 1 if v.step is None else v.step
+            entries.append(("slice", *shapes.slice_indices(v.start, v.stop, step, n), step))
+        elif kind == "slice":
             start, stop, step = v.indices(n)
             entries.append(("slice", start, len(range(start, stop, step)), step))
         elif kind == "int":
             if not -n <= v < n:
                 raise _out_of_bounds(op, v, d, n)
-            entries.append(("int", v % n))
+            entries.append(("int", v + n if isinstance(n, Dim) and v < 0 else v % n))
+        elif kind == "array" and isinstance(n, Dim):  # a symbolic axis (issue 25)
+            if v.size and v.min() < 0:
+                raise IndexError(
+                    f"{where(op)}: negative static indices into axis {d} of symbolic size {n} "
+                    "are not supported; index from the end with n - k"
+                )
+            if v.size and not n > int(v.max()):
+                raise _out_of_bounds(op, int(v.max()), d, n)
+            entries.append(("array", v.astype(np.int64)))
         elif kind == "array":
             bad = (v < -n) | (v >= n)
             if bad.any():
@@ -1025,6 +1041,8 @@ def _index_tensor(parts: list, sizes: list[int], batch: tuple[int, ...], places:
 
 
 def _broadcast_index_shapes(op: str, arrays: list) -> tuple[int, ...]:
+    if any(isinstance(d, Dim) for a in arrays for d in a.shape):  # symbolic (issue 25)
+        return broadcast_shapes(op, *(tuple(a.shape) for a in arrays))
     try:
         return tuple(np.broadcast_shapes(*(tuple(a.shape) for a in arrays)))
     except ValueError:
@@ -1051,6 +1069,10 @@ def _advanced_layout(p: _Parsed, op: str):
 
 def _apply_slices(x: Tracer, p: _Parsed, keep_ints: bool) -> Tracer:
     """One slice (+ reverse) for every static slice, and for static ints when `keep_ints`."""
+    if not shapes.is_static(x.shape) or any(
+        not shapes.is_static(e[1:]) for e in p.entries if e[0] in ("slice", "int")
+    ):
+        return _apply_symbolic_slices(x, p, keep_ints)
     lo, hi, st, rev = [], [], [], []
     for d, e in enumerate(p.entries):
         n = x.shape[d]
@@ -1075,6 +1097,49 @@ def _apply_slices(x: Tracer, p: _Parsed, keep_ints: bool) -> Tracer:
             hi.append(n)
             st.append(1)
     x = slice_static(x, tuple(lo), tuple(hi), tuple(st))
+    return reverse(x, tuple(rev))
+
+
+def _apply_symbolic_slices(x: Tracer, p: _Parsed, keep_ints: bool) -> Tracer:
+    """`_apply_slices` where a length or a bound is symbolic: one `symbolic_slice` whose
+    result shape is each slice's length as `shapes.slice_indices` gives it (issue 25)."""
+    lo, hi, st, rev, out = [], [], [], [], []
+    for d, e in enumerate(p.entries):
+        n = x.shape[d]
+        if e[0] == "slice":
+            _, start, length, step = e
+            k = abs(step)
+            span = length if k == 1 else shapes.dim_max(length * k - k + 1, 0)
+            if step < 0:
+                # The elements start, start - k, ...: the slice from the last of them up.
+                first = shapes.dim_min(start + 1, start - (length - 1) * k)
+                lo.append(first)
+                hi.append(start + 1)
+                rev.append(d)
+            else:
+                lo.append(start)
+                hi.append(start + span)
+            st.append(k)
+            out.append(length)
+        elif e[0] == "int" and keep_ints:
+            lo.append(e[1])
+            hi.append(e[1] + 1)
+            st.append(1)
+            out.append(1)
+        else:
+            lo.append(0)
+            hi.append(n)
+            st.append(1)
+            out.append(n)
+    if not (lo == [0] * x.ndim and tuple(hi) == x.shape and st == [1] * x.ndim):
+        x = bind1(
+            "symbolic_slice",
+            x,
+            start=tuple(lo),
+            limit=tuple(hi),
+            strides=tuple(st),
+            shape=tuple(out),
+        )
     return reverse(x, tuple(rev))
 
 
@@ -1273,7 +1338,12 @@ def _update_window(y: Tracer, p: _Parsed, value: Tracer, mode: str) -> Tracer:
             sizes.append(1)
         else:
             _, start, length, step = e
-            starts.append(start - length + 1 if step < 0 and length else (start if length else 0))
+            if isinstance(start, Dim) or isinstance(length, Dim):  # symbolic (issue 25)
+                starts.append(start if step > 0 else shapes.dim_min(start + 1, start - length + 1))
+            else:
+                starts.append(
+                    start - length + 1 if step < 0 and length else (start if length else 0)
+                )
             sizes.append(length)
             if step < 0:
                 rev.append(d)

@@ -19,7 +19,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import dtypes
+from aotkit import dtypes, shapes
 from aotkit.lowering.control import fori_loop
 from aotkit.lowering.core import (
     RuleContext,
@@ -317,6 +317,8 @@ WIDEN_BLOCK_BYTES = 16 << 20
 def _widening_reduce(x: Tracer, mask, acc: np.dtype, axes, monoid: str) -> Tracer:
     """`x` (masked) reduced over `axes` with `monoid` in the wider dtype `acc`."""
     identity = _identity(monoid, acc)
+    if not shapes.is_static(x.shape):  # symbolic (issue 25): no blocks, one reduction
+        return reduce_raw(_masked(cast(x, acc), mask, identity), axes, monoid)
     reduced = _reduced_size(x.shape, axes)
     kept = x.size // reduced if reduced else 0
     block = WIDEN_BLOCK_BYTES // max(1, kept * acc.itemsize)
@@ -368,7 +370,15 @@ def _extreme(op, monoid, a, axis, out, keepdims, initial, wh) -> Tracer:
             f"{where(op)}: reduction operation {_NAMES[monoid]!r} has no identity, so a "
             "where= mask needs initial= as well"
         )
-    if initial is None and _reduced_size(x.shape, axes) == 0:
+    size = _reduced_size(x.shape, axes)
+    if initial is None and isinstance(size, shapes.Dim) and not shapes.definitely(size, ">=", 1):
+        raise shapes.InconclusiveDimensionError(
+            f"{where(op)}: the reduced size {size} may be 0, and {op} has no identity; "
+            + shapes.HOW_TO_DECIDE.format(example=f"{size} >= 1").replace(
+                "make the dimension static", "pass initial="
+            )
+        )
+    if initial is None and size == 0:
         raise ValueError(
             f"{where(op)}: zero-size array of shape {x.shape} to reduction operation "
             f"{_NAMES[monoid]!r} which has no identity; pass initial="

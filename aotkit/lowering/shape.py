@@ -16,7 +16,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import _context, dtypes
+from aotkit import _context, dtypes, shapes
 from aotkit.lowering.core import (
     RuleContext,
     Tracer,
@@ -43,6 +43,7 @@ from aotkit.lowering.hlo import (
     reverse,
     slice_static,
 )
+from aotkit.shapes import Dim
 
 # --- primitives ------------------------------------------------------------------------------
 
@@ -69,7 +70,7 @@ def _slice_shape(a, *, start, limit, strides):
     return [
         (
             tuple(
-                max(0, -(-(hi - lo) // st))
+                shapes.dim_max(0, -(-(hi - lo) // st))
                 for lo, hi, st in zip(start, limit, strides, strict=True)
             ),
             a[1],
@@ -179,7 +180,7 @@ _MAX_DIM = 2**63 - 1
 
 def _check_dims(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     """Refuses result shapes MLIR cannot hold (sizes are signed 64-bit)."""
-    if any(d > _MAX_DIM for d in shape):
+    if any(type(d) is int and d > _MAX_DIM for d in shape):
         raise ValueError(
             f"{where(op)}: the result shape {shape} has a dimension over 2**63 - 1; "
             "use smaller sizes"
@@ -192,6 +193,8 @@ def _asarray(a) -> Tracer:
 
 
 def _static_int(op: str, name: str, v) -> int:
+    if isinstance(v, Dim):  # a symbolic dimension: known at trace time as an expression
+        return v
     if not _is_int(v):
         what = "traced" if isinstance(v, Tracer) else f"{v!r}"
         raise TypeError(
@@ -256,9 +259,11 @@ def _common_dtype(op: str, xs: list[Tracer], dtype, casting: str) -> list[Tracer
 
 
 def _resolve_newshape(op: str, size: int, shape) -> tuple[int, ...]:
-    if isinstance(shape, int):
+    if isinstance(shape, int | Dim):
         shape = (shape,)
     shape = tuple(shape)
+    if isinstance(size, Dim) or any(isinstance(d, Dim) for d in shape):
+        return _resolve_symbolic(op, size, shape)
     for d in shape:
         if isinstance(d, Tracer) or not isinstance(d, int):
             raise TypeError(
@@ -275,6 +280,43 @@ def _resolve_newshape(op: str, size: int, shape) -> tuple[int, ...]:
         shape = tuple(size // known if d == -1 else d for d in shape)
     if math.prod(shape) != size:
         raise ValueError(f"{where(op)}: cannot reshape array of size {size} into shape {shape}")
+    return shape
+
+
+def _resolve_symbolic(op: str, size, shape: tuple) -> tuple:
+    """`_resolve_newshape` where the size or the shape has symbolic dimensions: -1 is the
+    exact quotient of the polynomials (issue 25)."""
+    for d in shape:
+        if not isinstance(d, Dim) and (isinstance(d, Tracer) or not _is_int(d)):
+            raise TypeError(
+                f"{where(op)}: shape {shape!r} must hold Python ints or symbolic dimensions "
+                "(static sizes); shapes are fixed at trace time"
+            )
+    unknown = [i for i, d in enumerate(shape) if not isinstance(d, Dim) and d == -1]
+    if len(unknown) > 1 or any(not isinstance(d, Dim) and d < -1 for d in shape):
+        raise ValueError(f"{where(op)}: bad shape {shape}; at most one -1, other sizes >= 0")
+    if unknown:
+        known = math.prod(d for i, d in enumerate(shape) if i not in unknown)
+        quotient = shapes.divide_exact(size, known)
+        if quotient is None:
+            hint = shapes.divisibility_hint(size, known)
+            how = (
+                shapes.HOW_TO_DECIDE.format(example=hint).replace(
+                    "make the dimension static", "give the shape without -1"
+                )
+                if hint
+                else "give the shape without -1"
+            )
+            raise ValueError(
+                f"{where(op)}: cannot infer -1 of shape {shape} from size {size}: {known} does "
+                f"not divide {size} for every value of the symbols; {how}"
+            )
+        shape = tuple(quotient if i in unknown else d for i, d in enumerate(shape))
+    if math.prod(shape) != size:
+        raise ValueError(
+            f"{where(op)}: cannot reshape array of size {size} into shape {shape}; the sizes "
+            "must be the same expression for every value of the symbols"
+        )
     return shape
 
 

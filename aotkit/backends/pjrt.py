@@ -338,20 +338,25 @@ def native_dispatcher(name: str, python_call, run, *, one_leaf: bool = False):
     array_type = _compat.array_type()
 
     exact, exact_scalars = _EXACT_NUMPY, _EXACT_NUMPY_SCALARS
-    in_place_from = IN_PLACE_FROM
+    in_place_from, staged_from = IN_PLACE_FROM, STAGED_FROM
 
     def call(*args, **kwargs):
         # The entry point of every call (aotkit/_traceback.py): an error leaves it without
         # aotkit's frames. A try costs nothing until it catches; a wrapper would add a frame.
         try:
-            narrow_mode = False
+            narrow_mode = wait = False
             for arg in args:
                 t = type(arg)
                 if t is array_type:
                     continue
                 if t is np.ndarray:
-                    if arg.dtype in exact and arg.nbytes < in_place_from:
-                        continue
+                    if arg.dtype in exact:
+                        n = arg.nbytes
+                        if n < in_place_from:
+                            continue
+                        if n < staged_from:  # the transfer may read it in place: wait
+                            wait = True
+                            continue
                     break
                 if t in exact_scalars:
                     continue
@@ -361,20 +366,23 @@ def native_dispatcher(name: str, python_call, run, *, one_leaf: bool = False):
                 break
             else:
                 if not kwargs:
-                    # Device arrays, small NumPy values of dtypes x64 mode does not narrow,
-                    # and Python scalars: the common calls, in as few steps as jax.jit's.
+                    # Device arrays, NumPy values of dtypes x64 mode does not narrow (under
+                    # `STAGED_FROM` bytes) and Python scalars: the common calls, in as few
+                    # steps as jax.jit's.
                     if not narrow_mode:
                         # These key and transfer alike in either x64 mode: no switch.
                         try:
-                            return wide(*args)
+                            out = wide(*args)
                         except (runtime_error, ValueError):
                             return _after_failure(args, kwargs)
-                    if thread_x64.value is False:  # x64 off already, as it usually is
+                        if wait:
+                            _block(out, array_type)
+                        return out
+                    if thread_x64.value is False and not wait:  # x64 off, as it usually is
                         try:
                             return narrow(*args)
                         except (runtime_error, ValueError):
                             return _after_failure(args, kwargs)
-                    return in_mode(False, narrow, args, kwargs)
             return other_call(args, kwargs)
         except Exception as e:
             filter_exception(e)
@@ -493,6 +501,13 @@ def native_dispatcher(name: str, python_call, run, *, one_leaf: bool = False):
                         return wide(arg)
                     except (runtime_error, ValueError):
                         return _after_failure(args, kwargs)
+                if t is np.ndarray and arg.dtype in exact and arg.nbytes < staged_from:
+                    try:
+                        out = wide(arg)
+                    except (runtime_error, ValueError):
+                        return _after_failure(args, kwargs)
+                    _block(out, array_type)  # the transfer may read it in place (`HostInputs`)
+                    return out
                 if t in python_scalars and thread_x64.value is False:
                     try:
                         return narrow(arg)

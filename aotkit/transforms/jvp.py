@@ -668,10 +668,77 @@ def _scatter(ctx, primals, tangents):
         return [out], [L.scatter_add(T, tx, idx, tu, dims, xa, ua)]
     if kind == "replace":
         return [out], [_scatter_replace_tangent(T, x, idx, u, tx, tu, dims)]
+    if kind in ("max", "min"):
+        return [out], [_scatter_extremal_tangent(T, x, idx, u, out, tx, tu, dims)]
+    if kind == "mul":
+        return [out], [_scatter_mul_tangent(T, x, idx, u, tx, tu, dims)]
     raise TransformError(
         f"{ctx.ev.transform}: {op_site(op)} is a scatter that combines with "
-        f"{kind or 'a custom region'}; aotkit differentiates scatters that add or replace"
+        f"{kind or 'a custom region'}; aotkit differentiates scatters that add, replace, "
+        "multiply, or take the minimum or maximum"
     )
+
+
+def _scatter_extremal_tangent(T, x, idx, u, out, tx, tu, dims):
+    """The tangent of a scatter that keeps the minimum or maximum (JAX's rule): where
+    several values tie for a location (updates, and the operand's own value), each gets
+    an equal share of the location's tangent."""
+    xa, ua = (x.shape, x.dtype), (u.shape, u.dtype)
+    gdims = H.gather_dims_of_scatter(dims)
+    sizes = H.scatter_slice_sizes(x.shape, u.shape, dims)
+
+    def at_updates(v):  # the operand-shaped v, read at each update's location
+        return H.gather(v, idx, gdims, sizes)
+
+    target = at_updates(out)
+    won = H.compare(u, target, "EQ")
+    kept = H.compare(at_updates(x), target, "EQ")
+    one, zero = H.like(u, 1), H.like(u, 0)
+    winners = at_updates(H.scatter(H.zeros(*xa), idx, H.select(won, one, zero), dims, "add"))
+    refs = at_updates(H.scatter(H.zeros(*xa), idx, one, dims, "add"))
+    share = H.select(kept, H.reciprocal(H.add(winners, 1)), H.reciprocal(winners))
+    update_coef = H.select(won, share, zero)
+    operand_coef = H.div(H.sub(H.select(kept, H.reciprocal(H.add(winners, 1)), zero), 1), refs)
+    t_updates = L.add(
+        T,
+        L.mul(T, L.gather(T, tx, idx, gdims, sizes, ua), operand_coef),
+        L.mul(T, tu, update_coef),
+    )
+    return L.scatter_add(T, tx, idx, t_updates, dims, xa, ua)
+
+
+def _scatter_mul_tangent(T, x, idx, u, tx, tu, dims):
+    """The tangent of a scatter that multiplies: the operand's tangent times the product of
+    the updates at its location; each update's tangent times the operand and the other
+    updates at its location, exact with zeros and duplicates (JAX's rule needs unique
+    indices for the updates' part)."""
+    xa, ua = (x.shape, x.dtype), (u.shape, u.dtype)
+    product = H.scatter(H.full_like_aval(xa, 1), idx, u, dims, "mul")
+    t = L.mul(T, tx, product)
+    if tu is None:
+        return t
+    gdims = H.gather_dims_of_scatter(dims)
+    sizes = H.scatter_slice_sizes(x.shape, u.shape, dims)
+    is_zero = H.compare(u, 0, "EQ")
+    one, zero = H.like(u, 1), H.like(u, 0)
+    # Per location, the product of its nonzero updates and how many are zero; the product
+    # of the others of an update follows without dividing by zero.
+    nonzero = H.gather(
+        H.scatter(H.full_like_aval(xa, 1), idx, H.select(is_zero, one, u), dims, "mul"),
+        idx,
+        gdims,
+        sizes,
+    )
+    zeros = H.gather(
+        H.scatter(H.zeros(*xa), idx, H.select(is_zero, one, zero), dims, "add"), idx, gdims, sizes
+    )
+    others = H.select(
+        is_zero,
+        H.select(H.compare(zeros, 1, "EQ"), nonzero, zero),
+        H.select(H.compare(zeros, 0, "EQ"), H.div(nonzero, H.select(is_zero, one, u)), zero),
+    )
+    coef = H.mul(H.gather(x, idx, gdims, sizes), others)
+    return L.add(T, t, L.scatter_add(T, None, idx, L.mul(T, tu, coef), dims, xa, ua))
 
 
 def _scatter_replace_tangent(T, x, idx, u, tx, tu, dims):

@@ -85,6 +85,34 @@ def _unique_rows(rng, dt):
     return x, rng.permutation(5)[:3].astype(np.int32), rng.standard_normal((3, 3)).astype(dt)
 
 
+def _multiplied(x, idx, v):
+    """`x.at[idx].multiply(v)` written with one write per update: JAX differentiates it in
+    the updates whatever the indices (its scatter_mul needs unique ones)."""
+    m = jnp.ones_like(x)
+    for j in range(idx.shape[0]):
+        m = m.at[idx[j]].set(m[idx[j]] * v[j])
+    return x * m
+
+
+def with_zero_updates(rng, dt):
+    """Duplicate rows, updates with zeros: one zero at a location, and two."""
+    x, idx, v = with_duplicates((5, 3), (4, 3))(rng, dt)
+    first = int(np.flatnonzero(idx == 0)[0])
+    v[first, 0] = 0
+    v[idx == 0, 1] = 0
+    return x, idx, v
+
+
+def with_tied_updates(rng, dt):
+    """Duplicate rows whose updates tie with each other and with the operand."""
+    x, idx, v = with_duplicates((5, 3), (4, 3))(rng, dt)
+    rows = np.flatnonzero(idx == 0)
+    v[rows[1]] = v[rows[0]]
+    x[0, 1] = v[rows[0], 1]
+    v[idx == 3, 2] = x[3, 2]
+    return x, idx, v
+
+
 LAYOUT = {
     "broadcast_to": twin(lambda xp, x: xp.broadcast_to(x, (2, 3, 4)), normal((3, 1))),
     "broadcast_rank": twin(lambda xp, x: xp.broadcast_to(x, (2, 3, 4)), normal((4,))),
@@ -178,6 +206,17 @@ LAYOUT = {
         with_duplicates((5, 3), (4, 3)),
         in_axes=(None, None, 0),
     ),
+    "at_multiply": Case(lambda x, idx, v: x.at[idx].multiply(v), _multiplied, _unique_rows),
+    "at_multiply_duplicates": Case(
+        lambda x, idx, v: x.at[idx].multiply(v), _multiplied, with_duplicates((5, 3), (4, 3))
+    ),
+    "at_multiply_zeros": Case(
+        lambda x, idx, v: x.at[idx].multiply(v), _multiplied, with_zero_updates
+    ),
+    "at_max": twin(lambda xp, x, idx, v: x.at[idx].max(v), with_duplicates((5, 3), (4, 3))),
+    "at_min": twin(lambda xp, x, idx, v: x.at[idx].min(v), with_duplicates((5, 3), (4, 3))),
+    "at_max_ties": twin(lambda xp, x, idx, v: x.at[idx].max(v), with_tied_updates, fd=False),
+    "at_min_ties": twin(lambda xp, x, idx, v: x.at[idx].min(v), with_tied_updates, fd=False),
     "setitem": Case(_setitem, lambda x, idx, v: x.at[idx].set(v), with_duplicates((5, 3), (4, 3))),
     "setitem_add": Case(
         _setitem_add,

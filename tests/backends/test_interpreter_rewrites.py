@@ -305,6 +305,25 @@ def test_i8_convolution_with_an_i32_result_does_not_wrap():
     np.testing.assert_array_equal(interp[0], [[[10200, 9800, -9986]]])
 
 
+# --- dot_general over an empty dimension ------------------------------------------------
+
+
+@pytest.mark.parametrize("shapes", [((0,), (0,), ()), ((2, 0), (0, 3), (2, 3))], ids=str)
+def test_dot_general_over_an_empty_dimension_is_zero(shapes):
+    # The interpreter aborted the process ("Incompatible index and shape").
+    a, b, r = ("tensor<" + "".join(f"{d}x" for d in s) + "f32>" for s in shapes)
+    text = module(
+        "dot",
+        [a, b],
+        [r],
+        f"%0 = stablehlo.dot_general %a0, %a1, contracting_dims = [{len(shapes[0]) - 1}] x [0] "
+        f": ({a}, {b}) -> {r}\n return %0 : {r}",
+    )
+    x, y = np.ones(shapes[0], np.float32), np.ones(shapes[1], np.float32)
+    cpu, interp, _ = on_both(text, x, y)
+    assert_same(cpu, interp)
+
+
 # --- convolution layouts ----------------------------------------------------------------
 
 

@@ -8,6 +8,8 @@
 - integer divide and remainder by 0 end the process (SIGFPE): they divide by 1 where XLA
   defines the result (x / 0 = -1, all ones unsigned; x % 0 = x; MIN / -1 = MIN;
   MIN % -1 = 0) and select that result.
+- dot_general contracting an empty dimension aborts the process ("Incompatible index and
+  shape found while flattening index"): it is a constant zero of its result type.
 - dot_general and convolution on f16/bf16 round every partial sum to 16 bits, where XLA
   accumulates in f32: operands go to f32, the result comes back.
 - convolution of narrower integers (i8 x i8 -> i32) wraps in i8: operands are converted
@@ -199,6 +201,11 @@ def _is_half(t: ir.Type) -> bool:
 
 @rule("dot_general")
 def _widen_half_dot(op: ir.Operation, name: str) -> None:
+    if any(_empty(v.type) for v in op.operands) and not _empty(op.result.type):
+        # A contraction over an empty dimension aborts the interpreter ("Incompatible index
+        # and shape found while flattening index"); its result is all zeros.
+        _replace(op, _splat(0, op.result.type))
+        return
     # An `algorithm` attribute names the accumulation type itself; it is left as written.
     if "algorithm" in op.attributes or not any(_is_half(v.type) for v in op.operands):
         return

@@ -309,13 +309,20 @@ def known_ops() -> set[str]:
 
 def table() -> list[Row]:
     """One row per op aotkit knows, by name (custom calls by target)."""
+    return list(_table())
+
+
+@functools.cache
+def _table() -> tuple[Row, ...]:
+    # Computed once: every rule module is imported first (`load_rules`), so the tables
+    # do not change afterwards.
     load_rules()
     emitted = tracer_ops()
 
     def tracer(op):
         return "yes" if op in emitted else "symbolic" if op in SYMBOLIC_OPS else ""
 
-    return [_row(op, tracer(op)) for op in sorted(known_ops())]
+    return tuple(_row(op, tracer(op)) for op in sorted(known_ops()))
 
 
 def _display_rows(rows: list[Row]) -> list[tuple[str, Row]]:

@@ -446,3 +446,46 @@ def test_polygamma_has_no_derivative_in_its_order():
     got = lowered.grad(argnums=1).compile(backend="interpreter")(np.float32(1), np.float32(2))
     want = jax.grad(jax.lax.polygamma, argnums=1)(np.float32(1), np.float32(2))
     assert_close(np.asarray(got), np.asarray(want), (1e-6, 1e-6), "d/dx")
+
+
+# --- derivatives at the points where a formula could go wrong -----------------------------------
+
+EDGES = {
+    "power_at_zero": (
+        lambda xp: lambda x, y: xp.sum(xp.power(x, y)),
+        [0.0, 0.0, 2.0],
+        [0.0, 1.0, 0.0],
+    ),
+    "sqrt_at_zero": (lambda xp: lambda x, y: xp.sum(xp.sqrt(x) * y), [0.0, 1.0], [1.0, 2.0]),
+    "abs_at_zero": (lambda xp: lambda x, y: xp.sum(xp.abs(x) * y), [0.0, -1.0], [1.0, 1.0]),
+    "arctan2_at_origin": (
+        lambda xp: lambda x, y: xp.sum(xp.arctan2(x, y)),
+        [0.0, -1.0],
+        [0.0, 1.0],
+    ),
+    "maximum_with_scalar_tie": (
+        lambda xp: lambda x, y: xp.sum(xp.maximum(x, 0.0) * y),
+        [0.0, -1.0],
+        [1.0, 3.0],
+    ),
+    "norm_at_zero": (
+        lambda xp: lambda x, y: xp.sqrt(xp.sum(x * x)) + xp.sum(y),
+        [0.0, 0.0],
+        [1.0, 1.0],
+    ),
+    "log_at_zero": (lambda xp: lambda x, y: xp.sum(xp.log(x) * y), [0.0, 1.0], [0.0, 1.0]),
+    "divide_by_zero": (lambda xp: lambda x, y: xp.sum(x / y), [1.0, 0.0], [0.0, 2.0]),
+}
+
+
+@pytest.mark.parametrize("name", EDGES)
+def test_derivatives_at_edges_equal_jax(name):
+    """Infinities and NaNs where JAX has them, zeros where JAX's formula avoids them."""
+    make, x, y = EDGES[name]
+    x, y = np.float32(x), np.float32(y)
+    got = aotkit.jit(aotkit.grad(make(anp), argnums=(0, 1)), backend="interpreter")(x, y)
+    want = aotkit.jit(jax.grad(make(jnp), argnums=(0, 1)), frontend="jax", backend="interpreter")(
+        x, y
+    )
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

@@ -52,6 +52,7 @@ from aotkit.lowering.core import (
     where,
 )
 from aotkit.lowering.hlo import cast
+from aotkit.shapes import Dim
 
 # Loop counters are int64, NumPy's default integer, as `range` values would become.
 _INDEX = np.dtype(np.int64)
@@ -74,6 +75,13 @@ def _take_row(x: Tracer, i: Tracer) -> Tracer:
         return full(x.shape[1:], 0, x.dtype)
     row = bind1("dynamic_slice", x, *_row_starts(i, x.ndim), sizes=(1,) + x.shape[1:])
     return bind1("reshape", row, shape=x.shape[1:])
+
+
+def _with_spare_row(x: Tracer) -> Tracer:
+    """`x` with one more row of zeros at the end (see `scan`)."""
+    zero = full((), 0, x.dtype)
+    pad = (0,) * (x.ndim - 1)
+    return bind1("pad", x, zero, low=(0,) + pad, high=(1,) + pad)
 
 
 def _put_row(x: Tracer, row: Tracer, i: Tracer) -> Tracer:
@@ -654,6 +662,10 @@ def fori_loop(lower, upper, body_fn: Callable, init):
     """
     _start("fori_loop")
     _callables("fori_loop", body_fn=body_fn)
+    # A symbolic bound (`x.shape[0]`, issue 25) is a weakly typed traced int.
+    lower, upper = (
+        as_weak(full((), b, _INDEX)) if isinstance(b, Dim) else b for b in (lower, upper)
+    )
     _bound("fori_loop", "lower", lower)
     _bound("fori_loop", "upper", upper)
     index_dtype = dtypes.result_type(_key(lower), _key(upper))
@@ -750,6 +762,10 @@ def _scan_xs(op: str, xs, length):
 
 
 def _unroll(op: str, unroll, length: int) -> int:
+    if isinstance(length, Dim):
+        # A symbolic trip count (issue 25): one step per iteration, since a remainder of
+        # `length % k` steps would be a symbolic number of steps traced after the loop.
+        return 1
     if unroll is True:
         return max(length, 1)
     if unroll is False:
@@ -772,6 +788,12 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
     _callables(op, f=f)
     carry, tree = _carry_leaves(op, init)
     x_leaves, x_tree, length = _scan_xs(op, xs, length)
+    # A symbolic length may be 0 (issue 25): rows are read from xs, and written into
+    # buffers, one row longer than the length, so that the body's one-row slices verify
+    # for every length; the loop never reads or writes that row.
+    spare = 1 if isinstance(length, Dim) else 0
+    if spare:
+        x_leaves = [_with_spare_row(xl) for xl in x_leaves]
     k = _unroll(op, unroll, length)
     n_loop = length // k * k
 
@@ -825,7 +847,7 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
             cs, y_tree, ys, idx = step(t, cs, loop.carry[1:], promote=True, probe=loop.probe)
             if bufs is None:
                 y_spec[:] = [y_tree, [y.aval for y in ys]]
-                bufs = [loop.add_carry((length,) + y.shape, y.dtype) for y in ys]
+                bufs = [loop.add_carry((length + spare,) + y.shape, y.dtype) for y in ys]
             else:
                 check_ys(y_tree, ys)
             bufs = [_put_row(b, y, idx) for b, y in zip(bufs, ys, strict=True)]
@@ -837,8 +859,10 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
     counter = _Carry((), _INDEX, None, np.array(0, _INDEX), "i")
     outs, final = _while(op, [counter] + carry, cond, body)
     cs, bufs = outs[1 : 1 + len(carry)], outs[1 + len(carry) :]
-    for t in range(n_loop, length):
+    for t in range(n_loop, length) if not isinstance(length, Dim) else ():
         cs, y_tree, ys, idx = step(full((), t, _INDEX), cs, final[1:], promote=False)
         check_ys(y_tree, ys)
         bufs = [_put_row(b, y, idx) for b, y in zip(bufs, ys, strict=True)]
+    if spare:
+        bufs = [indexing.getitem(b, slice(None, length)) for b in bufs]
     return tree_util.tree_unflatten(tree, cs), tree_util.tree_unflatten(y_spec[0], bufs)

@@ -11,7 +11,7 @@ import math
 import numpy as np
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import dtypes
+from aotkit import dtypes, shapes
 from aotkit.lowering.core import RuleContext, Tracer, bind1, export, full, register, where
 from aotkit.lowering.elementwise import asarray
 from aotkit.lowering.hlo import broadcast_to_shape, cast
@@ -131,6 +131,8 @@ def arange(start, stop=None, step=None, dtype=None, *, device=None):
     start = _static_scalar("arange", "start", start)
     stop = _static_scalar("arange", "stop", stop)
     step = _static_scalar("arange", "step", step)
+    if any(isinstance(v, Dim) for v in (start, stop, step)):
+        return _symbolic_arange(start, stop, step, dtype)
     # NumPy decides the length and dtype; aotkit builds the values with iota.
     host = (
         np.arange(start, stop, step)
@@ -150,6 +152,37 @@ def arange(start, stop=None, step=None, dtype=None, *, device=None):
         idx = bind1("multiply", idx, full((n,), step, compute))
     if start != 0:
         idx = bind1("add", idx, full((n,), start, compute))
+    return idx
+
+
+def _symbolic_arange(start, stop, step, dtype) -> Tracer:
+    """`arange` with a symbolic bound (`arange(x.shape[0])`): integer bounds and step, the
+    length `max(0, ceil((stop - start) / step))` as a dimension (issue 25)."""
+    if stop is None:
+        start, stop = 0, start
+    step = 1 if step is None else step
+    for name, v in (("start", start), ("stop", stop), ("step", step)):
+        if not isinstance(v, Dim) and not (isinstance(v, int | np.integer) and v is not True):
+            raise TypeError(
+                f"{where('arange')}: with a symbolic bound, {name} must be an int or a symbolic "
+                f"dimension, got {v!r}"
+            )
+    if isinstance(step, Dim) or step == 0:
+        raise ValueError(
+            f"{where('arange')}: with a symbolic bound, step must be a nonzero int, got {step}"
+        )
+    if step > 0:
+        n = shapes.dim_max(0, (stop - start + step - 1) // step)
+    else:
+        n = shapes.dim_max(0, (start - stop - step - 1) // -step)
+    out_dtype = dtypes.canonicalize(
+        np.arange(0, 1, 1).dtype if dtype is None else dtype, where=where("arange")
+    )
+    idx = iota((n,), out_dtype)
+    if step != 1:
+        idx = bind1("multiply", idx, full((n,), step, out_dtype))
+    if not (isinstance(start, int) and start == 0):
+        idx = bind1("add", idx, full((n,), start, out_dtype))
     return idx
 
 

@@ -311,6 +311,11 @@ def _parse(op: str, shape: tuple[int, ...], idx) -> _Parsed:
                 raise _out_of_bounds(op, int(v[bad].flat[0]), d, n)
             entries.append(("array", np.where(v < 0, v + n, v).astype(np.int64)))
         else:
+            if isinstance(n, Dim) and not shapes.definitely(n, ">=", 1):
+                raise shapes.InconclusiveDimensionError(
+                    f"{where(op)}: axis {d} of symbolic size {n} may be empty, which a traced "
+                    "index cannot read; " + shapes.HOW_TO_DECIDE.format(example=f"{n} >= 1")
+                )
             if n == 0:
                 raise IndexError(
                     f"{where(op)}: cannot index axis {d} of size 0 with a traced index"

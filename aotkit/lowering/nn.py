@@ -19,7 +19,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import dtypes
+from aotkit import dtypes, shapes
 from aotkit.lowering.core import (
     RuleContext,
     Tracer,
@@ -32,6 +32,7 @@ from aotkit.lowering.core import (
 )
 from aotkit.lowering.elementwise import asarray
 from aotkit.lowering.hlo import cast, normalize_axis, reverse, to_operand
+from aotkit.shapes import Dim
 
 _BOOL = np.dtype(np.bool_)
 
@@ -39,11 +40,15 @@ _BOOL = np.dtype(np.bool_)
 
 
 def _dilate(size: int, factor: int) -> int:
+    if isinstance(size, Dim):  # symbolic (issue 25)
+        return size if factor == 1 else shapes.dim_max(0, (size - 1) * factor + 1)
     return 0 if size == 0 else (size - 1) * factor + 1
 
 
 def _window_out(size: int, window: int, stride: int) -> int:
     """The StableHLO spec's output size of a window over a padded, dilated dimension."""
+    if isinstance(size, Dim) or isinstance(window, Dim):  # symbolic (issue 25)
+        return shapes.dim_max(0, (size - window) // stride + 1)
     if size <= 0 or window > size:
         return 0
     return (size - window) // stride + 1
@@ -228,7 +233,7 @@ def padtype_to_pads(
         return ((0, 0),) * len(in_shape)
     pads = []
     for size, window, stride in zip(in_shape, window_shape, strides, strict=True):
-        total = max((-(-size // stride) - 1) * stride + window - size, 0)
+        total = shapes.dim_max((-(-size // stride) - 1) * stride + window - size, 0)
         small, big = total // 2, total - total // 2
         pads.append((small, big) if kind == "SAME" else (big, small))
     return tuple(pads)

@@ -467,3 +467,60 @@ def _lower_symbolic_slice(ctx: RuleContext, x, *, start, limit, strides, shape):
             shape_value(st, tuple(strides)),
         ],
     ).results
+
+
+def _pairs_value(st: SymbolicTrace, padding) -> ir.Value:
+    """(low, high) pairs as a `tensor<Nx2xi64>`."""
+    flat = shape_value(st, tuple(v for pair in padding for v in pair))
+    return ir.Operation.create(
+        "stablehlo.reshape",
+        results=[ir.RankedTensorType.get([len(padding), 2], st.i64.element_type)],
+        operands=[flat],
+    ).result
+
+
+@register_symbolic("convolution")
+def _convolution(ctx: RuleContext, lhs, rhs, *, static, padding, **params):
+    """A convolution with symbolic padding (SAME with strides over a symbolic size):
+    `stablehlo.dynamic_conv`, the convolution's attributes and the pads as an operand."""
+    if all(shapes.is_static(p) for p in padding):
+        return static(ctx, lhs, rhs, padding=padding, **params)
+    zeros = ((0, 0),) * len(padding)
+    conv = static(ctx, lhs, rhs, padding=zeros, **params)[0].owner
+    named = [conv.attributes[i] for i in range(len(conv.attributes))]
+    attributes = {a.name: a.attr for a in named if a.name != "padding"}
+    conv.erase()
+    return ir.Operation.create(
+        "stablehlo.dynamic_conv",
+        results=[ctx.out_type()],
+        operands=[lhs, rhs, _pairs_value(trace_of(), padding)],
+        attributes=attributes,
+    ).results
+
+
+@register_symbolic("reduce_window")
+def _reduce_window(ctx: RuleContext, x, init, *, static, padding, base_dilation, **params):
+    """A window reduction with symbolic padding: the padding (and base dilation) as a
+    `dynamic_pad` with the initial value, then the windows over the padded array."""
+    if all(shapes.is_static(p) for p in padding):
+        return static(ctx, x, init, padding=padding, base_dilation=base_dilation, **params)
+    shape, dtype = ctx.avals_in[0]
+    padded_shape = tuple(
+        shapes.dim_max(0, (n - 1) * d + 1) + lo + hi if d != 1 else n + lo + hi
+        for n, d, (lo, hi) in zip(shape, base_dilation, padding, strict=True)
+    )
+    st = trace_of()
+    padded = ir.Operation.create(
+        "stablehlo.dynamic_pad",
+        results=[dtypes.tensor_type(padded_shape, dtype)],
+        operands=[
+            x,
+            init,
+            shape_value(st, tuple(lo for lo, _ in padding)),
+            shape_value(st, tuple(hi for _, hi in padding)),
+            shape_value(st, tuple(d - 1 for d in base_dilation)),
+        ],
+    ).result
+    inner = RuleContext(ctx.op, [(padded_shape, dtype), ctx.avals_in[1]], ctx.avals_out)
+    n = len(padding)
+    return static(inner, padded, init, padding=((0, 0),) * n, base_dilation=(1,) * n, **params)

@@ -1319,8 +1319,18 @@ def _equal_constants(x):
     )
 
 
+def _many_users(x, y):
+    z = x * y
+    for _ in range(20):
+        z = z + x
+    return z - (x - y)  # x - y: both operands used before, x by 21 ops
+
+
 PIPELINE_CORPUS = {
     **SIMPLIFY_CORPUS,
+    "operands used before": (lambda x, y: (x * y) + (x + y), (V, V)),
+    "equal products": (lambda x, y: (x * y) + (x * y), (V, V)),
+    "many users": (_many_users, (V, V)),
     "dead op": (_dead_op, (V, V)),
     "late constant": (_late_constant, (V,)),
     "equal ops": (_equal_ops, (V,)),
@@ -1356,6 +1366,10 @@ def test_the_tracer_knows_when_canonicalize_and_cse_have_work():
     for name in ("chain", "broadcast", "select", "argument only", "mlp layer", "late constant"):
         assert both <= facts(name), name
     assert not both & facts("dead op")
+    assert passes.NO_DUPLICATES in facts("operands used before")
+    assert passes.NO_DUPLICATES not in facts("equal products")
+    # Too many users of x to compare: the tracer cannot tell, and cse runs.
+    assert passes.NO_DUPLICATES not in facts("many users")
     assert passes.NO_DUPLICATES not in facts("equal ops")
     assert passes.NO_DUPLICATES not in facts("returned twice")
     assert passes.NO_DUPLICATES not in facts("equal constants")

@@ -121,9 +121,8 @@ class Emitted:
     (StableHLO's ops have no folders or patterns in jaxlib), it also records the values
     vouched ops use (`used`: an op none uses is dead, which both erase), whether a
     constant came after another op (`late_constant`: canonicalize moves constants to the
-    top, and merges equal ones: `equal_constants`), and a hash of each op's name, result
-    type, operands and attributes (`keys`), so that two equal ops (`duplicates`, which cse
-    merges) are seen.
+    top, and merges equal ones: `equal_constants`, seen by `keys`), and whether an op equals
+    an earlier one (`duplicates`, which cse merges).
     """
 
     __slots__ = (
@@ -153,7 +152,7 @@ class Emitted:
         # `lowering.symbolic.SymbolicTrace`, None for static traces.
         self.symbolic = None
         self.used: set[int] = set()  # ids of the values vouched ops use
-        self.keys: set[int] = set()  # hashes of the ops (see `bind`)
+        self.keys: set[int] = set()  # hashes of the constants (see `_constant_op`)
         self.results: list[ir.Value] = []
         self.duplicates = False
         self.late_constant = False
@@ -586,19 +585,13 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
             emitted.first_op = created
         # Values by identity (hashing an ir.Value costs several times more): every value
         # of a vouched module is one Python object, kept alive in `results` while the
-        # trace runs, so no id is reused. Ops by the hash of what makes them equal: a
-        # collision can only report equal ops that are not (cse then runs), and a set of
-        # ints gives the garbage collector nothing to walk, where one of tuples would.
+        # trace runs, so no id is reused. An op equal to an earlier one uses only values
+        # used before: only then are the users of its first operand compared with it.
         emitted.results.append(result)
-        emitted.used.update(ids)
-        keys = emitted.keys
-        n = len(keys)
-        if attributes is None:
-            keys.add(hash((hlo, id(result_type), *ids)))
-        else:
-            keys.add(hash((hlo, id(result_type), *ids, *attributes.items())))
-        if len(keys) == n:  # an equal op came before (one hash, where `in` would be two)
-            emitted.duplicates = True
+        used = emitted.used
+        if not emitted.duplicates and used.issuperset(ids):
+            emitted.duplicates = _has_equal_user(created, values)
+        used.update(ids)
     if not emitted.simplify:
         if emitted.constants and hlo in _SIMPLIFY_WITH_CONSTANTS:
             emitted.simplify = _constant_operands(
@@ -611,6 +604,39 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
             if check(avals_in[0], (shape, dtype), params):
                 emitted.simplify = True
     return [Tracer(result, shape, dtype, scope)]
+
+
+# Users of a value compared with a new op before `_has_equal_user` gives up (and says
+# "maybe": cse then runs): a value many ops use is compared at most this often per op.
+_EQUAL_USERS_SCANNED = 16
+
+
+def _has_equal_user(op: ir.Operation, operands: list[ir.Value]) -> bool:
+    """Whether an op other than `op` equals it (name, operands, attributes, result types:
+    what `cse` merges), among the users of its first operand; True when it cannot tell."""
+    if not operands:
+        return True
+    name, result_type = op.name, op.results[0].type
+    attributes = _attribute_dict(op)
+    for i, use in enumerate(operands[0].uses):
+        if i == _EQUAL_USERS_SCANNED:
+            return True
+        user = use.owner
+        if (
+            user.name == name
+            and user != op
+            and len(user.results) == 1
+            and user.results[0].type == result_type
+            and list(user.operands) == operands
+            and _attribute_dict(user) == attributes
+        ):
+            return True
+    return False
+
+
+def _attribute_dict(op: ir.Operation) -> dict[str, ir.Attribute]:
+    attributes = op.attributes  # iterating it gives the names
+    return {name: attributes[name] for name in attributes}
 
 
 def _bind_rule(op: str, entry, operands, values: list, params: dict) -> list[Tracer]:

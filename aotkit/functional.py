@@ -45,12 +45,16 @@ def _check_callable(where: str, fun) -> None:
 
 
 class _Transformed:
-    """A transformed function: traced inline inside a trace, jitted outside one."""
+    """A transformed function: traced inline inside a trace, jitted outside one.
 
-    def __init__(self, fun: Callable, where: str, run: Callable):
+    `restore(result, args)` puts back the float0 zeros (gradients of integer arguments) a
+    compiled program cannot return: the jitted program returns None in their place."""
+
+    def __init__(self, fun: Callable, where: str, run: Callable, restore: Callable | None = None):
         self.fun = fun
         self._where = where
         self._run = run  # run(args, kwargs) inside a trace
+        self._restore = restore
         self._jitted = None
         functools.update_wrapper(self, fun, updated=())
         self.__name__ = where
@@ -59,8 +63,13 @@ class _Transformed:
         if core.is_tracing():
             return self._run(args, kwargs)
         if self._jitted is None:
-            self._jitted = api.jit(self, frontend="aotkit")
-        return self._jitted(*args, **kwargs)
+            self._jitted = api.jit(self._compiled_body, frontend="aotkit")
+        result = self._jitted(*args, **kwargs)
+        return self._restore(result, args) if self._restore is not None else result
+
+    def _compiled_body(self, *args, **kwargs):
+        result = self._run(args, kwargs)
+        return F.drop_float0(result) if self._restore is not None else result
 
     def __repr__(self) -> str:
         return f"<aotkit.{self._where}>"
@@ -97,7 +106,24 @@ def value_and_grad(
             **loops,
         )
 
-    return _Transformed(fun, where, run)
+    def restore(result, args):
+        return result[0], _float0_grads(result[1], args, argnums)
+
+    return _Transformed(fun, where, run, restore if allow_int else None)
+
+
+def _float0_grads(grads, args: tuple, argnums):
+    """Gradients a compiled program returned with None for integer arguments, completed with
+    their float0 zeros (as JAX gives)."""
+
+    def complete(arg, found):
+        return tree_util.tree_map(
+            lambda x, g: F.float0_zeros(np.shape(x)) if g is None else g, arg, found
+        )
+
+    if isinstance(argnums, tuple | list):
+        return tuple(complete(args[a], g) for a, g in zip(argnums, grads, strict=True))
+    return complete(args[argnums], grads)
 
 
 def grad(
@@ -137,7 +163,12 @@ def grad(
         (value_aux, grads) = out
         return (grads, value_aux[1]) if has_aux else grads
 
-    return _Transformed(fun, where, run)
+    def restore(result, args):
+        if has_aux:
+            return _float0_grads(result[0], args, argnums), result[1]
+        return _float0_grads(result, args, argnums)
+
+    return _Transformed(fun, where, run, restore if allow_int else None)
 
 
 def _loop_options(where: str, checkpoint_loops, max_trip_count) -> dict:
@@ -160,8 +191,17 @@ def jvp(fun: Callable, primals, tangents, has_aux: bool = False):
     _check_callable(where, fun)
     if core.is_tracing():
         return F.jvp(fun, primals, tangents, has_aux=has_aux, where=where)
-    run = _eager(fun, where, lambda p, t: F.jvp(fun, p, t, has_aux=has_aux, where=where))
-    return run(tuple(primals), _no_float0(tuple(tangents)))
+    F.check_jvp_arguments(where, primals, tangents)
+    run = _eager(
+        fun, where, lambda p, t: F.drop_float0(F.jvp(fun, p, t, has_aux=has_aux, where=where))
+    )
+    result = run(tuple(primals), _no_float0(tuple(tangents)))
+    # The tangents of integer outputs are float0 zeros, which the program cannot return.
+    out, tout = result[0], result[1]
+    tout = tree_util.tree_map(
+        lambda o, t: F.float0_zeros(np.shape(o)) if t is None else t, out, tout
+    )
+    return (out, tout, result[2]) if has_aux else (out, tout)
 
 
 def vjp(

@@ -195,7 +195,7 @@ def _zeros_for(p: Tracer) -> Tracer:
     return H.zeros(p.shape, p.dtype)
 
 
-def _float0_zeros(shape):
+def float0_zeros(shape):
     return np.zeros(shape, jax_dtypes.float0)
 
 
@@ -279,7 +279,7 @@ def value_and_grad(
         if not diff[i]:
             grads_flat.append(None)
         elif not dtypes.is_inexact(leaf.dtype):
-            grads_flat.append(_float0_zeros(leaf.shape))
+            grads_flat.append(float0_zeros(leaf.shape))
         else:
             grads_flat.append(g if g is not None else _zeros_for(leaf))
     args_grads = [
@@ -357,7 +357,7 @@ def vjp(
         flat = [
             (g if g is not None else _zeros_for(leaf))
             if dtypes.is_inexact(leaf.dtype)
-            else _float0_zeros(leaf.shape)
+            else float0_zeros(leaf.shape)
             for leaf, g in zip(leaves, found, strict=True)
         ]
         return tuple(
@@ -370,9 +370,7 @@ def vjp(
     return out, vjp_fn
 
 
-def jvp(fun: Callable, primals, tangents, *, has_aux: bool = False, where: str | None = None):
-    """(out, out_tangent) or (out, out_tangent, aux) inside a trace."""
-    where = where or f"jvp({function_name(fun)})"
+def check_jvp_arguments(where: str, primals, tangents) -> None:
     if not isinstance(primals, tuple | list) or not isinstance(tangents, tuple | list):
         raise TypeError(
             f"{where}: primals and tangents must be tuples (one entry per positional "
@@ -383,6 +381,12 @@ def jvp(fun: Callable, primals, tangents, *, has_aux: bool = False, where: str |
             f"{where}: {len(primals)} primal(s) but {len(tangents)} tangent(s); give one "
             "tangent per primal"
         )
+
+
+def jvp(fun: Callable, primals, tangents, *, has_aux: bool = False, where: str | None = None):
+    """(out, out_tangent) or (out, out_tangent, aux) inside a trace."""
+    where = where or f"jvp({function_name(fun)})"
+    check_jvp_arguments(where, primals, tangents)
     leaves, in_tree = _flatten(where, tuple(primals), {})
     t_leaves, t_tree = tree_util.tree_flatten(tuple(tangents))
     if t_tree != tree_util.tree_structure(tuple(primals)):
@@ -412,7 +416,7 @@ def jvp(fun: Callable, primals, tangents, *, has_aux: bool = False, where: str |
     touts = [
         (t if t is not None else _zeros_for(p))
         if dtypes.is_inexact(p.dtype)
-        else _float0_zeros(p.shape)
+        else float0_zeros(p.shape)
         for p, t in zip(outs, touts, strict=True)
     ]
     if has_aux:
@@ -641,7 +645,9 @@ def _fill(where: str, given, like):
     return tree_util.tree_unflatten(tree, out)
 
 
-def _drop_float0(tree):
+def drop_float0(tree):
+    """The tree with None where it holds float0 arrays (which no compiled program can
+    return)."""
     return tree_util.tree_map(
         lambda x: None if isinstance(x, np.ndarray) and x.dtype == jax_dtypes.float0 else x, tree
     )
@@ -673,7 +679,7 @@ def stage_function(kind: str, call: Callable, in_specs, out_specs, where: str, *
         def pullback(primals, cotangents, **k):
             out, vjp_fn = vjp(lambda *a: call(*a, **k), primals, where=where, **loops)
             cts = vjp_fn(_fill(where, cotangents, out))
-            return out, _drop_float0(cts)
+            return out, drop_float0(cts)
 
         return pullback, (tuple(args), cotangent_specs), kwargs
     if kind == "jvp":
@@ -682,7 +688,7 @@ def stage_function(kind: str, call: Callable, in_specs, out_specs, where: str, *
         def pushforward(primals, tangents, **k):
             full = _fill(where, tangents, tuple(primals))
             out, tout = jvp(lambda *a: call(*a, **k), tuple(primals), full, where=where)
-            return out, _drop_float0(tout)
+            return out, drop_float0(tout)
 
         return pushforward, (tuple(args), tangent_specs), kwargs
     if kind == "vmap":

@@ -572,3 +572,35 @@ def test_error_messages(name):
     call, kind, message = ERRORS[name]
     with pytest.raises(kind, match=f"^{re.escape(message)}$"):
         call()
+
+
+def test_allow_int_gives_float0_zeros_on_concrete_arrays():
+    # The compiled program cannot return float0: the gradient of the integer argument is
+    # put back on the host, as JAX gives it.
+    x, n = np.ones(3, np.float32), np.arange(3)
+    gx, gn = aotkit.grad(lambda x, n: anp.sum(x * n), argnums=(0, 1), allow_int=True)(x, n)
+    want_x, want_n = jax.grad(lambda x, n: jnp.sum(x * n), argnums=(0, 1), allow_int=True)(x, n)
+    np.testing.assert_array_equal(np.asarray(gx), np.asarray(want_x))
+    assert gn.dtype == jax_dtypes.float0 and gn.shape == np.shape(want_n) == (3,)
+    value, gn = aotkit.value_and_grad(lambda x, n: anp.sum(x * n), argnums=1, allow_int=True)(x, n)
+    assert float(value) == 3.0 and gn.dtype == jax_dtypes.float0
+
+
+def test_jvp_of_integer_outputs_on_concrete_arrays_gives_float0_tangents():
+    def f(x):
+        return x * 2.0, (x > 0).astype(np.int32)
+
+    x = np.ones(3, np.float32)
+    (y, k), (ty, tk) = aotkit.jvp(f, (x,), (x,))
+    np.testing.assert_array_equal(np.asarray(ty), 2 * x)
+    assert tk.dtype == jax_dtypes.float0 and tk.shape == (3,)
+    assert np.asarray(k).dtype == np.int32
+
+
+def test_jvp_on_concrete_arrays_checks_its_arguments_first():
+    with pytest.raises(
+        TypeError,
+        match=r"^jvp\(lambda\): primals and tangents must be tuples \(one entry per positional "
+        r"argument\), got ndarray and ndarray$",
+    ):
+        aotkit.jvp(lambda x: x, np.ones(3), np.ones(3))

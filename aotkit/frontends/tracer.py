@@ -39,6 +39,12 @@ from aotkit.program import DEFAULT_OPTIONS, Options, Program, Signature
 from aotkit.specs import ShapeDtype, unify_scopes
 
 
+def _static(specs) -> bool:
+    """Whether every dimension of `specs` is an int (the common case, checked in a few µs
+    where the symbolic machinery's walk of the specs costs ~2.5 µs per spec)."""
+    return all(type(d) is int for s in specs for d in s.shape)
+
+
 def output_value(path, leaf) -> Tracer:
     """The tracer of one output leaf (a Python scalar or NumPy array becomes a constant);
     TypeError naming the leaf for anything that is not an array."""
@@ -104,7 +110,8 @@ def trace(
     )
     leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
     specs, _ = arguments.flat_specs(name, (dyn_args, dyn_kwargs))
-    specs = unify_scopes(specs)  # symbolic dimensions: one scope (issue 25)
+    if not _static(specs):
+        specs = unify_scopes(specs)  # symbolic dimensions: one scope (issue 25)
     weak = [dtypes.weak_kind(leaf) is not None for leaf in leaves]
     donated = ()
     if donate_argnums:
@@ -188,7 +195,8 @@ def trace_to_module(
         try:
             with ir.InsertionPoint(block):
                 # Symbolic dimensions (issue 25): their values, read from the arguments.
-                start_symbolic(emitted, block.arguments, flat_in_specs, f"trace({name})")
+                if not _static(flat_in_specs):
+                    start_symbolic(emitted, block.arguments, flat_in_specs, f"trace({name})")
                 args = [
                     Tracer(block.arguments[i], s.shape, s.dtype, scope, w)
                     for i, (s, w) in enumerate(zip(flat_in_specs, weak, strict=True))

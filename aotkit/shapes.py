@@ -1072,6 +1072,11 @@ class Scope:
 
     # -- building --
     def _add_equality(self, text: str, left: tuple, right: tuple) -> None:
+        if left[0] == "sym" and left[1] in self._rules:
+            raise ValueError(
+                f"symbolic constraint {text!r}: {left[1]} already has an equality; give each "
+                "symbol at most one"
+            )
         e1 = _eval_tree(left, None, self)
         e2 = _eval_tree(right, None, self)
         if not isinstance(e1, Dim):

@@ -19,7 +19,7 @@ W1 = (RNG.standard_normal((D, 16)) / 3).astype(np.float32)
 W2 = (RNG.standard_normal((16, D)) / 4).astype(np.float32)
 KERNEL = (RNG.standard_normal((3, 3, 2, 4)) / 3).astype(np.float32)  # HWIO
 
-BT = {"symbol": None, "values": lambda n: {"b": n, "t": n + 1}}
+BT = {"symbol": None, "values": lambda n: {"b": min(n, 2), "t": n}}
 SPATIAL = {"symbol": None, "values": lambda n: {"b": min(n, 2), "h": n + 2, "w": n + 3}}
 
 

@@ -1,0 +1,78 @@
+"""Tracing with symbolic specs (issue 25): the dynamic module and its signature, symbols read
+from the arguments, scopes merged across arguments, and what needs static shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import aotkit
+from tests.shapes.helpers import check, spec
+
+
+def mlp(x, w):
+    return np.maximum(x @ w, 0)
+
+
+def test_the_signature_shows_the_symbols():
+    low = aotkit.jit(mlp).lower(aotkit.spec("f32[b,784]"), aotkit.ShapeDtype((784, 10), "float32"))
+    assert repr(low) == (
+        "<Lowered mlp(args[0]: f32[b,784], args[1]: f32[784,10]) -> (out: f32[b,10])>"
+    )
+    assert [str(s) for s in low.flat_out_specs] == ["f32[b,10]"]
+    text = low.as_text()
+    assert "%arg0: tensor<?x784xf32>" in text and "-> tensor<?x10xf32>" in text
+
+
+def test_each_symbol_is_read_once_at_entry():
+    low = aotkit.jit(lambda x, y: (x + 1.0) * (y + 2.0), pipeline="none").lower(
+        aotkit.spec("f32[b,3]"), aotkit.spec("f32[b,3]")
+    )
+    text = low.as_text()
+    assert text.count("stablehlo.get_dimension_size") == 1
+    assert text.count("stablehlo.dynamic_broadcast_in_dim") == 2
+
+
+def test_a_static_trace_has_no_dynamic_op():
+    text = aotkit.jit(mlp, pipeline="none").lower(np.ones((2, 4), "f4"), np.ones((4, 3), "f4"))
+    assert "dynamic" not in text.as_text() and "get_dimension_size" not in text.as_text()
+
+
+def test_symbols_are_shared_by_name_and_scopes_merge():
+    (b,) = aotkit.symbolic_shape("b", constraints=("b >= 1",))
+    low = aotkit.jit(lambda x, y: x[0] + y[-1]).lower(
+        aotkit.ShapeDtype((b, 3), "float32"), aotkit.spec("f32[b,3]")
+    )
+    assert low.flat_in_specs[1].shape[0].scope.constraints == ("b >= 1",)
+    assert repr(low).endswith("-> (out: f32[3])>")
+
+
+def test_a_symbol_solved_from_a_linear_dimension():
+    check(lambda x: x.reshape(-1, 2), [spec("f32[2*k]")], symbol="k", sizes=(0, 1, 5))
+
+
+def test_a_symbol_with_no_dimension_of_its_own():
+    with pytest.raises(ValueError) as e:
+        aotkit.jit(lambda x: x).lower(aotkit.spec("f32[b*t]"))
+    assert str(e.value) == (
+        "trace(lambda): symbol b is in no argument dimension on its own (b, or k*b plus other "
+        "symbols), so its value cannot be read from the arguments' shapes; give b its own "
+        "dimension in some argument"
+    )
+
+
+def test_lowered_compile_runs_each_size():
+    compiled = aotkit.jit(mlp).lower(aotkit.spec("f32[b,4]"), aotkit.spec("f32[4,3]")).compile()
+    w = np.ones((4, 3), np.float32)
+    for n in (0, 1, 5):
+        x = np.full((n, 4), 0.5, np.float32)
+        np.testing.assert_array_equal(np.asarray(compiled(x, w)), np.maximum(x @ w, 0))
+
+
+def test_transforms_need_static_shapes():
+    low = aotkit.jit(lambda x: (x * x).sum()).lower(aotkit.spec("f32[b]"))
+    with pytest.raises(NotImplementedError) as e:
+        low.grad()
+    assert "has a dynamic shape; aotkit's transforms need static shapes: specialize the " in (
+        str(e.value)
+    )

@@ -36,9 +36,14 @@ def concrete(specs, values: dict[str, int]) -> list[aotkit.ShapeDtype]:
     return [aotkit.ShapeDtype(shapes.evaluate_shape(s.shape, values), s.dtype) for s in specs]
 
 
+@functools.cache
+def _refining_context() -> _context.LoweringContext:
+    return _context.LoweringContext()
+
+
 def refine(lowered, in_specs) -> str:
     """The text of `lowered`'s module refined to the static `in_specs`."""
-    with _context.LoweringContext(), ir.Location.unknown():
+    with _refining_context(), ir.Location.unknown():
         module = ir.Module.parse(lowered.as_text())
         types = ",".join(str(dtypes.tensor_type(s.shape, s.dtype)) for s in in_specs)
         pipeline = (
@@ -64,6 +69,16 @@ def inputs(specs, values: dict[str, int], seed: int = 0) -> list[np.ndarray]:
     return out
 
 
+def _compile(lowered, backend: str):
+    # XLA's backend optimizations take most of a small program's compile time and change
+    # no value these tests compare.
+    options = CPU_OPTIONS if backend == "cpu" else None
+    return lowered.compile(backend=backend, options=options)
+
+
+CPU_OPTIONS = {"xla_backend_optimization_level": 0}
+
+
 @functools.cache
 def _loaded(text: str):
     return aotkit.load_module(text.encode())
@@ -79,13 +94,15 @@ def check(fn, specs, *, sizes=SIZES, symbol: str = "b", values=None, make_inputs
     for n in sizes:
         vals = values(n) if values is not None else {symbol: n}
         args = make_inputs(vals) if make_inputs is not None else inputs(specs, vals)
-        want = aotkit.jit(fn).lower(*args).compile(backend="cpu")(*args)
+        # The interpreter (the golden backend) is slow: it runs the small sizes, where it also
+        # runs the fixed-shape program (XLA's compiles are most of these tests' time).
+        small = sum(np.size(a) for a in args) <= INTERPRETER_ELEMENTS
+        reference = "interpreter" if small else "cpu"
+        want = _compile(aotkit.jit(fn).lower(*args), reference)(*args)
         want = tree_util.tree_map(np.asarray, want)
         text = refine(lowered, concrete(specs, vals))
-        # The interpreter (the golden backend) is slow: it runs the small sizes.
-        small = sum(np.size(a) for a in args) <= INTERPRETER_ELEMENTS
         for backend in BACKENDS if small else BACKENDS[:1]:
-            got = _loaded(text).compile(backend=backend)(*args)
+            got = _compile(_loaded(text), backend)(*args)
             got_leaves = [np.asarray(g) for g in tree_util.tree_leaves(got)]
             want_leaves = tree_util.tree_leaves(want)
             assert len(got_leaves) == len(want_leaves)

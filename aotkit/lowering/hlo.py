@@ -23,6 +23,12 @@ def _is_int(v) -> bool:
     return isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)
 
 
+def symbolic_trace() -> bool:
+    """Whether the trace in progress has symbolic dimensions (issue 25): one flag per trace,
+    so static traces pay one lookup where a rule would otherwise inspect its shapes."""
+    return current_scope().emitted.symbolic is not None
+
+
 def no_out(op: str, out) -> None:
     """Refuses `out=`: traced arrays are values, not buffers to write into."""
     if out is not None:

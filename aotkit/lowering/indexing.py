@@ -65,6 +65,7 @@ from aotkit.lowering.hlo import (
     reshape_to,
     reverse,
     slice_static,
+    symbolic_trace,
 )
 from aotkit.shapes import Dim
 
@@ -1074,9 +1075,7 @@ def _advanced_layout(p: _Parsed, op: str):
 
 def _apply_slices(x: Tracer, p: _Parsed, keep_ints: bool) -> Tracer:
     """One slice (+ reverse) for every static slice, and for static ints when `keep_ints`."""
-    if not shapes.is_static(x.shape) or any(
-        not shapes.is_static(e[1:]) for e in p.entries if e[0] in ("slice", "int")
-    ):
+    if symbolic_trace():
         return _apply_symbolic_slices(x, p, keep_ints)
     lo, hi, st, rev = [], [], [], []
     for d, e in enumerate(p.entries):

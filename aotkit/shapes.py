@@ -808,6 +808,8 @@ def _mod(a, b):
         q = divide_exact(a, b)
         if q is not None:
             return 0
+        if scope.try_ge(a, 0) is True and scope.try_ge(b, a + 1) is True:
+            return a  # 0 <= a < b
         return _from_atom(_Op("mod", (a, b)), scope)
     if b == 0:
         raise ZeroDivisionError(f"symbolic dimension {a} % 0 (at {user_site()})")

@@ -645,7 +645,7 @@ def _bind_rule(op: str, entry, operands, values: list, params: dict) -> list[Tra
     avals_out = entry[0](*avals_in, **params)
     scope = _tls.scopes[-1]
     scope.emitted.opaque = True
-    if scope.emitted.symbolic is not None and op in _symbolic_rules:
+    if scope.emitted.symbolic is not None:
         return _bind_symbolic_rule(op, entry, avals_in, avals_out, values, params)
     with user_location():
         results = entry[1](RuleContext(op, avals_in, avals_out), *values, **params)
@@ -704,12 +704,27 @@ def _bind_symbolic(op, entry, operands, values, params, shape, dtype) -> list[Tr
 
 
 def _bind_symbolic_rule(op, entry, avals_in, avals_out, values, params) -> list[Tracer]:
-    """`_bind_rule` in a symbolic trace, for an op with a symbolic rule."""
+    """`_bind_rule` in a symbolic trace: the op's symbolic rule where it has one, else its
+    own rule, which may build an op whose attributes cannot hold a symbolic dimension (the
+    bindings then refuse the Dim: a NotImplementedError naming the op)."""
     scope = _tls.scopes[-1]
-    with user_location():
-        results = _symbolic_rules[op](
-            RuleContext(op, avals_in, avals_out), *values, static=entry[1], **params
-        )
+    ctx = RuleContext(op, avals_in, avals_out)
+    rule = _symbolic_rules.get(op)
+    try:
+        with user_location():
+            if rule is not None:
+                results = rule(ctx, *values, static=entry[1], **params)
+            else:
+                results = entry[1](ctx, *values, **params)
+    except TypeError as e:
+        refused = "incompatible function arguments" in str(e)  # the bindings took no Dim
+        if not refused or isinstance(e, shapes.InconclusiveDimensionError):
+            raise
+        listed = ", ".join(f"{dtypes.short_name(d)}[{','.join(map(str, s))}]" for s, d in avals_in)
+        raise NotImplementedError(
+            f"{where(op)}: aotkit cannot lower {op} of ({listed}) with symbolic dimensions "
+            "yet; make the dimension static"
+        ) from None
     return [Tracer(v, a[0], a[1], scope) for v, a in zip(results, avals_out, strict=True)]
 
 

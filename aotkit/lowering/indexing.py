@@ -190,6 +190,8 @@ def _classify(op: str, e):
         )
     if isinstance(e, int | np.integer):
         return "int", int(e)
+    if isinstance(e, Dim):  # a symbolic dimension (x[x.shape[0] // 2]): a traced index
+        e = full((), e, np.dtype(np.int64))
     if isinstance(e, Tracer):
         if e.dtype == np.bool_:
             return "tmask", e

@@ -754,10 +754,28 @@ def diff(a, n=1, axis=-1, prepend=_NOVALUE, append=_NOVALUE):
             parts.append(_edge("diff", append, x, ax))
         x = concatenate(parts, axis=ax)
     for _ in range(n):
+        if isinstance(x.shape[ax], shapes.Dim):
+            x = _symbolic_diff(x, ax)
+            continue
         if x.shape[ax] == 0:
             break
         x = bind1("diff", x, axis=ax)
     return x
+
+
+def _symbolic_diff(x: Tracer, ax: int) -> Tracer:
+    """One `diff` along a symbolic axis of length b: x[1:] - x[:-1], max(0, b - 1) long
+    (issue 25)."""
+    first, length = shapes.slice_indices(1, None, 1, x.shape[ax])
+
+    def part(start: int | shapes.Dim) -> Tracer:
+        lo = tuple(start if d == ax else 0 for d in range(x.ndim))
+        hi = tuple(start + length if d == ax else n for d, n in enumerate(x.shape))
+        shape = tuple(length if d == ax else n for d, n in enumerate(x.shape))
+        return bind1("symbolic_slice", x, start=lo, limit=hi, strides=(1,) * x.ndim, shape=shape)
+
+    hi, lo = part(first), part(0)
+    return bind1("xor" if x.dtype == _BOOL else "subtract", hi, lo)
 
 
 # --- NaN-aware reductions ----------------------------------------------------------------------

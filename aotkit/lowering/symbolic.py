@@ -524,3 +524,26 @@ def _reduce_window(ctx: RuleContext, x, init, *, static, padding, base_dilation,
     inner = RuleContext(ctx.op, [(padded_shape, dtype), ctx.avals_in[1]], ctx.avals_out)
     n = len(padding)
     return static(inner, padded, init, padding=((0, 0),) * n, base_dilation=(1,) * n, **params)
+
+
+@register_symbolic("diff")
+def _diff(ctx: RuleContext, x, *, static, axis):
+    """x[1:] - x[:-1] along `axis` (not_equal for booleans) of a symbolic shape."""
+    shape, dtype = ctx.avals_in[0]
+    if shapes.is_static(shape):
+        return static(ctx, x, axis=axis)
+    st = trace_of()
+    ones = shape_value(st, (1,) * len(shape))
+    start = tuple(1 if d == axis else 0 for d in range(len(shape)))
+    limit = tuple(n - 1 if d == axis else n for d, n in enumerate(shape))
+
+    def part(first, last):
+        return ir.Operation.create(
+            "stablehlo.real_dynamic_slice",
+            results=[ctx.out_type()],
+            operands=[x, shape_value(st, first), shape_value(st, last), ones],
+        ).result
+
+    hi, lo = part(start, tuple(shape)), part((0,) * len(shape), limit)
+    name = "stablehlo.xor" if dtype == np.bool_ else "stablehlo.subtract"
+    return [_emit(name, hi, lo)]

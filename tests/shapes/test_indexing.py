@@ -36,6 +36,8 @@ CASES = {
     "static_array_on_static_axis": Case(lambda x: x[:, [2, 0]], "f32[b,3]"),
     "traced_array_index": Case(lambda x, i: x[i % 4], "f32[4,3]", "i32[b]"),
     "take_along_symbolic": Case(lambda x, i: anp.take(x, i % 3, axis=1), "f32[b,3]", "i32[b]"),
+    "index_by_dimension": Case(lambda x: x[x.shape[0] // 2], "f32[b,3]", **POSITIVE),
+    "update_at_dimension": Case(lambda x: x.at[x.shape[0] // 2].set(1.0), "f32[b,3]", **POSITIVE),
     "set_column": Case(lambda x: x.at[:, 1].set(0.0), "f32[b,3]"),
     "add_row": Case(lambda x: x.at[0].add(1.0), "f32[b,3]", **POSITIVE),
 }

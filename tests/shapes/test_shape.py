@@ -44,6 +44,8 @@ CASES = {
     "broadcast_to_symbolic": Case(
         lambda x, y: np.broadcast_to(x[:, None], (x.shape[0], 4)) + y, "f32[b]", "f32[4]"
     ),
+    "diff_symbolic_axis": Case(lambda x: np.diff(x, axis=0), "f32[b,3]"),
+    "diff_static_axis": Case(lambda x: np.diff(x), "i32[b,3]"),
     "flip": Case(lambda x: np.flip(x, 0), "f32[b,3]"),
     "split_static_axis": Case(lambda x: np.split(x, 3, axis=1), "f32[b,6]"),
     "tile": Case(lambda x: np.tile(x, (2, 1)), "f32[b,3]"),

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import aotkit
+from aotkit.lowering import core
 from tests.shapes.helpers import check, spec
 
 
@@ -75,4 +76,22 @@ def test_transforms_need_static_shapes():
         low.grad()
     assert "has a dynamic shape; aotkit's transforms need static shapes: specialize the " in (
         str(e.value)
+    )
+
+
+def test_an_op_without_a_symbolic_lowering_says_so():
+    def f(x):
+        zero = core.full((), 0.0, np.dtype(np.float32))
+        window = (x.shape[0],)
+        return core.bind1(
+            "reduce_window", x, zero, window=window, strides=(1,), base_dilation=(1,),
+            window_dilation=(1,), padding=((0, 0),), monoid="add",
+        )  # fmt: skip
+
+    with pytest.raises(NotImplementedError) as e:
+        aotkit.jit(f).lower(aotkit.spec("f32[b]"))
+    assert str(e.value) == (
+        f"reduce_window (at {__file__}:{f.__code__.co_firstlineno + 3}): aotkit cannot lower "
+        "reduce_window of (f32[b], f32[]) with symbolic dimensions yet; make the dimension "
+        "static"
     )

@@ -33,6 +33,7 @@ from aotkit.lowering.core import (
     current_scope,
     register,
     register_symbolic,
+    user_site,
 )
 from aotkit.shapes import Dim
 
@@ -127,9 +128,24 @@ def _dimension_size(st: SymbolicTrace, arg: ir.Value, axis: int, loc) -> ir.Valu
     return ir.Operation.create("stablehlo.convert", results=[st.i64], operands=[size]).result
 
 
-def trace_of() -> SymbolicTrace:
+def trace_of(*dims) -> SymbolicTrace:
+    """The symbolic trace in progress; TypeError when one of `dims` (a dimension the user
+    made with aotkit.symbolic_shape, say) is not one of its own."""
     st = current_scope().emitted.symbolic
-    assert st is not None, "a symbolic rule outside a symbolic trace"
+    d = next((d for d in dims if isinstance(d, Dim)), None)
+    if st is None:
+        raise TypeError(
+            f"symbolic dimension {d} (at {user_site()}) used in a trace whose arguments have "
+            "no symbolic dimensions; a traced program's symbols come from its arguments' "
+            "specs (aotkit.spec('f32[b,3]')): take the dimension from an argument's shape"
+        )
+    for d in dims:
+        if isinstance(d, Dim) and (d.scope != st.scope or not d.symbols() <= st.symbols.keys()):
+            raise TypeError(
+                f"symbolic dimension {d} (at {user_site()}) is not one of this trace's (symbols "
+                f"{', '.join(sorted(st.symbols))}; constraints: {st.scope.describe()}); take "
+                "the dimension from an argument's shape"
+            )
     return st
 
 
@@ -254,7 +270,7 @@ def shape_value(st: SymbolicTrace, shape: tuple) -> ir.Value:
 def index_value(d, dtype: np.dtype) -> ir.Value:
     """Dimension `d` as a 0-d integer value of `dtype` at the insertion point (a count for
     `mean`, a bound for a loop)."""
-    st = trace_of()
+    st = trace_of(d)
     v = dim_value(st, d)
     if dtype == np.int64:
         return v
@@ -276,7 +292,7 @@ def _full(value, shape, dtype) -> ir.Value:
     return ir.Operation.create(
         "stablehlo.dynamic_broadcast_in_dim",
         results=[dtypes.tensor_type(shape, dtype)],
-        operands=[scalar, shape_value(trace_of(), shape)],
+        operands=[scalar, shape_value(trace_of(*shape), shape)],
         attributes={"broadcast_dimensions": _i64_array(())},
     ).result
 
@@ -302,7 +318,7 @@ def _dim(shape, d, dtype) -> Tracer:
             v = ir.Operation.create(
                 "stablehlo.dynamic_broadcast_in_dim",
                 results=[dtypes.tensor_type(shape, dtype)],
-                operands=[v, shape_value(trace_of(), shape)],
+                operands=[v, shape_value(trace_of(*shape), shape)],
                 attributes={"broadcast_dimensions": _i64_array(())},
             ).result
     return Tracer(v, tuple(shape), dtype, scope)
@@ -313,7 +329,7 @@ def _broadcast_in_dim(ctx: RuleContext, x, *, static, shape, dims):
     return ir.Operation.create(
         "stablehlo.dynamic_broadcast_in_dim",
         results=[ctx.out_type()],
-        operands=[x, shape_value(trace_of(), tuple(shape))],
+        operands=[x, shape_value(trace_of(*shape), tuple(shape))],
         attributes={"broadcast_dimensions": _i64_array(dims)},
     ).results
 
@@ -323,7 +339,7 @@ def _reshape(ctx: RuleContext, x, *, static, shape):
     return ir.Operation.create(
         "stablehlo.dynamic_reshape",
         results=[ctx.out_type()],
-        operands=[x, shape_value(trace_of(), tuple(shape))],
+        operands=[x, shape_value(trace_of(*shape), tuple(shape))],
     ).results
 
 
@@ -334,7 +350,7 @@ def _iota(ctx: RuleContext, *, static, shape, dtype, dim):
     return ir.Operation.create(
         "stablehlo.dynamic_iota",
         results=[ctx.out_type()],
-        operands=[shape_value(trace_of(), tuple(shape))],
+        operands=[shape_value(trace_of(*shape), tuple(shape))],
         attributes={"iota_dimension": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim)},
     ).results
 
@@ -438,7 +454,7 @@ def _gather(ctx: RuleContext, x, idx, *, static, offset_dims, collapsed, slice_s
     return ir.Operation.create(
         "stablehlo.dynamic_gather",
         results=[ctx.out_type()],
-        operands=[x, idx, shape_value(trace_of(), tuple(slice_sizes))],
+        operands=[x, idx, shape_value(trace_of(*slice_sizes), tuple(slice_sizes))],
         attributes={
             "dimension_numbers": dnums,
             "indices_are_sorted": ir.BoolAttr.get(False),

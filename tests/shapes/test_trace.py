@@ -95,3 +95,34 @@ def test_an_op_without_a_symbolic_lowering_says_so():
         "reduce_window of (f32[b], f32[]) with symbolic dimensions yet; make the dimension "
         "static"
     )
+
+
+def test_a_dimension_from_outside_the_trace_is_refused():
+    (b,) = aotkit.symbolic_shape("b")
+
+    def f(x):
+        return x + b
+
+    line = f.__code__.co_firstlineno + 1
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(f).lower(np.ones(3, np.float32))
+    assert str(e.value) == (
+        f"symbolic dimension b (at {__file__}:{line}) used in a trace whose arguments have no "
+        "symbolic dimensions; a traced program's symbols come from its arguments' specs "
+        "(aotkit.spec('f32[b,3]')): take the dimension from an argument's shape"
+    )
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(f).lower(aotkit.spec("f32[k]"))
+    assert str(e.value) == (
+        f"symbolic dimension b (at {__file__}:{line}) is not one of this trace's (symbols k; "
+        "constraints: every symbol >= 0); take the dimension from an argument's shape"
+    )
+
+
+def test_jax_shape_dtype_structs_with_symbolic_dims():
+    import jax
+
+    b, t = jax.export.symbolic_shape("b, t", constraints=("t >= 1",))
+    low = aotkit.jit(lambda x: x[:, 0]).lower(jax.ShapeDtypeStruct((b, t), np.float32))
+    assert repr(low) == "<Lowered lambda(args[0]: f32[b,t]) -> (out: f32[b])>"
+    assert low.flat_in_specs[0].shape[1] >= 1

@@ -16,9 +16,10 @@ import aotkit.numpy as anp
 from aotkit.backends import pjrt
 
 KIB = 1024
+STAGED = pjrt.STAGED_FROM
 # Sizes in bytes: under IN_PLACE_FROM (always copied by jaxlib), between it and STAGED_FROM
-# (given to jaxlib as they are), and above STAGED_FROM (staged or read in place).
-SIZES = {"1KiB": KIB, "16KiB": 16 * KIB, "1MiB": 1024 * KIB}
+# (given to jaxlib as they are), and STAGED_FROM (staged, or read in place when aligned).
+SIZES = {"1KiB": KIB, "16KiB": 16 * KIB, "1MiB": 1024 * KIB, "staged": STAGED}
 
 
 def host_array(nbytes: int, dtype=np.float32, offset: int = 0, fill=None) -> np.ndarray:
@@ -75,7 +76,7 @@ def test_numpy_inputs_give_numpy_results(kind, size, layout):
 
 @pytest.mark.parametrize("kind", ["compiled", "jit"])
 @pytest.mark.parametrize("offset", [0, 16], ids=["aligned", "misaligned"])
-@pytest.mark.parametrize("size", ["16KiB", "1MiB"])
+@pytest.mark.parametrize("size", ["16KiB", "1MiB", "staged"])
 def test_a_donated_numpy_argument_is_never_written(kind, offset, size):
     # XLA writes the result into a donated argument's buffer: never into the caller's array,
     # even when the transfer reads that array in place.
@@ -100,7 +101,9 @@ def slow(x):
 
 @pytest.mark.parametrize("kind", ["jit", "compiled"])
 @pytest.mark.parametrize("offset", [0, 16], ids=["aligned", "misaligned"])
-@pytest.mark.parametrize("nbytes", [2 * KIB, 16 * KIB, 1024 * KIB], ids=["2KiB", "16KiB", "1MiB"])
+@pytest.mark.parametrize(
+    "nbytes", [2 * KIB, 16 * KIB, 1024 * KIB, STAGED], ids=["2KiB", "16KiB", "1MiB", "staged"]
+)
 def test_writing_an_argument_after_the_call_does_not_change_the_result(kind, offset, nbytes):
     x = host_array(nbytes, offset=offset, fill=1.0)
     fn = aotkit.jit(slow)
@@ -131,8 +134,8 @@ def test_jaxlib_copies_arrays_under_in_place_from():
 def test_a_staging_buffer_is_not_reused_while_a_call_reads_it():
     # Two calls in a row with misaligned arrays: the second must not copy into the buffer
     # the first (still running) reads.
-    a = host_array(1024 * KIB, offset=16, fill=1.0)
-    b = host_array(1024 * KIB, offset=16, fill=2.0)
+    a = host_array(STAGED, offset=16, fill=1.0)
+    b = host_array(STAGED, offset=16, fill=2.0)
     fn = aotkit.jit(slow)
     ref_a, ref_b = (np.asarray(fn(v)).copy() for v in (a, b))
     for _ in range(3):
@@ -143,9 +146,12 @@ def test_a_staging_buffer_is_not_reused_while_a_call_reads_it():
 
 
 def test_an_aligned_large_array_is_read_in_place_and_a_misaligned_one_staged():
-    staging = pjrt.HostInputs(limit=64 * 1024 * KIB)
-    aligned = host_array(1024 * KIB)
-    misaligned = host_array(1024 * KIB, offset=16)
+    staging = pjrt.HostInputs(limit=4 * STAGED)
+    aligned = host_array(STAGED)
+    misaligned = host_array(STAGED, offset=16)
+    small = host_array(STAGED - 64, offset=16)  # jaxlib's own copy costs no more
+    prepared, own = staging.prepare(small)
+    assert prepared is small and own
     prepared, own = staging.prepare(aligned)
     assert own and prepared is aligned and staging.held_bytes() == 0
     prepared, own = staging.prepare(misaligned)
@@ -180,8 +186,8 @@ def test_staging_keeps_at_most_its_limit():
 
 @pytest.mark.parametrize("container", ["list", "dict"])
 def test_large_arrays_inside_containers(container):
-    a = host_array(1024 * KIB, offset=16, fill=1.0)
-    b = host_array(1024 * KIB, fill=2.0)
+    a = host_array(STAGED, offset=16, fill=1.0)
+    b = host_array(STAGED, fill=2.0)
     args = [a, b] if container == "list" else {"a": a, "b": b}
 
     def total(tree):

@@ -476,6 +476,17 @@ def _public_device_put(sharding, in_place: bool = False):
     return device_put
 
 
+def release_host_references() -> None:
+    """Drops the references to Python objects (NumPy buffers a transfer read in place) that
+    jaxlib released without the GIL and keeps until its next call takes it.
+
+    Private: `jaxlib._jax.collect_garbage`. Fallback: nothing (they go at jaxlib's next call).
+    """
+    collect = _private("jaxlib._jax", "collect_garbage")
+    if collect is not None:
+        collect()
+
+
 def result_handler(aval, sharding):
     """The handler `consume_with_handlers` wraps one output buffer with.
 

@@ -44,6 +44,7 @@ PRIVATE = {
     ("jaxlib._jax", "HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL"): "host transfer",
     ("jaxlib._jax", "HostBufferSemantics.ZERO_COPY"): "host transfer",
     ("jaxlib._jax", "array_result_handler"): "result handler",
+    ("jaxlib._jax", "collect_garbage"): None,
     ("jax", "enable_x64.swap_local"): "x64 switch",
     ("jax", "enable_x64.set_local"): "x64 switch",
     ("jaxlib._jax", "pjit"): "C++ dispatch",

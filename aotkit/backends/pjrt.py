@@ -694,10 +694,16 @@ class HostInputs:
     def _take(self, nbytes: int) -> tuple[np.ndarray, int]:
         self._tick += 1
         entries = self._entries.setdefault(nbytes, [])
-        for entry in entries:
-            if sys.getrefcount(entry[0]) == self._free_refs:
-                entry[2] = self._tick
-                return entry[0], entry[1]
+        for attempt in range(2):
+            for entry in entries:
+                if sys.getrefcount(entry[0]) == self._free_refs:
+                    entry[2] = self._tick
+                    return entry[0], entry[1]
+            if not entries or attempt:
+                break
+            # jaxlib lets go of a buffer read in place once the call that read it is done,
+            # but drops the Python reference only at its next call: drop it now.
+            _compat.release_host_references()
         owner = np.empty(nbytes + _ALIGN, np.uint8)
         offset = -owner.__array_interface__["data"][0] % _ALIGN
         # Fault the pages in now, once, rather than in every copy.

@@ -1,6 +1,6 @@
 """NumPy inputs against device inputs, aotkit against jax.jit, over sizes 1 KB to 100 MB.
 
-    python benchmarks/host_inputs.py [--rounds 9] [--sizes 1K 16K 128K 1M 10M 100M]
+    python benchmarks/host_inputs.py [--rounds 9] [--sizes 1K 16K 128K 1M 10M 40M 100M]
 
 The program is `f(x) = sum(x * 2)` on a float32 vector (it reads its input once and writes
 one number, so the cost of getting the input to the device weighs as much as it can). Each
@@ -81,7 +81,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds")
     parser.add_argument(
-        "--sizes", nargs="+", default=["1K", "16K", "128K", "1M", "10M", "100M"], help="bytes"
+        "--sizes",
+        nargs="+",
+        default=["1K", "16K", "128K", "1M", "10M", "40M", "100M"],
+        help="bytes",
     )
     parser.add_argument(
         "--min-time", type=float, default=0.02, help="seconds each variant runs per round"

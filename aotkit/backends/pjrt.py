@@ -301,7 +301,10 @@ def native_dispatcher(name: str, python_call, run, *, one_leaf: bool = False):
     is not in its mode already, and calls of device arrays and NumPy arrays and scalars of
     dtypes narrowing keeps (`_EXACT_NUMPY`) never do. What runs in Python (a miss, which
     may trace with JAX) runs under the caller's own x64 setting. Arrays in big-endian byte
-    order never reach the C++ side (it would read their bytes as native ones).
+    order never reach the C++ side (it would read their bytes as native ones). NumPy arrays
+    the transfer may read in place are prepared first, and their calls wait for their
+    results (`HostInputs`). `one_leaf` (a program of one argument leaf) puts a shorter
+    front on calls of one array or scalar.
     """
     swap, restore = _compat.x64_switch()
     thread_x64 = _compat.x64_state()

@@ -697,11 +697,14 @@ def _check_symbolic(data, scope, in_specs, out_specs, sections: set, fmt, bad):
         keys.add(key)
         used.add(entry["section"])
         found.append((values, entry["section"]))
-    if (fmt is None) != (not found):
+    # An `executable` section holds one executable for every shape (a backend with dynamic
+    # shapes compiled the program once: iree).
+    if (fmt is None) != (not found and EXECUTABLE not in sections):
         raise bad(
             "executable_format",
-            f"is {_short(fmt)} for a symbolic program with {len(found)} specialization(s); "
-            "it names the format of their executables, and is null when there are none",
+            f"is {_short(fmt)} for a symbolic program with {len(found)} specialization(s) "
+            f"and {'an' if EXECUTABLE in sections else 'no'} executable for every shape; it "
+            "names the format of their executables, and is null when there are none",
         )
     return sig, tuple(found)
 
@@ -710,11 +713,16 @@ def pack_symbolic(compiled, *, text: bool = True) -> bytes:
     """The container of a `Compiled` of a symbolic program (its executable an
     `aotkit.specialize.SymbolicExecutable`): its
     portable StableHLO (the symbolic program), its symbols and constraints, and one
-    executable section per specialization compiled so far."""
+    executable section per specialization compiled so far, or the one executable that
+    serves every shape (`executable`) where the backend compiled it so."""
     executable = compiled._executable
     sig = executable.shapes
     backend = executable.backend
     sections = {PORTABLE: bytes(executable.source.portable())}
+    if executable.dynamic is not None:
+        data = executable.dynamic.serialize()
+        if data is not None:
+            sections[EXECUTABLE] = data
     entries = []
     for values in executable.specialized():
         data = executable.executable_for(values).serialize()
@@ -729,7 +737,9 @@ def pack_symbolic(compiled, *, text: bool = True) -> bytes:
         **_versions(),
         "name": compiled.name,
         "target": backend.target(),
-        "executable_format": backend.executable_format if entries else None,
+        "executable_format": backend.executable_format
+        if entries or EXECUTABLE in sections
+        else None,
         "in_specs": [str(s) for s in sig.in_specs],
         "out_specs": [str(s) for s in sig.out_specs],
         "in_tree": encode_tree(compiled.in_tree, f"Compiled {compiled.name!r}", "argument"),
@@ -888,6 +898,14 @@ def pack_compiled(
     }
     if executable.partitioning is not None:
         header["partitioning"] = layout_data(executable)
+    if symbolic.is_symbolic(executable.in_specs):
+        # One executable for every shape (a persistent cache entry of one).
+        sig = symbolic.Shapes.of(executable.in_specs, executable.out_specs)
+        header["symbolic"] = {
+            "symbols": list(sig.symbols),
+            "constraints": list(sig.constraints),
+            "specializations": [],
+        }
     return pack(header, sections)
 
 

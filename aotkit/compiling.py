@@ -113,8 +113,10 @@ def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None)
 
 
 def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) -> Compiled:
-    """The `Compiled` of a symbolic lowering: a `SymbolicExecutable` that compiles one
-    executable per distinct shape it is called with (aotkit/specialize.py)."""
+    """The `Compiled` of a symbolic lowering: on a backend with dynamic shapes (iree), a
+    `DynamicExecutable` that compiles the program once for every shape; on the others, a
+    `SymbolicExecutable` that compiles one executable per distinct shape it is called with
+    (aotkit/specialize.py)."""
     where = f"Lowered.compile({lowered.name})"
     if targeting:
         raise ValueError(
@@ -133,7 +135,8 @@ def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) ->
     source = specialize.Source(
         lambda: (program.module, program.lc), lambda: artifacts.portable_artifact(lowered)
     )
-    executable = specialize.SymbolicExecutable(
+    kind = specialize.DynamicExecutable if backend.dynamic_shapes else specialize.SymbolicExecutable
+    executable = kind(
         backend,
         lowered.name,
         shapes,
@@ -344,7 +347,8 @@ def _symbolic_compiled(
     """The `Compiled` of a symbolic artifact (format version 3): its specializations'
     executables loaded as they are where the target matches (as `to_compiled` loads one
     executable), and its portable StableHLO compiled for any other shape on first call,
-    unless `recompile=False`."""
+    unless `recompile=False`. On a backend with dynamic shapes (iree), its one executable
+    for every shape is loaded so, or the portable StableHLO compiled once now."""
     signature = artifact.signature
 
     def parse():
@@ -355,18 +359,10 @@ def _symbolic_compiled(
 
     source = specialize.Source(parse, lambda: artifact.section(artifacts.PORTABLE))
     options = artifact.options if backend.name == artifact.target["backend"] else None
-    executable = specialize.SymbolicExecutable(
-        backend,
-        artifact.name,
-        artifact.shapes,
-        source,
-        options=options,
-        donated=signature.donated,
-        recompile=recompile is not False,
-        where=f"Compiled {artifact.name!r} ({artifact.label})",
-    )
-    loaded = 0
-    if not same and artifact.specializations:
+    where = f"Compiled {artifact.name!r} ({artifact.label})"
+    # The one executable for every shape a backend with dynamic shapes compiled (iree).
+    held = artifact.section(artifacts.EXECUTABLE) is not None
+    if not same and (artifact.specializations or held):
         differences = artifacts.differences(saved, here)
         if recompile is False:
             raise ArtifactError(
@@ -375,14 +371,46 @@ def _symbolic_compiled(
                 path=artifact.label,
             )
         if recompile == "auto" and not (explicit and saved["backend"] != backend.name):
+            how = (
+                "once for every shape"
+                if backend.dynamic_shapes
+                else "for each shape it is called with"
+            )
             warnings.warn(
                 f"{place} was compiled with {differences}; compiling its portable StableHLO "
-                f"for backend {backend.name!r} for each shape it is called with "
+                f"for backend {backend.name!r} {how} "
                 "(recompile=True does so without this warning)",
                 ArtifactWarning,
                 stacklevel=3,
             )
-    elif same and not portable_only and recompile is not True:
+    loaded_dynamic = None
+    if backend.dynamic_shapes:
+        if held and same and not portable_only and recompile is not True:
+            loaded_dynamic = _load_dynamic(artifact, backend, recompile, place)
+        executable = specialize.DynamicExecutable(
+            backend,
+            artifact.name,
+            artifact.shapes,
+            source,
+            options=options,
+            donated=signature.donated,
+            recompile=recompile is not False,
+            where=where,
+            executable=loaded_dynamic,
+        )
+    else:
+        executable = specialize.SymbolicExecutable(
+            backend,
+            artifact.name,
+            artifact.shapes,
+            source,
+            options=options,
+            donated=signature.donated,
+            recompile=recompile is not False,
+            where=where,
+        )
+    loaded = 0
+    if same and not portable_only and recompile is not True:
         for values, section in artifact.specializations:
             in_specs, out_specs = artifact.shapes.concrete(values)
             try:
@@ -420,15 +448,49 @@ def _symbolic_compiled(
                 )
             executable.add(values, loaded_executable)
             loaded += 1
+    if backend.dynamic_shapes:
+        origin = "artifact" if loaded or loaded_dynamic is not None else "recompiled"
+    else:
+        origin = "artifact" if loaded or same and not portable_only else "recompiled"
     return Compiled(
         executable,
         in_tree=signature.in_tree,
         out_tree=signature.out_tree,
         donated=signature.donated,
         options=artifact.options,
-        origin="artifact" if loaded or same and not portable_only else "recompiled",
+        origin=origin,
         portable=artifact.section(artifacts.PORTABLE),
     )
+
+
+def _load_dynamic(artifact: Artifact, backend: Backend, recompile, place: str):
+    """A symbolic artifact's one executable for every shape, loaded as it is (its target is
+    this backend's), or None (with a warning) where it does not load and `recompile`
+    allows compiling its portable StableHLO instead."""
+    signature = artifact.signature
+    try:
+        return backend.deserialize(
+            artifact.section(artifacts.EXECUTABLE),
+            name=artifact.name,
+            in_specs=signature.flat_in_specs,
+            out_specs=signature.flat_out_specs,
+            options=artifact.options,
+            target=artifact.target,
+        )
+    except (CompileError, ValueError) as e:
+        if recompile is False:
+            raise ArtifactError(
+                f"{place}: its executable for every shape does not load ({e}); load it with "
+                "recompile=True or 'auto' to compile its portable StableHLO",
+                path=artifact.label,
+            ) from None
+        warnings.warn(
+            f"{place}: its executable for every shape does not load ({e}); compiling its "
+            "portable StableHLO instead",
+            ArtifactWarning,
+            stacklevel=4,
+        )
+        return None
 
 
 def _placed_layout(artifact: Artifact, backend, place: str) -> spmd.Partitioning:

@@ -33,13 +33,16 @@ from __future__ import annotations
 import itertools
 import re
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 
 from jax import tree_util
 from jaxlib.mlir import ir, passmanager
 
 from aotkit import artifacts, cache, dtypes, modules
+from aotkit.backends import dynamic
 from aotkit.backends.base import Backend, Executable
+from aotkit.backends.dynamic import MAX_ASSERTION_TEXT, NotDynamic, inline_calls
 from aotkit.errors import ArtifactError, CompileError, printable
 from aotkit.program import Signature
 from aotkit.specs import ShapeDtype
@@ -47,9 +50,8 @@ from aotkit.symbolic import Shapes, leaf_shape
 
 # --- refinement ----------------------------------------------------------------------------
 
-_SHAPE_ASSERTION = "shape_assertion"
+_SHAPE_ASSERTION = dynamic.SHAPE_ASSERTION
 _PLACEHOLDER = re.compile(r"\{(\d+)\}")
-MAX_ASSERTION_TEXT = 2000
 
 
 def refine(module: ir.Module, lc, in_specs: Sequence[ShapeDtype], where: str) -> ir.Module:
@@ -102,69 +104,6 @@ def refine(module: ir.Module, lc, in_specs: Sequence[ShapeDtype], where: str) ->
 
 
 _DCE = "builtin.module(symbol-dce)"
-
-
-def inline_calls(module_op: ir.Operation) -> None:
-    """Inlines every `func.call` reachable from `@main` (a module's call graph has no cycle:
-    the trust check refuses one, and aotkit writes none), in place; the callees are left
-    for `symbol-dce`."""
-    functions = {}
-    main = None
-    for op in module_op.regions[0].blocks[0].operations:
-        if op.operation.name == "func.func":
-            name = ir.StringAttr(op.attributes["sym_name"]).value
-            functions[name] = op.operation
-            if name == "main":
-                main = op.operation
-    if main is None:
-        return
-    while True:
-        calls: list[ir.Operation] = []
-
-        def visit(op: ir.Operation, calls=calls) -> ir.WalkResult:
-            if op.name == "func.call":
-                calls.append(op)
-            return ir.WalkResult.ADVANCE
-
-        main.walk(visit)
-        if not calls:
-            return
-        for call in calls:
-            callee = functions[ir.FlatSymbolRefAttr(call.attributes["callee"]).value]
-            _inline(call, callee)
-
-
-def _inline(call: ir.Operation, callee: ir.Operation) -> None:
-    entry = callee.regions[0].blocks[0]
-    mapping = dict(zip(entry.arguments, call.operands, strict=True))
-    point = ir.InsertionPoint(call)
-    results = None
-    for op in entry.operations:
-        op = op.operation
-        if op.name == "func.return":
-            results = [mapping.get(v, v) for v in op.operands]
-            break
-        new = op.clone(point).operation
-        _remap(new, mapping)
-        for old, fresh in zip(op.results, new.results, strict=True):
-            mapping[old] = fresh
-    for old, fresh in zip(call.results, results or (), strict=True):
-        old.replace_all_uses_with(fresh)
-    call.erase()
-
-
-def _remap(op: ir.Operation, mapping: dict) -> None:
-    """Points the operands of `op` and of the ops in its regions at the inlined values."""
-
-    def visit(inner: ir.Operation) -> ir.WalkResult:
-        operands = inner.operands
-        for i, value in enumerate(operands):
-            found = mapping.get(value)
-            if found is not None:
-                operands[i] = found
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
 
 
 def _constant_ints(value: ir.Value) -> list[int] | None:
@@ -281,8 +220,11 @@ class SymbolicExecutable(Executable):
 
     `in_specs`/`out_specs` are the symbolic specs. `recompile=False` (an artifact loaded
     so) runs only the specializations it was given. `names(i)` is the path of argument leaf
-    `i` for errors.
+    `i` for errors. `dynamic` is the one executable serving every shape where the backend
+    compiled the program so (`DynamicExecutable`), None here.
     """
+
+    dynamic: Executable | None = None
 
     def __init__(
         self,
@@ -482,3 +424,145 @@ class SymbolicExecutable(Executable):
 
 def _portable(module: ir.Module) -> bytes:
     return artifacts.module_portable_artifact(module)
+
+
+# --- one executable for every shape -------------------------------------------------------
+
+
+class DynamicShapesWarning(UserWarning):
+    """A symbolic program that a backend with dynamic shapes cannot compile once for every
+    shape is compiled per shape instead; the warning says why."""
+
+
+class DynamicExecutable(SymbolicExecutable):
+    """The executable of a symbolic program on a backend with `dynamic_shapes` (iree): the
+    program compiled once (`Backend.compile_dynamic`, through the persistent cache) into one
+    executable that runs every shape its signature allows.
+
+    A call binds the symbols from the arguments' shapes and checks the constraints exactly
+    as `SymbolicExecutable` does (the same errors), then, once per new set of shapes, the
+    program's own shape assertions (jax.export's) and the width of its dimension
+    arithmetic, from the proof of its shapes (aotkit/backends/dynamic.py); then the one
+    executable runs. Nothing is compiled per shape: `specialize` only checks sizes, and
+    `specializations` lists none.
+
+    Where the backend cannot compile the program once (`NotDynamic`, or its compiler fails
+    on the dynamic form), it is compiled per shape as `SymbolicExecutable` does, with a
+    `DynamicShapesWarning` saying why (`per_shape_reason`). `executable` is a dynamic
+    executable loaded already (an artifact's); with none and `recompile=False`, only the
+    per-shape executables given by `add` run.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        name: str,
+        shapes: Shapes,
+        source: Source,
+        *,
+        options=None,
+        donated: tuple = (),
+        recompile: bool = True,
+        where: str | None = None,
+        executable: Executable | None = None,
+    ):
+        super().__init__(
+            backend,
+            name,
+            shapes,
+            source,
+            options=options,
+            donated=donated,
+            recompile=recompile,
+            where=where,
+        )
+        self.per_shape_reason: str | None = None
+        self._proof: dynamic.Proof | None = None
+        # Argument shapes checked so far -> the symbols' values.
+        self._bound: dict[tuple, dict[str, int]] = {}
+        self.dynamic = executable
+        if executable is None and recompile:
+            self.dynamic = self._compile_dynamic()
+
+    def _compile_dynamic(self) -> Executable | None:
+        backend, options = self.backend, self.options
+        entry = Signature.flat(
+            self.name, self.shapes.in_specs, self.shapes.out_specs, donated=self.donated
+        )
+        # The constraints are in the key: the proof of its shapes assumed them.
+        keyed = (
+            "dynamic",
+            *map(str, self.shapes.in_specs),
+            *(f"constraint {c}" for c in self.shapes.constraints),
+        )
+        cache_key = cache.shape_key(self.source.digest, keyed, backend, options, self.donated)
+        executable = None
+        if cache_key is not None:
+            executable = cache.get(cache_key, entry, backend, options)
+        if executable is None:
+            module, _ = self.source.module()
+            try:
+                executable = backend.compile_dynamic(
+                    module, options, self.shapes.in_specs, self.shapes.out_specs
+                )
+            except (NotDynamic, CompileError) as e:
+                return self._per_shape(str(e))
+            self.compiles += 1
+            if cache_key is not None:
+                cache.put(cache_key, entry, executable, options, portable=self.source.portable())
+        return executable
+
+    def _per_shape(self, reason: str) -> None:
+        self.per_shape_reason = reason
+        warnings.warn(
+            f"{self._where}: backend {self.backend.name!r} cannot compile it once for every "
+            f"shape ({reason}); it compiles it for each shape it is called with instead",
+            DynamicShapesWarning,
+            stacklevel=2,
+        )
+        return None
+
+    def _checks(self) -> dynamic.Proof | None:
+        """The proof of the program's shapes, for the per-shape checks (made once)."""
+        if self._proof is None:
+            module, lc = self.source.module()
+            try:
+                self._proof = dynamic.prove(module, lc, self.shapes.in_specs, self.shapes.out_specs)
+            except NotDynamic as e:
+                # An executable loaded for a program whose shapes do not prove: not run.
+                self.dynamic = None
+                self._per_shape(str(e))
+        return self._proof
+
+    def execute(self, leaves: Sequence) -> list:
+        executable = self.dynamic
+        if executable is None:
+            return super().execute(leaves)
+        key = tuple(map(leaf_shape, leaves))
+        values = self._bound.get(key)
+        if values is None:
+            values = self.shapes.bind(leaves, self._leaf_name)
+            proof = self._checks()
+            if proof is None:
+                return super().execute(leaves)
+            problem = proof.failure(values)
+            if problem is not None:
+                raise ValueError(f"{self._where}: for {self.shapes.text(values)}: {problem}")
+            self._bound[key] = values
+        return executable.execute_bound(leaves, values)
+
+    def specialization(self, values: dict[str, int]) -> Executable:
+        if self.dynamic is not None:
+            return self.dynamic  # every shape runs it: nothing to compile
+        return super().specialization(values)
+
+    def as_text(self) -> str:
+        if self.dynamic is None:
+            return super().as_text()
+        return (
+            f"// symbolic program {self.name!r}, compiled once for every shape by backend "
+            f"{self.backend.name!r}\n{self.dynamic.as_text()}"
+        )
+
+    def runtime_executable(self):
+        return None if self.dynamic is None else self.dynamic.runtime_executable()

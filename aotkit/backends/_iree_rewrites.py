@@ -67,6 +67,11 @@ def rewrite(text: str) -> tuple[str, list[str]]:
         return module.operation.get_asm(enable_debug_info=True), sorted(done)
 
 
+def applies(op: ir.Operation) -> bool:
+    """Whether `rewrite` rewrites `op` (one of its ops, of an element type it corrects)."""
+    return op.name in _RULES and _applies(op)
+
+
 def _element(t: ir.Type) -> str:
     return str(ir.RankedTensorType(t).element_type)
 

@@ -8,8 +8,10 @@ answers the inspection questions `Compiled` forwards (`as_text`, `cost_analysis`
 Every optional capability is declared here with the default of a backend that lacks it, so
 callers ask the object and never probe it with `getattr`: cross-compiling
 (`Backend.cross_compiles`, `normalize_target`, the `target=`/`target_options=` keywords of
-`compile`), sharded programs (`Backend.compile_spmd`, `Executable.partitioning`), and native
-dispatch (`Backend.jit_dispatcher`, `Executable.dispatcher`, `Executable.fastpath`).
+`compile`), sharded programs (`Backend.compile_spmd`, `Executable.partitioning`), native
+dispatch (`Backend.jit_dispatcher`, `Executable.dispatcher`, `Executable.fastpath`), and
+dynamic shapes (`Backend.dynamic_shapes`, `Backend.compile_dynamic`, `Executable.execute_bound`:
+one executable for every size of a symbolic program).
 
 Results. Every result of one backend's executables is of one type, `Backend.result_type`:
 `jax.Array` for PJRT backends (`cpu`, the plugins), where the result stays in the buffer
@@ -115,6 +117,13 @@ class Executable(abc.ABC):
         Python call does (the call then stays in Python). None for backends without one."""
         return None
 
+    def execute_bound(self, leaves: Sequence, values: dict[str, int]) -> list:
+        """Runs an executable whose specs have symbolic dimensions (`Backend.compile_dynamic`
+        made it) on leaves whose shapes give the symbols `values` (the caller bound them:
+        `symbolic.Shapes.bind`); it checks them against the leaves' shapes and the
+        constraints before running. An executable of static specs runs `execute`."""
+        return self.execute(leaves)
+
     def cost_analysis(self) -> dict[str, float] | None:
         return None
 
@@ -158,6 +167,10 @@ class Backend(abc.ABC):
     # a device other than its own (iree); `normalize_target` checks them. Stages refuse the
     # keywords for any other backend before compiling.
     cross_compiles: bool = False
+    # Whether `compile_dynamic` compiles a symbolic program (dynamic StableHLO) once into an
+    # executable that runs every size its signature allows (iree). Other backends compile
+    # it per shape, refined to static StableHLO first (aotkit/specialize.py).
+    dynamic_shapes: bool = False
 
     @abc.abstractmethod
     def devices(self) -> list:
@@ -219,6 +232,24 @@ class Backend(abc.ABC):
 
         `target`/`target_options` choose another device to compile for; only a backend that
         `cross_compiles` takes values other than None (others: `normalize_target` refuses)."""
+
+    def compile_dynamic(
+        self,
+        module: ir.Module,
+        options: Mapping[str, object] | None,
+        in_specs: tuple[ShapeDtype, ...],
+        out_specs: tuple[ShapeDtype, ...],
+    ) -> Executable:
+        """Compiles a verified module with dynamic shapes (`tensor<?x784xf32>`) whose
+        signature is `in_specs -> out_specs`, specs with symbolic dimensions, into one
+        executable with those specs (it runs with `Executable.execute_bound`). Raises
+        `aotkit.backends.dynamic.NotDynamic` where the module cannot be compiled so (the
+        caller compiles it per shape), CompileError where the compiler fails. Only a
+        backend with `dynamic_shapes` has it."""
+        raise NotImplementedError(
+            f"backend {self.name!r} compiles symbolic programs per shape (dynamic_shapes is "
+            "False); compile the program with Lowered.compile, which specializes it"
+        )
 
     def normalize_target(
         self, target: str | None = None, target_options: Mapping[str, str] | None = None

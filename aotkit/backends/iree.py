@@ -60,8 +60,8 @@ from dataclasses import dataclass
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import _context, dtypes, modules
-from aotkit.backends import _iree_rewrites
+from aotkit import _context, dtypes, modules, shapes
+from aotkit.backends import _iree_dynamic, _iree_rewrites
 from aotkit.backends.base import (
     ArgumentMismatch,
     Backend,
@@ -236,6 +236,7 @@ class IreeBackend(Backend):
     platform = "cpu"
     executable_format = "iree-vmfb"
     cross_compiles = True  # `compile(target=..., target_options=...)`: any IREE target
+    dynamic_shapes = True  # `compile_dynamic`: one vmfb for every size of a symbolic program
 
     def __init__(self, compiler: str, linker: str | None, version: str, dumper: str | None):
         self._compiler = compiler
@@ -419,16 +420,35 @@ class IreeBackend(Backend):
         where = f"backend 'iree': module {name!r}"
         in_specs, out_specs = modules.signature(module, where)
         with _context.of(module):
-            try:
-                module.operation.verify()
-            except ir.MLIRError as e:
-                raise CompileError(
-                    f"backend 'iree' rejected module {name!r}: it does not verify: "
-                    f"{modules.diagnostic(e)}; build modules with aotkit.lower",
-                    backend="iree",
-                    module_name=name,
-                ) from e
+            _verify(module, name)
             text = module.operation.get_asm(enable_debug_info=True)
+        return self._compile_text(
+            text, flags, spec, name, in_specs, out_specs, target_options or {}
+        )
+
+    def compile_dynamic(
+        self,
+        module: ir.Module,
+        options: Mapping[str, object] | None,
+        in_specs: tuple[ShapeDtype, ...],
+        out_specs: tuple[ShapeDtype, ...],
+    ) -> IreeExecutable:
+        """One vmfb whose `main` takes dynamic shapes, for every size of the symbolic
+        signature `in_specs -> out_specs`: the module is proven and put in the forms IREE
+        compiles dynamically first (aotkit/backends/_iree_dynamic.py), which raises
+        `dynamic.NotDynamic` where it cannot be. For this machine's CPU (llvm-cpu)."""
+        spec = self._target(None)
+        flags = self._flags(options, spec, {})
+        name = modules.module_name(module)
+        lc = _context.of(module)
+        with lc:
+            _verify(module, name)
+        text, _ = _iree_dynamic.prepare(module, lc, tuple(in_specs), tuple(out_specs))
+        return self._compile_text(text, flags, spec, name, in_specs, out_specs, {})
+
+    def _compile_text(
+        self, text: str, flags, spec: Target, name: str, in_specs, out_specs, target_options
+    ) -> IreeExecutable:
         text, rewritten = _iree_rewrites.rewrite(text)
         source = text.encode()
         try:
@@ -458,7 +478,7 @@ class IreeBackend(Backend):
             in_specs,
             out_specs,
             target=spec.name,
-            target_options=dict(target_options or {}),
+            target_options=dict(target_options),
             source=source,
             flags=tuple(flags),
             statistics=statistics,
@@ -745,6 +765,18 @@ def _registers_beyond_counts(dump: str) -> str | None:
     return None
 
 
+def _verify(module: ir.Module, name: str) -> None:
+    try:
+        module.operation.verify()
+    except ir.MLIRError as e:
+        raise CompileError(
+            f"backend 'iree' rejected module {name!r}: it does not verify: "
+            f"{modules.diagnostic(e)}; build modules with aotkit.lower",
+            backend="iree",
+            module_name=name,
+        ) from e
+
+
 def _exit_text(returncode: int) -> str:
     if returncode < 0:
         try:
@@ -837,7 +869,7 @@ _DECLARED = re.compile(
 
 
 def _abi_type(spec: ShapeDtype) -> str:
-    dims = "".join(f"{d}x" for d in spec.shape)
+    dims = "".join(f"{'?' if isinstance(d, shapes.Dim) else d}x" for d in spec.shape)
     return f"tensor<{dims}{_ABI_ELEMENT[spec.dtype.name]}>"
 
 
@@ -852,8 +884,22 @@ def _declared_signature(function) -> tuple[list[str], list[str]] | None:
     return ins, outs
 
 
+def _shape_of(leaf) -> tuple | None:
+    """A leaf's shape as a call sees it (a Python scalar is 0-d), or None for a non-array."""
+    shape = getattr(leaf, "shape", None)
+    if shape is not None:
+        return tuple(shape)
+    return () if dtypes.weak_kind(leaf) is not None else None
+
+
 class IreeExecutable(Executable):
-    """A vmfb for one target, loaded into IREE's runtime on its first call."""
+    """A vmfb for one target, loaded into IREE's runtime on its first call.
+
+    Compiled by `compile_dynamic` (or loaded with symbolic specs), its specs have symbolic
+    dimensions and its `main` dynamic ones: each distinct set of argument shapes is checked
+    once against the specs at the symbols' values and the constraints, and the results
+    have the shapes the runtime returns, checked against the result specs at those values.
+    """
 
     def __init__(
         self,
@@ -892,6 +938,10 @@ class IreeExecutable(Executable):
         self._element_types = [
             rt.dtypes.map_dtype_to_hal_element_type(s.dtype) for s in self.in_specs
         ]
+        self.dynamic = any(isinstance(d, shapes.Dim) for s in self.in_specs for d in s.shape)
+        self._scope = shapes.scope_of(self.in_specs + self.out_specs) if self.dynamic else None
+        # Argument shapes checked so far -> the concrete (argument specs, result specs).
+        self._concrete: dict[tuple, tuple] = {}
 
     @property
     def vmfb(self) -> bytes:
@@ -929,7 +979,68 @@ class IreeExecutable(Executable):
         return state
 
     def execute(self, leaves: Sequence) -> list:
-        hosts = [self._host(i, x, s) for i, (x, s) in enumerate(zip(leaves, self.in_specs))]
+        if not self.dynamic:
+            return self._run(leaves, self.in_specs, self.out_specs)
+        # Each symbol from the first argument dimension that is that symbol alone; the
+        # check below refuses what this leaves undecided.
+        values: dict[str, int] = {}
+        for spec, leaf in zip(self.in_specs, leaves, strict=True):
+            shape = _shape_of(leaf)
+            if shape is not None and len(shape) == len(spec.shape):
+                for d, n in zip(spec.shape, shape):
+                    if isinstance(d, shapes.Dim) and d.as_symbol() is not None:
+                        values.setdefault(d.as_symbol(), n)
+        return self.execute_bound(leaves, values)
+
+    def execute_bound(self, leaves: Sequence, values: dict[str, int]) -> list:
+        if not self.dynamic:
+            return self.execute(leaves)
+        key = tuple(map(_shape_of, leaves))
+        specs = self._concrete.get(key)
+        if specs is None:
+            specs = self._concrete[key] = self._check(leaves, values)
+        return self._run(leaves, *specs)
+
+    def _check(self, leaves: Sequence, values: dict[str, int]) -> tuple[tuple, tuple]:
+        """The concrete specs of a dynamic executable for `values`, which must give every
+        argument's shape and meet the constraints; ArgumentMismatch otherwise."""
+        given = ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
+        in_specs = []
+        for i, (spec, leaf) in enumerate(zip(self.in_specs, leaves, strict=True)):
+            shape = _shape_of(leaf)
+            try:
+                concrete = ShapeDtype(shapes.evaluate_shape(spec.shape, values), spec.dtype)
+            except (KeyError, TypeError, ValueError):
+                raise ArgumentMismatch(
+                    i,
+                    f"has shape {shape} for {spec}, which the symbols read from the arguments "
+                    f"({given or 'none'}) do not size; call it through aotkit's Compiled, "
+                    "which solves them",
+                    ValueError,
+                    says_fix=True,
+                ) from None
+            if shape != concrete.shape:
+                raise ArgumentMismatch(
+                    i, f"expected {spec} (= {concrete} for {given}), got {describe(leaf)}"
+                )
+            in_specs.append(concrete)
+        try:
+            self._scope.check(values)
+            out_specs = tuple(
+                ShapeDtype(shapes.evaluate_shape(s.shape, values), s.dtype) for s in self.out_specs
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ArgumentMismatch(
+                0,
+                f"gives sizes {given} for which module {self.name!r} is not defined ({e}); pass "
+                "shapes for which its constraints hold",
+                ValueError,
+                says_fix=True,
+            ) from None
+        return tuple(in_specs), out_specs
+
+    def _run(self, leaves: Sequence, in_specs: tuple, out_specs: tuple) -> list:
+        hosts = [self._host(i, x, s) for i, (x, s) in enumerate(zip(leaves, in_specs))]
         vm_context, function, device = self._state()
         rt = self._rt
         allocator = device.allocator
@@ -944,7 +1055,7 @@ class IreeExecutable(Executable):
                 element_type=element_type,
             )
             args.push_ref(view)
-        results = rt.VmVariantList(len(self.out_specs))
+        results = rt.VmVariantList(len(out_specs))
         try:
             with self._lock:  # a VM context runs one invocation at a time
                 vm_context.invoke(function, args, results)
@@ -953,12 +1064,20 @@ class IreeExecutable(Executable):
                 f"backend 'iree': running module {self.name!r} failed: {_driver_error_line(e)}"
             ) from e
         outs = []
-        for i, spec in enumerate(self.out_specs):
+        for i, spec in enumerate(out_specs):
             view = results.get_as_object(i, rt.HalBufferView)
             host = rt.DeviceArray(device, view, implicit_host_transfer=True).to_host()
             value = np.array(host, copy=True)
             if value.dtype != spec.dtype:
                 value = value.view(spec.dtype)
+            if self.dynamic and value.shape != spec.shape:
+                # The proof says this cannot happen; a result of another shape is not shown.
+                got = ShapeDtype(value.shape, spec.dtype)
+                raise RuntimeError(
+                    f"backend 'iree': module {self.name!r} returned {got} for result {i}, "
+                    f"but its signature gives {self.out_specs[i]} = {spec} here; "
+                    "this is a bug in aotkit's dynamic compile: compile with backend='cpu'"
+                )
             outs.append(value.reshape(spec.shape))
         return outs
 
@@ -984,9 +1103,10 @@ class IreeExecutable(Executable):
         """Transient memory from IREE's scheduling statistics, the vmfb's size as code size.
 
         Argument and output sizes are the signature's; IREE does not alias them (0). None
-        for an executable loaded from bytes (IREE's statistics come from compiling).
+        for an executable loaded from bytes (IREE's statistics come from compiling), and for
+        a dynamic one (its sizes depend on each call's).
         """
-        if self._statistics is None:
+        if self._statistics is None or self.dynamic:
             return None
         try:
             execution = self._statistics["stream-aggregate"]["execution"]

@@ -153,8 +153,8 @@ CASES = {
     "format-without-executables": (
         {"symbolic": {"specializations": []}},
         "header field 'executable_format' is \"pjrt\" for a symbolic program with 0 "
-        "specialization(s); it names the format of their executables, and is null when "
-        "there are none",
+        "specialization(s) and no executable for every shape; it names the format of their "
+        "executables, and is null when there are none",
     ),
     "field-missing-keys": (
         {"symbolic_whole": {"symbols": ["b"]}},

@@ -15,8 +15,9 @@ ops, and refuses them ("failed to legalize operation"):
   dynamic): the operands are transposed and collapsed here, the 2-D product expanded back.
 
 What IREE computes differently from the spec is rewritten by aotkit/backends/
-_iree_rewrites.py afterwards, on the text, as for a static module. What cannot be put in
-these forms raises `dynamic.NotDynamic`; the program is then compiled per shape.
+_iree_rewrites.py afterwards, on the text, as for a static module (its constants broadcast
+to the dynamic shape). What cannot be put in these forms raises `dynamic.NotDynamic`; the
+program is then compiled per shape.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit.backends import _iree_rewrites, dynamic
+from aotkit.backends import dynamic
 from aotkit.backends.dynamic import NotDynamic
 from aotkit.specs import ShapeDtype
 
@@ -47,7 +48,6 @@ def prepare(
                 _reshape(op, proof)
             elif op.name == "stablehlo.dot_general" and _flattened_by_iree(op):
                 _dot(op, proof)
-        _check_rewrites(proof.module)
         try:
             proof.module.verify()
         except ir.MLIRError as e:  # a rewrite here is wrong: say so rather than compile it
@@ -58,26 +58,6 @@ def prepare(
 def _dims(proof: dynamic.Proof, value: ir.Value) -> tuple:
     found = proof.dims.get(value)
     return found if found is not None else tuple(ir.RankedTensorType(value.type).shape)
-
-
-def _check_rewrites(module_op: ir.Operation) -> None:
-    found = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if (
-            _iree_rewrites.applies(op)
-            and not ir.RankedTensorType(op.results[0].type).has_static_shape
-        ):
-            found.append(op)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(visit)
-    if found:
-        raise NotDynamic(
-            f"{dynamic._where(found[0])}: IREE computes it differently from the spec, and "
-            "aotkit's correction (aotkit/backends/_iree_rewrites.py) is written for static shapes"
-        )
 
 
 # --- dynamic_broadcast_in_dim -------------------------------------------------------------

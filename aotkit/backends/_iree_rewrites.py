@@ -67,11 +67,6 @@ def rewrite(text: str) -> tuple[str, list[str]]:
         return module.operation.get_asm(enable_debug_info=True), sorted(done)
 
 
-def applies(op: ir.Operation) -> bool:
-    """Whether `rewrite` rewrites `op` (one of its ops, of an element type it corrects)."""
-    return op.name in _RULES and _applies(op)
-
-
 def _element(t: ir.Type) -> str:
     return str(ir.RankedTensorType(t).element_type)
 
@@ -99,7 +94,10 @@ def _applies(op: ir.Operation) -> bool:
 
 
 class _Builder:
-    """Creates ops of the same shape as `op`, just before it, at its location."""
+    """Creates ops of the same shape as `op`, just before it, at its location. Where that
+    shape is dynamic (a symbolic program compiled once: aotkit/backends/_iree_dynamic.py),
+    constants are scalars broadcast to the shape of `op`'s first operand, which every
+    rewritten op (elementwise) shares."""
 
     def __init__(self, op: ir.Operation):
         self.op = op
@@ -107,6 +105,7 @@ class _Builder:
         self.shape = list(self.type.shape)
         self.ip = ir.InsertionPoint(op)
         self.loc = op.location
+        self._dims: ir.Value | None = None
 
     def tensor(self, element: str) -> ir.Type:
         return ir.RankedTensorType.get(self.shape, ir.Type.parse(element))
@@ -123,9 +122,49 @@ class _Builder:
         return created.results[0]
 
     def constant(self, literal: str, element: str) -> ir.Value:
-        t = self.tensor(element)
-        value = ir.Attribute.parse(f"dense<{literal}> : {t}")
-        return self.emit("stablehlo.constant", type=t, value=value)
+        if self.type.has_static_shape:
+            t = self.tensor(element)
+            value = ir.Attribute.parse(f"dense<{literal}> : {t}")
+            return self.emit("stablehlo.constant", type=t, value=value)
+        scalar = ir.RankedTensorType.get([], ir.Type.parse(element))
+        value = ir.Attribute.parse(f"dense<{literal}> : {scalar}")
+        c = self.emit("stablehlo.constant", type=scalar, value=value)
+        dims = ir.DenseI64ArrayAttr.get([])
+        return self.emit(
+            "stablehlo.dynamic_broadcast_in_dim",
+            c,
+            self.dims(),
+            type=self.tensor(element),
+            broadcast_dimensions=dims,
+        )
+
+    def dims(self) -> ir.Value:
+        """The shape of `op`'s first operand as a `tensor<Nxi64>`, made once."""
+        if self._dims is None:
+            x = self.op.operands[0]
+            i64 = ir.IntegerType.get_signless(64)
+            one = ir.RankedTensorType.get([1], i64)
+            parts = []
+            for k, n in enumerate(self.shape):
+                if not self.type.is_dynamic_dim(k):
+                    value = ir.Attribute.parse(f"dense<{n}> : {one}")
+                    parts.append(self.emit("stablehlo.constant", type=one, value=value))
+                    continue
+                size = self.emit(
+                    "stablehlo.get_dimension_size",
+                    x,
+                    type=ir.RankedTensorType.get([], ir.IntegerType.get_signless(32)),
+                    dimension=ir.IntegerAttr.get(i64, k),
+                )
+                wide = self.emit("stablehlo.convert", size, type=ir.RankedTensorType.get([], i64))
+                parts.append(self.emit("stablehlo.reshape", wide, type=one))
+            self._dims = self.emit(
+                "stablehlo.concatenate",
+                *parts,
+                type=ir.RankedTensorType.get([len(parts)], i64),
+                dimension=ir.IntegerAttr.get(i64, 0),
+            )
+        return self._dims
 
     def float_constant(self, x: float, element: str) -> ir.Value:
         bits = np.array(x, _FLOATS[element]).view(f"u{_FLOATS[element].itemsize}")

@@ -142,6 +142,22 @@ _COMPARE = {
 }
 
 
+def _compare(direction: str, a, b) -> bool | None:
+    """`a direction b` where the constraints decide it for every size, else None."""
+    if direction in ("EQ", "NE"):
+        found = _decide(a, "==", b)
+        return found if found is None or direction == "EQ" else not found
+    if isinstance(a, Expr) or isinstance(b, Expr):
+        return None
+    if direction == "GE":
+        return _decide(a, ">=", b)
+    if direction == "GT":
+        return _decide(a, ">=", b + 1)
+    if direction == "LE":
+        return _decide(b, ">=", a)
+    return _decide(b, ">=", a + 1)
+
+
 def _scalar_rule(op: ir.Operation, args: list):
     """The value of a rank-0 integer op over known operand values, or None."""
     name = op.name
@@ -166,19 +182,33 @@ def _scalar_rule(op: ir.Operation, args: list):
     if name == "stablehlo.compare":
         direction = stablehlo.ComparisonDirectionAttr(op.attributes["comparison_direction"])
         symbol, fn = _COMPARE[direction.value]
+        decided = _compare(direction.value, *args)
+        if decided is not None:
+            return int(decided)  # the constraints decide it: a branch on it is known
         return _expr(fn, f"{args[0]} {symbol} {args[1]}", *args)
     if name == "stablehlo.select":
         pred, a, b = args
+        if isinstance(pred, int):
+            return a if pred else b
         return _expr(lambda p, x, y: x if p else y, f"({pred} ? {a} : {b})", pred, a, b)
-    if name == "stablehlo.and":
-        return _expr(lambda a, b: a & b, f"({args[0]}) & ({args[1]})", *args)
-    if name == "stablehlo.or":
-        return _expr(lambda a, b: a | b, f"({args[0]}) | ({args[1]})", *args)
+    boolean = ir.IntegerType(_element(op.results[0])).width == 1
+    if name in ("stablehlo.and", "stablehlo.or"):
+        a, b = args
+        if isinstance(a, int) and isinstance(b, int):
+            return a & b if name == "stablehlo.and" else a | b
+        absorbing = 0 if name == "stablehlo.and" else 1
+        if boolean and absorbing in (a, b) and (isinstance(a, int) or isinstance(b, int)):
+            return absorbing
+        fn, symbol = (
+            (lambda x, y: x & y, "&") if name == "stablehlo.and" else (lambda x, y: x | y, "|")
+        )
+        return _expr(fn, f"({a}) {symbol} ({b})", a, b)
     if name == "stablehlo.not":
-        width = ir.IntegerType(_element(op.results[0])).width
-        if width == 1:
-            return _expr(lambda a: 1 - (a & 1), f"!({args[0]})", *args)
-        return None
+        if not boolean:
+            return None
+        if isinstance(args[0], int):
+            return 1 - (args[0] & 1)
+        return _expr(lambda a: 1 - (a & 1), f"!({args[0]})", *args)
     if name == "stablehlo.clamp":
         low, x, high = args
         if all(map(_exact, args)):
@@ -223,8 +253,8 @@ class Proof:
     context; `dims` maps each tensor value of `@main`'s body to its dimensions; `vectors`
     each 1-D integer tensor whose elements are known (shape operands) to them;
     `broadcasts` each `dynamic_broadcast_in_dim`'s result to its (expanding,
-    nonexpanding) operand dimensions; `assertions` and `bounded` are checked per new
-    shape (`failure`)."""
+    nonexpanding) operand dimensions; `assertions`, `requirements` and `bounded` are
+    checked per new set of sizes (`failure`)."""
 
     module: ir.Operation
     dims: dict = field(default_factory=dict)
@@ -234,12 +264,13 @@ class Proof:
     assertions: list = field(default_factory=list)
     # (integer, bits): a dimension the module computes in a `bits`-wide signed integer.
     bounded: list = field(default_factory=list)
+    requirements: list = field(default_factory=list)
 
     def failure(self, values: dict[str, int]) -> str | None:
         """Why the module must not run for `values` (a failing assertion, or a size its
         narrow integer arithmetic would wrap), or None."""
-        for assertion in self.assertions:
-            message = assertion.failure(values)
+        for check in (*self.assertions, *self.requirements):
+            message = check.failure(values)
             if message is not None:
                 return message
         for x, bits in self.bounded:
@@ -323,9 +354,41 @@ def _where(op: ir.Operation) -> str:
 
 def _same(a, b) -> bool:
     """Whether dimensions `a` and `b` are equal for every size (the constraints decide)."""
+    return _decide(a, "==", b) is True
+
+
+def _decide(a, relation: str, b) -> bool | None:
+    """Whether `a relation b` (`==` or `>=`) holds for every size the constraints allow
+    (True), for none (False), or is undecided (None)."""
+    if isinstance(a, Expr) or isinstance(b, Expr):
+        return None
     if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    return a == b  # Dim equality: True only when decided
+        return a == b if relation == "==" else a >= b
+    scope = (a if isinstance(a, shapes.Dim) else b).scope
+    if relation == "==":
+        return True if a == b else scope.try_eq(a, b)
+    return scope.try_ge(a, b)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """`left relation right` (`==`, `>=`), which an op needs and the constraints leave
+    open: checked on the host for each new set of sizes before the program runs."""
+
+    where: str
+    what: str
+    left: object
+    relation: str
+    right: object
+
+    def failure(self, values: dict[str, int]) -> str | None:
+        a, b = evaluate(self.left, values), evaluate(self.right, values)
+        if (a == b) if self.relation == "==" else (a >= b):
+            return None
+        return (
+            f"{self.where} needs {self.what} ({self.left} {self.relation} {self.right}), "
+            f"which these sizes break ({a} against {b}); pass sizes for which it holds"
+        )
 
 
 def _product(dims) -> object:
@@ -411,11 +474,20 @@ class _Prover:
         self.proof.dims[value] = tuple(out)
 
     def equal(self, op: ir.Operation, a, b, what: str) -> None:
-        if not _same(a, b):
+        self.require(op, a, "==", b, f"{what} to be equal")
+
+    def require(self, op: ir.Operation, a, relation: str, b, what: str) -> None:
+        """`a relation b` holds for every size, or is checked for each new set of sizes;
+        NotDynamic where it holds for none."""
+        found = _decide(a, relation, b)
+        if found is True:
+            return
+        if found is False:
             raise NotDynamic(
-                f"{_where(op)} needs {what} to be equal, and {a} == {b} is not decided by the "
-                "constraints for every size"
+                f"{_where(op)} needs {what} ({a} {relation} {b}), which holds for no sizes "
+                "its constraints allow"
             )
+        self.proof.requirements.append(Requirement(_where(op), what, a, relation, b))
 
     # -- ops
 
@@ -507,11 +579,13 @@ class _Prover:
             raise NotDynamic(f"@main returns {len(op.operands)} values, not {len(out_specs)}")
         for k, (value, spec) in enumerate(zip(op.operands, out_specs, strict=True)):
             got = self.dims(value, op)
-            if len(got) != len(spec.shape) or not all(map(_same, got, spec.shape)):
-                shown = ", ".join(map(str, got))
+            if len(got) != len(spec.shape):
                 raise NotDynamic(
-                    f"@main's result {k} has dimensions ({shown}) where the signature says "
-                    f"{spec}, and the constraints do not make them equal"
+                    f"@main's result {k} has rank {len(got)} where the signature says {spec}"
+                )
+            for a, b in zip(got, spec.shape):
+                self.require(
+                    op, a, "==", b, f"result {k}'s dimensions to be the signature's {spec}"
                 )
 
 
@@ -748,11 +822,7 @@ def _slice(p: _Prover, op: ir.Operation) -> None:
     strides = _ints(op, "strides")
     after = []
     for d, start, limit, stride in zip(before, starts, limits, strides, strict=True):
-        if isinstance(d, shapes.Dim) and d.scope.try_ge(d, limit) is not True:
-            raise NotDynamic(
-                f"{_where(op)} reads up to {limit} of a dimension of size {d}, which the "
-                f"constraints do not bound below; add a constraint such as {d} >= {limit}"
-            )
+        p.require(op, d, ">=", limit, "its limit inside its operand")
         after.append(max(0, math.ceil((limit - start) / stride)))
     p.result(op, after)
 
@@ -767,12 +837,10 @@ def _pad(p: _Prover, op: ir.Operation) -> None:
         if isinstance(d, int):
             after.append(lo + hi + d + max(d - 1, 0) * inner)
             continue
-        if inner and d.scope.try_ge(d, 1) is not True:
-            raise NotDynamic(f"{_where(op)} pads inside a dimension {d} that may be 0")
+        if inner:
+            p.require(op, d, ">=", 1, "a dimension it pads inside to be nonempty")
         size = lo + hi + d + (d - 1) * inner
-        fits = size >= 0 if isinstance(size, int) else size.scope.try_ge(size, 0) is True
-        if not fits:
-            raise NotDynamic(f"{_where(op)} may crop a dimension {d} below 0")
+        p.require(op, size, ">=", 0, "its result's size to be >= 0")
         after.append(size)
     p.result(op, after)
 
@@ -782,11 +850,7 @@ def _dynamic_slice(p: _Prover, op: ir.Operation) -> None:
     before = p.dims(op.operands[0], op)
     sizes = _ints(op, "slice_sizes")
     for d, size in zip(before, sizes, strict=True):
-        if isinstance(d, shapes.Dim) and d.scope.try_ge(d, size) is not True:
-            raise NotDynamic(
-                f"{_where(op)} takes {size} of a dimension of size {d}, which the "
-                f"constraints do not bound below; add a constraint such as {d} >= {size}"
-            )
+        p.require(op, d, ">=", size, "its slice inside its operand")
     p.result(op, sizes)
 
 
@@ -795,15 +859,25 @@ def _dynamic_update_slice(p: _Prover, op: ir.Operation) -> None:
     before = p.dims(op.operands[0], op)
     update = p.dims(op.operands[1], op)
     for d, u in zip(before, update, strict=True):
-        if isinstance(d, int) and isinstance(u, int):
-            continue
-        scope = (d if isinstance(d, shapes.Dim) else u).scope
-        if scope.try_ge(d, u) is not True:
-            raise NotDynamic(
-                f"{_where(op)} writes {u} into a dimension of size {d}, which the "
-                "constraints do not decide to fit"
-            )
+        p.require(op, d, ">=", u, "its update inside its operand")
     p.result(op, before)
+
+
+@_rule("stablehlo.real_dynamic_slice")
+def _real_dynamic_slice(p: _Prover, op: ir.Operation) -> None:
+    before = p.dims(op.operands[0], op)
+    starts = p.vector(op.operands[1], op, "start indices")
+    limits = p.vector(op.operands[2], op, "limit indices")
+    strides = p.vector(op.operands[3], op, "strides")
+    after = []
+    for d, start, limit, stride in zip(before, starts, limits, strides, strict=True):
+        if not isinstance(stride, int) or stride < 1:
+            raise NotDynamic(f"{_where(op)} has a stride {stride}, not a constant >= 1")
+        p.require(op, start, ">=", 0, "its start >= 0")
+        p.require(op, limit, ">=", start, "its limit at or after its start")
+        p.require(op, d, ">=", limit, "its limit inside its operand")
+        after.append((limit - start + stride - 1) // stride)
+    p.result(op, after)
 
 
 @_rule("stablehlo.custom_call")

@@ -40,8 +40,14 @@ def prepare(
     proof = dynamic.prove(module, lc, in_specs, out_specs)
     with lc, ir.Location.unknown():
         main = dynamic._main(proof.module)
-        for op in list(main.regions[0].blocks[0].operations):
-            op = op.operation
+        ops: list[ir.Operation] = []
+
+        def collect(op: ir.Operation) -> ir.WalkResult:
+            ops.append(op)
+            return ir.WalkResult.ADVANCE
+
+        main.walk(collect, ir.WalkOrder.PRE_ORDER)
+        for op in ops:
             if op.name == "stablehlo.dynamic_broadcast_in_dim":
                 _annotate(op, proof)
             elif op.name == "stablehlo.dynamic_reshape":
@@ -65,37 +71,27 @@ def _dims(proof: dynamic.Proof, value: ir.Value) -> tuple:
 
 def _annotate(op: ir.Operation, proof: dynamic.Proof) -> None:
     """Marks the dynamic operand dimensions the proof found nonexpanding. A broadcast of a
-    broadcast is made one first: IREE merges such chains itself, and its merged op keeps
-    no annotation."""
-    inner = op.operands[0].owner
-    if isinstance(inner, ir.OpView):
-        inner = inner.operation
+    broadcast is made one first where the proof decides every dimension of the whole: IREE
+    merges such chains itself, and its merged op keeps no annotation."""
+    source, nonexpanding = op.operands[0], proof.broadcasts[op.results[0]][1]
+    inner = source.owner
+    inner = inner.operation if isinstance(inner, ir.OpView) else inner
     if isinstance(inner, ir.Operation) and inner.name == "stablehlo.dynamic_broadcast_in_dim":
         outer_dims = dynamic._ints(op, "broadcast_dimensions")
         composed = [outer_dims[k] for k in dynamic._ints(inner, "broadcast_dimensions")]
-        source = inner.operands[0]
-        before, after = _dims(proof, source), _dims(proof, op.results[0])
-        nonexpanding = []
-        for i, k in enumerate(composed):
-            if dynamic._same(before[i], after[k]):
-                nonexpanding.append(i)
-            elif not (isinstance(before[i], int) and before[i] == 1):
-                raise NotDynamic(
-                    f"{dynamic._where(op)} broadcasts a broadcast, and aotkit cannot decide "
-                    f"whether dimension {i} ({before[i]}) of the first one's operand expands"
-                )
-        op.operands[0] = source
-        op.attributes["broadcast_dimensions"] = ir.DenseI64ArrayAttr.get(composed)
-        for name in ("known_expanding_dimensions", "known_nonexpanding_dimensions"):
-            if name in op.attributes:
-                del op.attributes[name]
-        claimed = set()
-    else:
-        _, nonexpanding = proof.broadcasts[op.results[0]]
-        source = op.operands[0]
-        claimed = set()
-        if "known_nonexpanding_dimensions" in op.attributes:
-            claimed = set(dynamic._ints(op, "known_nonexpanding_dimensions"))
+        before, after = _dims(proof, inner.operands[0]), _dims(proof, op.results[0])
+        same = [dynamic._same(before[i], after[k]) for i, k in enumerate(composed)]
+        if all(s or (isinstance(d, int) and d == 1) for s, d in zip(same, before)):
+            source = inner.operands[0]
+            nonexpanding = [i for i, s in enumerate(same) if s]
+            op.operands[0] = source
+            op.attributes["broadcast_dimensions"] = ir.DenseI64ArrayAttr.get(composed)
+            for name in ("known_expanding_dimensions", "known_nonexpanding_dimensions"):
+                if name in op.attributes:
+                    del op.attributes[name]
+    claimed = set()
+    if "known_nonexpanding_dimensions" in op.attributes:
+        claimed = set(dynamic._ints(op, "known_nonexpanding_dimensions"))
     t = ir.RankedTensorType(source.type)
     dims = sorted(claimed | {i for i in nonexpanding if t.is_dynamic_dim(i)})
     if dims:

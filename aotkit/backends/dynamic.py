@@ -303,16 +303,13 @@ def prove(module, lc, in_specs: Sequence[ShapeDtype], out_specs: Sequence[ShapeD
         prover = _Prover(proof)
         for arg, spec in zip(block.arguments, in_specs, strict=True):
             prover.argument(arg, spec)
-        erase = []
         for op in block.operations:
             op = op.operation
             if op.name == "func.return":
                 prover.returns(op, out_specs)
                 continue
             prover.visit(op)
-            if op.name == "stablehlo.custom_call" and _target(op) == SHAPE_ASSERTION:
-                erase.append(op)
-        for op in erase:
+        for op in prover.erase:
             op.erase()
         return proof
 
@@ -412,12 +409,13 @@ def _rule(*names: str):
 class _Prover:
     def __init__(self, proof: Proof):
         self.proof = proof
+        self.erase: list[ir.Operation] = []  # the shape assertions, checked on the host
 
     # -- values
 
     def argument(self, value: ir.Value, spec: ShapeDtype) -> None:
         t = _tensor(value)
-        if t is None or t.rank != len(spec.shape):
+        if t is None or t.rank != len(spec.shape) or t.encoding is not None:
             raise NotDynamic(f"@main's argument type {value.type} is not the signature's {spec}")
         for k, d in enumerate(spec.shape):
             if t.is_dynamic_dim(k) != isinstance(d, shapes.Dim) or (
@@ -492,6 +490,13 @@ class _Prover:
     # -- ops
 
     def visit(self, op: ir.Operation) -> None:
+        for value in op.results:
+            t = _tensor(value)
+            if t is not None and t.encoding is not None:
+                raise NotDynamic(
+                    f"{_where(op)} gives {value.type}, whose encoding (bounded dimensions, "
+                    "sparsity) aotkit does not prove"
+                )
         rule = _RULES.get(op.name)
         if rule is None:
             self.static(op)
@@ -576,7 +581,9 @@ class _Prover:
 
     def returns(self, op: ir.Operation, out_specs: Sequence[ShapeDtype]) -> None:
         if len(op.operands) != len(out_specs):
-            raise NotDynamic(f"@main returns {len(op.operands)} values, not {len(out_specs)}")
+            raise NotDynamic(
+                f"@main returns {len(op.operands)} results where the signature has {len(out_specs)}"
+            )
         for k, (value, spec) in enumerate(zip(op.operands, out_specs, strict=True)):
             got = self.dims(value, op)
             if len(got) != len(spec.shape):
@@ -648,14 +655,8 @@ def _elementwise(p: _Prover, op: ir.Operation) -> None:
     if op.name == "stablehlo.bitcast_convert" and _tensor(op.operands[0]).rank != rank:
         p.static(op)  # a bitcast between widths adds or drops a dimension
         return
-    shaped = []
-    for value in op.operands:
-        t = _tensor(value)
-        if t is None:
-            raise NotDynamic(f"{_where(op)} takes a {value.type}")
-        if t.rank == rank:
-            shaped.append(p.dims(value, op))
-        # select's predicate and clamp's bounds may be scalars: the verifier checks the rank
+    # select's predicate and clamp's bounds may be scalars (the verifier checks the rank).
+    shaped = [p.dims(v, op) for v in op.operands if _tensor(v).rank == rank]
     first = shaped[0]
     for other in shaped[1:]:
         for a, b in zip(first, other, strict=True):
@@ -681,9 +682,7 @@ def _barrier(p: _Prover, op: ir.Operation) -> None:
 
 @_rule("stablehlo.reshape")
 def _reshape(p: _Prover, op: ir.Operation) -> None:
-    t = _tensor(op.results[0])
-    if not t.has_static_shape:
-        raise NotDynamic(f"{_where(op)} gives the dynamic type {t}")
+    t = _tensor(op.results[0])  # static: the verifier refuses `?` here
     before = p.dims(op.operands[0], op)
     p.equal(op, _product(before), _product(t.shape), "the element counts before and after")
     p.result(op, t.shape)
@@ -716,20 +715,10 @@ def _same_shape(p: _Prover, op: ir.Operation) -> None:
 @_rule("stablehlo.broadcast_in_dim")
 def _broadcast(p: _Prover, op: ir.Operation) -> None:
     before = p.dims(op.operands[0], op)
-    t = _tensor(op.results[0])
-    after = [None] * t.rank
-    for k in range(t.rank):
-        if not t.is_dynamic_dim(k):
-            after[k] = t.shape[k]
+    after = _tensor(op.results[0]).shape  # static: the verifier refuses `?` here
     for d, k in zip(before, _ints(op, "broadcast_dimensions"), strict=True):
-        if after[k] is None:
-            if isinstance(d, int) and d == 1:
-                raise NotDynamic(f"{_where(op)} broadcasts a 1 to an unknown size")
-            after[k] = d
-        elif not (isinstance(d, int) and d == 1):
+        if not (isinstance(d, int) and d == 1):
             p.equal(op, d, after[k], "a broadcast dimension and its result's")
-    if any(a is None for a in after):
-        raise NotDynamic(f"{_where(op)} gives a dynamic dimension no operand sizes")
     p.result(op, after)
 
 
@@ -863,6 +852,30 @@ def _dynamic_update_slice(p: _Prover, op: ir.Operation) -> None:
     p.result(op, before)
 
 
+@_rule("stablehlo.while")
+def _while(p: _Prover, op: ir.Operation) -> None:
+    """A loop keeps the dimensions of what it carries: its condition and body are proven
+    with the operands' dimensions for their arguments, and the body must return them."""
+    carried = [p.dims(v, op) if _tensor(v) is not None else None for v in op.operands]
+    for index, region in enumerate(op.regions):
+        block = region.blocks[0]
+        for arg, dims in zip(block.arguments, carried, strict=True):
+            if dims is not None:
+                p.proof.dims[arg] = dims
+        for inner in block.operations:
+            inner = inner.operation
+            if inner.name != "stablehlo.return":
+                p.visit(inner)
+            elif index == 1:
+                for value, dims in zip(inner.operands, carried, strict=True):
+                    if dims is not None:
+                        for a, b in zip(p.dims(value, inner), dims, strict=True):
+                            p.equal(op, a, b, "what its body returns and what it carries")
+    for k, dims in enumerate(carried):
+        if dims is not None:
+            p.result(op, dims, k)
+
+
 @_rule("stablehlo.real_dynamic_slice")
 def _real_dynamic_slice(p: _Prover, op: ir.Operation) -> None:
     before = p.dims(op.operands[0], op)
@@ -894,6 +907,7 @@ def _custom_call(p: _Prover, op: ir.Operation) -> None:
     if "error_message" in op.attributes:
         template = ir.StringAttr(op.attributes["error_message"]).value
     p.proof.assertions.append(Assertion(args[0], tuple(args[1:]), template))
+    p.erase.append(op)
 
 
 # --- inlining (shared with the per-shape refinement, aotkit/specialize.py) -------------------

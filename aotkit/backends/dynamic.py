@@ -876,6 +876,29 @@ def _while(p: _Prover, op: ir.Operation) -> None:
             p.result(op, dims, k)
 
 
+@_rule("stablehlo.if", "stablehlo.case")
+def _branches(p: _Prover, op: ir.Operation) -> None:
+    """A branch op gives what every branch returns: the branches are proven in turn, and
+    what they return must have equal dimensions."""
+    returned = None
+    for region in op.regions:
+        for inner in region.blocks[0].operations:
+            inner = inner.operation
+            if inner.name != "stablehlo.return":
+                p.visit(inner)
+                continue
+            dims = [p.dims(v, inner) if _tensor(v) is not None else None for v in inner.operands]
+            if returned is None:
+                returned = dims
+                continue
+            for first, other in zip(returned, dims, strict=True):
+                for a, b in zip(first or (), other or (), strict=True):
+                    p.equal(op, a, b, "what its branches return")
+    for k, dims in enumerate(returned or ()):
+        if dims is not None:
+            p.result(op, dims, k)
+
+
 @_rule("stablehlo.real_dynamic_slice")
 def _real_dynamic_slice(p: _Prover, op: ir.Operation) -> None:
     before = p.dims(op.operands[0], op)

@@ -1032,8 +1032,7 @@ class IreeExecutable(Executable):
         except (KeyError, TypeError, ValueError) as e:
             raise ArgumentMismatch(
                 0,
-                f"gives sizes {given} for which module {self.name!r} is not defined ({e}); pass "
-                "shapes for which its constraints hold",
+                f"gives sizes {given}, for which module {self.name!r} is not defined: {e}",
                 ValueError,
                 says_fix=True,
             ) from None

@@ -281,18 +281,28 @@ def test_a_result_that_is_not_the_signature_is_checked_per_shape():
 
 
 def test_a_region_with_dynamic_shapes():
-    text = """func.func @main(%x: tensor<?xf32>, %i: tensor<i32>) -> tensor<f32> {
+    text = """func.func @main(%x: tensor<?xf32>) -> tensor<f32> {
   %z = stablehlo.constant dense<0.0> : tensor<f32>
-  %0 = "stablehlo.case"(%i) ({
+  %0 = scf.execute_region -> tensor<f32> {
     %s = stablehlo.reduce(%x init: %z) applies stablehlo.add across dimensions = [0] : (tensor<?xf32>, tensor<f32>) -> tensor<f32>
-    stablehlo.return %s : tensor<f32>
-  }) : (tensor<i32>) -> tensor<f32>
+    scf.yield %s : tensor<f32>
+  }
   return %0 : tensor<f32>
 }"""  # noqa: E501
-    assert refused(text, ["f32[b]", "i32[]"], ["f32[]"]) == (
-        "stablehlo.case at line 3, column 8 has a region with dynamic shapes "
+    assert refused(text, ["f32[b]"], ["f32[]"]) == (
+        "scf.execute_region at line 3, column 8 has a region with dynamic shapes "
         "(stablehlo.reduce at line 4, column 26)"
     )
+
+
+def test_branches_are_proven_and_return_equal_dimensions():
+    def pick(x, p):
+        return aotkit.lax.cond(p, lambda v: v * 2, lambda v: v[::-1] - 1, x)
+
+    lowered = aotkit.jit(pick).lower(aotkit.spec("f32[b]"), aotkit.spec("bool[]"))
+    program = lowered._program
+    proof = dynamic.prove(program.module, program.lc, lowered.flat_in_specs, lowered.flat_out_specs)
+    assert proof.failure({"b": 3}) is None
 
 
 def test_a_stride_that_is_not_a_constant():

@@ -9,16 +9,23 @@ First call of a shape not compiled before (milliseconds, persistent cache off):
                     frontend='jax'), compiled and run
   jax export        JAX itself: the jax.export artifact deserialized, jax.jit(exported.call)
                     called with the new shape (JAX's refinement, compile and run)
+  iree dynamic      the program compiled once on iree (one dynamic vmfb), called before
+                    with other shapes: the new shape is bound, checked and run
+  iree loaded       the iree artifact (its dynamic vmfb) loaded, then called with the new
+                    shape: the vmfb loaded into IREE's runtime, the program's shapes proven
+                    for the host checks, the run
 
 A call of a shape compiled already (microseconds per call, small inputs so that dispatch
 shows; interleaved rounds, best and median):
-  specialized       the symbolic Compiled called with a shape it holds
-  static            a fixed-shape Compiled of the same program and shape
+  specialized       the symbolic Compiled called with a shape it holds (XLA, device inputs)
+  static            a fixed-shape Compiled of the same program and shape (XLA, device inputs)
+  iree dynamic      the iree Compiled (one dynamic vmfb) called with a shape it ran before
+                    (NumPy inputs: IREE's runtime takes host arrays)
+  iree static       a fixed-shape Compiled of the same program and shape on iree
 
-    .venv/bin/python benchmarks/shapes.py [--shapes 6] [--calls 3000] [--rounds 15]
+    python benchmarks/shapes.py [--shapes 6] [--calls 3000] [--rounds 15]
 
-IREE's one dynamic executable against per-shape XLA executables is not measured: aotkit's
-`iree` backend compiles per shape as XLA does (docs/shapes.md says why).
+The iree rows need the extra aotkit[iree] (they are left out without it).
 """
 
 from __future__ import annotations
@@ -40,7 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aotkit  # noqa: E402
 from aotkit import cache  # noqa: E402
+from aotkit.backends import iree as iree_backend  # noqa: E402
 from tests.shapes import programs  # noqa: E402
+
+IREE = iree_backend.installed()
 
 
 def _ms(seconds: float) -> str:
@@ -53,9 +63,15 @@ def first_calls(n_shapes: int) -> dict[str, list[float]]:
     exported = programs.block_export()
     data = exported.serialize()
     artifact = aotkit.load_module(data).compile().serialize()
-    times: dict[str, list[float]] = {k: [] for k in ("symbolic", "hit", "retrace", "jax")}
+    keys = ("symbolic", "hit", "retrace", "jax") + (("iree", "iree-loaded") if IREE else ())
+    times: dict[str, list[float]] = {k: [] for k in keys}
     shapes = [(1 + k % 3, 8 + 7 * k) for k in range(n_shapes)]
     jax_fn = jax.jit(jax.export.deserialize(data).call)
+    if IREE:
+        on_iree = aotkit.load_module(data).compile(backend="iree")
+        x = rng.standard_normal((4, 3, programs.D)).astype(np.float32)
+        on_iree(x, *params)  # its vmfb loaded into IREE's runtime, one shape run
+        iree_artifact = on_iree.serialize()
     with tempfile.TemporaryDirectory() as folder:
         for b, t in shapes:
             x = rng.standard_normal((b, t, programs.D)).astype(np.float32)
@@ -82,6 +98,17 @@ def first_calls(n_shapes: int) -> dict[str, list[float]]:
             start = time.perf_counter()
             np.asarray(jax_fn(x, *params))
             times["jax"].append(time.perf_counter() - start)
+
+            if IREE:
+                start = time.perf_counter()
+                on_iree(x, *params)
+                times["iree"].append(time.perf_counter() - start)
+
+                loaded = aotkit.load(iree_artifact)
+                start = time.perf_counter()
+                loaded(x, *params)
+                times["iree-loaded"].append(time.perf_counter() - start)
+                assert loaded._executable.compiles == 0
     return times
 
 
@@ -97,6 +124,13 @@ def steady_calls(calls: int, rounds: int) -> dict[str, list[float]]:
         "static": lambda: static(*dev),
     }
     np.testing.assert_array_equal(np.asarray(symbolic(*dev)), np.asarray(static(*dev)))
+    if IREE:
+        host = (x, *params)
+        dynamic = aotkit.load_module(programs.block_export().serialize()).compile(backend="iree")
+        fixed = aotkit.jit(programs.block, frontend="jax").lower(*host).compile(backend="iree")
+        variants["iree dynamic"] = lambda: dynamic(*host)
+        variants["iree static"] = lambda: fixed(*host)
+        np.testing.assert_allclose(dynamic(*host), static(*dev), rtol=2e-5, atol=1e-5)
     for fn in variants.values():
         for _ in range(min(calls, 500)):
             fn()
@@ -126,18 +160,27 @@ def main(argv=None) -> int:
         "hit": "aotkit cache hit",
         "retrace": "aotkit retrace",
         "jax": "jax export",
+        "iree": "iree dynamic",
+        "iree-loaded": "iree loaded",
     }
     for key, label in names.items():
+        if key not in first:
+            continue
         median = statistics.median(first[key])
         print(f"{label:18}{_ms(median)}{_ms(min(first[key])):>9}{median / base:12.2f}x")
 
     steady = steady_calls(args.calls, args.rounds)
-    print(f"\nA call of a compiled shape, us/call (device inputs, {args.rounds} rounds)")
+    print(f"\nA call of a compiled shape, us/call ({args.rounds} rounds)")
     print(f"{'':18}{'best':>8}{'median':>9}")
     for name, values in steady.items():
         print(f"{name:18}{min(values):8.2f}{statistics.median(values):9.2f}")
     ratio = statistics.median(steady["specialized"]) / statistics.median(steady["static"])
     print(f"specialized / static (median): {ratio:.3f}")
+    if IREE:
+        ratio = statistics.median(steady["iree dynamic"]) / statistics.median(steady["iree static"])
+        print(f"iree dynamic / iree static (median): {ratio:.3f}")
+    else:
+        print("iree rows left out: the extra aotkit[iree] is not installed")
     return 0
 
 

@@ -1120,6 +1120,12 @@ def _symbolic_lines(artifact: Artifact) -> list[str]:
         + f" ({section})"
         for values, section in artifact.specializations
     ]
+    if artifact.section(EXECUTABLE) is not None and not held:
+        return [
+            f"symbolic: {', '.join(sig.symbols)}; constraints: {constraints}",
+            f"one executable for every shape ({EXECUTABLE}, {artifact.executable_format}); "
+            "no specializations",
+        ]
     return [
         f"symbolic: {', '.join(sig.symbols)}; constraints: {constraints}",
         f"specializations: {len(held)} (other shapes compile from the portable StableHLO)",

@@ -359,6 +359,11 @@ def test_the_artifact_serves_three_shapes_in_a_fresh_process_without_compiling(
     art = artifacts.unpack(data)
     assert art.executable_format == "iree-vmfb" and art.specializations == ()
     assert art.section(artifacts.EXECUTABLE) == on_iree._executable.dynamic.vmfb
+    symbols = "b" if name.endswith("mlp") else "b, t"
+    assert (
+        f"symbolic: {symbols}; constraints: {'; '.join(art.shapes.constraints) or 'none'}\n"
+        "one executable for every shape (executable, iree-vmfb); no specializations\n"
+    ) in artifacts.describe(data, "model.aotx")
     args = [inputs(name, sizes, seed=7) for sizes in calls]
     split = 2 if name.endswith("mlp") else 1  # per call; the rest are shared weights
     results, info = _serve_in_fresh_process(

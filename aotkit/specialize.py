@@ -429,6 +429,11 @@ def _portable(module: ir.Module) -> bytes:
 # --- one executable for every shape -------------------------------------------------------
 
 
+# Sets of argument shapes a DynamicExecutable remembers as checked (a few hundred bytes
+# each); past this many it forgets them all and checks again as they come.
+MAX_BOUND_SHAPES = 1 << 14
+
+
 class DynamicShapesWarning(UserWarning):
     """A symbolic program that a backend with dynamic shapes cannot compile once for every
     shape is compiled per shape instead; the warning says why."""
@@ -548,6 +553,8 @@ class DynamicExecutable(SymbolicExecutable):
             problem = proof.failure(values)
             if problem is not None:
                 raise ValueError(f"{self._where}: for {self.shapes.text(values)}: {problem}")
+            if len(self._bound) >= MAX_BOUND_SHAPES:
+                self._bound.clear()  # a server that sees every size keeps a bounded table
             self._bound[key] = values
         return executable.execute_bound(leaves, values)
 

@@ -884,6 +884,11 @@ def _declared_signature(function) -> tuple[list[str], list[str]] | None:
     return ins, outs
 
 
+# Sets of argument shapes a dynamic executable remembers as checked; past this many it
+# forgets them all and checks again as they come.
+_MAX_CHECKED_SHAPES = 1 << 14
+
+
 def _shape_of(leaf) -> tuple | None:
     """A leaf's shape as a call sees it (a Python scalar is 0-d), or None for a non-array."""
     shape = getattr(leaf, "shape", None)
@@ -998,7 +1003,10 @@ class IreeExecutable(Executable):
         key = tuple(map(_shape_of, leaves))
         specs = self._concrete.get(key)
         if specs is None:
-            specs = self._concrete[key] = self._check(leaves, values)
+            specs = self._check(leaves, values)
+            if len(self._concrete) >= _MAX_CHECKED_SHAPES:
+                self._concrete.clear()  # a server that sees every size keeps a bounded table
+            self._concrete[key] = specs
         return self._run(leaves, *specs)
 
     def _check(self, leaves: Sequence, values: dict[str, int]) -> tuple[tuple, tuple]:

@@ -170,6 +170,19 @@ def test_each_program_compiles_once_for_every_size(built, compiles, name):
     assert executable.per_shape_reason is None
 
 
+def test_the_table_of_checked_shapes_stays_bounded(built, monkeypatch):
+    from aotkit import specialize
+
+    _, on_iree, _ = built("numpy-mlp")
+    monkeypatch.setattr(specialize, "MAX_BOUND_SHAPES", 2)
+    monkeypatch.setattr(iree_backend, "_MAX_CHECKED_SHAPES", 2)
+    for b in (3, 4, 5, 6, 3):
+        args = inputs("numpy-mlp", (b,))
+        assert _leaves(on_iree(*args))[0].shape == (b, 10)
+        assert len(on_iree._executable._bound) <= 2
+        assert len(on_iree._executable.dynamic._concrete) <= 2
+
+
 def test_specialize_compiles_nothing(built, compiles):
     _, on_iree, _ = built("numpy-mlp")
     assert on_iree.specialize(b=[3, 5]) is on_iree

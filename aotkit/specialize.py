@@ -25,6 +25,13 @@ from jax.export states `b >= 1` for each of its dimensions, as JAX assumes).
 `Compiled.specialize(b=[1, 8])` compiles chosen values ahead of time; artifacts keep the
 symbolic program and every specialization compiled (aotkit/artifacts.py).
 
+On a backend with dynamic shapes (`Backend.dynamic_shapes`: iree), `DynamicExecutable`
+compiles the program once instead, into one executable for every shape, after proving its
+shapes for every size (aotkit/backends/dynamic.py); a call checks the symbols as in 1., and
+once per new set of sizes what the proof left to the host (jax.export's assertions, open
+requirements), then runs it. What the backend cannot compile so is compiled per shape as
+above, with a `DynamicShapesWarning`.
+
 The symbolic signature (`Shapes`, `SymbolicSpec`) is aotkit/symbolic.py's.
 """
 

@@ -36,6 +36,13 @@ those ELF files: a vmfb that verifies may still crash the process or compute any
 all, so it is as trusted as whoever wrote it (`aotkit.load(..., portable_only=True)` never
 loads one).
 
+Dynamic shapes. `compile_dynamic` compiles a symbolic program (dynamic StableHLO) once
+into one vmfb whose `main` takes dynamic shapes, after aotkit/backends/dynamic.py has
+proven its shapes for every size and aotkit/backends/_iree_dynamic.py has put it in forms
+IREE 3.13 compiles dynamically; its executable checks each new set of argument shapes
+against its symbolic specs and constraints, and returns what the runtime returns, checked
+against the result specs (aotkit/specialize.py's `DynamicExecutable` drives it).
+
 Views. `as_text()` is the module after IREE's `flow` phase, where dispatch regions (IREE's
 fusions) are formed; it is compiled on first request. `cost_analysis()` is None: IREE has
 no cost model. `memory_analysis()` reports IREE's scheduling statistics (transient memory)
@@ -664,8 +671,9 @@ class IreeBackend(Backend):
         """Rebuilds an executable from its vmfb bytes and flat signature (no compiler run).
 
         The bytes are checked here (a valid IREE module whose `@main` has exactly these
-        specs); the device is needed only to run. `source` (the StableHLO text) makes
-        `as_text()` available again.
+        specs; a symbolic dimension, `f32[b,784]`, is `?` there: a vmfb of
+        `compile_dynamic`); the device is needed only to run. `source` (the StableHLO text)
+        makes `as_text()` available again.
         """
         where = "IreeBackend.load_executable"
         self.normalize_target(target, target_options)

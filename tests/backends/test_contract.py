@@ -75,6 +75,20 @@ def test_default_backend_does_not_cross_compile(minimal):
     assert minimal.cross_compiles is False
 
 
+def test_default_backend_compiles_symbolic_programs_per_shape(minimal):
+    assert minimal.dynamic_shapes is False
+    with pytest.raises(NotImplementedError) as info:
+        minimal.compile_dynamic(modules.seed(), None, (), ())
+    assert str(info.value) == (
+        "backend 'minimal' compiles symbolic programs per shape (dynamic_shapes is False); "
+        "compile the program with Lowered.compile, which specializes it"
+    )
+
+
+def test_default_execute_bound_is_execute(minimal):
+    assert MinimalExecutable(minimal).execute_bound([], {"b": 3}) == []
+
+
 def test_default_backend_has_no_jit_dispatcher(minimal):
     assert minimal.jit_dispatcher("f", lambda: None, lambda x64, args, kwargs: None) is None
 
@@ -160,6 +174,11 @@ def test_backend_without_targets_does_not_cross_compile(name):
 
 def test_iree_cross_compiles():
     assert iree.IreeBackend.cross_compiles is True
+
+
+def test_iree_compiles_symbolic_programs_once():
+    assert iree.IreeBackend.dynamic_shapes is True
+    assert iree.IreeBackend.compile_dynamic is not base.Backend.compile_dynamic
 
 
 @pytest.mark.parametrize("name", ["cpu", "interpreter"])

@@ -133,7 +133,7 @@ ELEMENTWISE = (
     "stablehlo.subtract stablehlo.tan stablehlo.tanh stablehlo.xor chlo.acos chlo.acosh "
     "chlo.asin chlo.asinh chlo.atan chlo.atanh chlo.conj chlo.cosh chlo.digamma chlo.erf "
     "chlo.erf_inv chlo.erfc chlo.is_inf chlo.is_neg_inf chlo.is_pos_inf chlo.lgamma "
-    "chlo.polygamma chlo.sinh chlo.tan chlo.zeta chlo.next_after chlo.bessel_i1e"
+    "chlo.polygamma chlo.sinh chlo.square chlo.tan chlo.zeta chlo.next_after chlo.bessel_i1e"
 ).split()
 for _name in ELEMENTWISE:
     BATCH_RULES[_name] = _elementwise

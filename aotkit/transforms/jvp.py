@@ -164,6 +164,8 @@ _def_unary("stablehlo.sine", lambda x, y: H.cos(x))
 _def_unary("stablehlo.cosine", lambda x, y: H.neg(H.sin(x)))
 _def_unary("stablehlo.tan", lambda x, y: H.add(H.square(y), 1))
 _def_unary("chlo.tan", lambda x, y: H.add(H.square(y), 1))
+# jax 0.12 lowers lax.square of complex operands to chlo.square (x * x, holomorphic).
+_def_unary("chlo.square", lambda x, y: H.mul(x, 2))
 _def_unary("stablehlo.tanh", lambda x, y: H.mul(H.add(y, 1), H.sub(1, y)))
 _def_unary("stablehlo.logistic", lambda x, y: H.mul(y, H.sub(1, y)))
 _def_unary("stablehlo.sqrt", lambda x, y: H.div(0.5, y))

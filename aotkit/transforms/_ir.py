@@ -42,6 +42,11 @@ def name(op) -> str:
     return op.operation.name
 
 
+def custom_call_target(op) -> str:
+    """A stablehlo.custom_call's target (`lapack_dpotrf_ffi`)."""
+    return ir.StringAttr(op.operation.attributes["call_target_name"]).value
+
+
 def has(op, key: str) -> bool:
     return key in op.operation.attributes
 

@@ -648,7 +648,17 @@ def _put_row(acc, row, i):
     return H.dynamic_update_slice(acc, H.reshape(row, (1,) + row.shape), [i, *zeros])
 
 
-BATCH_RULES["stablehlo.custom_call"] = loop_fallback
+# Batching rules by custom call target (aotkit.transforms.linalg's LAPACK calls); any other
+# target runs once per batch element.
+CUSTOM_CALLS: dict = {}
+
+
+def _custom_call(ctx, values, batched):
+    rule = CUSTOM_CALLS.get(_ir.custom_call_target(ctx.op), loop_fallback)
+    return rule(ctx, values, batched)
+
+
+BATCH_RULES["stablehlo.custom_call"] = _custom_call
 BATCH_RULES["stablehlo.rng_bit_generator"] = loop_fallback
 BATCH_RULES["stablehlo.fft"] = loop_fallback
 BATCH_RULES["stablehlo.triangular_solve"] = loop_fallback

@@ -48,8 +48,12 @@ def op_site(op) -> str:
 
 
 def no_rule(transform: str, op, table_hint: str) -> TransformError:
+    """A transform met an op (a custom call: a target) its tables have no rule for."""
+    site = op_site(op)
+    if _ir.name(op) == "stablehlo.custom_call":
+        site += f" (@{_ir.custom_call_target(op)})"
     return TransformError(
-        f"{transform}: no {table_hint} rule for op {op_site(op)}; aotkit cannot "
+        f"{transform}: no {table_hint} rule for op {site}; aotkit cannot "
         f"{_VERBS[transform]} this program. The rule table (docs/transforms.md) lists the "
         "ops each transform covers: rewrite this part with covered ops, or report the op"
     )

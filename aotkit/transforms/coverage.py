@@ -253,11 +253,7 @@ class Row:
 
 
 def _custom_call_batched(target: str) -> str:
-    linalg = sys.modules.get("aotkit.transforms.linalg")
-    batched = getattr(linalg, "BATCHED_TARGETS", frozenset())
-    if CUSTOM_CALL not in batching.BATCH_RULES:
-        return "-"
-    return "rule" if target in batched else "loop"
+    return "rule" if target in batching.CUSTOM_CALLS else "loop"
 
 
 def _row(op: str, tracer: str) -> Row:

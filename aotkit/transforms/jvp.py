@@ -112,7 +112,7 @@ class JVPEvaluator(Evaluator):
         rule = JVP_RULES.get(name)
         if rule is None:
             if name == "stablehlo.custom_call":
-                rule = CUSTOM_CALLS.get(_ir_target(op))
+                rule = CUSTOM_CALLS.get(_ir.custom_call_target(op))
             if rule is None:
                 raise no_rule(self.transform, op, "differentiation")
         outs, touts = rule(Ctx(op, self.T, self, env), primals, tangents)
@@ -120,10 +120,6 @@ class JVPEvaluator(Evaluator):
             (p, t if t is not None and is_float(p.dtype) else None)
             for p, t in zip(outs, touts, strict=True)
         ]
-
-
-def _ir_target(op) -> str:
-    return ir.StringAttr(op.operation.attributes["call_target_name"]).value
 
 
 # Filled by aotkit.transforms.control: while, case and if (rules that see regions).

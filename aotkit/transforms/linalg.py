@@ -52,10 +52,6 @@ _I32 = np.dtype(np.int32)
 # --- reading a LAPACK call -----------------------------------------------------------------------
 
 
-def _target(op) -> str:
-    return ir.StringAttr(op.operation.attributes["call_target_name"]).value
-
-
 def _char(op, key: str, default: str) -> str:
     """A character attribute of the kernel (`uplo`, `mode`, ...), ASCII in a ui8."""
     attributes = op.operation.attributes
@@ -91,9 +87,9 @@ def _scratch(ctx, index: int, what: str) -> None:
     while nothing uses it."""
     if _live(ctx.op.operation.results[index]):
         raise TransformError(
-            f"{ctx.ev.transform}: {op_site(ctx.op)} (@{_target(ctx.op)}): result {index} is "
-            f"{what}, which the kernel leaves undefined, and the program uses it; it has no "
-            "derivative. Use the call's other results"
+            f"{ctx.ev.transform}: {op_site(ctx.op)} (@{_ir.custom_call_target(ctx.op)}): "
+            f"result {index} is {what}, which the kernel leaves undefined, and the program "
+            "uses it; it has no derivative. Use the call's other results"
         )
 
 
@@ -706,7 +702,7 @@ def _svd(ctx, primals, tangents):
         vectors = _live(results[2]) or _live(results[3])
         if vectors and mode == "A" and m != n:
             raise TransformError(
-                f"{ctx.ev.transform}: {op_site(op)} (@{_target(op)}) is a full SVD "
+                f"{ctx.ev.transform}: {op_site(op)} (@{_ir.custom_call_target(op)}) is a full SVD "
                 f"(full_matrices=True) of {m}x{n} matrices, and the program uses its singular "
                 f"vectors: the vectors beyond the first {k} are any basis of a complement, "
                 "with no derivative (JAX defines none either). Use full_matrices=False"
@@ -755,9 +751,9 @@ def _svd(ctx, primals, tangents):
 def _geev(ctx, primals, tangents):
     op = ctx.op
     raise TransformError(
-        f"{ctx.ev.transform}: {op_site(op)} (@{_target(op)}) is the eigendecomposition of a "
-        "general (non-symmetric) matrix, which aotkit has no derivative for; for a "
-        "symmetric or Hermitian matrix use eigh"
+        f"{ctx.ev.transform}: {op_site(op)} (@{_ir.custom_call_target(op)}) is the "
+        "eigendecomposition of a general (non-symmetric) matrix, which aotkit has no "
+        "derivative for; for a symmetric or Hermitian matrix use eigh"
     )
 
 
@@ -850,21 +846,10 @@ _JVP = {
     "trsm": (_trsm, "sdcz"),
     "geev": (_geev, "sdcz"),
 }
-BATCHED_TARGETS = frozenset(
-    f"lapack_{p}{base}_ffi" for base, (_, prefixes) in _JVP.items() for p in prefixes
-)
 for _base, (_rule, _prefixes) in _JVP.items():
     for _p in _prefixes:
         jvp.CUSTOM_CALLS[f"lapack_{_p}{_base}_ffi"] = _rule
-
-
-def _batch_custom_call(ctx, values, batched):
-    if _target(ctx.op) in BATCHED_TARGETS:
-        return _batch_lapack(ctx, values, batched)
-    return batching.loop_fallback(ctx, values, batched)
-
-
-batching.BATCH_RULES["stablehlo.custom_call"] = _batch_custom_call
+        batching.CUSTOM_CALLS[f"lapack_{_p}{_base}_ffi"] = _batch_lapack
 batching.BATCH_RULES["stablehlo.cholesky"] = _batch_leading
 batching.BATCH_RULES["stablehlo.fft"] = _batch_leading
 batching.BATCH_RULES["stablehlo.triangular_solve"] = _batch_triangular_solve

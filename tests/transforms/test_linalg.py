@@ -754,6 +754,24 @@ def test_eig_of_a_general_matrix_is_refused():
         lowered.grad()
 
 
+def test_a_custom_call_without_a_rule_is_named_by_its_target_and_batched_by_the_loop():
+    """lapack_sgees_ffi (a Schur decomposition) runs but has no derivative: the error names
+    the target; vmap runs the call once per batch element."""
+    a = np.random.default_rng(1).normal(size=(2, N, N)).astype(np.float32)
+    lowered = aotkit.jit(lambda a: jax.scipy.linalg.schur(a)[0], frontend="jax").lower(a[0])
+    for transform, mode in (("jvp", "forward"), ("vjp", "reverse")):
+        with pytest.raises(
+            TransformError,
+            match=rf"{transform}: no differentiation rule for op stablehlo\.custom_call .*"
+            rf"\(@lapack_sgees_ffi\); aotkit cannot differentiate \({mode} mode\) this program",
+        ):
+            getattr(lowered, transform)()
+    batched = lowered.vmap(axis_size=2).compile()(a)
+    plain = lowered.compile()
+    np.testing.assert_array_equal(batched, np.stack([plain(a[0]), plain(a[1])]))
+    assert batched.dtype == np.float32
+
+
 def test_full_svd_vectors_of_a_rectangular_matrix_are_refused():
     a = rectangular(N, 3)(np.random.default_rng(0), np.dtype(np.float64))[0]
     with pytest.raises(

@@ -6,7 +6,8 @@ example (or a parametrized case) in the test that found it.
 
 The persistent compilation cache (aotkit/cache.py) of the whole session is a temporary
 folder of its own, never the user's: off while test modules are collected, then a fresh
-folder (inherited by the subprocesses tests start) from the first test on.
+folder (inherited by the subprocesses tests start) from the first test on. Under
+pytest-xdist each worker process is a session of its own, with its own folder.
 """
 
 from __future__ import annotations

@@ -23,8 +23,6 @@ import aotkit.numpy as anp
 from aotkit import interop
 
 RTOL = 2e-6
-TRANSFORMS = hasattr(aotkit.Lowered, "vjp") and hasattr(aotkit.Lowered, "vmap")
-NEEDS_TRANSFORMS = "aotkit's transforms of a Lowered stage (Lowered.vjp, Lowered.vmap) are absent"
 
 
 def rms_norm(xp, x, scale):
@@ -106,8 +104,6 @@ def test_inside_a_flax_model_it_equals_the_same_kernel_in_jax(embedded):
     want = jax.jit(theirs.apply)(params, x)
     assert got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-6)
-    if not TRANSFORMS:
-        pytest.skip(NEEDS_TRANSFORMS)
 
     def loss(model, p):
         return jnp.mean(model.apply(p, x) ** 2)
@@ -118,7 +114,6 @@ def test_inside_a_flax_model_it_equals_the_same_kernel_in_jax(embedded):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.skipif(not TRANSFORMS, reason=NEEDS_TRANSFORMS)
 def test_jax_grad_runs_aotkits_vjp(embedded):
     def loss(kernel):
         return lambda x, s: jnp.sum(kernel(x, s) ** 2)
@@ -130,7 +125,6 @@ def test_jax_grad_runs_aotkits_vjp(embedded):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.skipif(not TRANSFORMS, reason=NEEDS_TRANSFORMS)
 def test_jax_vmap_runs_aotkits_batched_program(embedded):
     xs = np.random.default_rng(3).standard_normal((5, 4, 8)).astype(np.float32)
     got = jax.jit(jax.vmap(embedded, in_axes=(0, None)))(xs, SCALE)
@@ -188,7 +182,6 @@ def test_a_stage_without_a_transform_says_what_jax_asked_for():
         interop._transformed(stage, "vmap")
 
 
-@pytest.mark.skipif(not TRANSFORMS, reason=NEEDS_TRANSFORMS)
 def test_vmap_of_a_keyword_argument_is_refused():
     lowered = aotkit.lower(lambda x, *, s: x * s, aotkit.spec("f32[3]"), s=aotkit.spec("f32[]"))
     f = aotkit.to_jax(lowered)

@@ -363,27 +363,9 @@ def test_specialize_a_static_program_is_an_error():
     assert compiled.specializations == ()
 
 
-# --- the same programs written with aotkit.numpy (needs issue 25, part A) ----------------------
+# --- the same programs written with aotkit.numpy ------------------------------------------------
 
 
-def _tracer_takes_symbolic_specs() -> bool:
-    def double(x):
-        return x * 2
-
-    try:
-        aotkit.jit(double).lower(aotkit.spec("f32[b,3]"))
-    except Exception:
-        return False
-    return True
-
-
-needs_tracer = pytest.mark.skipif(
-    not _tracer_takes_symbolic_specs(),
-    reason="aotkit's tracer does not take symbolic specs yet (issue 25 part A)",
-)
-
-
-@needs_tracer
 def test_aotkit_numpy_mlp_serves_five_shapes(tmp_path):
     import aotkit.numpy as anp
 
@@ -426,16 +408,12 @@ def aotkit_block(x, wq, wk, wv, wo, w1, w2):
     return x + (0.5 * g * (1 + anp.tanh(0.7978845608 * (g + 0.044715 * g**3)))) @ w2
 
 
-@needs_tracer
 def test_aotkit_numpy_block_serves_five_shapes(tmp_path):
     b, t = aotkit.symbolic_shape("b, t", constraints=("t >= 1",))
     params = programs.block_params(np.random.default_rng(15))
     specs = [aotkit.ShapeDtype((b, t, programs.D), "float32")]
     specs += [aotkit.ShapeDtype(p.shape, p.dtype) for p in params]
-    try:
-        lowered = aotkit.jit(aotkit_block).lower(*specs)
-    except (TypeError, NotImplementedError) as e:  # InconclusiveDimensionError is a TypeError
-        pytest.skip(f"aotkit's tracer cannot trace the block with symbolic shapes yet: {e}")
+    lowered = aotkit.jit(aotkit_block).lower(*specs)
     compiled = lowered.compile().specialize(b=[1, 2], t=[8])
     rng = np.random.default_rng(16)
     shapes = [(0, 3), (1, 1), (2, 8), (3, 17), (4, 64)]

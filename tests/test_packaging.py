@@ -10,7 +10,10 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def test_license_file_is_the_declared_license():
-    assert PYPROJECT["project"]["license"] == {"text": "Apache-2.0"}
+    # An SPDX expression (PEP 639): setuptools deprecates the table form and the license
+    # classifiers, and a classifier beside an expression is an error.
+    assert PYPROJECT["project"]["license"] == "Apache-2.0"
+    assert not [c for c in PYPROJECT["project"]["classifiers"] if c.startswith("License ::")]
     text = (ROOT / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
 
@@ -28,5 +31,5 @@ def test_classifiers_state_posix_only():
 
 def test_test_extra_declares_what_the_tests_import():
     test_extra = " ".join(PYPROJECT["project"]["optional-dependencies"]["test"])
-    for name in ("pytest", "hypothesis", "ruff", "scipy"):
+    for name in ("pytest", "pytest-xdist", "hypothesis", "ruff", "scipy"):
         assert name in test_extra

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from aotkit import _compat, _files, artifacts, modules
+from aotkit._traceback import user_stacklevel
 from aotkit._version import __version__
 from aotkit.errors import ArtifactError, CacheWarning, CompileError
 
@@ -143,7 +144,7 @@ def _claim(folder: Path) -> bool:
             f"under its size cap, and must never delete yours); set {ENV} to a folder of its "
             f"own, or {ENV}=off",
             CacheWarning,
-            stacklevel=5,
+            stacklevel=user_stacklevel(),
         )
         return False
     try:
@@ -181,7 +182,7 @@ def _default_directory() -> Path | None:
                 f"aotkit cache: {shown} cannot be used ({e}); running without the persistent "
                 f"cache: set {ENV} to an absolute folder path, or {ENV}=off",
                 CacheWarning,
-                stacklevel=5,
+                stacklevel=user_stacklevel(),
             )
         return None
 
@@ -418,7 +419,7 @@ def get(cache_key: str, lowered, backend, options):
         message = str(e)
         if not message.startswith("aotkit cache:"):
             message = f"aotkit cache: entry {path} does not load ({e}); deleted it; compiling again"
-        warnings.warn(message, CacheWarning, stacklevel=4)
+        warnings.warn(message, CacheWarning, stacklevel=user_stacklevel())
         try:
             path.unlink()
         except OSError:
@@ -476,7 +477,7 @@ def put(cache_key: str, lowered, executable, options, *, portable: bytes | None 
             f"aotkit cache: cannot store {lowered.name!r} ({type(e).__name__}: {e}); it "
             "stays uncached",
             CacheWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
         return
     if len(data) > _max_bytes:
@@ -493,7 +494,7 @@ def put(cache_key: str, lowered, executable, options, *, portable: bytes | None 
                 f"aotkit cache: {path} is not a regular file, so {lowered.name!r} stays "
                 "uncached; remove it to cache this program",
                 CacheWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
             return
         _files.write_atomic(path, data)
@@ -513,7 +514,7 @@ def _give_up(folder: Path, error: OSError) -> None:
         f"aotkit cache: cannot write to {folder} ({reason}); running without the persistent "
         f"cache: set {ENV} to a writable folder, or {ENV}=off",
         CacheWarning,
-        stacklevel=5,
+        stacklevel=user_stacklevel(),
     )
 
 

@@ -12,13 +12,14 @@ This module imports neither the tracer nor the pass pipeline: `import aotkit` fo
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from aotkit import artifacts, backends, cache, dumps, specialize, spmd, symbolic
-from aotkit._traceback import api_boundary
+from aotkit._traceback import api_boundary, user_stacklevel
 from aotkit.artifacts import Artifact
 from aotkit.backends.base import Backend
 from aotkit.errors import ArtifactError, ArtifactWarning, CompileError, printable
@@ -275,41 +276,22 @@ def to_compiled(
             # This backend's "executable" is the module itself: loading it is compiling it.
             executable = _compile_portable(artifact, target_backend, place)
             return _compiled(artifact, executable, "artifact", place)
-        try:
-            signature = artifact.signature
-            if layout is not None:
-                executable = target_backend.deserialize_spmd(
-                    artifact.section(artifacts.EXECUTABLE),
-                    name=artifact.name,
-                    in_specs=signature.flat_in_specs,
-                    out_specs=signature.flat_out_specs,
-                    partitioning=layout,
-                    options=artifact.options,
-                    donates=any(signature.donated),
-                )
-            else:
-                executable = target_backend.deserialize(
-                    artifact.section(artifacts.EXECUTABLE),
-                    name=artifact.name,
-                    in_specs=signature.flat_in_specs,
-                    out_specs=signature.flat_out_specs,
-                    options=artifact.options,
-                    target=artifact.target,
-                )
-        except (CompileError, ValueError) as e:
-            if recompile is False:
-                raise ArtifactError(
-                    f"{place}: its executable does not load ({e}); load it with "
-                    "recompile=True or 'auto' to compile its portable StableHLO",
-                    path=artifact.label,
-                ) from None
-            warnings.warn(
-                f"{place}: its executable does not load ({e}); compiling its portable "
-                "StableHLO instead",
-                ArtifactWarning,
-                stacklevel=3,
+        signature = artifact.signature
+        if layout is not None:
+            load = functools.partial(
+                target_backend.deserialize_spmd,
+                artifact.section(artifacts.EXECUTABLE),
+                name=artifact.name,
+                in_specs=signature.flat_in_specs,
+                out_specs=signature.flat_out_specs,
+                partitioning=layout,
+                options=artifact.options,
+                donates=any(signature.donated),
             )
         else:
+            load = functools.partial(_deserialize, artifact, target_backend)
+        executable = _load_or_warn(load, artifact, recompile, f"{place}: its executable")
+        if executable is not None:
             return _compiled(artifact, executable, "artifact", place)
     elif not same:
         differences = artifacts.differences(saved, here)
@@ -325,7 +307,7 @@ def to_compiled(
                 f"for backend {target_backend.name!r} (recompile=True does so without this "
                 "warning)",
                 ArtifactWarning,
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
     executable = _compile_portable(
         artifact, target_backend, place, check=portable_only, layout=layout
@@ -381,7 +363,7 @@ def _symbolic_compiled(
                 f"for backend {backend.name!r} {how} "
                 "(recompile=True does so without this warning)",
                 ArtifactWarning,
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
     loaded_dynamic = None
     if backend.dynamic_shapes:
@@ -434,7 +416,7 @@ def _symbolic_compiled(
                     f"{place}: its executable for {shown} does not load ({e}); compiling its "
                     "portable StableHLO for that shape when it is called",
                     ArtifactWarning,
-                    stacklevel=3,
+                    stacklevel=user_stacklevel(),
                 )
                 continue
             aliased = loaded_executable.aliased_arguments()
@@ -467,28 +449,41 @@ def _load_dynamic(artifact: Artifact, backend: Backend, recompile, place: str):
     """A symbolic artifact's one executable for every shape, loaded as it is (its target is
     this backend's), or None (with a warning) where it does not load and `recompile`
     allows compiling its portable StableHLO instead."""
+    load = functools.partial(_deserialize, artifact, backend)
+    what = f"{place}: its executable for every shape"
+    return _load_or_warn(load, artifact, recompile, what)
+
+
+def _deserialize(artifact: Artifact, backend: Backend):
+    """The artifact's executable section loaded onto `backend` (one device)."""
     signature = artifact.signature
+    return backend.deserialize(
+        artifact.section(artifacts.EXECUTABLE),
+        name=artifact.name,
+        in_specs=signature.flat_in_specs,
+        out_specs=signature.flat_out_specs,
+        options=artifact.options,
+        target=artifact.target,
+    )
+
+
+def _load_or_warn(load, artifact: Artifact, recompile, what: str):
+    """`load()`, or None where the executable does not load and `recompile` allows compiling
+    the portable StableHLO instead (with a warning at the user's line); ArtifactError where
+    it does not."""
     try:
-        return backend.deserialize(
-            artifact.section(artifacts.EXECUTABLE),
-            name=artifact.name,
-            in_specs=signature.flat_in_specs,
-            out_specs=signature.flat_out_specs,
-            options=artifact.options,
-            target=artifact.target,
-        )
+        return load()
     except (CompileError, ValueError) as e:
         if recompile is False:
             raise ArtifactError(
-                f"{place}: its executable for every shape does not load ({e}); load it with "
-                "recompile=True or 'auto' to compile its portable StableHLO",
+                f"{what} does not load ({e}); load it with recompile=True or 'auto' to compile "
+                "its portable StableHLO",
                 path=artifact.label,
             ) from None
         warnings.warn(
-            f"{place}: its executable for every shape does not load ({e}); compiling its "
-            "portable StableHLO instead",
+            f"{what} does not load ({e}); compiling its portable StableHLO instead",
             ArtifactWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
         return None
 

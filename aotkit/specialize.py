@@ -47,6 +47,7 @@ from jax import tree_util
 from jaxlib.mlir import ir, passmanager
 
 from aotkit import artifacts, cache, dtypes, modules
+from aotkit._traceback import user_stacklevel
 from aotkit.backends import dynamic
 from aotkit.backends.base import Backend, Executable
 from aotkit.backends.dynamic import MAX_ASSERTION_TEXT, NotDynamic, inline_calls
@@ -530,7 +531,7 @@ class DynamicExecutable(SymbolicExecutable):
             f"{self._where}: backend {self.backend.name!r} cannot compile it once for every "
             f"shape ({reason}); it compiles it for each shape it is called with instead",
             DynamicShapesWarning,
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
         return None
 

@@ -534,8 +534,10 @@ def test_executable_that_does_not_load(mlp_artifact):
     with pytest.warns(ArtifactWarning, match=(
         r"^aotkit.load: <bytes>: its executable does not load \(.*\); compiling its portable "
         r"StableHLO instead$"
-    )):  # fmt: skip
+    )) as record:  # fmt: skip
         loaded = aotkit.load(broken)
+    # The warning points at the line that called aotkit.load.
+    assert {w.filename for w in record if w.category is ArtifactWarning} == {__file__}
     np.testing.assert_array_equal(loaded(*mlp_inputs()), compiled(*mlp_inputs()))
 
 

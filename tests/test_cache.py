@@ -152,9 +152,11 @@ def first_entry(cache_dir: Path) -> Path:
 
 def recompiles_with_warning(cache_dir: Path, message: str):
     before = cache.stats()
-    with pytest.warns(CacheWarning, match=message):
+    with pytest.warns(CacheWarning, match=message) as record:
         jitted = aotkit.jit(make())
         out = jitted(X)
+    # Each warning points at the user's line (here), not into aotkit.
+    assert {w.filename for w in record if issubclass(w.category, CacheWarning)} == {__file__}
     np.testing.assert_allclose(out, expected(), rtol=1e-6)
     assert jitted.cache_info().persistent_hits == 0
     assert delta(before) == (0, 1)
@@ -241,7 +243,7 @@ def test_unwritable_folder_warns_once_and_runs_uncached(tmp_path):
         )) as record:  # fmt: skip
             np.testing.assert_allclose(aotkit.jit(make())(X), expected(), rtol=1e-6)
             np.testing.assert_allclose(aotkit.jit(make(3.0))(X), expected(3.0), rtol=1e-6)
-        assert len([w for w in record if issubclass(w.category, CacheWarning)]) == 1
+        assert [w.filename for w in record if issubclass(w.category, CacheWarning)] == [__file__]
         assert cache.key(lowered_of(make()), backends.get("cpu"), None) is None
     finally:
         cache.configure(dir=None)

@@ -414,6 +414,7 @@ def test_an_artifact_whose_vmfb_does_not_load(built, compiles):
     (warning,) = [w for w in record if w.category is ArtifactWarning]
     assert str(warning.message).startswith(prefix)
     assert str(warning.message).endswith("; compiling its portable StableHLO instead")
+    assert warning.filename == __file__  # the line that called aotkit.load
     assert loaded.origin == "recompiled"
     args = inputs("numpy-mlp", (4,))
     for g, w in zip(_leaves(loaded(*args)), _leaves(on_iree(*args)), strict=True):

@@ -162,34 +162,10 @@ class PjrtBackend(Backend):
         data = bytes(data)
         where = f"backend {self.name!r}"
         overrides = check_options(options, f"{where}: deserialize")
-        if self.platform == "cpu" and b"lapack_" in data:
-            # An executable with LAPACK custom calls (JAX's linalg, say) crashes the process
-            # when run unless jaxlib's LAPACK targets are registered; in a fresh process
-            # nothing has registered them. The name in the bytes over-approximates.
-            _compat.register_lapack_targets()
-        runtime_error = _compat.runtime_error_type()
-        try:
-            exe = self._client.deserialize_executable(
-                data,
-                _compat.device_list([self._device]),
-                _compat.compile_options(overrides),
-            )
-        except runtime_error as e:
-            raise CompileError(
-                f"{where} could not load the serialized executable of {name!r}: "
-                f"{modules.diagnostic(e)}",
-                backend=self.name,
-                module_name=name,
-            ) from e
-        n_in, n_out = len(exe.get_parameter_layouts()), len(exe.get_output_layouts())
-        if (n_in, n_out) != (len(in_specs), len(out_specs)):
-            raise CompileError(
-                f"{where}: the serialized executable of {name!r} takes {n_in} arguments and "
-                f"returns {n_out} results, but its signature has {len(in_specs)} and "
-                f"{len(out_specs)}",
-                backend=self.name,
-                module_name=name,
-            )
+        exe = self._load_serialized(
+            data, [self._device], _compat.compile_options(overrides), name, in_specs, out_specs
+        )
+        n_out = len(out_specs)
         kinds = _output_memory_kinds(exe)
         if kinds is not None and len(kinds) != n_out:
             # Its runtime metadata lost the results (a section cut short): PJRT loads it, and
@@ -216,6 +192,38 @@ class PjrtBackend(Backend):
         executable = PjrtExecutable(self, name, exe, in_specs, out_specs, serialized=data)
         executable._head = head
         return executable
+
+    def _load_serialized(self, data: bytes, devices, compile_options, name, in_specs, out_specs):
+        """The PJRT executable serialized in `data`, loaded on `devices`, with as many
+        arguments and results as `in_specs`/`out_specs` (CompileError otherwise)."""
+        where = f"backend {self.name!r}"
+        if self.platform == "cpu" and b"lapack_" in data:
+            # An executable with LAPACK custom calls (JAX's linalg, say) crashes the process
+            # when run unless jaxlib's LAPACK targets are registered; in a fresh process
+            # nothing has registered them. The name in the bytes over-approximates.
+            _compat.register_lapack_targets()
+        runtime_error = _compat.runtime_error_type()
+        try:
+            exe = self._client.deserialize_executable(
+                data, _compat.device_list(devices), compile_options
+            )
+        except runtime_error as e:
+            raise CompileError(
+                f"{where} could not load the serialized executable of {name!r}: "
+                f"{modules.diagnostic(e)}",
+                backend=self.name,
+                module_name=name,
+            ) from e
+        n_in, n_out = len(exe.get_parameter_layouts()), len(exe.get_output_layouts())
+        if (n_in, n_out) != (len(in_specs), len(out_specs)):
+            raise CompileError(
+                f"{where}: the serialized executable of {name!r} takes {n_in} arguments and "
+                f"returns {n_out} results, but its signature has {len(in_specs)} and "
+                f"{len(out_specs)}",
+                backend=self.name,
+                module_name=name,
+            )
+        return exe
 
     def compile(
         self,

@@ -102,30 +102,8 @@ class SpmdBackend(PjrtBackend):
         overrides = check_options(options, f"{where}: deserialize")
         devices = _devices(self, partitioning, name, where)
         partitioning = _bind(partitioning, devices)
-        if self.platform == "cpu" and b"lapack_" in data:
-            _compat.register_lapack_targets()  # as PjrtBackend.deserialize: see there
         compile_options = _compat.spmd_compile_options(overrides, [d.id for d in devices], True)
-        runtime_error = _compat.runtime_error_type()
-        try:
-            exe = self._client.deserialize_executable(
-                data, _compat.device_list(devices), compile_options
-            )
-        except runtime_error as e:
-            raise CompileError(
-                f"{where} could not load the serialized executable of {name!r}: "
-                f"{modules.diagnostic(e)}",
-                backend=self.name,
-                module_name=name,
-            ) from e
-        n_in, n_out = len(exe.get_parameter_layouts()), len(exe.get_output_layouts())
-        if (n_in, n_out) != (len(in_specs), len(out_specs)):
-            raise CompileError(
-                f"{where}: the serialized executable of {name!r} takes {n_in} arguments and "
-                f"returns {n_out} results, but its signature has {len(in_specs)} and "
-                f"{len(out_specs)}",
-                backend=self.name,
-                module_name=name,
-            )
+        exe = self._load_serialized(data, devices, compile_options, name, in_specs, out_specs)
         _refuse_manual(exe, self, name, where)
         declared = _entry_signature(exe)
 

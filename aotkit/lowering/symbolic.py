@@ -355,10 +355,8 @@ def _iota(ctx: RuleContext, *, static, shape, dtype, dim):
     ).results
 
 
-@register_symbolic("slice")
-def _slice(ctx: RuleContext, x, *, static, start, limit, strides):
-    if shapes.is_static(start) and shapes.is_static(limit):
-        return static(ctx, x, start=start, limit=limit, strides=strides)
+def _real_dynamic_slice(ctx: RuleContext, x, start, limit, strides):
+    """`x[start:limit:strides]` with symbolic bounds, of the result type the rule computed."""
     st = trace_of()
     return ir.Operation.create(
         "stablehlo.real_dynamic_slice",
@@ -370,6 +368,13 @@ def _slice(ctx: RuleContext, x, *, static, start, limit, strides):
             shape_value(st, tuple(strides)),
         ],
     ).results
+
+
+@register_symbolic("slice")
+def _slice(ctx: RuleContext, x, *, static, start, limit, strides):
+    if shapes.is_static(start) and shapes.is_static(limit):
+        return static(ctx, x, start=start, limit=limit, strides=strides)
+    return _real_dynamic_slice(ctx, x, start, limit, strides)
 
 
 @register_symbolic("pad")
@@ -472,17 +477,7 @@ def _lower_symbolic_slice(ctx: RuleContext, x, *, start, limit, strides, shape):
     `max(0, b - 1)` long, an expression the slice's bounds would spell another way."""
     if shapes.is_static(start) and shapes.is_static(limit):
         return [stablehlo.slice(x, list(start), list(limit), list(strides))]
-    st = trace_of()
-    return ir.Operation.create(
-        "stablehlo.real_dynamic_slice",
-        results=[ctx.out_type()],
-        operands=[
-            x,
-            shape_value(st, tuple(start)),
-            shape_value(st, tuple(limit)),
-            shape_value(st, tuple(strides)),
-        ],
-    ).results
+    return _real_dynamic_slice(ctx, x, start, limit, strides)
 
 
 def _pairs_value(st: SymbolicTrace, padding) -> ir.Value:

@@ -124,6 +124,24 @@ class _Program:
         self.block = modules.main_function(module).regions[0].blocks[0]
 
 
+def _split_aux(where: str, out_tree, has_aux: bool, short: str, noun: str):
+    """(the main output's tree, the auxiliary data's or None): with `has_aux`, the function
+    must return a tuple or list of two, as JAX requires."""
+    if not has_aux:
+        return out_tree, None
+    if (
+        out_tree.num_nodes == 1
+        or len(out_tree.children()) != 2
+        or out_tree.node_data()[0] not in (tuple, list)
+    ):
+        raise TypeError(
+            f"{where}: has_aux=True needs the function to return a pair ({short}, aux), "
+            f"got {out_tree}; return a tuple of the {noun} and the auxiliary data"
+        )
+    main_tree, aux_tree = out_tree.children()
+    return main_tree, aux_tree
+
+
 def _flatten(where: str, args: tuple, kwargs: dict):
     leaves, in_tree = tree_util.tree_flatten((args, kwargs))
     return [as_tracer(where, x) for x in leaves], in_tree
@@ -249,19 +267,7 @@ def value_and_grad(
     try:
         out_specs = src.out_avals
         out_tree = src.out_tree
-        if has_aux:
-            if (
-                out_tree.num_nodes == 1
-                or len(out_tree.children()) != 2
-                or (out_tree.node_data()[0] not in (tuple, list))
-            ):
-                raise TypeError(
-                    f"{where}: has_aux=True needs the function to return a pair (value, aux), "
-                    f"got {out_tree}; return a tuple of the value and the auxiliary data"
-                )
-            value_tree, aux_tree = out_tree.children()
-        else:
-            value_tree, aux_tree = out_tree, None
+        value_tree, aux_tree = _split_aux(where, out_tree, has_aux, "value", "value")
         if value_tree.num_leaves != 1 or value_tree.num_nodes != 1:
             raise TypeError(
                 f"{where}: grad is defined for functions with one scalar output, but the "
@@ -320,15 +326,7 @@ def vjp(
     src = trace_function(fun, leaves, in_tree, where)
     try:
         out_tree = src.out_tree
-        if has_aux:
-            if len(out_tree.children()) != 2:
-                raise TypeError(
-                    f"{where}: has_aux=True needs the function to return a pair (out, aux), "
-                    f"got {out_tree}; return a tuple of the output and the auxiliary data"
-                )
-            main_tree, aux_tree = out_tree.children()
-        else:
-            main_tree, aux_tree = out_tree, None
+        main_tree, aux_tree = _split_aux(where, out_tree, has_aux, "out", "output")
         outs, backward = linearize_block(src, leaves, [True] * len(leaves), "vjp", policy)
     finally:
         src.drop()
@@ -420,12 +418,7 @@ def jvp(fun: Callable, primals, tangents, *, has_aux: bool = False, where: str |
         for p, t in zip(outs, touts, strict=True)
     ]
     if has_aux:
-        if len(out_tree.children()) != 2:
-            raise TypeError(
-                f"{where}: has_aux=True needs the function to return a pair (out, aux), "
-                f"got {out_tree}; return a tuple of the output and the auxiliary data"
-            )
-        main_tree, aux_tree = out_tree.children()
+        main_tree, aux_tree = _split_aux(where, out_tree, True, "out", "output")
         n = main_tree.num_leaves
         return (
             tree_util.tree_unflatten(main_tree, outs[:n]),

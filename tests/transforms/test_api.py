@@ -444,6 +444,12 @@ ERRORS = {
         "vjp(f): has_aux=True needs the function to return a pair (out, aux), got "
         "PyTreeDef(*); return a tuple of the output and the auxiliary data",
     ),
+    "vjp_aux_dict": (
+        lambda: aotkit.vjp(lambda x: {"out": x, "aux": x}, X3, has_aux=True),
+        TypeError,
+        "vjp(lambda): has_aux=True needs the function to return a pair (out, aux), got "
+        "PyTreeDef({'aux': *, 'out': *}); return a tuple of the output and the auxiliary data",
+    ),
     "vjp_cotangent_tree": (
         lambda: aotkit.vjp(lambda x: (x, x), X3)[1](X3),
         TypeError,

@@ -474,6 +474,10 @@ def test_plugin_loading_without_jaxlib_support_is_a_clear_error(monkeypatch, tmp
 
 
 def test_jax_frontend_without_location_exclusion_still_lowers(monkeypatch):
+    # The JAX front end registers its exclusion when first imported: import it before the
+    # patch, or the rest of this process's JAX locations would keep aotkit's frames.
+    import aotkit.frontends.jax  # noqa: F401
+
     close(monkeypatch, ("jax.extend.source_info_util", "register_exclusion"))
     _compat.exclude_from_jax_locations("/nowhere/")  # nothing to register with: a no-op
     lowered = aotkit.lower(lambda x: jax.numpy.sin(x) * 2, aotkit.spec("f32[3]"), frontend="jax")

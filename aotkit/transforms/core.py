@@ -231,10 +231,13 @@ class Zero:
         return (self.shape, self.dtype)
 
 
+_ARRAYS = (Tracer, LinVar, Zero)  # a tuple: `A | B | C` would build a union at every call
+
+
 def _aval_of(a):
     if a is None:
         return None
-    if isinstance(a, Tracer | LinVar | Zero):
+    if isinstance(a, _ARRAYS):
         return (a.shape, a.dtype)
     return a
 

@@ -53,7 +53,7 @@ class Traced:
 
     @property
     def out_avals(self):
-        ret = list(self.block.operations)[-1].operation
+        ret = self.block.operations[-1].operation  # the terminator
         return [_aval(v) for v in ret.operands]
 
     def drop(self) -> None:

@@ -43,17 +43,17 @@ class TransformError(NotImplementedError):
 
 def op_site(op) -> str:
     """`stablehlo.sine at model.py:12` for error messages (the op's name alone when its
-    location names no source line)."""
-    return f"{_ir.name(op)}{modules.op_location(op.operation)}"
+    location names no source line); a custom call adds its target (` (@lapack_sgeev_ffi)`)."""
+    name = _ir.name(op)
+    site = f"{name}{modules.op_location(op.operation)}"
+    if name == "stablehlo.custom_call":
+        site += f" (@{_ir.custom_call_target(op)})"
+    return site
 
 
 def no_rule(transform: str, op, table_hint: str) -> TransformError:
-    """A transform met an op (a custom call: a target) its tables have no rule for."""
-    site = op_site(op)
-    if _ir.name(op) == "stablehlo.custom_call":
-        site += f" (@{_ir.custom_call_target(op)})"
     return TransformError(
-        f"{transform}: no {table_hint} rule for op {site}; aotkit cannot "
+        f"{transform}: no {table_hint} rule for op {op_site(op)}; aotkit cannot "
         f"{_VERBS[transform]} this program. The rule table (docs/transforms.md) lists the "
         "ops each transform covers: rewrite this part with covered ops, or report the op"
     )
@@ -389,39 +389,32 @@ def replay(op, operands: list[Tracer], avals: list[tuple] | None = None) -> list
     """The op again, on `operands`: the same attributes and regions, results of `avals`
     (default: the op's own result types)."""
     o = op.operation
-    if avals is None:
-        types = [r.type for r in o.results]
-    else:
-        types = [dtypes.tensor_type(tuple(s), d) for s, d in avals]
-    attributes = o.attributes
     scope = tracing.current_scope()
     emitted = scope.emitted
     emitted.opaque = True
     if o.name.startswith("chlo."):
         emitted.chlo = True
     n_regions = len(o.regions)
+    if n_regions and _ir.captured(op):
+        raise _captured_error(op)
     loc = tracing.user_location()
     if avals is None and loc == o.location:
         # The same op at its own location: a clone (attributes and regions copied in one
-        # call, about half the cost of creating it) on the new operands.
-        if n_regions and _ir.captured(op):
-            raise _captured_error(op)
-        new = o.clone(ip=ir.InsertionPoint.current)
-        for i, t in enumerate(operands):
-            new.operands[i] = t.value
-        return [Tracer(r, *_ir.aval(r), scope) for r in new.results]
+        # call, about half the cost of creating it).
+        return _clone_onto(o, operands, scope)
+    if avals is None:
+        types = [r.type for r in o.results]
+    else:
+        types = [dtypes.tensor_type(tuple(s), d) for s, d in avals]
+    attributes = o.attributes
     try:
         copied = {n: attributes[n] for n in attributes} if len(attributes) else None
     except TypeError:
         # An attribute the bindings cannot hand to Python (a complex constant's dense
-        # elements): the op is cloned as it is, on the new operands.
+        # elements): the op is cloned as it is.
         if n_regions or types != [r.type for r in o.results]:
             raise
-        new = o.clone(ip=False)
-        ir.InsertionPoint.current.insert(new)
-        for i, t in enumerate(operands):
-            new.operands[i] = t.value
-        return [Tracer(r, *_ir.aval(r), scope) for r in new.results]
+        return _clone_onto(o, operands, scope)
     new = ir.Operation.create(
         o.name,
         results=types,
@@ -431,13 +424,19 @@ def replay(op, operands: list[Tracer], avals: list[tuple] | None = None) -> list
         loc=loc,
     )
     if n_regions:
-        if _ir.captured(op):
-            raise _captured_error(op)
         copy = o.clone(ip=False)
         for src, dst in zip(copy.regions, new.regions, strict=True):
             for block in list(src.blocks):
                 block.append_to(dst)
         copy.erase()
+    return [Tracer(r, *_ir.aval(r), scope) for r in new.results]
+
+
+def _clone_onto(o: ir.Operation, operands: list[Tracer], scope) -> list[Tracer]:
+    """A clone of `o` at the insertion point, on `operands`."""
+    new = o.clone(ip=ir.InsertionPoint.current)
+    for i, t in enumerate(operands):
+        new.operands[i] = t.value
     return [Tracer(r, *_ir.aval(r), scope) for r in new.results]
 
 

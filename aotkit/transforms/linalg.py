@@ -87,9 +87,9 @@ def _scratch(ctx, index: int, what: str) -> None:
     while nothing uses it."""
     if _live(ctx.op.operation.results[index]):
         raise TransformError(
-            f"{ctx.ev.transform}: {op_site(ctx.op)} (@{_ir.custom_call_target(ctx.op)}): "
-            f"result {index} is {what}, which the kernel leaves undefined, and the program "
-            "uses it; it has no derivative. Use the call's other results"
+            f"{ctx.ev.transform}: {op_site(ctx.op)}: result {index} is {what}, which the "
+            "kernel leaves undefined, and the program uses it; it has no derivative. Use the "
+            "call's other results"
         )
 
 
@@ -702,7 +702,7 @@ def _svd(ctx, primals, tangents):
         vectors = _live(results[2]) or _live(results[3])
         if vectors and mode == "A" and m != n:
             raise TransformError(
-                f"{ctx.ev.transform}: {op_site(op)} (@{_ir.custom_call_target(op)}) is a full SVD "
+                f"{ctx.ev.transform}: {op_site(op)} is a full SVD "
                 f"(full_matrices=True) of {m}x{n} matrices, and the program uses its singular "
                 f"vectors: the vectors beyond the first {k} are any basis of a complement, "
                 "with no derivative (JAX defines none either). Use full_matrices=False"
@@ -751,9 +751,9 @@ def _svd(ctx, primals, tangents):
 def _geev(ctx, primals, tangents):
     op = ctx.op
     raise TransformError(
-        f"{ctx.ev.transform}: {op_site(op)} (@{_ir.custom_call_target(op)}) is the "
-        "eigendecomposition of a general (non-symmetric) matrix, which aotkit has no "
-        "derivative for; for a symmetric or Hermitian matrix use eigh"
+        f"{ctx.ev.transform}: {op_site(op)} is the eigendecomposition of a general "
+        "(non-symmetric) matrix, which aotkit has no derivative for; for a symmetric or "
+        "Hermitian matrix use eigh"
     )
 
 

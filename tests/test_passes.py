@@ -1212,6 +1212,9 @@ SIMPLIFY_CORPUS = {
     "times one": (lambda x: x * 1.0, (V,)),
     "plus zero": (lambda x: 0 + x, (V,)),
     "minus zero": (lambda x: x - 0.0, (V,)),
+    "plus one": (lambda x: anp.sin(x) + 1.0, (V,)),
+    "zero minus": (lambda x: 0.0 - anp.sin(x), (V,)),
+    "times two": (lambda x: anp.sin(x) * 2.0, (V,)),
     "double negation": (lambda x: anp.negative(anp.negative(x)), (V,)),
     "one negation": (lambda x: -x + 1.0, (V,)),
     "transpose twice": (lambda x: x.T.T, (M44,)),
@@ -1225,6 +1228,11 @@ SIMPLIFY_CORPUS = {
     "branch": (lambda x: aotkit.cond(x[0] > 0, lambda v: v * 1.0, lambda v: v, x), (V,)),
     "python output": (lambda x: (x, 2.0), (V,)),
     "select": (lambda x, y: anp.where(x > y, x, y), (V, V)),
+    "plain reduction": (lambda x: anp.sum(anp.sin(x)), (V,)),
+    "plain branch": (lambda x: aotkit.cond(anp.sum(x) > 0, anp.sin, anp.cos, x), (V,)),
+    "negation": (lambda x: -anp.sin(x), (V,)),
+    "negated negation": (lambda x: anp.negative(-anp.sin(x)), (V,)),
+    "select on a constant": (lambda x: anp.where(anp.full(4, True), x, 2.0 * x), (V,)),
 }
 
 
@@ -1232,13 +1240,7 @@ SIMPLIFY_CORPUS = {
 def test_nothing_to_simplify_is_vouched_for_only_where_simplify_changes_nothing(name):
     fn, specs = SIMPLIFY_CORPUS[name]
     traced = aotkit.jit(fn, autograph=False).trace(*specs)
-    with ir_context():
-        module = ir.Module.parse(traced.as_text())
-        # As the default pipeline runs it: after canonicalize and cse.
-        passes.run_pipeline(module, "builtin.module(canonicalize,cse)", name="t")
-        before = str(module)
-        changed = passes.python_passes.simplify(module)
-        assert changed == (str(module) != before)
+    changed = _simplify_changes(traced.as_text())
     if passes.NOTHING_TO_SIMPLIFY in traced.facts:
         assert not changed, f"{name}: the tracer vouched for a module aotkit-simplify changes"
 
@@ -1249,9 +1251,110 @@ def test_the_tracer_vouches_for_plain_programs_and_not_for_the_others():
         for name, (fn, specs) in SIMPLIFY_CORPUS.items()
         if passes.NOTHING_TO_SIMPLIFY in aotkit.jit(fn, autograph=False).trace(*specs).facts
     }
-    # Elementwise ops, products and broadcasts it vouches for; a candidate op, a lowering
-    # rule of its own (a reduction) or a region (a branch) it does not.
-    assert vouched == {"chain", "mlp layer", "broadcast", "python output", "select"}
+    # Elementwise ops, products (by constants other than one), broadcasts, converts to
+    # another type, a transpose of an argument, a reduction and a branch it vouches for; a
+    # candidate op (x * 1.0, 0 + x, -(-x), a select on a constant, a fold) it does not.
+    assert vouched == {
+        "chain",
+        "mlp layer",
+        "broadcast",
+        "python output",
+        "select",
+        "transpose once",
+        "plain reduction",
+        "plain branch",
+        "negation",
+        "one negation",
+        "convert",
+        "reshape",
+        "plus one",
+        "zero minus",
+        "times two",
+    }
+
+
+def _grad_of(loss, argnums=0):
+    return lambda *args: aotkit.grad(loss, argnums=argnums)(*args)
+
+
+def _relu_loss(w, b, x):
+    h = anp.maximum(x @ w + b, 0.0)
+    return anp.sum(h * h)
+
+
+# Transformed programs: the ops a transform copies from the program and builds of its own
+# are tested as `bind` tests its ops (`lowering.core.note_made`).
+TRANSFORM_CORPUS = {
+    "grad of an mlp layer": (_grad_of(_relu_loss, (0, 1)), (M44, V, M44)),
+    "grad of a chain": (_grad_of(lambda x, y: anp.sum(anp.tanh(anp.sin(x) * y + x))), (V, V)),
+    "grad of a mean": (_grad_of(lambda x: anp.mean(anp.sin(x))), (V,)),
+    "grad of a product by one": (_grad_of(lambda x: anp.sum(anp.sin(x) * 1.0)), (V,)),
+    "grad of a double negation": (_grad_of(lambda x: anp.sum(anp.negative(-anp.sin(x)))), (V,)),
+    "grad of a transpose": (_grad_of(lambda x: anp.sum(x.T @ x)), (M44,)),
+    "grad through a branch": (
+        _grad_of(lambda x: anp.sum(aotkit.cond(anp.sum(x) > 0, anp.sin, anp.cos, x))),
+        (V,),
+    ),
+    "grad through a loop": (
+        _grad_of(lambda x: anp.sum(aotkit.fori_loop(0, 3, lambda i, h: anp.sin(h) * 0.5, x))),
+        (V,),
+    ),
+    "grad through a checkpointed loop": (
+        lambda x: aotkit.grad(
+            lambda x: anp.sum(aotkit.fori_loop(0, 9, lambda i, h: anp.sin(h) * 0.5, x)),
+            checkpoint_loops="sqrt",
+        )(x),
+        (V,),
+    ),
+    "jvp of a chain": (
+        lambda x, y: aotkit.jvp(lambda a: anp.tanh(anp.sin(a) * y), (x,), (y,)),
+        (V, V),
+    ),
+    "vjp of a transpose": (
+        lambda x, g: aotkit.vjp(lambda a: a.T @ a, x)[1](g),
+        (M44, M44),
+    ),
+    "vmap of a select": (aotkit.vmap(lambda a, b: anp.where(a > b, a, b * 2.0)), (M44, M44)),
+    "vmap of a sum": (aotkit.vmap(lambda a: anp.sum(anp.sin(a))), (M44,)),
+    "hessian": (aotkit.hessian(lambda x: anp.sum(anp.sin(x) * x)), (V,)),
+}
+
+
+def _simplify_changes(text: str) -> bool:
+    with ir_context():
+        module = ir.Module.parse(text)
+        # As the default pipeline runs it: after canonicalize and cse.
+        passes.run_pipeline(module, "builtin.module(canonicalize,cse)", name="t")
+        before = str(module)
+        changed = passes.python_passes.simplify(module)
+        assert changed == (str(module) != before)
+    return changed
+
+
+@pytest.mark.parametrize("name", list(TRANSFORM_CORPUS))
+def test_a_transform_vouches_only_where_simplify_changes_nothing(name):
+    fn, specs = TRANSFORM_CORPUS[name]
+    traced = aotkit.jit(fn, autograph=False).trace(*specs)
+    if passes.NOTHING_TO_SIMPLIFY in traced.facts:
+        assert not _simplify_changes(traced.as_text()), (
+            f"{name}: the transform vouched for a module aotkit-simplify changes"
+        )
+
+
+def test_transforms_vouch_for_what_they_emit_and_not_for_loaded_programs():
+    vouched = {
+        name
+        for name, (fn, specs) in TRANSFORM_CORPUS.items()
+        if passes.NOTHING_TO_SIMPLIFY in aotkit.jit(fn, autograph=False).trace(*specs).facts
+    }
+    # The gradient's seed is one: its products by one are not made at all.
+    assert vouched == set(TRANSFORM_CORPUS) - {
+        "grad of a product by one",
+        "grad of a double negation",
+    }
+    # A program's module copied into a trace (Lowered.grad) keeps its regions as they are.
+    lowered = aotkit.jit(lambda x: anp.sum(anp.sin(x))).lower(V)
+    assert passes.NOTHING_TO_SIMPLIFY not in lowered.grad().facts
 
 
 def test_a_module_with_nothing_to_simplify_skips_the_sweep():
@@ -1295,6 +1398,13 @@ def test_the_tracer_knows_every_rule_of_the_sweep():
     }
     assert set(core._SIMPLIFY_IF) == no_constant
     assert set(core._SIMPLIFY_WITH_CONSTANTS) == set(python_passes._SIMPLIFY)
+    # The identities that need a constant are told apart from the folds (which need all).
+    with_constant = {
+        n for n, rules in python_passes._IDENTITIES.items() if all(c for _, c in rules)
+    }
+    assert {n for n, need in core._SIMPLIFY_WITH_CONSTANTS.items() if need != "all"} == (
+        with_constant
+    )
 
 
 # --- "canonical" and "no equal ops": canonicalize and cse skipped (issue 28) ----------------

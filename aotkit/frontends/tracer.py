@@ -225,9 +225,9 @@ def trace_to_module(
                 stage="invalid-traced",
             ) from e
         facts = TRACER_FACTS if emitted.chlo else TRACER_FACTS | {NO_CHLO}
+        if not emitted.simplify and (emitted.vouched(block) or not emitted.unchecked):
+            facts |= {NOTHING_TO_SIMPLIFY}
         if emitted.vouched(block):
-            if not emitted.simplify:
-                facts |= {NOTHING_TO_SIMPLIFY}
             if emitted.no_dead_op([t.value for t in args], [t.value for t in outs]):
                 if not emitted.duplicates:
                     facts |= {NO_DUPLICATES}

@@ -113,9 +113,14 @@ class Emitted:
     """What the trace of one module emitted that its pass pipeline may skip work for.
 
     `bind` vouches for each op it creates itself (`register_direct`) and `_constant_op` for
-    each constant: `ops` counts them, `constants` holds the constants' values, and
+    each constant: `ops` counts them, `constants` holds the constants' values (with the
+    scalar of a splat made by `full`, None for the others), and
     `simplify` is set when one of them may give `aotkit-simplify` work. Any other way an op
     is made (a lowering rule, a control-flow body) makes the module `opaque`.
+
+    `simplify` is kept for every op, vouched or not: the ops a transform copies or builds
+    are tested by `note_made`, a lowering rule's ops are safe when it is registered
+    `simplify_free`, and any other maker sets `unchecked` (aotkit-simplify then runs).
 
     For MLIR's `canonicalize` and `cse`, which have nothing to do on most traced modules
     (StableHLO's ops have no folders or patterns in jaxlib), it also records the values
@@ -130,6 +135,7 @@ class Emitted:
         "ops",
         "constants",
         "simplify",
+        "unchecked",
         "opaque",
         "scratch",
         "symbolic",
@@ -145,8 +151,9 @@ class Emitted:
     def __init__(self):
         self.chlo = False  # a CHLO op (`chlo-legalize-to-stablehlo` has work to do)
         self.ops = 0
-        self.constants: set[ir.Value] = set()
+        self.constants: dict[ir.Value, object] = {}
         self.simplify = False
+        self.unchecked = False
         self.opaque = False
         # The symbolic dimensions of a trace whose arguments have some (issue 25): a
         # `lowering.symbolic.SymbolicTrace`, None for static traces.
@@ -475,13 +482,16 @@ def same(*avals: Aval, **_) -> list[Aval]:
     return [avals[-1]]
 
 
-def register(*names: str, shape: ShapeRule):
-    """Registers one lowering rule (and its shape rule) for each op name."""
+def register(*names: str, shape: ShapeRule, simplify_free: bool = False):
+    """Registers one lowering rule (and its shape rule) for each op name. `simplify_free`:
+    the rule makes no op `aotkit-simplify` could rewrite, whatever its operands (in its
+    block, only ops the sweep has no rule for; in their regions, only ops on the regions'
+    arguments)."""
 
     def decorate(rule: LoweringRule) -> LoweringRule:
         for name in names:
             assert name not in _rules, f"op {name!r} registered twice"
-            _rules[name] = (shape, rule, None, None, False, False)
+            _rules[name] = (shape, rule, None, None, False, False, simplify_free)
         return rule
 
     return decorate
@@ -498,7 +508,7 @@ def register_direct(
     """
     for name, hlo in ops.items():
         assert name not in _rules, f"op {name!r} registered twice"
-        _rules[name] = (shape, None, hlo, attributes, hlo.startswith("chlo."), shape is same)
+        _rules[name] = (shape, None, hlo, attributes, hlo.startswith("chlo."), shape is same, True)
 
 
 def _check_live(t: Tracer, op: str) -> None:
@@ -601,7 +611,7 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
         if check is not None:
             if avals_in is None:
                 avals_in = [(t.shape, t.dtype) for t in operands]
-            if check(avals_in[0], (shape, dtype), params):
+            if check(avals_in[0], (shape, dtype), params, values[0]):
                 emitted.simplify = True
     return [Tracer(result, shape, dtype, scope)]
 
@@ -645,6 +655,8 @@ def _bind_rule(op: str, entry, operands, values: list, params: dict) -> list[Tra
     avals_out = entry[0](*avals_in, **params)
     scope = _tls.scopes[-1]
     scope.emitted.opaque = True
+    if not entry[6]:
+        scope.emitted.unchecked = True
     if scope.emitted.symbolic is not None:
         return _bind_symbolic_rule(op, entry, avals_in, avals_out, values, params)
     with user_location():
@@ -685,6 +697,7 @@ def _bind_symbolic(op, entry, operands, values, params, shape, dtype) -> list[Tr
     avals_in = [(t.shape, t.dtype) for t in operands]
     scope = _tls.scopes[-1]
     scope.emitted.opaque = True
+    scope.emitted.unchecked = True
     if entry[4]:
         scope.emitted.chlo = True
     rule = _symbolic_rules.get(op)
@@ -708,6 +721,7 @@ def _bind_symbolic_rule(op, entry, avals_in, avals_out, values, params) -> list[
     own rule, which may build an op whose attributes cannot hold a symbolic dimension (the
     bindings then refuse the Dim: a NotImplementedError naming the op)."""
     scope = _tls.scopes[-1]
+    scope.emitted.unchecked = True
     ctx = RuleContext(op, avals_in, avals_out)
     rule = _symbolic_rules.get(op)
     try:
@@ -729,24 +743,75 @@ def _bind_symbolic_rule(op, entry, avals_in, avals_out, values, params) -> list[
 
 
 # When an op `bind` creates may give `aotkit-simplify` work (aotkit/passes/python_passes.py
-# has the rules): by op name, the operands that must be constants ("any" or "all") ...
+# has the rules): by op name, which of its operands must be constants, and which constants
+# (`python_passes.CONSTANT_OPERANDS`) ...
 _SIMPLIFY_WITH_CONSTANTS = python_passes.CONSTANT_OPERANDS
-# ... or, for rules that need none, a test of (operand aval, result aval, params).
-_SIMPLIFY_IF: dict[str, Callable[[Aval, Aval, dict], bool]] = {
-    "stablehlo.negate": lambda a, out, p: True,  # -(-x): the operand's op is not known here
-    "stablehlo.transpose": lambda a, out, p: True,  # an identity, or a transpose's inverse
-    "stablehlo.convert": lambda a, out, p: a == out,
-    "stablehlo.reshape": lambda a, out, p: a == out,
-    "stablehlo.broadcast_in_dim": lambda a, out, p: (
+# ... or, for rules that need none, a test of (operand aval, result aval, params, operand).
+_SIMPLIFY_IF: dict[str, Callable[[Aval, Aval, dict, ir.Value], bool]] = {
+    # -(-x), and a transpose that is the identity or follows another (which may cancel it).
+    "stablehlo.negate": lambda a, out, p, x: _made_by(x, "stablehlo.negate"),
+    "stablehlo.transpose": lambda a, out, p, x: (
+        tuple(p["perm"]) == tuple(range(len(a[0]))) or _made_by(x, "stablehlo.transpose")
+    ),
+    "stablehlo.convert": lambda a, out, p, x: a == out,
+    "stablehlo.reshape": lambda a, out, p, x: a == out,
+    "stablehlo.broadcast_in_dim": lambda a, out, p, x: (
         a == out and tuple(p["dims"]) == tuple(range(len(a[0])))
     ),
 }
 
 
-def _constant_operands(values: list, constants: set, need: str) -> bool:
-    if need == "any":
-        return not constants.isdisjoint(values)
-    return constants.issuperset(values)
+def _made_by(value: ir.Value, name: str) -> bool:
+    owner = value.owner  # a Block for a block argument (which a plain ir.Value may be)
+    return not isinstance(owner, ir.Block) and owner.name == name
+
+
+def note_made(op: ir.Operation, values: list[ir.Value]) -> None:
+    """Records for `op`, made on `values` in the current trace other than by `bind` (a
+    transform copies the ops of the program it transforms and builds some of its own), what
+    `bind` records of its ops: a constant and its scalar, or whether `aotkit-simplify` may
+    rewrite the op. Its regions are its maker's to answer for (`Emitted.unchecked`)."""
+    emitted = _tls.scopes[-1].emitted
+    name = op.name
+    if name == "stablehlo.constant":
+        emitted.constants[op.results[0]] = python_passes.splat_scalar(op)
+        return
+    if emitted.simplify:
+        return
+    need = _SIMPLIFY_WITH_CONSTANTS.get(name)
+    if need is not None and emitted.constants:
+        if _constant_operands(values, emitted.constants, need):
+            emitted.simplify = True
+            return
+    if name in _SIMPLIFY_IF:
+        x = values[0]
+        if name == "stablehlo.negate":
+            emitted.simplify = _made_by(x, name)
+        elif name == "stablehlo.transpose":
+            perm = op.attributes["permutation"]
+            emitted.simplify = _made_by(x, name) or all(perm[i] == i for i in range(len(perm)))
+        else:  # convert, reshape, broadcast_in_dim: an identity keeps the type
+            emitted.simplify = x.type == op.results[0].type
+
+
+def _constant_operands(values: list, constants: dict, need) -> bool:
+    """Whether the constant operands among `values` may let the sweep rewrite the op (see
+    `python_passes.CONSTANT_OPERANDS`)."""
+    if need == "first":
+        return values[0] in constants
+    if need != "all":
+        unit, positions = need  # an identity: x + 0, x - 0, x * 1
+        for i in positions:
+            c = constants.get(values[i], _NOT_CONSTANT)
+            if c is not _NOT_CONSTANT and (c is None or c == unit):
+                return True
+    for v in values:
+        if v not in constants:
+            return False
+    return True  # a fold
+
+
+_NOT_CONSTANT = object()
 
 
 def bind1(op: str, *operands: Tracer, **params) -> Tracer:
@@ -783,7 +848,8 @@ def _build_splat(one: np.ndarray, shape, dtype: np.dtype) -> ir.DenseElementsAtt
     return ir.DenseElementsAttr.get(one, type=dtypes.ir_element_type(dtype), shape=list(shape))
 
 
-def _constant_op(attr: ir.DenseElementsAttr) -> ir.Value:
+def _constant_op(attr: ir.DenseElementsAttr, splat=None) -> ir.Value:
+    """A constant op holding `attr` (a splat of the scalar `splat`, if given)."""
     emitted = _tls.scopes[-1].emitted
     first = emitted.first_op
     if first is not None and not emitted.opaque and ir.InsertionPoint.current.block == first.block:
@@ -800,7 +866,7 @@ def _constant_op(attr: ir.DenseElementsAttr) -> ir.Value:
         if emitted.ops != len(emitted.constants):  # another op came first
             emitted.late_constant = True
     emitted.ops += 1
-    emitted.constants.add(value)
+    emitted.constants[value] = splat
     emitted.results.append(value)  # see `bind`: ids are unique while the trace runs
     n = len(emitted.keys)
     emitted.keys.add(hash(("stablehlo.constant", attr)))
@@ -834,6 +900,7 @@ def constant(x, dtype: np.dtype | None = None) -> Tracer:
         if arr.dtype == np.bool_ and arr.size > 1 and not (arr == arr.flat[0]).all():
             # Non-splat booleans travel as u8 and are compared back to i1.
             u8 = arr.astype(np.uint8)
+            scope.emitted.unchecked = True  # a compare of two constants, which the sweep folds
             value = stablehlo.compare(
                 _constant_op(_dense_attr(u8)),
                 _constant_op(_dense_attr(np.zeros_like(u8))),
@@ -851,6 +918,7 @@ def full(shape: tuple[int, ...], value, dtype: np.dtype) -> Tracer:
     t = type(value)
     if t not in _PY_SCALARS:
         if isinstance(value, shapes.Dim):  # a symbolic dimension's value (issue 25)
+            scope.emitted.unchecked = True
             return _symbolic_rules["dim"](shape, value, dtype)
         value = np.asarray(value).astype(dtype)
         t = type(value)
@@ -859,12 +927,20 @@ def full(shape: tuple[int, ...], value, dtype: np.dtype) -> Tracer:
     v = scope.constants.get(key)
     if v is None:
         if not shapes.is_static(shape):  # a symbolic dimension (issue 25)
+            scope.emitted.unchecked = True
             with user_location():
                 v = scope.constants[key] = _symbolic_rules["full"](value, shape, dtype)
             return Tracer(v, shape, dtype, scope)
         with user_location():
-            v = scope.constants[key] = _constant_op(_splat_attr(value, shape, dtype))
+            v = scope.constants[key] = _constant_op(_splat_attr(value, shape, dtype), value)
     return Tracer(v, shape, dtype, scope)
+
+
+def splat_value(t: Tracer):
+    """The scalar every element of `t` is when `t` is a splat constant of this trace (made
+    by `full`, or copied by a transform), else None. (No op is erased while a trace runs, so
+    no other value takes a constant's place.)"""
+    return t._scope.emitted.constants.get(t.value)
 
 
 # --- The aotkit.numpy namespace ----------------------------------------------------------------

@@ -136,7 +136,7 @@ _BODIES = {
 }
 
 
-@register("reduce", shape=_reduce_shape)
+@register("reduce", shape=_reduce_shape, simplify_free=True)
 def _lower_reduce(ctx: RuleContext, *operands, axes, monoid):
     n = len(operands) // 2
     op = stablehlo.ReduceOp(
@@ -150,7 +150,7 @@ def _cumulative_shape(x, init, *, axis, monoid):
     return [x]
 
 
-@register("cumulative", shape=_cumulative_shape)
+@register("cumulative", shape=_cumulative_shape, simplify_free=True)
 def _lower_cumulative(ctx: RuleContext, x, init, *, axis, monoid):
     shape = ctx.avals_in[0][0]
     window = [1] * len(shape)

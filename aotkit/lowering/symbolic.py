@@ -113,6 +113,7 @@ def start(emitted, arguments, specs, where: str) -> SymbolicTrace | None:
                 st.symbols[name] = _floordiv_values(st, v, _i64_constant(st, k))
     emitted.symbolic = st
     emitted.opaque = True
+    emitted.unchecked = True  # its dimension arithmetic is built outside `bind`
     return st
 
 

@@ -72,14 +72,31 @@ def _splat_const(elem: str, value) -> _Const:
     return _Const(elem, splat, None, scalar)
 
 
-def _decode(op: ir.Operation) -> _Const:
-    rtype = op.results[0].type
-    elem = str(rtype.element_type)
+def _readable(op: ir.Operation) -> tuple[str, ir.DenseElementsAttr] | None:
+    """(element type, elements) of a constant op the sweep may read, else None."""
+    elem = str(op.results[0].type.element_type)
     if elem not in _DTYPES:
-        return _OPAQUE
+        return None
     attr = op.attributes["value"]
     if not isinstance(attr, ir.DenseElementsAttr):  # dense_resource<...> blobs
+        return None
+    return elem, attr
+
+
+def splat_scalar(op: ir.Operation):
+    """The Python scalar of a splat constant op the sweep reads as one, else None."""
+    found = _readable(op)
+    if found is None or not found[1].is_splat:
+        return None
+    return _splat_const(found[0], found[1].get_splat_value().value).scalar
+
+
+def _decode(op: ir.Operation) -> _Const:
+    found = _readable(op)
+    if found is None:
         return _OPAQUE
+    elem, attr = found
+    rtype = op.results[0].type
     if attr.is_splat:
         return _splat_const(elem, attr.get_splat_value().value)
     if elem == "bf16" or np.prod(rtype.shape) > FOLD_LIMIT:
@@ -475,12 +492,17 @@ _FOLDS: dict[str, tuple] = {
 
 
 # For the tracer (`aotkit.lowering.core.bind`), which tells the runner when this sweep has
-# nothing to do: the ops whose rules need constant operands, and which: "any" (an identity
-# such as x + 0 needs one) or "all" (a fold). The rules that need no constant are the keys
-# of `_IDENTITIES` not listed here; the tracer tests those by shapes and dtypes.
-CONSTANT_OPERANDS: dict[str, str] = {
+# nothing to do: the ops whose rules need constant operands, and which: "all" (a fold),
+# "first" (a select's identity reads its predicate; its fold needs every operand), or for
+# an identity, (its unit, the operands that may be it), besides the fold. The rules that
+# need no constant are the keys of `_IDENTITIES` not listed here; the tracer tests those
+# by shapes and dtypes.
+CONSTANT_OPERANDS: dict[str, object] = {
     **{name: "all" for name in _FOLDS},
-    **{name: "any" for name, rules in _IDENTITIES.items() if all(c for _, c in rules)},
+    "stablehlo.add": (0, (0, 1)),
+    "stablehlo.subtract": (0, (1,)),
+    "stablehlo.multiply": (1, (0, 1)),
+    "stablehlo.select": "first",
 }
 
 

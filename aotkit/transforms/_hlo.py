@@ -41,20 +41,25 @@ def create(
     attributes: dict | None = None,
     regions: int = 0,
 ) -> ir.Operation:
-    """Creates op `op_name` with results of `avals` at the current location."""
+    """Creates op `op_name` with results of `avals` at the current location. Its regions,
+    when it has some, are the caller's to fill: with ops on their own arguments, or copies
+    of the regions of the op it comes from (see `core.note_made`)."""
     scope = core.current_scope()
     emitted = scope.emitted
     emitted.opaque = True
     if op_name.startswith("chlo."):
         emitted.chlo = True
-    return ir.Operation.create(
+    values = [t.value for t in operands]
+    op = ir.Operation.create(
         op_name,
         results=[dtypes.tensor_type(tuple(s), d) for s, d in avals],
-        operands=[t.value for t in operands],
+        operands=values,
         attributes=attributes,
         regions=regions,
         loc=core.user_location(),
     )
+    core.note_made(op, values)
+    return op
 
 
 def results(op: ir.Operation) -> list[Tracer]:
@@ -105,7 +110,26 @@ def _binary(name: str, a, b) -> Tracer:
 
 add = functools.partial(_binary, "add")
 sub = functools.partial(_binary, "subtract")
-mul = functools.partial(_binary, "multiply")
+
+
+def mul(a, b) -> Tracer:
+    """a * b, where a real factor that is the constant 1 gives the other (the seed of a
+    gradient is one: its cotangents would otherwise be products by one)."""
+    if isinstance(a, Tracer) and _is_one(b, a):
+        return a
+    if isinstance(b, Tracer) and _is_one(a, b):
+        return b
+    return _binary("multiply", a, b)
+
+
+def _is_one(x, other: Tracer) -> bool:
+    if dtypes.is_complex(other.dtype):
+        return False  # (inf + 0j) * (1 + 0j) is not inf + 0j
+    if isinstance(x, Tracer):
+        return x.shape == other.shape and x.dtype == other.dtype and core.splat_value(x) == 1
+    return x == 1 and type(x) in (int, float)
+
+
 div = functools.partial(_binary, "divide")
 maximum = functools.partial(_binary, "max")
 minimum = functools.partial(_binary, "min")
@@ -211,6 +235,9 @@ def broadcast_in_dim(x: Tracer, shape, dims) -> Tracer:
     shape, dims = tuple(shape), tuple(dims)
     if x.shape == shape and dims == tuple(range(len(shape))):
         return x
+    value = core.splat_value(x)
+    if value is not None:
+        return full(shape, value, x.dtype)
     return bind1("broadcast_in_dim", x, shape=shape, dims=dims)
 
 
@@ -348,15 +375,15 @@ def combiner_body(region: ir.Region, dtype, kind: str, n: int = 1) -> None:
     """Fills `region` with `(a, b) -> kind(a, b)` on scalars of `dtype` (n pairs)."""
     t = dtypes.tensor_type((), np.dtype(dtype))
     block = region.blocks.append(*([t] * (2 * n)))
-    with ir.InsertionPoint(block), core.user_location():
-        args = list(block.arguments)
+    loc = core.user_location()
+    name = _COMBINER_OPS[kind]
+    with ir.InsertionPoint(block):
+        args = block.arguments
         outs = [
-            ir.Operation.create(
-                _COMBINER_OPS[kind], results=[t], operands=[args[i], args[n + i]]
-            ).results[0]
+            ir.Operation.create(name, results=[t], operands=[args[i], args[n + i]], loc=loc).result
             for i in range(n)
         ]
-        stablehlo.ReturnOp(outs)
+        ir.Operation.create("stablehlo.return", operands=outs, loc=loc)
 
 
 def reduce(x: Tracer, init, dims, kind: str) -> Tracer:

@@ -62,12 +62,20 @@ def i64s(op, key: str, default=None) -> tuple[int, ...]:
         if default is None:
             raise KeyError(f"{name(op)} has no attribute {key!r}")
         return tuple(default)
+    # Attributes are uniqued: each is read once per lowering context.
+    cache = _context.active().attributes
     a = attributes[key]
-    if isinstance(a, ir.DenseI64ArrayAttr):
-        return tuple(ir.DenseI64ArrayAttr(a))
-    if isinstance(a, ir.DenseBoolArrayAttr):
-        return tuple(bool(v) for v in ir.DenseBoolArrayAttr(a))
-    return tuple(int(v) for v in ir.DenseIntElementsAttr(a))
+    cache_key = (i64s, a)
+    found = cache.get(cache_key)
+    if found is None:
+        if isinstance(a, ir.DenseI64ArrayAttr):
+            found = tuple(ir.DenseI64ArrayAttr(a))
+        elif isinstance(a, ir.DenseBoolArrayAttr):
+            found = tuple(bool(v) for v in ir.DenseBoolArrayAttr(a))
+        else:
+            found = tuple(int(v) for v in ir.DenseIntElementsAttr(a))
+        cache[cache_key] = found
+    return found
 
 
 def bools(op, key: str, n: int) -> tuple[bool, ...]:

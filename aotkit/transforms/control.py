@@ -389,13 +389,18 @@ def _while_transpose(
 
     ct0 = [cts[i] if cts[i] is not None else H.zeros(*shapes[i]) for i in which]
     acc0 = [H.zeros(cap_args[j].shape, cap_args[j].dtype) for j in cap_which]
+    # A static trip count's arithmetic is done here: folded, not left to aotkit-simplify.
     total = H.scalar(trips, _I32) if trips is not None else count
     if every == 1:
-        ct, acc = backward_over(stacks, H.sub(total, 1), ct0, acc0)
+        last = H.scalar(trips - 1, _I32) if trips is not None else H.sub(count, 1)
+        ct, acc = backward_over(stacks, last, ct0, acc0)
     else:
         primal_ev = JVPEvaluator(functions, Forward(), transform)
         penv = _primal_env(primal_ev, env, captured)
-        segments = H.div(H.add(total, every - 1), H.like(total, every))
+        if trips is not None:
+            last_segment = H.scalar((trips + every - 1) // every - 1, _I32)
+        else:
+            last_segment = H.sub(H.div(H.add(total, every - 1), H.like(total, every)), 1)
 
         def segment_fn(carry):
             s = carry[-1]
@@ -421,7 +426,7 @@ def _while_transpose(
         result = tracer_control.while_loop(
             lambda carry: H.compare(carry[-1], 0, "GE"),
             segment_fn,
-            ct0 + acc0 + [H.sub(segments, 1)],
+            ct0 + acc0 + [last_segment],
         )
         ct, acc = result[:n_ct], result[n_ct:-1]
     if trips is None:

@@ -201,16 +201,23 @@ class Tape(Algebra):
         self.loop_policy = loop_policy if loop_policy is not None else DEFAULT_POLICY
 
     def bind(self, prim, args, params=None, aval=None):
-        if all(args[i] is None or isinstance(args[i], Zero) for i in prim.linear):
+        for i in prim.linear:  # a loop: the generator `all` would build costs more
+            a = args[i]
+            if a is not None and type(a) is not Zero:
+                break
+        else:
             return [None] * prim.results if prim.results else None
         params = params or {}
         if aval is None:
-            aval = prim.aval(*(_aval_of(a) for a in args), **params)
-        avals = aval if prim.results else [aval]
-        outs = [LinVar(tuple(s), np.dtype(d)) for s, d in avals]
+            aval = prim.aval(*[_aval_of(a) for a in args], **params)
         loc = _context.active().location
-        self.tape.append(Equation(prim, list(args), params, outs, loc))
-        return outs if prim.results else outs[0]
+        if prim.results:
+            outs = [LinVar(tuple(s), np.dtype(d)) for s, d in aval]
+            self.tape.append(Equation(prim, list(args), params, outs, loc))
+            return outs
+        out = LinVar(tuple(aval[0]), np.dtype(aval[1]))
+        self.tape.append(Equation(prim, list(args), params, [out], loc))
+        return out
 
     def zeros(self, aval):
         return Zero(aval)
@@ -415,14 +422,11 @@ def replay(op, operands: list[Tracer], avals: list[tuple] | None = None) -> list
         if n_regions or types != [r.type for r in o.results]:
             raise
         return _clone_onto(o, operands, scope)
+    values = [t.value for t in operands]
     new = ir.Operation.create(
-        o.name,
-        results=types,
-        operands=[t.value for t in operands],
-        attributes=copied,
-        regions=n_regions,
-        loc=loc,
+        o.name, results=types, operands=values, attributes=copied, regions=n_regions, loc=loc
     )
+    tracing.note_made(new, values)
     if n_regions:
         copy = o.clone(ip=False)
         for src, dst in zip(copy.regions, new.regions, strict=True):
@@ -435,8 +439,10 @@ def replay(op, operands: list[Tracer], avals: list[tuple] | None = None) -> list
 def _clone_onto(o: ir.Operation, operands: list[Tracer], scope) -> list[Tracer]:
     """A clone of `o` at the insertion point, on `operands`."""
     new = o.clone(ip=ir.InsertionPoint.current)
-    for i, t in enumerate(operands):
-        new.operands[i] = t.value
+    values = [t.value for t in operands]
+    for i, v in enumerate(values):
+        new.operands[i] = v
+    tracing.note_made(new, values)
     return [Tracer(r, *_ir.aval(r), scope) for r in new.results]
 
 

@@ -606,6 +606,8 @@ def call_program(program) -> Callable:
         leaves, tree = tree_util.tree_flatten((args, kwargs))
         if tree != sig.in_tree:
             raise TypeError(f"{sig.name}: called with {tree}, compiled for {sig.in_tree}")
+        # The regions its ops hold are copied as they are, untested for aotkit-simplify.
+        core.current_scope().emitted.unchecked = True
         ev = JVPEvaluator(src.functions, Forward(), "call")
         outs = ev.run_block(src.block, [(x, None) for x in leaves], Env())
         return tree_util.tree_unflatten(sig.out_tree, [p for p, _ in outs])

@@ -127,7 +127,7 @@ def _is_one(x, other: Tracer) -> bool:
         return False  # (inf + 0j) * (1 + 0j) is not inf + 0j
     if isinstance(x, Tracer):
         return x.shape == other.shape and x.dtype == other.dtype and core.splat_value(x) == 1
-    return x == 1 and type(x) in (int, float)
+    return type(x) in (int, float) and x == 1  # a Python number, never an array
 
 
 div = functools.partial(_binary, "divide")

@@ -394,36 +394,24 @@ def _symbolic_compiled(
     loaded = 0
     if same and not portable_only and recompile is not True:
         for values, section in artifact.specializations:
-            in_specs, out_specs = artifact.shapes.concrete(values)
-            try:
-                loaded_executable = backend.deserialize(
-                    artifact.section(section),
-                    name=artifact.name,
-                    in_specs=in_specs,
-                    out_specs=out_specs,
-                    options=artifact.options,
-                    target=artifact.target,
-                )
-            except (CompileError, ValueError) as e:
-                shown = artifact.shapes.text(values)
-                if recompile is False:
-                    raise ArtifactError(
-                        f"{place}: its executable for {shown} does not load ({e}); load it "
-                        "with recompile=True or 'auto' to compile its portable StableHLO",
-                        path=artifact.label,
-                    ) from None
-                warnings.warn(
-                    f"{place}: its executable for {shown} does not load ({e}); compiling its "
-                    "portable StableHLO for that shape when it is called",
-                    ArtifactWarning,
-                    stacklevel=user_stacklevel(),
-                )
+            load = functools.partial(
+                _deserialize, artifact, backend, section, artifact.shapes.concrete(values)
+            )
+            shown = artifact.shapes.text(values)
+            loaded_executable = _load_or_warn(
+                load,
+                artifact,
+                recompile,
+                f"{place}: its executable for {shown}",
+                instead="for that shape when it is called",
+            )
+            if loaded_executable is None:
                 continue
             aliased = loaded_executable.aliased_arguments()
             undeclared = sorted(i for i in aliased or () if not signature.donated[i])
             if undeclared:
                 raise ArtifactError(
-                    f"{place}: its executable for {artifact.shapes.text(values)} reuses the "
+                    f"{place}: its executable for {shown} reuses the "
                     f"buffers of arguments {', '.join(map(str, undeclared))} for its results, "
                     f"but its header says they are not donated; {artifacts.REWRITE}",
                     path=artifact.label,
@@ -454,23 +442,27 @@ def _load_dynamic(artifact: Artifact, backend: Backend, recompile, place: str):
     return _load_or_warn(load, artifact, recompile, what)
 
 
-def _deserialize(artifact: Artifact, backend: Backend):
-    """The artifact's executable section loaded onto `backend` (one device)."""
+def _deserialize(
+    artifact: Artifact, backend: Backend, section: str = artifacts.EXECUTABLE, specs=None
+):
+    """The artifact's executable `section` loaded onto `backend` (one device), for `specs`
+    (in_specs, out_specs; default: the signature's)."""
     signature = artifact.signature
+    in_specs, out_specs = specs or (signature.flat_in_specs, signature.flat_out_specs)
     return backend.deserialize(
-        artifact.section(artifacts.EXECUTABLE),
+        artifact.section(section),
         name=artifact.name,
-        in_specs=signature.flat_in_specs,
-        out_specs=signature.flat_out_specs,
+        in_specs=in_specs,
+        out_specs=out_specs,
         options=artifact.options,
         target=artifact.target,
     )
 
 
-def _load_or_warn(load, artifact: Artifact, recompile, what: str):
+def _load_or_warn(load, artifact: Artifact, recompile, what: str, instead: str = "instead"):
     """`load()`, or None where the executable does not load and `recompile` allows compiling
-    the portable StableHLO instead (with a warning at the user's line); ArtifactError where
-    it does not."""
+    the portable StableHLO `instead` (with a warning at the user's line); ArtifactError
+    where it does not."""
     try:
         return load()
     except (CompileError, ValueError) as e:
@@ -481,7 +473,7 @@ def _load_or_warn(load, artifact: Artifact, recompile, what: str):
                 path=artifact.label,
             ) from None
         warnings.warn(
-            f"{what} does not load ({e}); compiling its portable StableHLO instead",
+            f"{what} does not load ({e}); compiling its portable StableHLO {instead}",
             ArtifactWarning,
             stacklevel=user_stacklevel(),
         )

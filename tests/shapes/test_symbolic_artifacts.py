@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import aotkit
 from aotkit import artifacts
-from aotkit.errors import ArtifactError
+from aotkit.errors import ArtifactError, ArtifactWarning
 from tests.shapes import programs
 
 REWRITE = "; the file is not one aotkit wrote, or was changed: write it again"
@@ -191,6 +192,59 @@ def test_a_crafted_header_is_refused(symbolic_artifact, case):
     text = str(e.value)
     assert text.startswith(f"aotkit.load: <bytes>: {message}")
     assert text.endswith(REWRITE)
+
+
+def _swapped_executables(data: bytes) -> bytes:
+    """`data` with its two specializations' executables swapped: each section loads, and
+    each takes the other batch size than its header entry says."""
+    art = artifacts.unpack(data)
+    header = {k: v for k, v in art.header.items() if k != "sections"}
+    sections = {n: bytes(v) for n, v in art.sections.items()}
+    sections["executable.0"], sections["executable.1"] = (
+        sections["executable.1"],
+        sections["executable.0"],
+    )
+    return artifacts.pack(header, sections)
+
+
+def _refused_for(size: int, small: int, big: int) -> str:
+    return (
+        f"aotkit.load: <bytes>: its executable for b = {size} does not load (backend 'cpu': "
+        "the serialized executable of 'mlp' takes "
+        f"(f32[{big},784], f32[{big},10], f32[784,32], f32[32,10]) -> (f32[{big},10], "
+        f"f32[{big}]), but its signature says (f32[{small},784], f32[{small},10], "
+        f"f32[784,32], f32[32,10]) -> (f32[{small},10], f32[{small}]); the file's header "
+        "does not describe its executable)"
+    )
+
+
+def test_a_specialization_that_does_not_load_is_refused_or_compiled_again(symbolic_artifact):
+    data = _swapped_executables(symbolic_artifact)
+    with pytest.raises(ArtifactError) as e:
+        aotkit.load(data, recompile=False)
+    assert str(e.value) == (
+        _refused_for(2, 2, 4)
+        + "; load it with recompile=True or 'auto' to compile its portable StableHLO"
+    )
+    with pytest.warns(ArtifactWarning) as caught:
+        loaded = aotkit.load(data)
+    assert [str(w.message) for w in caught] == [
+        _refused_for(2, 2, 4)
+        + "; compiling its portable StableHLO for that shape when it is called",
+        _refused_for(4, 4, 2)
+        + "; compiling its portable StableHLO for that shape when it is called",
+    ]
+    assert {w.filename for w in caught} == {__file__}
+    assert loaded.specializations == ()
+    # Called, each shape compiles the portable module and computes what the intact file does.
+    rng = np.random.default_rng(0)
+    w1, w2 = programs.mlp_params(rng)
+    intact = aotkit.load(symbolic_artifact)
+    for b in (2, 4):
+        x, y = programs.mlp_inputs(rng, b)
+        for got, want in zip(loaded(x, y, w1, w2), intact(x, y, w1, w2), strict=True):
+            assert got.dtype == want.dtype
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
 
 
 def test_inspect_shows_symbols_and_specializations(run_cli, tmp_path, symbolic_artifact):

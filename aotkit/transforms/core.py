@@ -403,7 +403,10 @@ def replay(op, operands: list[Tracer], avals: list[tuple] | None = None) -> list
         emitted.chlo = True
     n_regions = len(o.regions)
     if n_regions and _ir.captured(op):
-        raise _captured_error(op)
+        raise TransformError(
+            f"{op_site(op)}: its region uses values defined outside it, which aotkit's "
+            "transforms do not carry into a copied region; pass them as operands"
+        )
     loc = tracing.user_location()
     if avals is None and loc == o.location:
         # The same op at its own location: a clone (attributes and regions copied in one
@@ -444,13 +447,6 @@ def _clone_onto(o: ir.Operation, operands: list[Tracer], scope) -> list[Tracer]:
         new.operands[i] = v
     tracing.note_made(new, values)
     return [Tracer(r, *_ir.aval(r), scope) for r in new.results]
-
-
-def _captured_error(op) -> TransformError:
-    return TransformError(
-        f"{op_site(op)}: its region uses values defined outside it, which aotkit's "
-        "transforms do not carry into a copied region; pass them as operands"
-    )
 
 
 def is_float(dtype) -> bool:

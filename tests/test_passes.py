@@ -1517,3 +1517,46 @@ def test_the_default_pipeline_still_cleans_what_the_tracer_did_not_vouch_for(nam
         assert expected in first_op
     else:
         assert lowered.count(expected) == (0 if name == "dead op" else 1)
+
+
+# --- canonicalize without region simplification ---------------------------------------------
+
+
+def _regions_kept(x, y):
+    def body(i, carry):
+        h, unused = carry
+        return anp.sin(h) * y, unused + 1.0  # a carry nothing reads after the loop
+
+    h, _ = aotkit.fori_loop(0, 3, body, (x, x))
+    inner = aotkit.cond(anp.sum(h) > 0, lambda a: anp.cos(a), lambda a: a * 2.0, h)
+    return anp.sort(inner) + anp.argmax(x).astype(np.float32)
+
+
+def _jax_regions(x, y):
+    import jax
+    import jax.numpy as jnp
+
+    h = jax.lax.fori_loop(0, 3, lambda i, h: jnp.sin(h) * y, x)
+    h = jax.lax.cond(jnp.sum(h) > 0, jnp.cos, lambda a: a * 2.0, h)
+    return jnp.sort(h) + jnp.argmax(x)
+
+
+REGION_CORPUS = {
+    **{f"plain: {n}": case for n, case in PIPELINE_CORPUS.items()},
+    **{f"transformed: {n}": case for n, case in TRANSFORM_CORPUS.items()},
+    "loops, branches, sort, argmax": (_regions_kept, (V, V)),
+}
+
+
+@pytest.mark.parametrize("name", [*REGION_CORPUS, "from JAX"])
+def test_region_simplification_finds_nothing_in_stablehlo(name):
+    # The default pipeline runs canonicalize{region-simplify=disabled}: it must give what
+    # canonicalize with region simplification gives, on aotkit's and JAX's modules.
+    if name == "from JAX":
+        text = aotkit.jit(_jax_regions, frontend="jax").lower(V, V).as_text(debug_info=True)
+    else:
+        fn, specs = REGION_CORPUS[name]
+        text = aotkit.jit(fn, autograph=False).trace(*specs).as_text(debug_info=True)
+    plain = _run("builtin.module(func.func(canonicalize))", text)
+    assert plain == _run("builtin.module(func.func(canonicalize{region-simplify=disabled}))", text)
+    assert "region-simplify=disabled" in passes.NAMED_PIPELINES["default"]

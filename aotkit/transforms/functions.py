@@ -176,20 +176,20 @@ def _argnums(where: str, argnums, n_args: int) -> tuple[int, ...]:
 
 
 def jvp_block(src, primals, tangents, env: Env | None = None):
-    """Evaluates `src`'s block on primals and tangents (None: zero) at the current insertion
-    point; (primal outputs, output tangents)."""
-    ev = JVPEvaluator(src.functions, Forward(), "jvp")
+    """Evaluates `src`'s block (a `Traced`, whose ops it adopts) on primals and tangents
+    (None: zero) at the current insertion point; (primal outputs, output tangents)."""
+    ev = JVPEvaluator(src.functions, Forward(), "jvp", adopt=src.block)
     outs = ev.run_block(src.block, list(zip(primals, tangents, strict=True)), env or Env())
     return [p for p, _ in outs], [t for _, t in outs]
 
 
 def linearize_block(src, primals, diff: list[bool], transform: str = "vjp", policy=None):
-    """The forward half of reverse mode: evaluates `src` on primals, emitting the primal
-    program, and returns (primal outputs, backward) where `backward(cts)` (one cotangent or
-    None per output) emits the cotangent program and returns one cotangent (or None) per
-    input."""
+    """The forward half of reverse mode: evaluates `src` (a `Traced`, whose ops it adopts)
+    on primals, emitting the primal program, and returns (primal outputs, backward) where
+    `backward(cts)` (one cotangent or None per output) emits the cotangent program and
+    returns one cotangent (or None) per input."""
     tape = Tape(policy)
-    ev = JVPEvaluator(src.functions, tape, transform)
+    ev = JVPEvaluator(src.functions, tape, transform, adopt=src.block)
     lin_in = [
         LinVar(p.shape, p.dtype) if d and dtypes.is_inexact(p.dtype) else None
         for p, d in zip(primals, diff, strict=True)

@@ -83,22 +83,83 @@ class Ctx:
         self.env = env
 
     def replay(self, primals) -> list:
-        return replay(self.op, primals)
+        return self.ev.replay(self.op, primals)
 
     def out_aval(self, i: int = 0):
         return _ir.aval(self.op.operation.results[i])
 
 
 class JVPEvaluator(Evaluator):
-    """Entries are (primal, tangent) pairs; tangents are the algebra's (None: zero)."""
+    """Entries are (primal, tangent) pairs; tangents are the algebra's (None: zero).
 
-    def __init__(self, functions, T: Algebra, transform: str = "jvp"):
+    `adopt` is a block traced for this evaluation alone (`functions.trace_function`), whose
+    ops become the program's primal ops: a rule that re-emits one of its ops on the values
+    the op already uses gets the op itself, moved to the insertion point, instead of a copy
+    (`adopted`). The block is walked once; what stays in it is dropped with it.
+    """
+
+    def __init__(self, functions, T: Algebra, transform: str = "jvp", adopt=None):
         super().__init__(functions)
         self.T = T
         self.transform = transform
+        self.adopt = adopt
+        self._adopting = False  # walking `adopt` itself (not a region or function below it)
+        self._arguments: dict = {}  # adopt's arguments: the primals they stand for
+        self._last = None  # the op adopted last: the next goes after it
 
     def outside(self, value):
         return (value, None)
+
+    def run_block(self, block, inputs, env):
+        if block is self.adopt:
+            self.adopt = None
+            self._arguments = {a: p for a, (p, _) in zip(block.arguments, inputs, strict=True)}
+            adopting = True
+        elif self._adopting:
+            adopting = False
+        else:
+            return super().run_block(block, inputs, env)
+        saved, self._adopting = self._adopting, adopting
+        try:
+            return super().run_block(block, inputs, env)
+        finally:
+            self._adopting = saved
+
+    def replay(self, op, primals) -> list:
+        """`core.replay(op, primals)`, or the op itself where it can be adopted."""
+        if self._adopting:
+            outs = self.adopted(op, primals)
+            if outs is not None:
+                return outs
+        return replay(op, primals)
+
+    def adopted(self, op, primals) -> list | None:
+        """The results of `op`, an op of the adopted block, moved to the insertion point,
+        when `primals` are the values it uses (an argument of the block stands for its
+        primal, which the op then uses); None when it must be copied instead: other
+        primals, or regions that use values from outside them (see `replay`)."""
+        o = op.operation
+        operands = o.operands
+        if len(primals) != len(operands):
+            return None
+        arguments = self._arguments
+        fixes = []
+        for i, (p, v) in enumerate(zip(primals, operands)):
+            value = p.value
+            if value != v:
+                if arguments.get(v) is not p:
+                    return None
+                fixes.append((i, value))
+        if len(o.regions) and _ir.captured(op):
+            return None
+        for i, value in fixes:
+            operands[i] = value
+        if self._last is None:
+            ir.InsertionPoint.current.insert(o.detach_from_parent())
+        else:
+            o.move_after(self._last)
+        self._last = o
+        return [H.wrap(r) for r in o.results]
 
     def apply(self, op, ins, env):
         o = op.operation
@@ -108,7 +169,7 @@ class JVPEvaluator(Evaluator):
         if name in CONTROL:
             return CONTROL[name](Ctx(op, self.T, self, env), primals, tangents)
         if all(t is None for t in tangents) or name in ZERO:
-            return [(p, None) for p in replay(op, primals)]
+            return [(p, None) for p in self.replay(op, primals)]
         rule = JVP_RULES.get(name)
         if rule is None:
             if name == "stablehlo.custom_call":

@@ -347,6 +347,68 @@ def test_closures_over_values_of_the_enclosing_trace():
     same(got, want)
 
 
+def _the_function_as_argument_and_closure(xp, grad, vjp, jvp, x):
+    """A function closing over the very value it is differentiated at: the closed-over
+    use is a constant, the argument's a variable (d/dw of w * x * w is 2 w x)."""
+
+    def f(w):
+        return xp.sin(w) * x * w
+
+    g = grad(lambda w: xp.sum(f(w)))(x)
+    out, pull = vjp(f, x)
+    (ct,) = pull(xp.cos(out))
+    _, t = jvp(f, (x,), (xp.ones_like(x),))
+    return g, ct, t
+
+
+def test_a_value_closed_over_and_passed_keeps_its_two_roles():
+    x = f32(5)
+    got = run(
+        lambda x: _the_function_as_argument_and_closure(
+            anp, aotkit.grad, aotkit.vjp, aotkit.jvp, x
+        ),
+        x,
+    )
+    want = run_jax(
+        lambda x: _the_function_as_argument_and_closure(jnp, jax.grad, jax.vjp, jax.jvp, x), x
+    )
+    same(got, want)
+
+
+def test_one_value_passed_twice_gets_a_gradient_per_argument():
+    def f(xp, grad, x):
+        return grad(lambda a, b: xp.sum(xp.sin(a) * b * a), argnums=(0, 1))(x, x)
+
+    x = f32(5)
+    same(run(lambda x: f(anp, aotkit.grad, x), x), run_jax(lambda x: f(jnp, jax.grad, x), x))
+
+
+def test_a_pullback_called_after_more_of_the_program_is_traced():
+    def f(xp, vjp, fori_loop, x):
+        def loss(w):
+            s = xp.sum(xp.sin(w) * x)  # a reduction: its combiner region moves with it
+            return fori_loop(0, 3, lambda i, c: c * 1.5 + xp.tanh(c), s)
+
+        y, pull = vjp(loss, x)
+        later = xp.cos(y) * xp.sum(x)
+        return pull(later), y
+
+    x = f32(5)
+    got = run(lambda x: f(anp, aotkit.vjp, aotkit.fori_loop, x), x)
+    same(got, run_jax(lambda x: f(jnp, jax.vjp, jax.lax.fori_loop, x), x))
+
+
+def test_the_primal_program_appears_once_in_the_gradient():
+    # The forward ops of grad(f) are f's own, moved into the program: none is emitted twice
+    # (before any pass runs).
+    def loss(x, w):
+        return anp.sum(anp.tanh(x @ w) * anp.sin(x @ w))
+
+    lowered = aotkit.jit(aotkit.grad(loss, argnums=1), pipeline="none").lower(f32(5, 4), f32(4, 3))
+    text = lowered.as_text()
+    assert text.count("stablehlo.tanh") == 1 and text.count("stablehlo.sine") == 1
+
+
 def test_jit_of_grad_lowers_to_a_verified_module():
     lowered = aotkit.jit(aotkit.grad(loss_a)).lower(PARAMS, X)
     assert lowered.module.operation.verify()

@@ -14,8 +14,9 @@ In the transposes, `g` is the cotangent of the result; arguments in linear posit
 from __future__ import annotations
 
 import numpy as np
+from jaxlib.mlir import ir
 
-from aotkit import dtypes
+from aotkit import _context, dtypes
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import _ir
 from aotkit.transforms.core import Algebra, Linear, instantiate
@@ -618,8 +619,22 @@ def dot_transpose_lhs(g, x_aval, y, dims: _ir.DotDims, precision, swap=False):
     x_contract_sorted_by_y = [x_contract[i] for i in y_contract_order]
     out_axes = _argsort(list(x_batch) + x_kept + x_contract_sorted_by_y)
     dtype = x_aval[1]
+    g = H.convert(g, y.dtype) if g.dtype != y.dtype else g
+    identity = list(range(x_ndim))
+    if out_axes != identity and list(x_batch) + x_contract_sorted_by_y + x_kept == identity:
+        # y first, the dot's result is already in x's layout: (batch, y's free dims, which
+        # pair with x's contracted ones, g's free dims, x's kept ones), and no transpose
+        # follows (the weight's cotangent of `x @ w`).
+        return H.dot_general(
+            y,
+            g,
+            (tuple(y_kept), tuple(ans_y)),
+            (tuple(y_batch), tuple(ans_batch)),
+            precision=_swapped(precision),
+            dtype=dtype,
+        )
     gy = H.dot_general(
-        H.convert(g, y.dtype) if g.dtype != y.dtype else g,
+        g,
         y,
         (tuple(ans_y), tuple(y_kept)),
         (tuple(ans_batch), tuple(y_batch)),
@@ -627,6 +642,15 @@ def dot_transpose_lhs(g, x_aval, y, dims: _ir.DotDims, precision, swap=False):
         dtype=dtype,
     )
     return H.transpose(gy, out_axes)
+
+
+@_context.cached
+def _swapped(precision):
+    """A dot's precision config for its operands swapped."""
+    if precision is None:
+        return None
+    pair = list(ir.ArrayAttr(precision))
+    return ir.ArrayAttr.get(pair[::-1]) if len(pair) == 2 else precision
 
 
 def _swap(dims: _ir.DotDims) -> _ir.DotDims:

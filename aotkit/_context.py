@@ -63,6 +63,7 @@ class LoweringContext:
         "attributes",
         "splats",
         "pipelines",
+        "templates",
         "constant_bytes",
         "lowerings",
         "lock",
@@ -82,6 +83,8 @@ class LoweringContext:
         self.splats: dict = {}
         # Parsed pass pipelines: a PassManager belongs to the context it was parsed in.
         self.pipelines: dict = {}
+        # Ops with regions built once and copied after (`lowering.core.copy_of_template`).
+        self.templates: dict = {}
         self.constant_bytes = 0
         self.lowerings = 0
         self.lock = threading.RLock()

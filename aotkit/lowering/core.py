@@ -794,6 +794,31 @@ def note_made(op: ir.Operation, values: list[ir.Value]) -> None:
             emitted.simplify = x.type == op.results[0].type
 
 
+def copy_of_template(
+    key, build: Callable[[list[ir.Value]], ir.Operation], values: list[ir.Value], loc
+) -> ir.Operation:
+    """The op `build(operands)` makes (its ops at the ambient location), at the insertion
+    point on `values` and at `loc`: built once per lowering context, `key` (everything
+    `build` depends on besides the operands' types) and location, on stand-ins (a block's
+    arguments), and copied after. Copying an op with a region (a reduction's combiner)
+    costs a fifth of building it op by op: the unrolled layers of a gradient make many
+    equal reductions at one source line."""
+    templates = _context.active().templates
+    full_key = (key, loc.attr)  # a Location hashes by identity, its attribute by value
+    found = templates.get(full_key)
+    if found is None:
+        # A detached op holds the template's block (never verified, never in a module).
+        holder = ir.Operation.create("stablehlo.case", results=[], regions=1, ip=False)
+        block = holder.regions[0].blocks.append(*[v.type for v in values])
+        with ir.InsertionPoint(block), loc:
+            found = templates[full_key] = (build(list(block.arguments)), holder)
+    new = found[0].clone(ip=ir.InsertionPoint.current)
+    operands = new.operands
+    for i, v in enumerate(values):
+        operands[i] = v
+    return new
+
+
 def _constant_operands(values: list, constants: dict, need) -> bool:
     """Whether the constant operands among `values` may let the sweep rewrite the op (see
     `python_passes.CONSTANT_OPERANDS`)."""

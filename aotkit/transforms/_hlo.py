@@ -44,11 +44,6 @@ def create(
     """Creates op `op_name` with results of `avals` at the current location. Its regions,
     when it has some, are the caller's to fill: with ops on their own arguments, or copies
     of the regions of the op it comes from (see `core.note_made`)."""
-    scope = core.current_scope()
-    emitted = scope.emitted
-    emitted.opaque = True
-    if op_name.startswith("chlo."):
-        emitted.chlo = True
     values = [t.value for t in operands]
     op = ir.Operation.create(
         op_name,
@@ -58,8 +53,16 @@ def create(
         regions=regions,
         loc=core.user_location(),
     )
-    core.note_made(op, values)
+    _made(op, values)
     return op
+
+
+def _made(op: ir.Operation, values: list[ir.Value]) -> None:
+    emitted = core.current_scope().emitted
+    emitted.opaque = True
+    if op.name.startswith("chlo."):
+        emitted.chlo = True
+    core.note_made(op, values)
 
 
 def results(op: ir.Operation) -> list[Tracer]:
@@ -393,15 +396,23 @@ def reduce(x: Tracer, init, dims, kind: str) -> Tracer:
         return x
     init = init if isinstance(init, Tracer) else scalar(init, x.dtype)
     shape = tuple(n for d, n in enumerate(x.shape) if d not in dims)
-    op = create(
-        "stablehlo.reduce",
-        [x, init],
-        [(shape, x.dtype)],
-        {"dimensions": i64_array(dims)},
-        regions=1,
-    )
-    combiner_body(op.regions[0], x.dtype, kind)
-    return wrap(op.results[0])
+
+    def build(values):
+        op = ir.Operation.create(
+            "stablehlo.reduce",
+            results=[dtypes.tensor_type(shape, x.dtype)],
+            operands=values,
+            attributes={"dimensions": i64_array(dims)},
+            regions=1,
+        )
+        combiner_body(op.regions[0], x.dtype, kind)
+        return op
+
+    values = [x.value, init.value]
+    key = ("reduce", x.shape, x.dtype, dims, kind)
+    op = core.copy_of_template(key, build, values, core.user_location())
+    _made(op, values)
+    return wrap(op.result)
 
 
 def reduce_sum(x: Tracer, dims) -> Tracer:

@@ -9,6 +9,8 @@ one op, so a failure names it.
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -141,3 +143,46 @@ def test_prod_gradient_with_zeros_is_the_product_of_the_others():
     x = np.array([2.0, 0.0, 3.0, 4.0])
     got = aotkit.grad(lambda x: anp.prod(x))(x)
     np.testing.assert_array_equal(np.asarray(got), [0.0, 24.0, 0.0, 0.0])
+
+
+def _reduce_lines(lowered) -> list[tuple[int, set[int]]]:
+    """For each stablehlo.reduce of @main: its source line and its combiner ops' lines."""
+
+    def line(op):
+        found = re.search(r":(\d+):\d+\)$", str(op.location))
+        return int(found.group(1)) if found else -1
+
+    module = lowered.module  # a copy: held while its ops are read
+    main = module.body.operations[0]
+    found = []
+    for op in main.regions[0].blocks[0].operations:
+        if op.operation.name == "stablehlo.reduce":
+            body = op.operation.regions[0].blocks[0].operations
+            found.append((line(op), {line(inner) for inner in body}))
+    return found
+
+
+def test_equal_reductions_of_a_gradient_keep_their_own_lines():
+    # A bias's cotangent is a sum over the batch: equal reductions, copied from one built
+    # per source line; each keeps the line of the bias it comes from, combiner included.
+    def loss(b1, b2, x):
+        h = anp.tanh(x + b1)
+        h = anp.tanh(h + b2)
+        return anp.sum(h * h)
+
+    first = loss.__code__.co_firstlineno
+    b, x = np.ones(3, np.float32), np.ones((5, 3), np.float32)
+    lowered = aotkit.jit(aotkit.grad(loss, argnums=(0, 1)), pipeline="none").lower(b, b, x)
+    reductions = _reduce_lines(lowered)
+    bias_lines = {first + 1, first + 2}
+    assert {ln for ln, _ in reductions} == bias_lines | {first + 3}
+    assert all(inner == {ln} for ln, inner in reductions)
+    g1, g2 = aotkit.jit(aotkit.grad(loss, argnums=(0, 1)))(b, b, x)
+
+    def loss_j(b1, b2, x):
+        h = jnp.tanh(jnp.tanh(x + b1) + b2)
+        return jnp.sum(h * h)
+
+    w1, w2 = jax.grad(loss_j, argnums=(0, 1))(b, b, x)
+    np.testing.assert_allclose(g1, w1, rtol=1e-6)
+    np.testing.assert_allclose(g2, w2, rtol=1e-6)

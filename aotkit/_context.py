@@ -129,8 +129,9 @@ class LoweringContext:
 
 
 def cached(build):
-    """Decorates `build(*key)` (hashable arguments, returns an MLIR attribute or type) to run
-    once per key and lowering context, the way `functools.cache` would for one context."""
+    """Decorates `build(*key)` (hashable arguments, returns an MLIR attribute or type, or an
+    immutable value read from one) to run once per key and lowering context, the way
+    `functools.cache` would for one context."""
 
     def get(*key):
         attributes = active().attributes

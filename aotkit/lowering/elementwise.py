@@ -54,7 +54,7 @@ _same = same
 
 
 def _to_bool(*avals, **_):
-    return [(avals[0][0], np.dtype(np.bool_))]
+    return [(avals[0][0], _BOOL)]
 
 
 def _to_real(a, **_):

@@ -121,7 +121,13 @@ class DotDims:
 
 
 def dot_dims(op) -> DotDims:
-    d = stablehlo.DotDimensionNumbers(attr(op, "dot_dimension_numbers"))
+    return _dot_dims_of(attr(op, "dot_dimension_numbers"))
+
+
+@_context.cached
+def _dot_dims_of(attribute: ir.Attribute) -> DotDims:
+    # Read once per lowering context (attributes are uniqued: equal ones hash alike).
+    d = stablehlo.DotDimensionNumbers(attribute)
     return DotDims(
         tuple(d.lhs_contracting_dimensions),
         tuple(d.rhs_contracting_dimensions),

@@ -3,10 +3,11 @@ traced, with JAX's semantics (pytrees, `argnums`, `has_aux`, `in_axes`/`out_axes
 
 The function is traced into a region of its own (a detached block whose arguments are
 the flattened inputs); the transform then evaluates that block's ops with its rules,
-emitting the transformed program at the current insertion point, and the region is
-dropped. The outer program stays one module, and a function that closes over values of
-the enclosing trace sees them as constants of the transform (a training step's batch,
-captured by its loss). Nested transforms (`grad(grad(f))`, `vmap(grad(f))`,
+emitting the transformed program at the current insertion point (forward and reverse mode
+move the ops they emit unchanged out of the block instead of copying them), and the
+region is dropped. The outer program stays one module, and a function that closes over
+values of the enclosing trace sees them as constants of the transform (a training step's
+batch, captured by its loss). Nested transforms (`grad(grad(f))`, `vmap(grad(f))`,
 `jvp(grad(f))`) nest regions.
 
 `aotkit.functional` wraps these in the public `aotkit.grad`, `aotkit.vmap`, ... (which,

@@ -13,6 +13,8 @@ In the transposes, `g` is the cotangent of the result; arguments in linear posit
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from jaxlib.mlir import ir
 
@@ -606,42 +608,36 @@ def _remaining(n, *taken):
 def dot_transpose_lhs(g, x_aval, y, dims: _ir.DotDims, precision, swap=False):
     """The cotangent of the lhs x of `dot_general(x, y)` from the result's cotangent g
     (JAX's rule: a dot of g with y, then a transpose into x's layout)."""
-    x_ndim = len(x_aval[0])
+    y_first, contract, batch, out_axes = _lhs_transpose_plan(len(x_aval[0]), y.ndim, dims, swap)
+    g = H.convert(g, y.dtype) if g.dtype != y.dtype else g
+    if y_first:
+        return H.dot_general(y, g, contract, batch, precision=_swapped(precision), dtype=x_aval[1])
+    gy = H.dot_general(g, y, contract, batch, precision=precision, dtype=x_aval[1])
+    return H.transpose(gy, out_axes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _lhs_transpose_plan(x_ndim: int, y_ndim: int, dims: _ir.DotDims, swap: bool):
+    """How `dot_transpose_lhs` makes x's cotangent: (y first?, the dot's contracting and
+    batch dimensions, the permutation into x's layout after it)."""
     x_contract, y_contract = dims.lhs_contract, dims.rhs_contract
     x_batch, y_batch = dims.lhs_batch, dims.rhs_batch
     x_kept = _remaining(x_ndim, x_contract, x_batch)
-    y_kept = _remaining(y.ndim, y_contract, y_batch)
+    y_kept = tuple(_remaining(y_ndim, y_contract, y_batch))
     if swap:
         ans_batch, ans_y, _ = _ranges_like(x_batch, y_kept, x_kept)
     else:
         ans_batch, _, ans_y = _ranges_like(x_batch, x_kept, y_kept)
     y_contract_order = _argsort(y_contract)
     x_contract_sorted_by_y = [x_contract[i] for i in y_contract_order]
-    out_axes = _argsort(list(x_batch) + x_kept + x_contract_sorted_by_y)
-    dtype = x_aval[1]
-    g = H.convert(g, y.dtype) if g.dtype != y.dtype else g
-    identity = list(range(x_ndim))
-    if out_axes != identity and list(x_batch) + x_contract_sorted_by_y + x_kept == identity:
+    out_axes = tuple(_argsort(list(x_batch) + x_kept + x_contract_sorted_by_y))
+    identity = tuple(range(x_ndim))
+    if out_axes != identity and (*x_batch, *x_contract_sorted_by_y, *x_kept) == identity:
         # y first, the dot's result is already in x's layout: (batch, y's free dims, which
         # pair with x's contracted ones, g's free dims, x's kept ones), and no transpose
         # follows (the weight's cotangent of `x @ w`).
-        return H.dot_general(
-            y,
-            g,
-            (tuple(y_kept), tuple(ans_y)),
-            (tuple(y_batch), tuple(ans_batch)),
-            precision=_swapped(precision),
-            dtype=dtype,
-        )
-    gy = H.dot_general(
-        g,
-        y,
-        (tuple(ans_y), tuple(y_kept)),
-        (tuple(ans_batch), tuple(y_batch)),
-        precision=precision,
-        dtype=dtype,
-    )
-    return H.transpose(gy, out_axes)
+        return True, (y_kept, ans_y), (y_batch, ans_batch), identity
+    return False, (ans_y, y_kept), (ans_batch, y_batch), out_axes
 
 
 @_context.cached
@@ -669,14 +665,17 @@ def _dot_emit(a, b, *, dims, precision, dtype):
 
 
 def _dot_aval(a, b, *, dims, precision, dtype):
-    batch = tuple(a[0][i] for i in dims.lhs_batch)
-    lhs = tuple(
-        n for i, n in enumerate(a[0]) if i not in dims.lhs_batch and i not in dims.lhs_contract
-    )
-    rhs = tuple(
-        n for i, n in enumerate(b[0]) if i not in dims.rhs_batch and i not in dims.rhs_contract
-    )
-    return (batch + lhs + rhs, dtype)
+    return (_dot_shape(a[0], b[0], dims), dtype)
+
+
+@functools.lru_cache(maxsize=1024)
+def _dot_shape(a: tuple[int, ...], b: tuple[int, ...], dims: _ir.DotDims) -> tuple[int, ...]:
+    lhs_gone = dims.lhs_batch + dims.lhs_contract
+    rhs_gone = dims.rhs_batch + dims.rhs_contract
+    batch = tuple(a[i] for i in dims.lhs_batch)
+    lhs = tuple(n for i, n in enumerate(a) if i not in lhs_gone)
+    rhs = tuple(n for i, n in enumerate(b) if i not in rhs_gone)
+    return batch + lhs + rhs
 
 
 DOT_LHS = _prim(

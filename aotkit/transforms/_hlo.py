@@ -444,6 +444,19 @@ def _dot_dims(ab, bb, ac, bc):
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def dot_shape(a: tuple[int, ...], b: tuple[int, ...], contract, batch) -> tuple[int, ...]:
+    """The shape of `dot_general(a, b)` (operand shapes, dimension tuples as `dot_general`
+    takes them): batch, a's free, b's free; computed once per shapes and dimensions."""
+    (ac, bc), (ab, bb) = contract, batch
+    a_gone, b_gone = ab + ac, bb + bc
+    return (
+        tuple(a[i] for i in ab)
+        + tuple(n for i, n in enumerate(a) if i not in a_gone)
+        + tuple(n for i, n in enumerate(b) if i not in b_gone)
+    )
+
+
 def dot_general(
     a: Tracer,
     b: Tracer,
@@ -455,12 +468,9 @@ def dot_general(
 ) -> Tracer:
     """stablehlo.dot_general: the result's dims are batch, a's free, b's free."""
     (ac, bc), (ab, bb) = contract, batch
-    shape = (
-        tuple(a.shape[i] for i in ab)
-        + tuple(n for i, n in enumerate(a.shape) if i not in ab and i not in ac)
-        + tuple(n for i, n in enumerate(b.shape) if i not in bb and i not in bc)
-    )
-    attributes = {"dot_dimension_numbers": _dot_dims(tuple(ab), tuple(bb), tuple(ac), tuple(bc))}
+    ab, bb, ac, bc = tuple(ab), tuple(bb), tuple(ac), tuple(bc)
+    shape = dot_shape(a.shape, b.shape, (ac, bc), (ab, bb))
+    attributes = {"dot_dimension_numbers": _dot_dims(ab, bb, ac, bc)}
     if precision is not None:
         attributes["precision_config"] = precision
     (out,) = create(

@@ -665,17 +665,8 @@ def _dot_emit(a, b, *, dims, precision, dtype):
 
 
 def _dot_aval(a, b, *, dims, precision, dtype):
-    return (_dot_shape(a[0], b[0], dims), dtype)
-
-
-@functools.lru_cache(maxsize=1024)
-def _dot_shape(a: tuple[int, ...], b: tuple[int, ...], dims: _ir.DotDims) -> tuple[int, ...]:
-    lhs_gone = dims.lhs_batch + dims.lhs_contract
-    rhs_gone = dims.rhs_batch + dims.rhs_contract
-    batch = tuple(a[i] for i in dims.lhs_batch)
-    lhs = tuple(n for i, n in enumerate(a) if i not in lhs_gone)
-    rhs = tuple(n for i, n in enumerate(b) if i not in rhs_gone)
-    return batch + lhs + rhs
+    contract = (dims.lhs_contract, dims.rhs_contract)
+    return (H.dot_shape(a[0], b[0], contract, (dims.lhs_batch, dims.rhs_batch)), dtype)
 
 
 DOT_LHS = _prim(

@@ -1436,8 +1436,38 @@ def _many_users(x, y):
     return z - (x - y)  # x - y: both operands used before, x by 21 ops
 
 
+def _in_place(x, y):
+    z = x * y
+    z += x  # z now names the sum: the product is used, nothing is dead
+    return z
+
+
+def _in_place_dead(x, y):
+    z = x * y
+    w = anp.copy(z)
+    w += 1.0  # nothing uses the sum: canonicalize erases it (and the constant)
+    return z
+
+
+def _copy_equal_ops(x):
+    c = anp.copy(x)  # another tracer of x's value
+    return anp.sin(x) + anp.sin(c)
+
+
+def _in_place_equal_ops(x):
+    z = x + 0.5
+    w = anp.copy(x)
+    w += 0.5  # the same add on the same values as z's
+    return z * w
+
+
 PIPELINE_CORPUS = {
     **SIMPLIFY_CORPUS,
+    "in place": (_in_place, (V, V)),
+    "in place, dead": (_in_place_dead, (V, V)),
+    "copy, equal ops": (_copy_equal_ops, (V,)),
+    "in place, equal ops": (_in_place_equal_ops, (V,)),
+    "constant used twice": (lambda x: x * 2.0 + 2.0, (V,)),
     "operands used before": (lambda x, y: (x * y) + (x + y), (V, V)),
     "equal products": (lambda x, y: (x * y) + (x * y), (V, V)),
     "many users": (_many_users, (V, V)),
@@ -1473,9 +1503,22 @@ def test_the_tracer_knows_when_canonicalize_and_cse_have_work():
         return aotkit.jit(fn, autograph=False).trace(*specs).facts
 
     both = {passes.CANONICAL, passes.NO_DUPLICATES}
-    for name in ("chain", "broadcast", "select", "argument only", "mlp layer", "late constant"):
+    for name in (
+        "chain",
+        "broadcast",
+        "select",
+        "argument only",
+        "mlp layer",
+        "late constant",
+        "in place",
+        "constant used twice",
+    ):
         assert both <= facts(name), name
     assert not both & facts("dead op")
+    assert passes.CANONICAL not in facts("in place, dead")
+    # A copy of a tracer, or one updated in place, stands for the value it was made from.
+    assert passes.NO_DUPLICATES not in facts("copy, equal ops")
+    assert passes.NO_DUPLICATES not in facts("in place, equal ops")
     assert passes.NO_DUPLICATES in facts("operands used before")
     assert passes.NO_DUPLICATES not in facts("equal products")
     # Too many users of x to compare: the tracer cannot tell, and cse runs.

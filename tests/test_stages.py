@@ -198,6 +198,13 @@ def test_numpy_function_outside_any_trace_says_there_is_no_eager_mode():
         anp.sin(np.ones(3))
     with pytest.raises(RuntimeError, match=r"^an aotkit.numpy function was called outside"):
         anp.zeros(3) + 1
+    # A function whose first op has no operands (an iota) says so too.
+    with pytest.raises(
+        RuntimeError,
+        match=r"^aotkit.numpy \(its 'iota' op\) was called outside a traced function: "
+        r"aotkit.numpy has no eager mode",
+    ):
+        anp.arange(5)
 
 
 # --- lowering contexts let go (defect 1) --------------------------------------------------------

@@ -197,8 +197,10 @@ def trace_to_module(
                 # Symbolic dimensions (issue 25): their values, read from the arguments.
                 if not _static(flat_in_specs):
                     start_symbolic(emitted, block.arguments, flat_in_specs, f"trace({name})")
+                first = len(emitted.used)  # each argument's `Tracer.seq`, from here
+                emitted.used.extend(bytes(len(flat_in_specs)))
                 args = [
-                    Tracer(block.arguments[i], s.shape, s.dtype, scope, w)
+                    Tracer(block.arguments[i], s.shape, s.dtype, scope, w, first + i)
                     for i, (s, w) in enumerate(zip(flat_in_specs, weak, strict=True))
                 ]
                 out = body(args)
@@ -228,7 +230,7 @@ def trace_to_module(
         if not emitted.simplify and (emitted.vouched(block) or not emitted.unchecked):
             facts |= {NOTHING_TO_SIMPLIFY}
         if emitted.vouched(block):
-            if emitted.no_dead_op([t.value for t in args], [t.value for t in outs]):
+            if emitted.no_dead_op(args, outs, scope):
                 if not emitted.duplicates:
                     facts |= {NO_DUPLICATES}
                 if not (emitted.late_constant or emitted.equal_constants):

@@ -123,11 +123,18 @@ class Emitted:
     `simplify_free`, and any other maker sets `unchecked` (aotkit-simplify then runs).
 
     For MLIR's `canonicalize` and `cse`, which have nothing to do on most traced modules
-    (StableHLO's ops have no folders or patterns in jaxlib), it also records the values
-    vouched ops use (`used`: an op none uses is dead, which both erase), whether a
-    constant came after another op (`late_constant`: canonicalize moves constants to the
-    top, and merges equal ones: `equal_constants`, seen by `keys`), and whether an op equals
-    an earlier one (`duplicates`, which cse merges).
+    (StableHLO's ops have no folders or patterns in jaxlib), it also records which of the
+    module's arguments and vouched ops' results some vouched op uses (`used`: an op none
+    uses is dead, which both erase), whether a constant came after another op
+    (`late_constant`: canonicalize moves constants to the top, and merges equal ones:
+    `equal_constants`, seen by `keys`), and whether an op equals an earlier one
+    (`duplicates`, which cse merges).
+
+    `used` has one byte per argument and vouched result, in the order they were made: a
+    tracer of such a value carries its index (`Tracer.seq`), and every tracer of one value
+    carries the same (a copy of a tracer copies it). A tracer without one (a rule's result,
+    a transform's) marks nothing; using one in this module sets `duplicates`, since it may
+    stand for a value used before.
     """
 
     __slots__ = (
@@ -141,7 +148,6 @@ class Emitted:
         "symbolic",
         "used",
         "keys",
-        "results",
         "duplicates",
         "late_constant",
         "equal_constants",
@@ -158,9 +164,8 @@ class Emitted:
         # The symbolic dimensions of a trace whose arguments have some (issue 25): a
         # `lowering.symbolic.SymbolicTrace`, None for static traces.
         self.symbolic = None
-        self.used: set[int] = set()  # ids of the values vouched ops use
+        self.used = bytearray()  # by `Tracer.seq`: whether a vouched op uses that value
         self.keys: set[int] = set()  # hashes of the constants (see `_constant_op`)
-        self.results: list[ir.Value] = []
         self.duplicates = False
         self.late_constant = False
         self.equal_constants = False
@@ -182,20 +187,24 @@ class Emitted:
         for."""
         return not self.opaque and len(block.operations) == self.ops + 1
 
-    def no_dead_op(self, arguments: list[ir.Value], returned: list[ir.Value]) -> bool:
+    def no_dead_op(self, arguments: list[Tracer], returned: list[Tracer], scope: Scope) -> bool:
         """Whether every op of the module's block (all vouched, see `vouched`) has its result
-        used: an op nothing uses is erased by `canonicalize` and by `cse`. `arguments` are
-        the block's arguments as the trace's tracers hold them (values count by identity)."""
-        used = self.used.union(map(id, returned))
-        used_arguments = sum(1 for a in arguments if id(a) in used)
-        return len(used) - used_arguments == self.ops
+        used or `returned`: an op nothing uses is erased by `canonicalize` and by `cse`.
+        `arguments` (which may go unused) and `returned` are tracers of the module's
+        `scope`; call it once the trace is over."""
+        used = self.used
+        for t in (*arguments, *returned):
+            if t._scope is scope and t.seq is not None:
+                used[t.seq] = 1
+        # A use by a tracer without `seq` marked nothing: its op then counts as dead, which
+        # only makes the answer more cautious.
+        return 0 not in used
 
     def forget_values(self) -> None:
         """Drops the values recorded (a tracer kept by the user must not keep them alive)."""
         self.constants.clear()
         self.used.clear()
         self.keys.clear()
-        self.results.clear()
         self.first_op = None
 
 
@@ -217,7 +226,7 @@ class Scope:
         # Scalar splats already emitted in this scope, by (block, dtype, shape, value): a
         # program multiplies by 2.0 many times, and one constant op serves every use in
         # its block. The cache dies with the scope, so it never outlives its blocks.
-        self.constants: dict[tuple, ir.Value] = {}
+        self.constants: dict[tuple, tuple[ir.Value, int | None]] = {}  # (value, seq)
 
 
 # Each thread traces on its own: a trace in one thread is invisible to the others.
@@ -326,7 +335,8 @@ class Tracer:
 
     # `transposed`, set by `aotkit.numpy.transpose` only: (this tracer's value, the tracer it
     # transposes, the permutation), so that a product can contract the source instead.
-    __slots__ = ("value", "shape", "dtype", "weak", "_scope", "transposed", "__weakref__")
+    # `seq`: this value's index in its module's `Emitted.used`, or None (see `Emitted`).
+    __slots__ = ("value", "shape", "dtype", "weak", "_scope", "seq", "transposed", "__weakref__")
     # Above NumPy arrays, so `ndarray + tracer` defers to the tracer.
     __array_priority__ = 1000
 
@@ -337,6 +347,7 @@ class Tracer:
         dtype: np.dtype,
         scope: Scope,
         weak: bool = False,
+        seq: int | None = None,
     ):
         self.value = value
         self.shape = shape
@@ -346,6 +357,7 @@ class Tracer:
         # arrays, and keeps its own dtype next to other weak values.
         self.weak = weak
         self._scope = scope
+        self.seq = seq
 
     @property
     def ndim(self) -> int:
@@ -425,7 +437,7 @@ def as_weak(t: Tracer) -> Tracer:
     """`t` weakly typed: a new tracer of the same value (never `t` itself changed)."""
     if t.weak:
         return t
-    return Tracer(t.value, t.shape, t.dtype, t._scope, True)
+    return Tracer(t.value, t.shape, t.dtype, t._scope, True, t.seq)
 
 
 # --- Registry and bind -------------------------------------------------------------------------
@@ -530,14 +542,29 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
     entry = _rules.get(op)
     if entry is None:
         raise NotImplementedError(f"aotkit has no lowering rule for op {op!r}")
-    values = []
-    ids = []
-    for t in operands:
-        if not t._scope.open:
+    try:
+        scope = _tls.scopes[-1]
+    except (AttributeError, IndexError):
+        for t in operands:  # a tracer of a finished trace says so in its own words
             _check_live(t, op)
-        v = t.value
-        values.append(v)
-        ids.append(id(v))
+        raise no_trace_error(f"aotkit.numpy (its {op!r} op)") from None
+    emitted = scope.emitted
+    used = emitted.used
+    values = []
+    # Whether an operand is a value no vouched op used before: then this op equals no
+    # earlier op (the `duplicates` of `Emitted`).
+    fresh = False
+    for t in operands:
+        if t._scope is scope:
+            s = t.seq
+            if s is None:
+                emitted.duplicates = True
+            elif not used[s]:
+                used[s] = 1
+                fresh = True
+        elif not t._scope.open:
+            _check_live(t, op)
+        values.append(t.value)
     hlo = entry[2]
     if hlo is None:
         return _bind_rule(op, entry, operands, values, params)
@@ -585,23 +612,19 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
         hlo, results=[result_type], operands=values, attributes=attributes, loc=loc
     )
     result = created.result
-    scope = _tls.scopes[-1]
-    emitted = scope.emitted
     emitted.ops += 1
     if entry[4]:
         emitted.chlo = True
+    seq = None
     if not emitted.opaque:
         if emitted.first_op is None:
             emitted.first_op = created
-        # Values by identity (hashing an ir.Value costs several times more): every value
-        # of a vouched module is one Python object, kept alive in `results` while the
-        # trace runs, so no id is reused. An op equal to an earlier one uses only values
-        # used before: only then are the users of its first operand compared with it.
-        emitted.results.append(result)
-        used = emitted.used
-        if not emitted.duplicates and used.issuperset(ids):
+        # An op equal to an earlier one uses only values used before: only then are the
+        # users of its first operand compared with it.
+        if not fresh and not emitted.duplicates:
             emitted.duplicates = _has_equal_user(created, values)
-        used.update(ids)
+        seq = len(used)
+        used.append(0)
     if not emitted.simplify:
         if emitted.constants and hlo in _SIMPLIFY_WITH_CONSTANTS:
             emitted.simplify = _constant_operands(
@@ -613,7 +636,7 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
                 avals_in = [(t.shape, t.dtype) for t in operands]
             if check(avals_in[0], (shape, dtype), params, values[0]):
                 emitted.simplify = True
-    return [Tracer(result, shape, dtype, scope)]
+    return [Tracer(result, shape, dtype, scope, False, seq)]
 
 
 # Users of a value compared with a new op before `_has_equal_user` gives up (and says
@@ -873,8 +896,9 @@ def _build_splat(one: np.ndarray, shape, dtype: np.dtype) -> ir.DenseElementsAtt
     return ir.DenseElementsAttr.get(one, type=dtypes.ir_element_type(dtype), shape=list(shape))
 
 
-def _constant_op(attr: ir.DenseElementsAttr, splat=None) -> ir.Value:
-    """A constant op holding `attr` (a splat of the scalar `splat`, if given)."""
+def _constant_op(attr: ir.DenseElementsAttr, splat=None) -> tuple[ir.Value, int]:
+    """A constant op holding `attr` (a splat of the scalar `splat`, if given): its value
+    and that value's `Tracer.seq`."""
     emitted = _tls.scopes[-1].emitted
     first = emitted.first_op
     if first is not None and not emitted.opaque and ir.InsertionPoint.current.block == first.block:
@@ -892,12 +916,13 @@ def _constant_op(attr: ir.DenseElementsAttr, splat=None) -> ir.Value:
             emitted.late_constant = True
     emitted.ops += 1
     emitted.constants[value] = splat
-    emitted.results.append(value)  # see `bind`: ids are unique while the trace runs
+    seq = len(emitted.used)
+    emitted.used.append(0)
     n = len(emitted.keys)
     emitted.keys.add(hash(("stablehlo.constant", attr)))
     if len(emitted.keys) == n:  # an equal constant: both passes merge them
         emitted.duplicates = emitted.equal_constants = True
-    return value
+    return value, seq
 
 
 def _dense_attr(x: np.ndarray) -> ir.DenseElementsAttr:
@@ -927,13 +952,14 @@ def constant(x, dtype: np.dtype | None = None) -> Tracer:
             u8 = arr.astype(np.uint8)
             scope.emitted.unchecked = True  # a compare of two constants, which the sweep folds
             value = stablehlo.compare(
-                _constant_op(_dense_attr(u8)),
-                _constant_op(_dense_attr(np.zeros_like(u8))),
+                _constant_op(_dense_attr(u8))[0],
+                _constant_op(_dense_attr(np.zeros_like(u8)))[0],
                 stablehlo.ComparisonDirectionAttr.get("NE"),
             )
+            seq = None
         else:
-            value = _constant_op(_dense_attr(arr))
-    return Tracer(value, tuple(arr.shape), arr.dtype, scope)
+            value, seq = _constant_op(_dense_attr(arr))
+    return Tracer(value, tuple(arr.shape), arr.dtype, scope, False, seq)
 
 
 def full(shape: tuple[int, ...], value, dtype: np.dtype) -> Tracer:
@@ -949,16 +975,17 @@ def full(shape: tuple[int, ...], value, dtype: np.dtype) -> Tracer:
         t = type(value)
     # repr, not the value, keys the constant: 0.0 == -0.0, but they are different constants.
     key = (ir.InsertionPoint.current.block, dtype, shape, t, repr(value))
-    v = scope.constants.get(key)
-    if v is None:
+    made = scope.constants.get(key)
+    if made is None:
         if not shapes.is_static(shape):  # a symbolic dimension (issue 25)
             scope.emitted.unchecked = True
             with user_location():
-                v = scope.constants[key] = _symbolic_rules["full"](value, shape, dtype)
+                v = _symbolic_rules["full"](value, shape, dtype)
+            scope.constants[key] = v, None
             return Tracer(v, shape, dtype, scope)
         with user_location():
-            v = scope.constants[key] = _constant_op(_splat_attr(value, shape, dtype), value)
-    return Tracer(v, shape, dtype, scope)
+            made = scope.constants[key] = _constant_op(_splat_attr(value, shape, dtype), value)
+    return Tracer(made[0], shape, dtype, scope, False, made[1])
 
 
 def splat_value(t: Tracer):

@@ -1084,7 +1084,7 @@ def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):
 
 def _fresh(x: Tracer) -> Tracer:
     """A new tracer object for the same value: in-place updates of it leave `x` alone."""
-    return Tracer(x.value, x.shape, x.dtype, x._scope)
+    return Tracer(x.value, x.shape, x.dtype, x._scope, False, x.seq)
 
 
 def _convert(x: Tracer, dtype: np.dtype) -> Tracer:

@@ -272,3 +272,4 @@ def rebind(op: str, x: Tracer, new: Tracer) -> None:
     if id(x) not in x._scope.written:
         x._scope.written[id(x)] = user_site()
     x.value = new.value
+    x.seq = new.seq if new._scope is x._scope else None

@@ -1497,7 +1497,8 @@ def copy(a, order="K", subok=False):
     x = asarray(a)
     if not x._scope.open:
         _check_live(x, "copy")
-    return Tracer(x.value, x.shape, x.dtype, current_scope())
+    scope = current_scope()
+    return Tracer(x.value, x.shape, x.dtype, scope, False, x.seq if x._scope is scope else None)
 
 
 Tracer.copy = lambda self, order="C": copy(self)

@@ -103,7 +103,7 @@ def start(emitted, arguments, specs, where: str) -> SymbolicTrace | None:
             if k == 1 and not isinstance(rest, Dim) and rest == 0:
                 st.symbols[name] = size
         # The anchor: expressions are built before it, after the symbols they read.
-        st.anchor = _constant_op(_splat_attr(0, (), np.dtype(np.int64))).owner
+        st.anchor = _constant_op(_splat_attr(0, (), np.dtype(np.int64)))[0].owner
         for name in names:
             if name in st.symbols:
                 continue
@@ -289,7 +289,7 @@ def _i64_array(values) -> ir.DenseI64ArrayAttr:
 
 @register_symbolic("full")
 def _full(value, shape, dtype) -> ir.Value:
-    scalar = _constant_op(_splat_attr(value, (), dtype))
+    scalar = _constant_op(_splat_attr(value, (), dtype))[0]
     return ir.Operation.create(
         "stablehlo.dynamic_broadcast_in_dim",
         results=[dtypes.tensor_type(shape, dtype)],

@@ -479,11 +479,13 @@ def emit(ctx: RuleContext, name: str, *operands: ir.Value, **attributes) -> list
 ShapeRule = Callable[..., list[Aval]]
 LoweringRule = Callable[..., list[ir.Value]]
 AttributeRule = Callable[..., dict]
-# Per op: (shape rule, lowering rule, None, None, False, False), or for an op that is one
-# StableHLO op (`register_direct`): (shape rule, None, that op's name, its attribute rule or
-# None, whether it is a CHLO op, whether the shape rule is `same`).
+# Per op: (shape rule, lowering rule, None, None, False, False, whether the rule is
+# `simplify_free`, True), or for an op that is one StableHLO op (`register_direct`): (shape
+# rule, None, that op's name, its attribute rule or None, whether it is a CHLO op, whether
+# the shape rule is `same`, True, whether `aotkit-simplify` has a rule for that op).
 _rules: dict[
-    str, tuple[ShapeRule, LoweringRule | None, str | None, AttributeRule | None, bool, bool]
+    str,
+    tuple[ShapeRule, LoweringRule | None, str | None, AttributeRule | None, bool, bool, bool, bool],
 ] = {}
 
 
@@ -503,7 +505,7 @@ def register(*names: str, shape: ShapeRule, simplify_free: bool = False):
     def decorate(rule: LoweringRule) -> LoweringRule:
         for name in names:
             assert name not in _rules, f"op {name!r} registered twice"
-            _rules[name] = (shape, rule, None, None, False, False, simplify_free)
+            _rules[name] = (shape, rule, None, None, False, False, simplify_free, True)
         return rule
 
     return decorate
@@ -520,7 +522,17 @@ def register_direct(
     """
     for name, hlo in ops.items():
         assert name not in _rules, f"op {name!r} registered twice"
-        _rules[name] = (shape, None, hlo, attributes, hlo.startswith("chlo."), shape is same, True)
+        simplified = hlo in _SIMPLIFY_WITH_CONSTANTS or hlo in _SIMPLIFY_IF
+        _rules[name] = (
+            shape,
+            None,
+            hlo,
+            attributes,
+            hlo.startswith("chlo."),
+            shape is same,
+            True,
+            simplified,
+        )
 
 
 def _check_live(t: Tracer, op: str) -> None:
@@ -588,8 +600,8 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
             shape, dtypes.ir_element_type(dtype)
         )
     loc = lc.location
-    if loc is None:  # `user_location`, its walk inlined
-        f = sys._getframe(1)
+    if loc is None:  # `user_location`, its walk inlined (from the caller's caller: the
+        f = sys._getframe(2)  # caller is aotkit's own)
         internal = _internal_files
         while f is not None:
             name = f.f_code.co_filename
@@ -625,7 +637,7 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
             emitted.duplicates = _has_equal_user(created, values)
         seq = len(used)
         used.append(0)
-    if not emitted.simplify:
+    if entry[7] and not emitted.simplify:
         if emitted.constants and hlo in _SIMPLIFY_WITH_CONSTANTS:
             emitted.simplify = _constant_operands(
                 values, emitted.constants, _SIMPLIFY_WITH_CONSTANTS[hlo]

@@ -465,6 +465,9 @@ def ufunc(np_ufunc: np.ufunc, *names: str, static=None):
 
         fn.__name__ = fn.__qualname__ = op
         fn.__doc__ = f"NumPy's `{np_ufunc.__name__}` on traced arrays (see numpy.{op})."
+        # For the Python operators (aotkit/lowering/operators.py), which bind the primitive
+        # of two tracers alike themselves: one call fewer on the commonest path.
+        fn.same_dtype_loops = loops
         for name in names:
             _UFUNC_IMPLS[name] = (np_ufunc, impl)
         return export(*names)(fn)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import types
 
-from aotkit.lowering.core import NUMPY_FUNCTIONS, Tracer, where
+from aotkit.lowering.core import NUMPY_FUNCTIONS, Tracer, bind, where
 
 
 def _lookup(name: str):
@@ -21,11 +21,24 @@ def _lookup(name: str):
 def _binary(name: str):
     # Operators are hot: resolve the function once, on first use (families load later).
     fn = None
+    loops = {}
 
     def op(self, other):
-        nonlocal fn
+        nonlocal fn, loops
         if fn is None:
             fn = _lookup(name)
+            loops = getattr(fn, "same_dtype_loops", loops)
+        # Two tracers alike, not both weak, whose dtype the ufunc's own loop keeps (what its
+        # fast path does, without the call): its primitive on them.
+        if (
+            type(other) is Tracer
+            and other.dtype is self.dtype
+            and other.shape == self.shape
+            and not (self.weak and other.weak)
+        ):
+            loop = loops.get(self.dtype)
+            if loop is not None and loop[1] is not None:
+                return bind(loop[1], self, other)[0]
         return fn(self, other)
 
     def rop(self, other):

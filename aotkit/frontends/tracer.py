@@ -189,7 +189,9 @@ def trace_to_module(
         with ir.InsertionPoint(module.body):
             main = func.FuncOp("main", ir.FunctionType.get(in_types, []))
         main.attributes["sym_visibility"] = ir.StringAttr.get("public")
-        block = main.add_entry_block()
+        # The entry block of the types at hand (`add_entry_block` reads them back from the
+        # function type, one binding object per argument).
+        block = main.body.blocks.append(*in_types)
         emitted = Emitted()
         scope = push_scope(name, emitted)
         try:
@@ -200,8 +202,10 @@ def trace_to_module(
                 first = len(emitted.used)  # each argument's `Tracer.seq`, from here
                 emitted.used.extend(bytes(len(flat_in_specs)))
                 args = [
-                    Tracer(block.arguments[i], s.shape, s.dtype, scope, w, first + i)
-                    for i, (s, w) in enumerate(zip(flat_in_specs, weak, strict=True))
+                    Tracer(a, s.shape, s.dtype, scope, w, first + i)
+                    for i, (a, s, w) in enumerate(
+                        zip(block.arguments, flat_in_specs, weak, strict=True)
+                    )
                 ]
                 out = body(args)
                 leaves_with_paths, out_tree = tree_util.tree_flatten_with_path(out)

@@ -59,6 +59,7 @@ class LoweringContext:
         "element_types",
         "tensor_types",
         "locations",
+        "location_codes",
         "location",
         "attributes",
         "splats",
@@ -74,7 +75,10 @@ class LoweringContext:
         self.mlir = mlir if mlir is not None else _compat.make_context()
         self.element_types: dict = {}
         self.tensor_types: dict = {}
+        # The user's locations, by (id of the code object, instruction offset): see
+        # `lowering.core.user_location`. The code objects are kept, so no other takes an id.
         self.locations: dict = {}
+        self.location_codes: dict = {}
         # The location of every op built now, when set (`lowering.core.at_location`): a
         # transform rebuilding a module gives its ops the location of the op they came from.
         self.location: ir.Location | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import threading
 
@@ -106,6 +107,20 @@ def test_locations_point_at_user_lines():
     assert re.search(rf'loc\(".*test_tracer.py":{line}:0\)', text)
     assert re.search(rf'loc\(".*test_tracer.py":{line + 1}:0\)', text)
     assert "loc(" not in aotkit.lower(f, F32).as_text()
+
+
+def test_locations_follow_a_function_redefined_in_one_place():
+    # Locations are cached by (code object, instruction): a function made again at the
+    # same spot, with its lines moved, gets its own lines (code objects are kept with the
+    # cache, so a new one never takes a dead one's id and offset).
+    for blank in range(6):
+        source = "\n" * blank + "def f(x):\n    return anp.sin(x)\n"
+        namespace = {"anp": anp}
+        exec(compile(source, "made.py", "exec"), namespace)
+        text = aotkit.lower(namespace.pop("f"), F32, autograph=False).as_text(debug_info=True)
+        assert re.findall(r'loc\("made.py":(\d+):0\)', text) == [str(blank + 2)]
+        del namespace
+        gc.collect()
 
 
 def _op_lines(lowered) -> dict[str, set[int]]:

@@ -4,10 +4,11 @@
 
 Programs: a 5,000-op elementwise chain and a 32-layer MLP. Each cell is the best of its
 runs (fresh Python function each time, so no cache can help either side), with aotkit's
-and JAX's runs interleaved so both see the same machine load. Every variant runs the same
-number of rounds: `--repeat`, or more for a small program, enough that the slowest variant
-runs `--min-time` seconds in all (as `timeit`'s autorange does; a 1 ms lowering needs more
-than 9 tries for its best to settle).
+and JAX's runs interleaved so both see the same machine load, and the variant that goes
+first in a round rotating (no variant always runs right after the same other). Every
+variant runs the same number of rounds: `--repeat`, or more for a small program, enough
+that the slowest variant runs `--min-time` seconds in all (as `timeit`'s autorange does; a
+1 ms lowering needs more than 9 tries for its best to settle).
 Prints microseconds per op (StableHLO ops in aotkit's module) and the ratios JAX / aotkit
 with no pipeline and with the default pipeline included. The "pipeline ms" column is the
 default pass pipeline alone, run on the traced module (with the verification of its result
@@ -72,12 +73,16 @@ def rounds_for(variants: dict, repeat: int, min_time: float) -> int:
 
 
 def best_of(variants: dict, rounds: int) -> dict[str, float]:
-    """Best time of each variant; rounds are interleaved so all see the same machine load."""
+    """Best time of each variant; rounds are interleaved so all see the same machine load,
+    and the variant that goes first rotates, so none always runs right after the same other
+    (a lowering runs slower right after another one that filled the caches with its own
+    data: 5-15% after JAX's 190 ms chain)."""
     best = dict.fromkeys(variants, float("inf"))
-    for _ in range(rounds):
-        for name, fn in variants.items():
+    names = list(variants)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             t0 = time.perf_counter()
-            fn()
+            variants[name]()
             best[name] = min(best[name], time.perf_counter() - t0)
     return best
 

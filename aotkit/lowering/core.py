@@ -542,6 +542,14 @@ def register_direct(
         )
 
 
+def _foreign_tracer(t: Tracer, scope: Scope, op: str) -> TypeError:
+    return TypeError(
+        f"{where(op)}: a tracer of another function being traced ({t!r}, traced in "
+        f"{t._scope.name!r}) was used while tracing {scope.name!r}, whose module cannot "
+        "read it; pass it to that function as an argument instead of closing over it"
+    )
+
+
 def _check_live(t: Tracer, op: str) -> None:
     if not t._scope.open:
         raise TypeError(
@@ -583,6 +591,8 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
                 fresh = True
         elif not t._scope.open:
             _check_live(t, op)
+        elif t._scope.emitted is not emitted:  # every scope of one module shares its record
+            raise _foreign_tracer(t, scope, op)
         values.append(t.value)
     hlo = entry[2]
     if hlo is None:

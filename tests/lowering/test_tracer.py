@@ -247,6 +247,25 @@ def test_leaked_tracer_is_refused():
         aotkit.lower(lambda y: y + leaked[0], F32)
 
 
+def test_a_tracer_of_an_enclosing_trace_is_refused_in_a_nested_one():
+    # Lowering a function inside a traced function: the inner module cannot read the
+    # outer one's values (before, this was an "invalid module, please report" error).
+    def outer(x):
+        aotkit.lower(lambda y: y + x, F32)
+        return x
+
+    with pytest.raises(
+        TypeError,
+        match=r"^add " + _where_re() + r": a tracer of another function being traced "
+        r"\(Tracer<f32\[\]>, traced in 'outer'\) was used while tracing 'lambda', whose "
+        r"module cannot read it; pass it to that function as an argument",
+    ):
+        aotkit.lower(outer, F32)
+    # A tracer closed over by a control-flow body of its own trace is fine.
+    out = run_on("cpu", lambda x: aotkit.cond(x > 0, lambda: x + 1, lambda: x - 1), np.float32(2))
+    assert out == np.float32(3) and out.dtype == np.float32
+
+
 def test_lists_of_tracers_need_stack():
     with pytest.raises(TypeError, match=r"cannot make an array of list"):
         aotkit.lower(lambda x: anp.add(x, [x, 1.0]), aotkit.spec("f32[2]"))

@@ -201,6 +201,7 @@ def trace_to_module(
                     start_symbolic(emitted, block.arguments, flat_in_specs, f"trace({name})")
                 first = len(emitted.used)  # each argument's `Tracer.seq`, from here
                 emitted.used.extend(bytes(len(flat_in_specs)))
+                emitted.arguments = len(flat_in_specs)
                 args = [
                     Tracer(a, s.shape, s.dtype, scope, w, first + i)
                     for i, (a, s, w) in enumerate(

@@ -120,8 +120,8 @@ class Emitted:
     """What the trace of one module emitted that its pass pipeline may skip work for.
 
     `bind` vouches for each op it creates itself (`register_direct`) and `_constant_op` for
-    each constant: `ops` counts them, `constants` holds the constants' values (with the
-    scalar of a splat made by `full`, None for the others), and
+    each constant: `used` has a byte for each (see below), `constants` holds the
+    constants' values (with the scalar of a splat made by `full`, None for the others), and
     `simplify` is set when one of them may give `aotkit-simplify` work. Any other way an op
     is made (a lowering rule, a control-flow body) makes the module `opaque`.
 
@@ -146,7 +146,7 @@ class Emitted:
 
     __slots__ = (
         "chlo",
-        "ops",
+        "arguments",
         "constants",
         "simplify",
         "unchecked",
@@ -163,7 +163,7 @@ class Emitted:
 
     def __init__(self):
         self.chlo = False  # a CHLO op (`chlo-legalize-to-stablehlo` has work to do)
-        self.ops = 0
+        self.arguments = 0  # how many of `used` are the module's arguments
         self.constants: dict[ir.Value, object] = {}
         self.simplify = False
         self.unchecked = False
@@ -192,7 +192,12 @@ class Emitted:
     def vouched(self, block: ir.Block) -> bool:
         """Whether every op of `block` (the module's one block, and its return) was vouched
         for."""
-        return not self.opaque and len(block.operations) == self.ops + 1
+        return not self.opaque and len(block.operations) == self.vouched_ops() + 1
+
+    def vouched_ops(self) -> int:
+        """How many ops `bind` and `_constant_op` vouched for (exact while the module is not
+        opaque, the only time it is asked)."""
+        return len(self.used) - self.arguments
 
     def no_dead_op(self, arguments: list[Tracer], returned: list[Tracer], scope: Scope) -> bool:
         """Whether every op of the module's block (all vouched, see `vouched`) has its result
@@ -640,7 +645,6 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
         hlo, results=[result_type], operands=values, attributes=attributes, loc=loc
     )
     result = created.result
-    emitted.ops += 1
     if entry[4]:
         emitted.chlo = True
     seq = None
@@ -940,9 +944,8 @@ def _constant_op(attr: ir.DenseElementsAttr, splat=None) -> tuple[ir.Value, int]
         value = ir.Operation.create(
             "stablehlo.constant", results=[attr.type], attributes={"value": attr}
         ).result
-        if emitted.ops != len(emitted.constants):  # another op came first
+        if emitted.vouched_ops() != len(emitted.constants):  # another op came first
             emitted.late_constant = True
-    emitted.ops += 1
     emitted.constants[value] = splat
     seq = len(emitted.used)
     emitted.used.append(0)

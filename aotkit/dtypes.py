@@ -364,11 +364,18 @@ def result_type(*args) -> np.dtype:
     return _with_weak(strong, weak)
 
 
+# Types seen by `weak_kind` that are no kind of Python scalar (arrays, specs, ...): what it
+# answers depends on the type alone, and a lowering asks it of every argument.
+_NOT_WEAK: set[type] = set()
+
+
 def weak_kind(x) -> type | None:
     """The weak kind of a Python scalar (bool before int: bool is an int subclass)."""
     t = type(x)
     if t in WEAK_RANK:
         return t
+    if t in _NOT_WEAK:
+        return None
     if isinstance(x, bool):
         return bool
     if isinstance(x, int) and not isinstance(x, np.integer):
@@ -379,6 +386,7 @@ def weak_kind(x) -> type | None:
         return complex
     if isinstance(x, shapes.Dim):  # a symbolic dimension is a Python int (issue 25)
         return int
+    _NOT_WEAK.add(t)
     return None
 
 

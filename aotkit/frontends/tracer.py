@@ -110,7 +110,8 @@ def trace(
     )
     leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
     specs, _ = arguments.flat_specs(name, (dyn_args, dyn_kwargs))
-    if not _static(specs):
+    static = _static(specs)
+    if not static:
         specs = unify_scopes(specs)  # symbolic dimensions: one scope (issue 25)
     weak = [dtypes.weak_kind(leaf) is not None for leaf in leaves]
     donated = ()
@@ -157,7 +158,7 @@ def trace(
         lc = _context.for_lowering()
     with spmd.tracing(mesh, where) as layout:
         module, out_tree, out_specs, facts = trace_to_module(
-            lc, body, name, specs, weak=weak, arg_names=paths, finish=annotate
+            lc, body, name, specs, weak=weak, arg_names=paths, finish=annotate, static=static
         )
     signature = Signature(name, in_tree, out_tree, specs, out_specs, donated, partitioning)
     return Program(module, lc, signature, "aotkit", facts)
@@ -172,14 +173,16 @@ def trace_to_module(
     weak: Sequence[bool] | None = None,
     arg_names: Callable[[], Sequence[str]] | None = None,
     finish: Callable | None = None,
+    static: bool | None = None,
 ) -> tuple[ir.Module, object, tuple[ShapeDtype, ...], frozenset[str]]:
     """Traces `body(flat_tracers)` into a new verified module named `name` in `lc`.
 
     Returns (module, output tree, flat output specs, what the pass runner may know of the
     module: `aotkit.passes` facts). `finish(module, out_tree, out_specs)`
     runs before verification (the sharding annotations); `arg_names()` names the arguments
-    in the warning about writes that are not returned. A module that fails verification
-    is an aotkit bug: `InvalidModuleError` carries it, so the stages can dump it.
+    in the warning about writes that are not returned; `static`, when known, says whether
+    every dimension of the specs is an int. A module that fails verification is an aotkit
+    bug: `InvalidModuleError` carries it, so the stages can dump it.
     """
     weak = weak or (False,) * len(flat_in_specs)
     with lc, ir.Location.unknown():
@@ -197,7 +200,7 @@ def trace_to_module(
         try:
             with ir.InsertionPoint(block):
                 # Symbolic dimensions (issue 25): their values, read from the arguments.
-                if not _static(flat_in_specs):
+                if not (_static(flat_in_specs) if static is None else static):
                     start_symbolic(emitted, block.arguments, flat_in_specs, f"trace({name})")
                 first = len(emitted.used)  # each argument's `Tracer.seq`, from here
                 emitted.used.extend(bytes(len(flat_in_specs)))

@@ -607,7 +607,11 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
         shape, dtype = last.shape, last.dtype
         avals_in = None
     else:
-        avals_in = [(t.shape, t.dtype) for t in operands]
+        if len(operands) == 1:  # (a comprehension is a call of its own before Python 3.12)
+            last = operands[0]
+            avals_in = [(last.shape, last.dtype)]
+        else:
+            avals_in = [(t.shape, t.dtype) for t in operands]
         shape, dtype = entry[0](*avals_in, **params)[0]
     try:
         lc = _contexts.stack[-1]  # `_context.active()`, without its call

@@ -16,7 +16,16 @@ import numpy as np
 
 from aotkit import dtypes
 from aotkit import shapes as shapes_
-from aotkit.lowering.core import Tracer, bind1, constant, current_scope, full, user_site, where
+from aotkit.lowering.core import (
+    Tracer,
+    bind,
+    bind1,
+    constant,
+    current_scope,
+    full,
+    user_site,
+    where,
+)
 
 
 def _is_int(v) -> bool:
@@ -115,8 +124,8 @@ def broadcast_to_shape(x: Tracer, shape: tuple[int, ...]) -> Tracer:
     """Broadcasts a tracer whose shape is known to broadcast to `shape`."""
     if x.shape == shape:
         return x
-    dims = tuple(range(len(shape) - x.ndim, len(shape)))
-    return bind1("broadcast_in_dim", x, shape=shape, dims=dims)
+    dims = tuple(range(len(shape) - len(x.shape), len(shape)))
+    return bind("broadcast_in_dim", x, shape=shape, dims=dims)[0]
 
 
 def reshape_to(x: Tracer, shape: tuple[int, ...]) -> Tracer:

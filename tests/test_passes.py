@@ -1497,6 +1497,64 @@ def test_a_pass_the_tracer_says_has_nothing_to_do_changes_nothing(name, fact, pi
         assert _run(pipeline, text) == _canon(text), f"{name}: the tracer vouched for {fact!r}"
 
 
+# Random straight-line programs for the facts: each step applies an op to values made so far
+# (so values are reused, left unused, computed twice), through the ways a tracer of an
+# existing value is made again (a copy, an in-place update, a weak Python scalar).
+_STEP_KINDS = ("sin", "tanh", "neg", "add", "mul", "max", "scalar", "copy", "in place")
+
+
+def _random_program(steps, dropped):
+    def program(x, y):
+        values = [x, y]
+        for kind, i, j in steps:
+            a, b = values[i % len(values)], values[j % len(values)]
+            if kind == "sin":
+                values.append(anp.sin(a))
+            elif kind == "tanh":
+                values.append(anp.tanh(a))
+            elif kind == "neg":
+                values.append(-a)
+            elif kind == "add":
+                values.append(a + b)
+            elif kind == "mul":
+                values.append(a * b)
+            elif kind == "max":
+                values.append(anp.maximum(a, b))
+            elif kind == "scalar":
+                values.append(a * 2.0)
+            elif kind == "copy":
+                values.append(anp.copy(a))
+            else:
+                c = anp.copy(a)
+                c += b
+                values.append(c)
+        # Every value but the dropped ones is returned: a dropped one is dead unless a later
+        # step used it.
+        return [v for k, v in enumerate(values) if k not in dropped]
+
+    return program
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(_STEP_KINDS), st.integers(0, 20), st.integers(0, 20)),
+        min_size=1,
+        max_size=12,
+    ),
+    dropped=st.sets(st.integers(2, 14), max_size=2),
+)
+def test_random_programs_get_only_true_facts(steps, dropped):
+    traced = aotkit.jit(_random_program(steps, dropped), autograph=False).trace(V, V)
+    text = traced.as_text(debug_info=True)
+    for fact, pipeline in [
+        (passes.CANONICAL, "builtin.module(func.func(canonicalize))"),
+        (passes.NO_DUPLICATES, "builtin.module(func.func(cse))"),
+    ]:
+        if fact in traced.facts:
+            assert _run(pipeline, text) == _canon(text), f"the tracer vouched for {fact!r}"
+
+
 def test_the_tracer_knows_when_canonicalize_and_cse_have_work():
     def facts(name):
         fn, specs = PIPELINE_CORPUS[name]

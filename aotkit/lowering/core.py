@@ -139,9 +139,9 @@ class Emitted:
 
     `used` has one byte per argument and vouched result, in the order they were made: a
     tracer of such a value carries its index (`Tracer.seq`), and every tracer of one value
-    carries the same (a copy of a tracer copies it). A tracer without one (a rule's result,
-    a transform's) marks nothing; using one in this module sets `duplicates`, since it may
-    stand for a value used before.
+    carries the same (`same_value` makes such tracers; an in-place update copies it too). A
+    tracer without one (a rule's result, a transform's) marks nothing; using one in this
+    module sets `duplicates`, since it may stand for a value used before.
     """
 
     __slots__ = (
@@ -445,11 +445,19 @@ class Tracer:
         return f"{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}] array"
 
 
+def same_value(t: Tracer, scope: Scope | None = None, weak: bool = False) -> Tracer:
+    """A new tracer object of `t`'s value, in `scope` (default: `t`'s own). In `t`'s scope it
+    carries `t`'s `Tracer.seq`, as every tracer of one value must (see `Emitted`)."""
+    if scope is None:
+        scope = t._scope
+    return Tracer(t.value, t.shape, t.dtype, scope, weak, t.seq if scope is t._scope else None)
+
+
 def as_weak(t: Tracer) -> Tracer:
     """`t` weakly typed: a new tracer of the same value (never `t` itself changed)."""
     if t.weak:
         return t
-    return Tracer(t.value, t.shape, t.dtype, t._scope, True, t.seq)
+    return same_value(t, weak=True)
 
 
 # --- Registry and bind -------------------------------------------------------------------------

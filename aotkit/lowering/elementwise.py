@@ -34,6 +34,7 @@ from aotkit.lowering.core import (
     no_trace_error,
     register_direct,
     same,
+    same_value,
     where,
 )
 from aotkit.lowering.hlo import (
@@ -1085,11 +1086,6 @@ def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):
     return result
 
 
-def _fresh(x: Tracer) -> Tracer:
-    """A new tracer object for the same value: in-place updates of it leave `x` alone."""
-    return Tracer(x.value, x.shape, x.dtype, x._scope, False, x.seq)
-
-
 def _convert(x: Tracer, dtype: np.dtype) -> Tracer:
     """`cast`, with float8/float4 to integer through float32 (exact): XLA's CPU client
     turns float4_e2m1fn 6.0 into int32 2**31 - 1 converting directly."""
@@ -1102,14 +1098,14 @@ def _convert(x: Tracer, dtype: np.dtype) -> Tracer:
 def astype(x, dtype, /, *, copy=True):
     x = asarray(x)
     out = _convert(x, dtypes.canonicalize(dtype, where=where("astype")))
-    return _fresh(out) if out is x and copy else out
+    return same_value(out) if out is x and copy else out
 
 
 @export("array")
 def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0):
     """NumPy's `array`: like `asarray`, but a copy (a distinct tracer) unless copy=False."""
     out = asarray(object, dtype, ndmin=ndmin)
-    return _fresh(out) if out is object and copy else out
+    return same_value(out) if out is object and copy else out
 
 
 @export("asarray")

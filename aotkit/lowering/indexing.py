@@ -39,6 +39,7 @@ from aotkit.lowering.core import (
     in_loop_body,
     noted_range,
     register,
+    same_value,
     user_site,
     where,
 )
@@ -1497,8 +1498,7 @@ def copy(a, order="K", subok=False):
     x = asarray(a)
     if not x._scope.open:
         _check_live(x, "copy")
-    scope = current_scope()
-    return Tracer(x.value, x.shape, x.dtype, scope, False, x.seq if x._scope is scope else None)
+    return same_value(x, current_scope())
 
 
 Tracer.copy = lambda self, order="C": copy(self)

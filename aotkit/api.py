@@ -66,10 +66,9 @@ def check_options(where: str, fn: Callable | None, **given) -> Options:
     A function already wrapped in jax.jit keeps the static and donated arguments it was
     given there, unless these options name some.
     """
+    for name, kind in (("static_argnums", int), ("static_argnames", str), ("donate_argnums", int)):
+        given[name] = arguments.as_tuple(where, name, given.get(name, ()), kind)
     options = Options(**given)
-    static_argnums = arguments.as_tuple(where, "static_argnums", options.static_argnums, int)
-    static_argnames = arguments.as_tuple(where, "static_argnames", options.static_argnames, str)
-    donate_argnums = arguments.as_tuple(where, "donate_argnums", options.donate_argnums, int)
     frontends.check_frontend(where, options.frontend)
     backend = options.backend
     if backend is not None and not isinstance(backend, str):
@@ -83,12 +82,6 @@ def check_options(where: str, fn: Callable | None, **given) -> Options:
             f"{where}: print_ir_after_all must be True, False or None (then "
             f"AOTKIT_PRINT_IR_AFTER_ALL decides), got {options.print_ir_after_all!r}"
         )
-    options = dataclasses.replace(
-        options,
-        static_argnums=static_argnums,
-        static_argnames=static_argnames,
-        donate_argnums=donate_argnums,
-    )
     if fn is not None and options.frontend != "aotkit":
         options = frontends.inherit_jax_jit(fn, options)
     return options
@@ -249,8 +242,10 @@ def _lower(traced: Traced, transitions: _Transitions, consume: bool) -> Lowered:
             sys.stderr.write(passes.format_timing(timings, name=name, pipeline=pipeline))
     if unusable:
         _warn_unusable(name, traced, unusable)
+    if donated != program.signature.donated:  # a module's own donation attributes
+        program = program.replace(signature=program.signature.replace(donated=donated))
     return Lowered(
-        program.replace(signature=program.signature.replace(donated=donated)),
+        program,
         pipeline=pipeline,
         backend=options.backend,
         compile=transitions.compile,
@@ -643,6 +638,7 @@ class Jitted:
         # The front end `frontend` resolves to, found at the first trace ("auto" reads the
         # function's globals, which a module still importing may not have yet).
         self._resolved_frontend: str | None = None
+        self._resolved_options: Options | None = None  # the options with that front end
         self._where = where
         self._has_statics = bool(options.static_argnums or options.static_argnames)
         # What the lowering cache key holds of the options (the dumps change no program).
@@ -710,9 +706,12 @@ class Jitted:
     def _transitions(self, key: tuple) -> _Transitions:
         """The transitions of this jit's stages for the lowering key `key`: its options
         (with the front end resolved) and its function's caches."""
-        options = self.options
-        if options.frontend != self._frontend_name():
-            options = dataclasses.replace(options, frontend=self._frontend_name())
+        options = self._resolved_options
+        if options is None:
+            options = self.options
+            if options.frontend != self._frontend_name():
+                options = dataclasses.replace(options, frontend=self._frontend_name())
+            self._resolved_options = options
         return _Transitions(options, (self._cache, key))
 
     def _trace(self, args: tuple, kwargs: dict, transitions: _Transitions) -> Traced:

@@ -96,12 +96,12 @@ def merge_static(dyn_args: Sequence, dyn_kwargs: dict, static_pos: dict, static_
 
 def flat_specs(fn_name: str, tree_in) -> tuple[tuple[ShapeDtype, ...], object]:
     """Flattens `((args), {kwargs})` and gives each leaf's spec; non-arrays are TypeErrors."""
-    leaves_with_paths, treedef = tree_util.tree_flatten_with_path(tree_in)
+    leaves, treedef = tree_util.tree_flatten(tree_in)
     specs = []
-    for path, leaf in leaves_with_paths:
+    for i, leaf in enumerate(leaves):
         if key_dtype(leaf) is not None:
             raise TypeError(
-                f"{fn_name}: argument {arg_path(path)} is a typed PRNG key array "
+                f"{fn_name}: argument {_leaf_path(tree_in, i)} is a typed PRNG key array "
                 f"({spec_text(leaf)}), which aotkit's tracer does not take; pass its data "
                 "(jax.random.key_data(key), the uint32 key aotkit.random uses), or let JAX "
                 "lower the function (frontend='jax')"
@@ -109,14 +109,20 @@ def flat_specs(fn_name: str, tree_in) -> tuple[tuple[ShapeDtype, ...], object]:
         try:
             specs.append(spec_of(leaf))
         except OverflowError as e:
-            raise OverflowError(f"{fn_name}: argument {arg_path(path)}: {e}") from None
+            raise OverflowError(f"{fn_name}: argument {_leaf_path(tree_in, i)}: {e}") from None
         except (TypeError, ValueError) as e:
             raise TypeError(
-                f"{fn_name}: argument {arg_path(path)} of type {type(leaf).__name__} is not an "
-                f"array ({e}); pass arrays, Python scalars or aotkit.ShapeDtype specs, or mark "
-                "it static with static_argnums/static_argnames"
+                f"{fn_name}: argument {_leaf_path(tree_in, i)} of type {type(leaf).__name__} "
+                f"is not an array ({e}); pass arrays, Python scalars or aotkit.ShapeDtype "
+                "specs, or mark it static with static_argnums/static_argnames"
             ) from None
     return tuple(specs), treedef
+
+
+def _leaf_path(tree_in, index: int) -> str:
+    """`arg_path` of leaf `index` of `tree_in` (only an error needs it: paths cost more than
+    the flattening itself)."""
+    return arg_path(tree_util.tree_flatten_with_path(tree_in)[0][index][0])
 
 
 def arg_path(path) -> str:

@@ -126,9 +126,7 @@ def choose(fn) -> Choice:
         return Choice("jax", f"{label} uses {', '.join(jax_names)} from JAX")
     module = sys.modules.get(getattr(target, "__module__", None) or "")
     if module is not None:
-        values = vars(module)
-        module_aotkit = sorted(k for k, v in values.items() if _is_aotkit(v))
-        module_jax = sorted(k for k, v in values.items() if _is_jax(v) and not _neutral(v))
+        module_aotkit, module_jax = _imports(vars(module))
         if module_jax and not module_aotkit:
             return Choice(
                 "jax",
@@ -140,6 +138,22 @@ def choose(fn) -> Choice:
                 "aotkit", f"module {module.__name__} imports {', '.join(module_aotkit)} from aotkit"
             )
     return Choice("aotkit", f"{label} uses neither JAX nor aotkit directly (NumPy code)")
+
+
+def _imports(values: dict) -> tuple[list[str], list[str]]:
+    """The names of a module's globals that come from aotkit, and those that come from JAX
+    (its pytree and sharding utilities aside), sorted; the module's own dunder names (its
+    `__builtins__`, `__spec__`, ...) are no imports."""
+    found_aotkit, found_jax = [], []
+    for name, value in values.items():
+        if name[:2] == "__" or value is None or isinstance(value, _PLAIN):
+            continue
+        packages = _packages(value)
+        if "aotkit" in packages:
+            found_aotkit.append(name)
+        if not packages.isdisjoint(_JAX_PACKAGES) and not _neutral(value):
+            found_jax.append(name)
+    return sorted(found_aotkit), sorted(found_jax)
 
 
 @functools.cache
@@ -200,15 +214,30 @@ def _global_names(code: types.CodeType) -> set[str]:
     return names
 
 
-def _packages(obj) -> set[str]:
+def _packages(obj) -> frozenset[str]:
     """Top-level packages `obj` comes from: its own module and its type's and their bases' (a
     jitted function keeps the user's `__module__` but its type lives in jaxlib; a Flax model
-    is an instance of the user's class, whose base is flax's Module)."""
-    if isinstance(obj, types.ModuleType):
-        return {obj.__name__.partition(".")[0]}
-    names = [getattr(obj, "__module__", None)]
-    names += [getattr(base, "__module__", None) for base in getattr(type(obj), "__mro__", ())]
-    return {name.partition(".")[0] for name in names if isinstance(name, str)}
+    is an instance of the user's class, whose base is flax's Module).
+
+    Those follow from (its own module or, for a module, its name; its type), which is what
+    the answer is remembered by: `choose` asks of every global a function's module holds."""
+    t = type(obj)
+    own = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
+    key = (own if isinstance(own, str) else None, t)
+    found = _packages_of.get(key)
+    if found is None:
+        names = [own]
+        if not isinstance(obj, types.ModuleType):
+            names += [getattr(base, "__module__", None) for base in getattr(t, "__mro__", ())]
+        found = frozenset(name.partition(".")[0] for name in names if isinstance(name, str))
+        if len(_packages_of) >= _PACKAGES_KEPT:  # types made on the fly are not kept forever
+            _packages_of.clear()
+        _packages_of[key] = found
+    return found
+
+
+_packages_of: dict[tuple, frozenset[str]] = {}
+_PACKAGES_KEPT = 4096
 
 
 # Libraries whose code calls jax.numpy and jax.lax: a function that uses them is a JAX program.
@@ -221,12 +250,16 @@ def is_jax_function(fn) -> bool:
 
 
 def _is_jax(obj) -> bool:
-    if obj is None or isinstance(obj, bool | int | float | str):
+    if obj is None or isinstance(obj, _PLAIN):
         return False
     return not _packages(obj).isdisjoint(_JAX_PACKAGES)
 
 
 def _is_aotkit(obj) -> bool:
-    if obj is None or isinstance(obj, bool | int | float | str):
+    if obj is None or isinstance(obj, _PLAIN):
         return False
     return "aotkit" in _packages(obj)
+
+
+# Values that come from no package: what they are says nothing of who should trace.
+_PLAIN = (bool, int, float, str)

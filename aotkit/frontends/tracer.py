@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import func
 
 from aotkit import _context, arguments, dtypes, modules, spmd
 from aotkit.errors import InPlaceWriteWarning, InvalidModuleError
@@ -189,12 +188,22 @@ def trace_to_module(
         module = ir.Module.create()
         module.operation.attributes["sym_name"] = ir.StringAttr.get(modules.symbol_name(name))
         in_types = [dtypes.tensor_type(s.shape, s.dtype) for s in flat_in_specs]
-        with ir.InsertionPoint(module.body):
-            main = func.FuncOp("main", ir.FunctionType.get(in_types, []))
-        main.attributes["sym_visibility"] = ir.StringAttr.get("public")
-        # The entry block of the types at hand (`add_entry_block` reads them back from the
-        # function type, one binding object per argument).
-        block = main.body.blocks.append(*in_types)
+        # `@main` and its return are made as generic ops (`func.FuncOp` and `ReturnOp` add
+        # layers of Python), its type completed once the results are known (it has one from
+        # the start: printing a function without one would end the process). The entry
+        # block takes the types at hand (`add_entry_block` reads them back from the function
+        # type, one binding object per argument).
+        main = ir.Operation.create(
+            "func.func",
+            attributes={
+                "sym_name": ir.StringAttr.get("main"),
+                "function_type": ir.TypeAttr.get(ir.FunctionType.get(in_types, [])),
+                "sym_visibility": ir.StringAttr.get("public"),
+            },
+            regions=1,
+            ip=ir.InsertionPoint(module.body),
+        )
+        block = main.regions[0].blocks.append(*in_types)
         emitted = Emitted()
         scope = push_scope(name, emitted)
         try:
@@ -214,7 +223,7 @@ def trace_to_module(
                 out = body(args)
                 leaves_with_paths, out_tree = tree_util.tree_flatten_with_path(out)
                 outs = [output_value(p, leaf) for p, leaf in leaves_with_paths]
-                func.ReturnOp([t.value for t in outs])
+                ir.Operation.create("func.return", operands=[t.value for t in outs])
             if scope.written:
                 _warn_unreturned_writes(name, scope, args, outs, arg_names)
         finally:

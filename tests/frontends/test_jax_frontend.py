@@ -459,6 +459,33 @@ def test_auto_defaults_to_the_tracer_for_numpy_code():
     )
 
 
+def test_auto_reads_a_modules_globals_at_every_choice():
+    # What a value comes from is remembered by (its module, its type), never by the value
+    # or the name: a global rebound to another kind of value changes the choice.
+    name = "_aotkit_test_rebound_globals"
+    module = _module_with(
+        "class Plain:\n    pass\nMODEL = Plain()\n"
+        "def helper(x):\n    return x\ndef f(x):\n    return helper(x)\n",
+        name,
+    )
+    base = type("Module", (), {"__module__": "flax.linen.module"})
+    model = type("Model", (base,), {"__module__": name})()  # the module's, as Plain() is
+    numpy_code = frontends.Choice("aotkit", "f uses neither JAX nor aotkit directly (NumPy code)")
+    assert frontends.choose(module.f) == numpy_code
+    module.MODEL = model
+    assert frontends.choose(module.f) == frontends.Choice(
+        "jax", f"module {name} imports MODEL from JAX and nothing from aotkit"
+    )
+    module.MODEL = module.Plain()
+    assert frontends.choose(module.f) == numpy_code
+    module.__dunder__ = jnp  # a module's dunder names are no imports
+    assert frontends.choose(module.f) == numpy_code
+    module.anp = anp
+    assert frontends.choose(module.f) == frontends.Choice(
+        "aotkit", f"module {name} imports anp from aotkit"
+    )
+
+
 def test_auto_lowers_both_kinds():
     x = normal(3)
     assert aotkit.lower(mlp, mlp_params(), normal(2, 16), frontend="auto").frontend == "jax"

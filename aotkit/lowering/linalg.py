@@ -103,9 +103,9 @@ def dot_general(
         # XLA has no boolean dot; count the true products and test the count instead.
         a, b = cast(a, np.dtype(np.int32)), cast(b, np.dtype(np.int32))
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = contract, batch
-    if getattr(a, "transposed", None) is not None:
+    if a.transposed is not None:
         a, lhs_contract, lhs_batch = _untransposed(a, lhs_contract, lhs_batch)
-    if getattr(b, "transposed", None) is not None:
+    if b.transposed is not None:
         b, rhs_contract, rhs_batch = _untransposed(b, rhs_contract, rhs_batch)
     r = bind(
         "dot_general",

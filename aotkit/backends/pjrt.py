@@ -289,7 +289,7 @@ class PjrtBackend(Backend):
         return native_dispatcher(name, python_call, run)
 
 
-def native_dispatcher(name: str, python_call, run, *, one_leaf: bool = False):
+def native_dispatcher(name: str, python_call, run):
     """jaxlib's C++ dispatch (the loop under JAX's own jit) in front of a Python call.
 
     `run(x64, args, kwargs) -> (out, fastpath or None)` handles every argument signature
@@ -311,8 +311,7 @@ def native_dispatcher(name: str, python_call, run, *, one_leaf: bool = False):
     may trace with JAX) runs under the caller's own x64 setting. Arrays in big-endian byte
     order never reach the C++ side (it would read their bytes as native ones). NumPy arrays
     the transfer may read in place are prepared first, and their calls wait for their
-    results (`HostInputs`). `one_leaf` (a program of one argument leaf) puts a shorter
-    front on calls of one array or scalar.
+    results (`HostInputs`). A call of one array or scalar takes the fewest steps.
     """
     swap, restore = _compat.x64_switch()
     thread_x64 = _compat.x64_state()
@@ -355,6 +354,25 @@ def native_dispatcher(name: str, python_call, run, *, one_leaf: bool = False):
         # The entry point of every call (aotkit/_traceback.py): an error leaves it without
         # aotkit's frames. A try costs nothing until it catches; a wrapper would add a frame.
         try:
+            if len(args) == 1 and not kwargs:
+                # One array or scalar (`f(x)`, whatever the program's arguments): the
+                # commonest call, in the fewest steps (`wide(arg)` passes it as it is).
+                (arg,) = args
+                t = type(arg)
+                if (
+                    t is array_type
+                    or t in exact_scalars
+                    or (t is np.ndarray and arg.dtype in exact and arg.nbytes < in_place_from)
+                ):
+                    try:
+                        return wide(arg)
+                    except (runtime_error, ValueError):
+                        return _after_failure(args, kwargs)
+                if t in python_scalars and thread_x64.value is False:
+                    try:
+                        return narrow(arg)
+                    except (runtime_error, ValueError):
+                        return _after_failure(args, kwargs)
             narrow_mode = wait = False
             for arg in args:
                 t = type(arg)
@@ -493,44 +511,7 @@ def native_dispatcher(name: str, python_call, run, *, one_leaf: bool = False):
             dispatch._clear_cache()
 
     call.clear_cache = clear_cache
-    if not one_leaf:
-        return call
-
-    def call1(*args, **kwargs):
-        # A program of one argument leaf: its calls with one array or scalar take fewer
-        # steps still (and `wide(arg)` passes its argument as it is, not unpacked).
-        try:
-            if len(args) == 1 and not kwargs:
-                (arg,) = args
-                t = type(arg)
-                if (
-                    t is array_type
-                    or t in exact_scalars
-                    or (t is np.ndarray and arg.dtype in exact and arg.nbytes < in_place_from)
-                ):
-                    try:
-                        return wide(arg)
-                    except (runtime_error, ValueError):
-                        return _after_failure(args, kwargs)
-                if t is np.ndarray and arg.dtype in exact and arg.nbytes < staged_from:
-                    try:
-                        out = wide(arg)
-                    except (runtime_error, ValueError):
-                        return _after_failure(args, kwargs)
-                    _block(out, array_type)  # the transfer may read it in place (`HostInputs`)
-                    return out
-                if t in python_scalars and thread_x64.value is False:
-                    try:
-                        return narrow(arg)
-                    except (runtime_error, ValueError):
-                        return _after_failure(args, kwargs)
-        except Exception as e:
-            filter_exception(e)
-            raise
-        return call(*args, **kwargs)
-
-    call1.clear_cache = clear_cache
-    return call1
+    return call
 
 
 def live(index: int, x):
@@ -1028,7 +1009,7 @@ class PjrtExecutable(Executable):
             out = python_call(*args, **kwargs)
             return out, self.fastpath(out, args, kwargs, x64)
 
-        return native_dispatcher(name, python_call, run, one_leaf=len(self.in_specs) == 1)
+        return native_dispatcher(name, python_call, run)
 
     def fastpath(self, out, args: tuple, kwargs: dict, x64: bool):
         """What jaxlib's C++ dispatch caches to run this executable again for the argument

@@ -2,7 +2,8 @@
 
     python benchmarks/lowering.py [--repeat 9] [--min-time 0.5]
 
-Programs: a 5,000-op elementwise chain and a 32-layer MLP. Each cell is the best of its
+Programs: a 5,000-op elementwise chain, a 32-layer MLP and one op (`sin(x)`: what a
+lowering costs whatever the program, its fixed part). Each cell is the best of its
 runs (fresh Python function each time, so no cache can help either side), with aotkit's
 and JAX's runs interleaved so both see the same machine load, and the variant that goes
 first in a round rotating (no variant always runs right after the same other). Every
@@ -51,6 +52,13 @@ def make_chain(np_mod):
         return z
 
     return chain
+
+
+def make_one_op(np_mod):
+    def one_op(x):
+        return np_mod.sin(x)
+
+    return one_op
 
 
 def make_mlp(np_mod):
@@ -118,6 +126,7 @@ def main() -> None:
     cases = [
         ("chain (5,000 ops)", make_chain, (f32, f32), (x, x)),
         ("mlp (32 layers)", make_mlp, (params_spec, xs_spec), (params_jax, xs_jax)),
+        ("one op", make_one_op, (f32,), (x,)),
     ]
     pipelines = ["none", "default"]
     header = (

@@ -228,7 +228,12 @@ def _lower(traced: Traced, transitions: _Transitions, consume: bool) -> Lowered:
             verify=False,
             facts=program.facts,
         )
-        donated, unusable = modules.mark_donated(module, traced.donated, traced.flat_in_specs, name)
+        if any(traced.donated) or program.frontend != "aotkit":
+            donated, unusable = modules.mark_donated(
+                module, traced.donated, traced.flat_in_specs, name
+            )
+        else:  # the tracer's modules carry no donation attributes of their own
+            donated, unusable = traced.donated, []
         # Every front end verifies its module: with no pass run and nothing donated, this
         # is that module unchanged (`pipeline="none"`, `load_module`).
         if passes.ran_any(timings) or any(traced.donated):

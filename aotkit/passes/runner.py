@@ -7,6 +7,7 @@ invalid result, naming the dump file or saying how to turn dumps on.
 
 from __future__ import annotations
 
+import functools
 import time
 
 from jaxlib.mlir import ir
@@ -110,6 +111,10 @@ def run_pipeline(
     With a dumper whose `print_ir_after_all` is on, writes the module after each pass.
     """
     steps = plan(pipeline)
+    if verified and (dumper is None or not dumper.print_ir_after_all):
+        skipped = _all_skipped(steps, facts)
+        if skipped is not None:  # the tracer's common case: its facts make every pass a no-op
+            return list(skipped)
     timings: list[tuple[str, float]] = []
     with _context.of(module) as lc:
         if not verified:
@@ -143,6 +148,16 @@ def run_pipeline(
         if verify and steps:
             verify_result(module, pipeline, name=name, dumper=dumper)
     return timings
+
+
+@functools.lru_cache(maxsize=64)
+def _all_skipped(steps: tuple, facts: frozenset[str]) -> tuple[tuple[str, float], ...] | None:
+    """The report of `run_pipeline` when `facts` make every step a no-op (nothing runs, so no
+    step's skip depends on another having run), else None."""
+    reasons = [_NOOP_GIVEN.get(step.label) for step in steps]
+    if not all(reason in facts for reason in reasons):
+        return None
+    return tuple((f"{s.label} (skipped: {r})", 0.0) for s, r in zip(steps, reasons, strict=True))
 
 
 def verify_result(module, pipeline: str, *, name: str, dumper: dumps.Dumper | None) -> None:

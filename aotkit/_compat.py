@@ -251,7 +251,30 @@ def hlo_cost_analysis(client, bytecode: bytes) -> dict[str, float] | None:
     return dict(analyse(client, computation.as_hlo_module()))
 
 
+def cpu_math_targets() -> frozenset[str]:
+    """The elementwise math kernels jaxlib registers for the CPU (`cpu_lgamma_ffi` and
+    `cpu_digamma_ffi`, to which jax 0.12.1 lowers `lax.lgamma` and `lax.digamma`); JAX
+    registers them with XLA when it is imported.
+
+    Private: `jax._src.lib.cpu_math`. Fallback: none (older jaxlibs have no such kernels,
+    and JAX lowers those functions to StableHLO ops).
+    """
+    math = _private("jax._src.lib", "cpu_math")
+    try:
+        return frozenset(math.registrations()) if math is not None else frozenset()
+    except Exception:  # noqa: BLE001 - a jaxlib whose module says otherwise has none we know
+        return frozenset()
+
+
 def single_device_sharding(device):
+    """The sharding of an array on `device` alone. `jax.sharding.make_single_device_sharding`
+    (jax 0.10 and newer); naming `jax.sharding.SingleDeviceSharding` itself is deprecated
+    from jax 0.12.1 (a DeprecationWarning in the user's program). Fallback: that class."""
+    import jax
+
+    make = getattr(jax.sharding, "make_single_device_sharding", None)
+    if make is not None:
+        return make(device)
     from jax.sharding import SingleDeviceSharding
 
     return SingleDeviceSharding(device)

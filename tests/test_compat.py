@@ -60,6 +60,7 @@ PRIVATE = {
     ("jaxlib._jax", "mlir.serialize_portable_artifact"): "sharded artifacts",
     ("jaxlib._jax", "mlir.mlir_module_to_xla_computation"): None,
     ("jaxlib._jax", "hlo_module_cost_analysis"): None,
+    ("jax._src.lib", "cpu_math"): None,
 }
 CLOSURES = [(key,) for key in PRIVATE] + [tuple(PRIVATE)]
 CLOSURE_IDS = [f"{m}.{n}".rstrip(".") for m, n in PRIVATE] + ["all"]

@@ -189,7 +189,7 @@ def test_partition_spec_in_out_shardings_without_a_mesh():
 
 
 def test_sharding_that_is_not_named():
-    single = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    single = jax.sharding.make_single_device_sharding(jax.devices("cpu")[0])
     with pytest.raises(TypeError, match=(
         r"^trace\(layer\): in_shardings for args\[1\] is SingleDeviceSharding\(.*\), not a "
         r"NamedSharding; aotkit shards over named meshes: pass NamedSharding\(mesh, "

@@ -23,7 +23,8 @@ So a module passes only if:
   gives one of the same element type and rank;
 - every custom call targets `ALLOWED_TARGETS`, and its operands, results and attributes keep
   that target's contract (`_CONTRACTS`: ranks, shapes, element types, batch dimensions and
-  the `mhlo.backend_config` attributes the kernel reads, as JAX 0.10.2 emits them on CPU);
+  the `mhlo.backend_config` attributes the kernel reads, as JAX 0.10.2 emits them on CPU,
+  and jax 0.12.1's elementwise `cpu_lgamma_ffi` and `cpu_digamma_ffi` where jaxlib has them);
 - every function has a body and no function reaches itself through `func.call` or a
   composite's decomposition;
 - every value with a static shape fits in 2**63 - 1 bytes.
@@ -41,7 +42,7 @@ from collections.abc import Callable
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import _context, dtypes, modules, specs
+from aotkit import _compat, _context, dtypes, modules, specs
 from aotkit.errors import UnsupportedModuleError
 
 # Custom calls through which a JAX program calls back into the Python process that lowered
@@ -335,7 +336,7 @@ _REAL_ONLY = frozenset({"orgqr", "ormqr", "syevd", "sytrd"})
 _COMPLEX_ONLY = frozenset({"ungqr", "unmqr", "heevd", "hetrd"})
 
 
-def _lapack_contracts() -> dict[str, tuple]:
+def _kernel_contracts() -> dict[str, tuple]:
     contracts = {}
     for prefix, dtype in _LAPACK_PREFIXES.items():
         for base, contract in _LAPACK.items():
@@ -344,11 +345,23 @@ def _lapack_contracts() -> dict[str, tuple]:
             contracts[f"lapack_{prefix}{base}_ffi"] = (dtype, *contract)
     # jax.lax.linalg.tridiagonal_solve(..., perturb_singular=True): one target for all types.
     contracts["tridiagonal_solve_perturbed_ffi"] = (None, 4, {}, _perturbed)
+    # jaxlib 0.12.1's elementwise math kernels (lax.lgamma, lax.digamma): one array of a
+    # float type in, one of its shape and type out. Only where this jaxlib registers them.
+    for target in sorted(_MATH_TARGETS & _compat.cpu_math_targets()):
+        contracts[target] = (_MATH_TYPES, 1, {}, _elementwise)
     return contracts
 
 
+def _elementwise(t, avals, attrs):
+    return [avals[0]]
+
+
+_MATH_TARGETS = frozenset({"cpu_lgamma_ffi", "cpu_digamma_ffi"})
+_MATH_TYPES = frozenset(np.dtype(t) for t in (np.float16, dtypes.bfloat16, np.float32, np.float64))
+
+
 # target -> (element type or None for "the operands'", operand count, attributes, rule)
-_CONTRACTS = _lapack_contracts()
+_CONTRACTS = _kernel_contracts()
 ALLOWED_TARGETS = tuple(sorted(_CONTRACTS))
 
 
@@ -586,9 +599,10 @@ class _Checker:
         results = [self._aval(r.type, f"result {i}") for i, r in enumerate(op.results)]
         if len(operands) != n_operands:
             raise _Broken(f"it takes {n_operands} operand(s), got {len(operands)}")
-        if dtype is None:
+        if dtype is None or isinstance(dtype, frozenset):  # the operands' (of these types)
+            allowed = dtype or frozenset(_LAPACK_PREFIXES.values())
             dtype = operands[-1][1] if operands else None
-            if dtype not in _LAPACK_PREFIXES.values():
+            if dtype not in allowed:
                 raise _Broken(f"operands of {_show(operands[-1])}: no kernel for that type")
         expected = rule(dtype, operands, values)
         if results != expected:

@@ -123,6 +123,7 @@ ELEMENTWISE = (
     "stablehlo.clamp stablehlo.compare stablehlo.complex stablehlo.convert "
     "stablehlo.bitcast_convert stablehlo.cosine stablehlo.count_leading_zeros "
     "stablehlo.divide stablehlo.exponential stablehlo.exponential_minus_one stablehlo.floor "
+    "stablehlo.exp2 stablehlo.log2 stablehlo.fma "
     "stablehlo.imag stablehlo.is_finite stablehlo.log stablehlo.log_plus_one "
     "stablehlo.logistic stablehlo.maximum stablehlo.minimum stablehlo.multiply "
     "stablehlo.negate stablehlo.not stablehlo.or stablehlo.popcnt stablehlo.power "

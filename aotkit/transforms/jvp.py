@@ -241,6 +241,20 @@ _def_unary("chlo.erfc", lambda x, y: H.mul(H.exp(H.neg(H.square(x))), -2 / math.
 _def_unary("chlo.erf_inv", lambda x, y: H.mul(H.exp(H.square(y)), math.sqrt(math.pi) / 2))
 _def_unary("chlo.lgamma", lambda x, y: H.digamma(x))
 _def_unary("chlo.digamma", lambda x, y: H.polygamma(1, x))
+# Ops of newer StableHLO, which jax 0.12.1 emits for exp2, log2 and inside erf and erfc.
+_def_unary("stablehlo.exp2", lambda x, y: H.mul(y, math.log(2.0)))
+_def_unary("stablehlo.log2", lambda x, y: H.div(1 / math.log(2.0), x))
+# jax 0.12.1 lowers lax.lgamma and lax.digamma on the CPU to kernels of jaxlib's (the
+# trust check holds them to one array in, one of its type out): the CHLO ops' derivatives.
+CUSTOM_CALLS["cpu_lgamma_ffi"] = JVP_RULES["chlo.lgamma"]
+CUSTOM_CALLS["cpu_digamma_ffi"] = JVP_RULES["chlo.digamma"]
+
+
+@defjvp("stablehlo.fma")
+def _fma(ctx, primals, tangents):
+    (a, b, _), (ta, tb, tc) = primals, tangents
+    T = ctx.T
+    return ctx.replay(primals), [L.add(T, L.add(T, L.mul(T, ta, b), L.mul(T, tb, a)), tc)]
 
 
 @defjvp("chlo.polygamma")

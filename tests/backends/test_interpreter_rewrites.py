@@ -517,3 +517,68 @@ def test_dynamic_ops_with_static_shapes(op):
     assert_same(cpu, interp)
     if static is not None:
         assert f"stablehlo.{op}" not in final
+
+
+# --- ops of newer StableHLO: exp2, log2, fma (jaxlib 0.12.1) ---------------------------
+
+
+def _newer_op(text: str) -> str:
+    """`text`, or a skip where this jaxlib's StableHLO has not the op it uses."""
+    try:
+        modules.parse(text)
+    except Exception as e:  # noqa: BLE001 - the parser's own error names the op
+        pytest.skip(f"this jaxlib's StableHLO cannot parse it ({str(e).splitlines()[0]})")
+    return text
+
+
+@pytest.mark.parametrize("dtype, element", [(np.float32, "f32"), (np.float64, "f64")])
+@pytest.mark.parametrize("op", ["exp2", "log2"])
+def test_base_two_ops_run_as_power_and_log(op, dtype, element):
+    t = f"tensor<6x{element}>"
+    text = _newer_op(module("m", [t], [t], f"%0 = stablehlo.{op} %a0 : {t} return %0 : {t}"))
+    x = np.array([0.25, 0.5, 1.0, 3.0, 8.0, 10.5], dtype)
+    cpu, interp, final = on_both(text, x)
+    assert f"stablehlo.{op}" not in final
+    assert_same(cpu, interp, rtol=np.finfo(dtype).eps)
+    # Powers of two come out exact, as NumPy's (and XLA's) do.
+    want = np.exp2(x) if op == "exp2" else np.log2(x)
+    np.testing.assert_array_equal(interp[0][:3], want[:3])
+
+
+@pytest.mark.parametrize("dtype, element", [(np.float32, "f32"), (np.float64, "f64")])
+def test_fma_runs_as_a_product_and_a_sum(dtype, element):
+    t = f"tensor<4x{element}>"
+    text = _newer_op(
+        module(
+            "m",
+            [t, t, t],
+            [t],
+            f"%0 = stablehlo.fma %a0, %a1, %a2 : {t} return %0 : {t}",
+        )
+    )
+    # 1 + 2**-12 squared needs 25 bits: f32 rounds the product, fma (and f64) does not.
+    a = np.array([1 + 2.0**-12, 3.0, -2.5, 0.1], dtype)
+    c = np.array([-1.0, 1.0, 0.5, 0.2], dtype)
+    cpu, interp, final = on_both(text, a, a, c)
+    assert "stablehlo.fma" not in final
+    assert_same(cpu, interp, rtol=np.finfo(dtype).eps)
+    assert interp[0][0] == dtype(2.0**-11 + 2.0**-24)  # the fused result, not 2**-11
+
+
+@pytest.mark.parametrize("target, chlo", [("lgamma", "lgamma"), ("digamma", "digamma")])
+def test_cpu_math_kernels_run_as_their_chlo_ops(target, chlo):
+    from aotkit import _compat
+
+    if f"cpu_{target}_ffi" not in _compat.cpu_math_targets():
+        pytest.skip("this jaxlib has no CPU math kernels (jax 0.12.1+)")
+    t = "tensor<5xf32>"
+    call = (
+        f"%0 = stablehlo.custom_call @cpu_{target}_ffi(%a0) {{mhlo.backend_config = {{}}}} "
+        f": ({t}) -> {t} return %0 : {t}"
+    )
+    text = module("m", [t], [t], call)
+    x = np.array([0.5, 1.5, 2.5, 4.0, 7.25], np.float32)
+    as_chlo = module("m", [t], [t], f"%0 = chlo.{chlo} %a0 : {t} -> {t} return %0 : {t}")
+    cpu, interp, final = on_both(text, x, cpu_text=as_chlo)
+    assert "custom_call" not in final
+    assert_same(cpu, interp, rtol=1e-6)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import aotkit
+from aotkit import _compat
 from aotkit.frontends import trust
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -391,7 +392,9 @@ def test_targets_outside_the_allowlist_are_refused(target):
 
 
 def test_the_allowlist():
-    assert trust.allowlist() == (
+    # jaxlib 0.12.1's elementwise math kernels, where this jaxlib has them.
+    math = sorted(_compat.cpu_math_targets())
+    assert trust.allowlist() == "".join(f"{t}, " for t in math) + (
         "lapack_{c,d,s,z}gees_ffi, lapack_{c,d,s,z}geev_ffi, lapack_{c,d,s,z}gehrd_ffi, "
         "lapack_{c,d,s,z}geqp3_ffi, lapack_{c,d,s,z}geqrf_ffi, lapack_{c,d,s,z}gesdd_ffi, "
         "lapack_{c,d,s,z}gesvd_ffi, lapack_{c,d,s,z}getrf_ffi, lapack_{c,d,s,z}gtsv_ffi, "
@@ -403,7 +406,7 @@ def test_the_allowlist():
     from jaxlib import lapack
 
     registered = {name for targets in lapack.registrations().values() for name, *_ in targets}
-    assert set(trust.ALLOWED_TARGETS) == registered
+    assert set(trust.ALLOWED_TARGETS) == registered | set(math)
 
 
 M33 = "tensor<3x3xf32>"
@@ -630,6 +633,35 @@ def test_lapack_calls_that_break_their_contract_are_refused(
     refused(text, f"custom call @{target}{at(results)} breaks the target's contract: {why}{BROKEN}")
 
 
+@pytest.mark.skipif(
+    not _compat.cpu_math_targets(), reason="this jaxlib has no CPU math kernels (jax 0.12.1+)"
+)
+@pytest.mark.parametrize("target", ["cpu_lgamma_ffi", "cpu_digamma_ffi"])
+def test_the_math_kernels_take_one_float_array_and_give_it_back(target):
+    # What jax 0.12.1 emits for lax.lgamma and lax.digamma on the CPU runs, as under jax.jit.
+    x = np.array([0.5, 1.5, 2.5, 4.0], np.float32)
+    ok = aotkit.load_module(custom_call(target, ["tensor<4xf32>"], ["tensor<4xf32>"]).encode())
+    want = {"cpu_lgamma_ffi": jax.lax.lgamma, "cpu_digamma_ffi": jax.lax.digamma}[target](x)
+    got = ok.compile()(x)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    for operands, results, why in [
+        (["tensor<4xi32>"], ["tensor<4xi32>"], "operands of i32[4]: no kernel for that type"),
+        (
+            ["tensor<4xf32>"],
+            ["tensor<5xf32>"],
+            "operands (f32[4]) give results (f32[4]), but the call declares (f32[5])",
+        ),
+        (
+            ["tensor<4xf32>", "tensor<4xf32>"],
+            ["tensor<4xf32>"],
+            "it takes 1 operand(s), got 2",
+        ),
+    ]:
+        text = custom_call(target, operands, results)
+        refused(text, f"custom call @{target}{AT} breaks the target's contract: {why}{BROKEN}")
+
+
 @pytest.mark.parametrize(
     "extra, why",
     [
@@ -756,7 +788,8 @@ def test_the_jax_cases_call_every_allowed_target():
             for dtype in ("float32", "float64", "complex64", "complex128"):
                 text = jax.jit(fn).lower(jax.ShapeDtypeStruct(shape, dtype)).as_text()
                 seen.update(re.findall(r"custom_call @(\w+)", text))
-    assert seen == set(trust.ALLOWED_TARGETS)
+    # The math kernels come from lax.lgamma and lax.digamma: see the test of their contract.
+    assert seen == set(trust.ALLOWED_TARGETS) - _compat.cpu_math_targets()
 
 
 def test_jax_linalg_runs_on_cpu():

@@ -504,7 +504,9 @@ EDGES = {
 
 @pytest.mark.parametrize("name", EDGES)
 def test_derivatives_at_edges_equal_jax(name):
-    """Infinities and NaNs where JAX has them, zeros where JAX's formula avoids them."""
+    """Infinities and NaNs where JAX has them, zeros where JAX's formula avoids them (finite
+    values to within rounding: jax 0.12.1 computes arctan2's derivative with other roundings
+    than 0.12.0, 0.49999997 for 0.5)."""
     make, x, y = EDGES[name]
     x, y = np.float32(x), np.float32(y)
     got = aotkit.jit(aotkit.grad(make(anp), argnums=(0, 1)), backend="interpreter")(x, y)
@@ -512,4 +514,7 @@ def test_derivatives_at_edges_equal_jax(name):
         x, y
     )
     for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(np.isfinite(g), np.isfinite(w))  # NaN and inf alike
+        np.testing.assert_allclose(g, w, rtol=2e-7, atol=0)

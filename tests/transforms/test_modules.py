@@ -201,3 +201,28 @@ def test_a_region_that_captures_an_outer_value_is_refused(transform):
             lowered.vmap(axis_size=2)
         else:
             getattr(lowered, transform)()
+
+
+# Functions whose jax 0.12.1 lowering holds ops of newer StableHLO (exp2, log2, fma) or
+# jaxlib's CPU math kernels (cpu_lgamma_ffi, cpu_digamma_ffi); older jax lowers them to
+# ops aotkit had rules for already, and the test runs all the same.
+NEWER_OPS = {
+    "exp2": lambda x: jnp.sum(jnp.exp2(x) * x),  # stablehlo.exp2
+    "log2": lambda x: jnp.sum(jnp.log2(x) ** 2),  # stablehlo.log2
+    "erfc": lambda x: jnp.sum(jax.lax.erfc(x) * jnp.exp2(x)),  # stablehlo.fma
+    "lgamma": lambda x: jnp.sum(jax.lax.lgamma(x) * x),  # cpu_lgamma_ffi
+    "digamma": lambda x: jnp.sum(jax.lax.digamma(x)),  # cpu_digamma_ffi
+}
+
+
+@pytest.mark.parametrize("name", NEWER_OPS)
+def test_ops_of_newer_jax_lowerings_differentiate_and_batch(name):
+    fn = NEWER_OPS[name]
+    x = np.linspace(0.5, 3.0, 6).astype(np.float32)
+    lowered = aotkit.jit(fn, frontend="jax").lower(x)
+    grad = lowered.grad().compile()(x)
+    assert grad.dtype == np.float32
+    close(grad, jax.grad(fn)(x), rtol=2e-5)
+    xs = np.stack([x, x * 1.25])
+    batched = lowered.vmap(axis_size=2).compile()(xs)
+    close(batched, jax.vmap(fn)(xs), rtol=2e-5)

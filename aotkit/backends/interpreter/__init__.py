@@ -87,6 +87,7 @@ class InterpreterBackend(Backend):
         with _context.LoweringContext() as lc:
             runnable = ir.Module.parse(data)
             functions = checks.reachable(runnable, name)
+            rewrites.restore_chlo(functions)
             passmanager.PassManager.parse(_LEGALIZE).run(runnable.operation)
             checks.check_carried(functions, name, where)
             rewrites.apply(functions, name)

@@ -53,6 +53,9 @@ SUPPORTED_OPS = frozenset(
 # and abort, or return garbage, on values that disagree with the static result type.
 REWRITTEN_OPS = frozenset(
     ["stablehlo.dynamic_pad", "stablehlo.dynamic_gather", "stablehlo.dynamic_conv"]
+    # Ops of newer StableHLO (jaxlib 0.12.1) the interpreter does not know: `rewrites.py`
+    # computes them with ops it does.
+    + ["stablehlo.exp2", "stablehlo.log2", "stablehlo.fma"]
 )
 
 

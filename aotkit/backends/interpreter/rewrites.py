@@ -21,6 +21,13 @@
 - dynamic_pad, dynamic_gather and dynamic_conv read their shape operands at run time and
   abort (or give garbage) when those disagree with the result type: with constant
   operands they become pad, gather and convolution; other operands are refused.
+- jax 0.12.1's CPU kernels for lgamma and digamma (`cpu_lgamma_ffi`, `cpu_digamma_ffi`
+  custom calls) become `chlo.lgamma` and `chlo.digamma` before CHLO is legalized
+  (`restore_chlo`), so they run as the StableHLO that JAX emitted for them before.
+- exp2, log2 and fma (which jaxlib 0.12.1's StableHLO has, and JAX and CHLO's legalization
+  emit) are not ops the interpreter knows: they become power(2, x), log(x) / log(2) and
+  a * b + c, computed in f64 for narrower floats (where the product of an f32 fma is
+  exact), and exp(x * log(2)) for complex exp2.
 
 Rewrites run after `checks.check_carried` (types and shapes are static and carried), on ops
 collected before any rewrite, so the ops they emit are never rewritten again. The caller
@@ -56,6 +63,27 @@ def apply(functions: list[ir.Operation], name: str) -> None:
     for op in ops:
         with ir.InsertionPoint(op), op.location:
             _RULES[op.name](op, name)
+
+
+# CPU kernels of elementwise math that CHLO has as ops (jax 0.12.1 lowers to the kernels).
+_CHLO_FOR_TARGETS = {"cpu_lgamma_ffi": "chlo.lgamma", "cpu_digamma_ffi": "chlo.digamma"}
+
+
+def restore_chlo(functions: list[ir.Operation]) -> None:
+    """Replaces every call of a `_CHLO_FOR_TARGETS` kernel with its CHLO op (the trust check
+    has held it to its contract: one operand, one result of its type). Runs before CHLO
+    is legalized."""
+    calls = [
+        op
+        for fn in functions
+        for op in checks.walk(fn)
+        if op.name == "stablehlo.custom_call"
+        and ir.StringAttr(op.attributes["call_target_name"]).value in _CHLO_FOR_TARGETS
+    ]
+    for op in calls:
+        target = ir.StringAttr(op.attributes["call_target_name"]).value
+        with ir.InsertionPoint(op), op.location:
+            _replace(op, _emit(_CHLO_FOR_TARGETS[target], list(op.operands), op.result.type))
 
 
 # --- emitting ---------------------------------------------------------------------------
@@ -392,3 +420,33 @@ def _dynamic_conv(op: ir.Operation, name: str) -> None:
     new = _static(op, list(op.operands)[:2], attrs, name)
     with ir.InsertionPoint(new), new.location:
         _convolution(new, name)
+
+
+# --- exp2, log2, fma --------------------------------------------------------------------
+
+
+@rule("exp2", "log2", "fma")
+def _base_two_and_fused(op: ir.Operation, name: str) -> None:
+    result_type = op.result.type
+    element = _tensor(result_type).element_type
+    f64 = ir.F64Type.get()
+    # Narrower floats are computed in f64 and rounded once at the end.
+    wide = f64 if isinstance(element, ir.F16Type | ir.BF16Type | ir.F32Type) else element
+    operands = [_convert(v, wide) for v in op.operands]
+    wide_type = _like(result_type, wide)
+    if op.name == "stablehlo.fma":
+        a, b, c = operands
+        product = _emit("stablehlo.multiply", [a, b], wide_type)
+        value = _emit("stablehlo.add", [product, c], wide_type)
+    elif op.name == "stablehlo.exp2":
+        (x,) = operands
+        if isinstance(wide, ir.ComplexType):
+            scaled = _emit("stablehlo.multiply", [x, _splat(math.log(2.0), wide_type)], wide_type)
+            value = _emit("stablehlo.exponential", [scaled], wide_type)
+        else:
+            value = _emit("stablehlo.power", [_splat(2.0, wide_type), x], wide_type)
+    else:
+        (x,) = operands
+        logged = _emit("stablehlo.log", [x], wide_type)
+        value = _emit("stablehlo.divide", [logged, _splat(math.log(2.0), wide_type)], wide_type)
+    _replace(op, _convert(value, element))

@@ -360,7 +360,8 @@ _MATH_TARGETS = frozenset({"cpu_lgamma_ffi", "cpu_digamma_ffi"})
 _MATH_TYPES = frozenset(np.dtype(t) for t in (np.float16, dtypes.bfloat16, np.float32, np.float64))
 
 
-# target -> (element type or None for "the operands'", operand count, attributes, rule)
+# target -> (element type, or None for "the operands'" (one of LAPACK's four types), or a set
+# of the types the operands may have; operand count, attributes, rule)
 _CONTRACTS = _kernel_contracts()
 ALLOWED_TARGETS = tuple(sorted(_CONTRACTS))
 

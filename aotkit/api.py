@@ -228,7 +228,8 @@ def _lower(traced: Traced, transitions: _Transitions, consume: bool) -> Lowered:
             verify=False,
             facts=program.facts,
         )
-        if any(traced.donated) or program.frontend != "aotkit":
+        donating = any(traced.donated)
+        if donating or program.frontend != "aotkit":
             donated, unusable = modules.mark_donated(
                 module, traced.donated, traced.flat_in_specs, name
             )
@@ -236,7 +237,7 @@ def _lower(traced: Traced, transitions: _Transitions, consume: bool) -> Lowered:
             donated, unusable = traced.donated, []
         # Every front end verifies its module: with no pass run and nothing donated, this
         # is that module unchanged (`pipeline="none"`, `load_module`).
-        if passes.ran_any(timings) or any(traced.donated):
+        if passes.ran_any(timings) or donating:
             passes.verify_result(module, pipeline, name=name, dumper=dumper)
         if dumper is not None:
             dumper.write_module("final", module)
@@ -640,10 +641,9 @@ class Jitted:
             options.static_argnums,
             options.static_argnames,
         )
-        # The front end `frontend` resolves to, found at the first trace ("auto" reads the
+        # The options with `frontend` resolved, found at the first trace ("auto" reads the
         # function's globals, which a module still importing may not have yet).
-        self._resolved_frontend: str | None = None
-        self._resolved_options: Options | None = None  # the options with that front end
+        self._resolved: Options | None = None
         self._where = where
         self._has_statics = bool(options.static_argnums or options.static_argnames)
         # What the lowering cache key holds of the options (the dumps change no program).
@@ -711,13 +711,7 @@ class Jitted:
     def _transitions(self, key: tuple) -> _Transitions:
         """The transitions of this jit's stages for the lowering key `key`: its options
         (with the front end resolved) and its function's caches."""
-        options = self._resolved_options
-        if options is None:
-            options = self.options
-            if options.frontend != self._frontend_name():
-                options = dataclasses.replace(options, frontend=self._frontend_name())
-            self._resolved_options = options
-        return _Transitions(options, (self._cache, key))
+        return _Transitions(self._resolved_options(), (self._cache, key))
 
     def _trace(self, args: tuple, kwargs: dict, transitions: _Transitions) -> Traced:
         traced = trace_function(self.fn, args, kwargs, transitions)
@@ -820,7 +814,7 @@ class Jitted:
     def _inline(self, args: tuple, kwargs: dict):
         """A call inside a trace: `fn` is traced into the outer program (donation is the
         outer program's business, as in JAX)."""
-        if self._frontend_name() == "jax":
+        if self._resolved_options().frontend == "jax":
             raise TypeError(
                 f"{self._where}: a JAX function (frontend='jax') was called inside a function "
                 "aotkit is tracing; JAX cannot trace aotkit's arrays: write it with "
@@ -828,12 +822,16 @@ class Jitted:
             )
         return self.fn(*args, **kwargs)
 
-    def _frontend_name(self) -> str:
-        name = self._resolved_frontend
-        if name is None:
-            name = frontends.resolve(self.fn, self.options.frontend).name
-            self._resolved_frontend = name
-        return name
+    def _resolved_options(self) -> Options:
+        """`options` with the front end `frontend` resolves to (see `_resolved`)."""
+        options = self._resolved
+        if options is None:
+            options = self.options
+            name = frontends.resolve(self.fn, options.frontend).name
+            if options.frontend != name:
+                options = dataclasses.replace(options, frontend=name)
+            self._resolved = options
+        return options
 
     def cache_info(self) -> CacheInfo:
         """Traces, lowerings, compiles, cache hits and misses of this function so far."""

@@ -146,7 +146,7 @@ def _imports(values: dict) -> tuple[list[str], list[str]]:
     `__builtins__`, `__spec__`, ...) are no imports."""
     found_aotkit, found_jax = [], []
     for name, value in values.items():
-        if name[:2] == "__" or value is None or isinstance(value, _PLAIN):
+        if name[:2] == "__":
             continue
         packages = _packages(value)
         if "aotkit" in packages:
@@ -220,7 +220,10 @@ def _packages(obj) -> frozenset[str]:
     is an instance of the user's class, whose base is flax's Module).
 
     Those follow from (its own module or, for a module, its name; its type), which is what
-    the answer is remembered by: `choose` asks of every global a function's module holds."""
+    the answer is remembered by: `choose` asks of every global a function's module holds.
+    None and plain Python values come from no package."""
+    if obj is None or isinstance(obj, _PLAIN):
+        return _NO_PACKAGES
     t = type(obj)
     own = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
     key = (own if isinstance(own, str) else None, t)
@@ -237,6 +240,7 @@ def _packages(obj) -> frozenset[str]:
 
 
 _packages_of: dict[tuple, frozenset[str]] = {}
+_NO_PACKAGES: frozenset[str] = frozenset()
 _PACKAGES_KEPT = 4096
 
 
@@ -250,14 +254,10 @@ def is_jax_function(fn) -> bool:
 
 
 def _is_jax(obj) -> bool:
-    if obj is None or isinstance(obj, _PLAIN):
-        return False
     return not _packages(obj).isdisjoint(_JAX_PACKAGES)
 
 
 def _is_aotkit(obj) -> bool:
-    if obj is None or isinstance(obj, _PLAIN):
-        return False
     return "aotkit" in _packages(obj)
 
 

@@ -135,7 +135,7 @@ def run_pipeline(
             if step.mlir is not None and clean_after.get(step.mlir) == changes:
                 timings.append((f"{step.label} (skipped: unchanged since it ran)", 0.0))
             elif _NOOP_GIVEN.get(step.label) in facts:
-                timings.append((f"{step.label} (skipped: {_NOOP_GIVEN[step.label]})", 0.0))
+                timings.append((_skipped_label(step.label), 0.0))
             else:
                 facts &= _KEEPS.get(step.label, frozenset())
                 if _run_step(lc, step, module, name=name, pipeline=pipeline, dumper=dumper):
@@ -154,10 +154,14 @@ def run_pipeline(
 def _all_skipped(steps: tuple, facts: frozenset[str]) -> tuple[tuple[str, float], ...] | None:
     """The report of `run_pipeline` when `facts` make every step a no-op (nothing runs, so no
     step's skip depends on another having run), else None."""
-    reasons = [_NOOP_GIVEN.get(step.label) for step in steps]
-    if not all(reason in facts for reason in reasons):
+    if not all(_NOOP_GIVEN.get(step.label) in facts for step in steps):
         return None
-    return tuple((f"{s.label} (skipped: {r})", 0.0) for s, r in zip(steps, reasons, strict=True))
+    return tuple((_skipped_label(step.label), 0.0) for step in steps)
+
+
+def _skipped_label(label: str) -> str:
+    """A step's line in the timing report when a fact of the front end's makes it a no-op."""
+    return f"{label} (skipped: {_NOOP_GIVEN[label]})"
 
 
 def verify_result(module, pipeline: str, *, name: str, dumper: dumps.Dumper | None) -> None:

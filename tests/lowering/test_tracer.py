@@ -331,3 +331,17 @@ def test_invalid_module_is_an_aotkit_bug_that_names_the_dump(tmp_path):
         core._rules.pop("test_broken_reshape")
     (dumped,) = tmp_path.glob("*.f.*invalid-traced.mlir")
     assert "stablehlo.reshape" in dumped.read_text()
+
+
+def test_a_refused_leaf_is_named_by_its_path_in_the_tree():
+    # The specs are made from the flat leaves; the path is found again for the message.
+    def f(params, n=None):
+        return params["w"]
+
+    params = {"w": np.ones(2, np.float32), "b": [np.ones(2, np.float32), "bias"]}
+    with pytest.raises(
+        TypeError, match=r"^f: argument args\[0\]\['b'\]\[1\] of type str is not an array \("
+    ):
+        aotkit.lower(f, params)
+    with pytest.raises(OverflowError, match=r"^f: argument kwargs\['n'\]: Python int 2147483648 "):
+        aotkit.lower(f, {"w": params["w"]}, n=2**31)

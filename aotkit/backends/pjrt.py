@@ -53,6 +53,11 @@ from aotkit.backends.base import (
 from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
 
+try:  # optional: built from aotkit/_speedups.c at install where a C compiler is found
+    from aotkit._speedups import Front as _Front
+except ImportError:  # the Python front of `native_dispatcher` then takes every call
+    _Front = None
+
 _OPTION_VALUE_TYPES = (bool, int, float, str)
 # XLA's own wording for a bad entry in env_option_overrides.
 _BAD_OPTION_MARKERS = ("No such compile option", "While setting option")
@@ -497,13 +502,27 @@ def native_dispatcher(name: str, python_call, run):
                 _block(out, array_type)
         return out
 
-    def _after_failure(args, kwargs):
+    def donated(args, kwargs) -> bool:
         # A donated array passes the C++ signature check and fails in PJRT (as a
         # ValueError); the checked call words that error, refusing before it runs.
         leaves = tree_util.tree_leaves((args, kwargs))
-        if any(type(x) is array_type and x.is_deleted() for x in leaves):
+        return any(type(x) is array_type and x.is_deleted() for x in leaves)
+
+    def _after_failure(args, kwargs):
+        if donated(args, kwargs):
             return as_caller(python_call, *args, **kwargs)
         raise
+
+    def failed(error: Exception, args: tuple):
+        # What the C front (`_Front`) does when the C++ dispatch raises `error`: the
+        # `except` clauses of `call`'s own fast path.
+        try:
+            if isinstance(error, (runtime_error, ValueError)) and donated(args, {}):
+                return as_caller(python_call, *args)
+            raise error
+        except Exception as e:
+            filter_exception(e)
+            raise
 
     def clear_cache() -> None:
         """Forgets every cached signature (the executables they hold can then be freed)."""
@@ -511,7 +530,23 @@ def native_dispatcher(name: str, python_call, run):
             dispatch._clear_cache()
 
     call.clear_cache = clear_cache
-    return call
+    if _Front is None:
+        return call
+    # The C front takes `call`'s fast path without a Python frame (`call` takes the rest).
+    return _Front(
+        wide=wide,
+        narrow=narrow,
+        slow=call,
+        failed=failed,
+        array_type=array_type,
+        ndarray_type=np.ndarray,
+        exact_scalars=exact_scalars,
+        exact_dtypes=exact,
+        python_scalars=python_scalars,
+        x64=thread_x64,
+        clear_cache=clear_cache,
+        in_place_from=in_place_from,
+    )
 
 
 def live(index: int, x):

@@ -1,0 +1,199 @@
+"""The two fronts of the native dispatch (aotkit/backends/pjrt.py, `native_dispatcher`): the
+C front (aotkit/_speedups.c) and the Python `call` it stands in for must give the same
+results, dtypes and errors on every call.
+
+Oracle: each other, and the Python front is itself checked against NumPy and JAX across the
+suite. Every call is made twice, so that the second goes through jaxlib's cached fast path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sysconfig
+import traceback
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aotkit
+from aotkit.backends import pjrt
+
+AOTKIT_DIR = os.path.dirname(os.path.abspath(aotkit.__file__))
+BUILT = pjrt._Front
+
+
+@pytest.fixture(params=["c", "python"])
+def front(request, monkeypatch):
+    """Which front the jits and compiled functions made in the test get."""
+    if request.param == "c" and BUILT is None:
+        pytest.skip("aotkit._speedups is not built (no C compiler at install)")
+    monkeypatch.setattr(pjrt, "_Front", BUILT if request.param == "c" else None)
+    return request.param
+
+
+def _aotkit_frames(error: BaseException) -> list[str]:
+    frames = traceback.extract_tb(error.__traceback__)
+    return [f.name for f in frames if os.path.abspath(f.filename).startswith(AOTKIT_DIR)]
+
+
+def test_the_c_front_is_built_where_a_c_compiler_is():
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    header = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+    if compiler is None or not os.path.exists(header):
+        pytest.skip("no C compiler or Python headers: the install leaves the C front out")
+    assert BUILT is not None, "the install had a C compiler but did not build aotkit._speedups"
+
+
+def test_compiled_and_jit_call_the_front_in_use(front):
+    compiled = aotkit.lower(lambda x: x + 1, aotkit.spec("f32[]")).compile()
+    jitted = aotkit.jit(lambda x: x + 1)
+    assert float(jitted(1.0)) == float(compiled(1.0)) == 2.0
+    assert (type(jitted._dispatch).__name__ == "Front") == (front == "c")
+    assert (type(compiled._call).__name__ == "Front") == (front == "c")
+
+
+def test_a_donated_array_is_refused_by_name(front):
+    jitted = aotkit.jit(lambda x: x * 2, donate_argnums=0)
+    for _ in range(2):  # the second call's signature is cached: the C++ side fails first
+        x = jax.device_put(np.ones(3, np.float32))
+        np.testing.assert_array_equal(jitted(x), np.full(3, 2, np.float32))
+        with pytest.raises(ValueError, match=r"args\[0\] was deleted or donated") as e:
+            jitted(x)
+        assert _aotkit_frames(e.value) == []
+
+
+def test_errors_leave_either_front_without_aotkits_frames(front):
+    def broken(x):
+        return x + np.ones(5, np.float32)
+
+    jitted = aotkit.jit(broken)
+    with pytest.raises(ValueError, match=r"shapes \(4,\) and \(5,\)") as e:
+        jitted(np.ones(4, np.float32))
+    assert _aotkit_frames(e.value) == []
+    assert traceback.extract_tb(e.value.__traceback__)[-1].name == "broken"
+    compiled = aotkit.lower(lambda x: x, aotkit.spec("f32[4]")).compile()
+    for arg in (np.ones(3, np.float32), 1.5, np.float64(1.5)):
+        with pytest.raises(TypeError, match=r"argument args\[0\] expected f32\[4\]") as e:
+            compiled(arg)
+        assert _aotkit_frames(e.value) == []
+
+
+def test_a_cleared_cache_is_filled_again(front):
+    jitted = aotkit.jit(lambda x: x * 3)
+    x = np.arange(4, dtype=np.int32)
+    for _ in range(2):
+        np.testing.assert_array_equal(jitted(x), x * 3)
+        jitted.clear_cache()
+    np.testing.assert_array_equal(jitted(x), x * 3)
+
+
+# --- Both fronts, call by call, over argument kinds, dtypes, sizes and x64 modes.
+
+DTYPES = [
+    np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_, np.float16,
+    ml_dtypes.bfloat16, np.complex64,
+]  # fmt: skip
+# () and (3,) broadcast with each other; (600,) float32 and wider reach `IN_PLACE_FROM`
+# bytes (the C front leaves those to the Python one).
+SHAPES = [(), (3,), (600,)]
+KINDS = ["device", "numpy", "numpy scalar", "python", "swapped", "list"]
+PYTHON_SCALARS = [True, 3, -2, 1.5, 2.0 - 1.0j]
+
+
+def argument(kind: str, dtype, shape: tuple, scalar=1.5):
+    """An argument of `kind`; NumPy and device values count 1, 2, 3, 1, ..."""
+    if kind == "python":
+        return scalar
+    value = (np.arange(int(np.prod(shape))) % 3 + 1).reshape(shape).astype(dtype)
+    if kind == "device":
+        return jax.device_put(value)
+    if kind == "numpy scalar":
+        return value.reshape(-1)[0]
+    if kind == "swapped":  # non-native byte order
+        return value.astype(value.dtype.newbyteorder())
+    if kind == "list":
+        return [value]
+    return value
+
+
+@st.composite
+def calls(draw):
+    """Up to three arguments of one shape or scalars (so that most calls broadcast)."""
+    shape = draw(st.sampled_from(SHAPES))
+    n = draw(st.integers(1, 3))
+    return [
+        argument(
+            draw(st.sampled_from(KINDS)),
+            draw(st.sampled_from(DTYPES)),
+            draw(st.sampled_from([shape, ()])),
+            draw(st.sampled_from(PYTHON_SCALARS)),
+        )
+        for _ in range(n)
+    ]
+
+
+def _outcome(fn, args):
+    """What a call gives: each output's type, dtype and values, or the error's type and
+    text."""
+    try:
+        out = fn(*args)
+    except Exception as e:  # noqa: BLE001 - the error is the outcome compared
+        return ("error", type(e).__name__, str(e))
+    leaves = jax.tree_util.tree_leaves(out)
+    return ("ok", [(type(o).__name__, o.dtype.str, np.asarray(o).tolist()) for o in leaves])
+
+
+def _both_fronts(args: list, x64: bool) -> None:
+    def f(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = out * x
+        return out + out
+
+    outcomes = {}
+    for name, front in [("c", BUILT), ("python", None)]:
+        pjrt._Front, saved = front, pjrt._Front
+        try:
+            with jax.enable_x64(x64):
+                jitted = aotkit.jit(f)
+                outcomes[name] = [_outcome(jitted, args) for _ in range(3)]
+                compiled = jitted.lower(*args).compile() if outcomes[name][0][0] == "ok" else None
+                if compiled is not None:
+                    outcomes[name] += [_outcome(compiled, args) for _ in range(3)]
+        finally:
+            pjrt._Front = saved
+        assert (type(jitted._dispatch).__name__ == "Front") == (name == "c")
+    assert outcomes["c"] == outcomes["python"]
+
+
+needs_c = pytest.mark.skipif(BUILT is None, reason="aotkit._speedups is not built (no C compiler)")
+
+
+@needs_c
+@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "python"])
+def test_both_fronts_agree_on_one_argument(kind, dtype, shape, x64):
+    _both_fronts([argument(kind, dtype, shape)], x64)
+
+
+@needs_c
+@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("scalar", PYTHON_SCALARS, ids=repr)
+def test_both_fronts_agree_on_python_scalars(scalar, x64):
+    _both_fronts([scalar], x64)
+    _both_fronts([argument("numpy", np.float32, (3,)), scalar], x64)
+    _both_fronts([argument("device", np.int32, (3,)), scalar], x64)
+
+
+@needs_c
+@settings(max_examples=60, deadline=None)
+@given(args=calls(), x64=st.booleans())
+def test_both_fronts_agree_on_every_call(args, x64):
+    _both_fronts(args, x64)

@@ -17,6 +17,22 @@
 #include <Python.h>
 #include <structmember.h>
 
+/* The head of NumPy's array object (`PyArrayObject_fields` in numpy/ndarraytypes.h), read
+ * without NumPy's headers. Extensions compiled against NumPy read these fields at these
+ * offsets, so NumPy keeps them; `Front` checks them on an array of its own before use. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions;
+    Py_ssize_t *strides;
+    PyObject *base;
+    PyObject *descr;
+} ArrayHead;
+
+/* NumPy dtypes x64 mode does not narrow: at most this many. */
+#define MAX_EXACT 32
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -27,38 +43,65 @@ typedef struct {
     PyObject *array_type;     /* jaxlib's device array type */
     PyObject *ndarray_type;   /* numpy.ndarray */
     PyObject *exact_scalars;  /* frozenset: NumPy scalar types of exact dtypes */
-    PyObject *exact_dtypes;   /* frozenset: NumPy dtypes x64 mode does not narrow */
+    PyObject *exact_dtypes;   /* tuple: NumPy dtypes x64 mode does not narrow */
     PyObject *python_scalars; /* frozenset: bool, int, float, complex */
     PyObject *x64;            /* JAX's x64 state: `.value` is this thread's mode */
     PyObject *clear_cache;    /* forgets the C++ dispatch's cached signatures */
     Py_ssize_t in_place_from; /* NumPy arrays this large go to `slow` */
+    /* `exact_dtypes` by identity, and their item sizes: an array's dtype is one of these
+     * objects (NumPy's own instances of its built-in dtypes) or the array goes to `slow`. */
+    Py_ssize_t n_exact;
+    PyObject *exact[MAX_EXACT];
+    Py_ssize_t itemsize[MAX_EXACT];
 } Front;
 
-static PyObject *str_dtype, *str_nbytes, *str_value;
+static PyObject *str_itemsize, *str_value;
 
-/* 1: the array is of an exact dtype and under `in_place_from` bytes; 0: not; -1: error. */
+/* Whether a NumPy array is of an exact dtype and under `in_place_from` bytes. Reads the
+ * array's head: no attribute lookups, no dtype hashing (each costs more here than the
+ * rest of this front does). */
 static int
 small_exact_array(Front *self, PyObject *arg)
 {
-    PyObject *dtype = PyObject_GetAttr(arg, str_dtype);
-    if (dtype == NULL) {
+    const ArrayHead *head = (const ArrayHead *)arg;
+    for (Py_ssize_t i = 0; i < self->n_exact; i++) {
+        if (head->descr == self->exact[i]) {
+            Py_ssize_t nbytes = self->itemsize[i];
+            for (int d = 0; d < head->nd && nbytes < self->in_place_from; d++) {
+                nbytes *= head->dimensions[d];
+            }
+            return nbytes < self->in_place_from;
+        }
+    }
+    return 0;
+}
+
+/* Reads the head of an array made here against what NumPy says of it; -1 (an error set)
+ * where they differ. */
+static int
+check_array_head(Front *self)
+{
+    PyObject *shape = Py_BuildValue("(nn)", (Py_ssize_t)3, (Py_ssize_t)5);
+    if (shape == NULL) {
         return -1;
     }
-    int found = PySet_Contains(self->exact_dtypes, dtype);
-    Py_DECREF(dtype);
-    if (found <= 0) {
-        return found;
-    }
-    PyObject *nbytes = PyObject_GetAttr(arg, str_nbytes);
-    if (nbytes == NULL) {
+    PyObject *probe = PyObject_CallFunctionObjArgs(
+        self->ndarray_type, shape, self->exact[0], NULL);
+    Py_DECREF(shape);
+    if (probe == NULL) {
         return -1;
     }
-    Py_ssize_t n = PyLong_AsSsize_t(nbytes);
-    Py_DECREF(nbytes);
-    if (n == -1 && PyErr_Occurred()) {
+    const ArrayHead *head = (const ArrayHead *)probe;
+    int same = Py_TYPE(probe) == (PyTypeObject *)self->ndarray_type && head->nd == 2 &&
+               head->dimensions[0] == 3 && head->dimensions[1] == 5 &&
+               head->descr == self->exact[0];
+    Py_DECREF(probe);
+    if (!same) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "aotkit._speedups: NumPy's array head is not the one this build reads");
         return -1;
     }
-    return n < self->in_place_from;
+    return 0;
 }
 
 /* The C++ dispatch raised: `failed(error, args)` recovers or raises it filtered. Errors
@@ -109,21 +152,16 @@ front_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *k
     for (Py_ssize_t i = 0; i < nargs; i++) {
         PyObject *arg = args[i];
         PyObject *type = (PyObject *)Py_TYPE(arg);
-        int found;
         if (type == self->array_type) {
             continue;
         }
         if (type == self->ndarray_type) {
-            found = small_exact_array(self, arg);
-            if (found < 0) {
-                return NULL;
-            }
-            if (!found) {
+            if (!small_exact_array(self, arg)) {
                 goto slow;
             }
             continue;
         }
-        found = PySet_Contains(self->exact_scalars, type);
+        int found = PySet_Contains(self->exact_scalars, type);
         if (found < 0) {
             return NULL;
         }
@@ -176,9 +214,15 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     Py_ssize_t in_place_from;
     if (!PyArg_ParseTupleAndKeywords(
             args, kwargs, "$OOOOOOO!O!O!OOn", names, &wide, &narrow, &slow, &failed,
-            &array_type, &ndarray_type, &PyFrozenSet_Type, &exact_scalars,
-            &PyFrozenSet_Type, &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &x64,
-            &clear_cache, &in_place_from)) {
+            &array_type, &ndarray_type, &PyFrozenSet_Type, &exact_scalars, &PyTuple_Type,
+            &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &x64, &clear_cache,
+            &in_place_from)) {
+        return -1;
+    }
+    Py_ssize_t n_exact = PyTuple_GET_SIZE(exact_dtypes);
+    if (n_exact < 1 || n_exact > MAX_EXACT) {
+        PyErr_Format(PyExc_ValueError, "exact_dtypes: 1 to %d dtypes, got %zd", MAX_EXACT,
+                     n_exact);
         return -1;
     }
     PyObject **slots[] = {
@@ -195,7 +239,22 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
         Py_XSETREF(*slots[i], values[i]);
     }
     self->in_place_from = in_place_from;
-    return 0;
+    self->n_exact = 0;
+    for (Py_ssize_t i = 0; i < n_exact; i++) {
+        PyObject *dtype = PyTuple_GET_ITEM(exact_dtypes, i);
+        PyObject *size = PyObject_GetAttr(dtype, str_itemsize);
+        if (size == NULL) {
+            return -1;
+        }
+        self->itemsize[i] = PyLong_AsSsize_t(size);
+        Py_DECREF(size);
+        if (self->itemsize[i] == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        self->exact[i] = dtype;  /* held by `exact_dtypes` */
+    }
+    self->n_exact = n_exact;
+    return check_array_head(self);
 }
 
 static int
@@ -285,22 +344,137 @@ static PyType_Spec front_spec = {
     .slots = front_slots,
 };
 
-static int
-speedups_exec(PyObject *module)
+/* `Dispatching`: a base class whose instances' call is their `_dispatch` attribute, with no
+ * Python frame nor attribute lookup in between (`jit(f)(x)` calls `Front` through it). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dispatch;
+} Dispatching;
+
+static PyObject *
+dispatching_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    str_dtype = PyUnicode_InternFromString("dtype");
-    str_nbytes = PyUnicode_InternFromString("nbytes");
-    str_value = PyUnicode_InternFromString("value");
-    if (str_dtype == NULL || str_nbytes == NULL || str_value == NULL) {
-        return -1;
+    PyObject *dispatch = ((Dispatching *)op)->dispatch;
+    if (dispatch == NULL) {
+        PyErr_Format(PyExc_TypeError, "'%.200s' object is not set up to be called",
+                     Py_TYPE(op)->tp_name);
+        return NULL;
     }
-    PyObject *type = PyType_FromModuleAndSpec(module, &front_spec, NULL);
+    return PyObject_Vectorcall(dispatch, args, nargsf, kwnames);
+}
+
+static PyObject *
+dispatching_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    (void)args;  /* the subclass's `__init__` reads them */
+    (void)kwargs;
+    Dispatching *self = (Dispatching *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->vectorcall = dispatching_vectorcall;
+    }
+    return (PyObject *)self;
+}
+
+static int
+dispatching_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(((Dispatching *)op)->dispatch);
+    return 0;
+}
+
+static int
+dispatching_clear(PyObject *op)
+{
+    Py_CLEAR(((Dispatching *)op)->dispatch);
+    return 0;
+}
+
+static void
+dispatching_dealloc(PyObject *op)
+{
+    PyTypeObject *type = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    dispatching_clear(op);
+    type->tp_free(op);
+    Py_DECREF(type);
+}
+
+/* A class statement deriving from `Dispatching` (without a `__call__` of its own): calls of
+ * its instances take the vectorcall protocol, as Python 3.12 and newer arrange themselves;
+ * Python 3.11 leaves the flag off a class defined in Python, and each call then builds a
+ * tuple of its arguments first. */
+static PyObject *
+dispatching_init_subclass(PyObject *cls, PyObject *args, PyObject *kwargs)
+{
+    (void)args;
+    (void)kwargs;
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (type->tp_call == PyVectorcall_Call &&
+        type->tp_vectorcall_offset == offsetof(Dispatching, vectorcall)) {
+        type->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef dispatching_methods[] = {
+    {"__init_subclass__", (PyCFunction)(void (*)(void))dispatching_init_subclass,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, NULL},
+    {NULL},
+};
+
+static PyMemberDef dispatching_members[] = {
+    {"_dispatch", T_OBJECT_EX, offsetof(Dispatching, dispatch), 0,
+     "What a call of this object calls, with the same arguments."},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Dispatching, vectorcall), READONLY, NULL},
+    {NULL},
+};
+
+static PyType_Slot dispatching_slots[] = {
+    {Py_tp_doc, "A base class whose instances' call is their `_dispatch` attribute."},
+    {Py_tp_new, dispatching_new},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_traverse, dispatching_traverse},
+    {Py_tp_clear, dispatching_clear},
+    {Py_tp_dealloc, dispatching_dealloc},
+    {Py_tp_members, dispatching_members},
+    {Py_tp_methods, dispatching_methods},
+    {0, NULL},
+};
+
+static PyType_Spec dispatching_spec = {
+    .name = "aotkit._speedups.Dispatching",
+    .basicsize = sizeof(Dispatching),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = dispatching_slots,
+};
+
+static int
+add_type(PyObject *module, PyType_Spec *spec, const char *name)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, spec, NULL);
     if (type == NULL) {
         return -1;
     }
-    int failed = PyModule_AddObjectRef(module, "Front", type);
+    int failed = PyModule_AddObjectRef(module, name, type);
     Py_DECREF(type);
     return failed;
+}
+
+static int
+speedups_exec(PyObject *module)
+{
+    str_itemsize = PyUnicode_InternFromString("itemsize");
+    str_value = PyUnicode_InternFromString("value");
+    if (str_itemsize == NULL || str_value == NULL) {
+        return -1;
+    }
+    if (add_type(module, &front_spec, "Front") < 0) {
+        return -1;
+    }
+    return add_type(module, &dispatching_spec, "Dispatching");
 }
 
 static PyModuleDef_Slot speedups_slots[] = {

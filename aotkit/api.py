@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import operator
 import os
 import sys
 import threading
@@ -30,6 +29,7 @@ import numpy as np
 from jax import tree_util
 
 from aotkit import (
+    _native,
     arguments,
     autograph,
     backends,
@@ -619,8 +619,13 @@ def _shardings_key(where: str, name: str, shardings) -> tuple:
     return (tree, tuple(leaves))
 
 
-class Jitted:
+class Jitted(_native.Dispatching):
     """`jit(fn)`: call it to trace, lower, compile and run; `.trace`/`.lower` for the stages.
+
+    `jitted(*args, **kwargs)` runs `fn` compiled for these arguments' signature: it calls
+    `_dispatch` (`_native.Dispatching`). Without static arguments, jaxlib's C++ dispatch sits
+    there (as under `jax.jit`): a signature seen before runs its cached executable without
+    entering Python; every other call takes the checked Python path (`_python_call`).
 
     Called inside a function aotkit is tracing, it traces `fn` into the outer program
     (inline), as `jax.jit` does.
@@ -756,16 +761,6 @@ class Jitted:
             key,
             lambda: _lower(self._trace(args, kwargs, transitions), transitions, True),
         )
-
-    # `jitted(*args, **kwargs)`: runs `fn` compiled for these arguments' signature. Without
-    # static arguments, jaxlib's C++ dispatch sits in front (as under `jax.jit`): a signature
-    # seen before runs its cached executable without entering Python; every other call takes
-    # the checked Python path (`_python_call`). A property whose getter is C code hands out
-    # that callable: no forwarding frame per call.
-    __call__ = property(
-        operator.attrgetter("_dispatch"),
-        doc="`jitted(*args, **kwargs)`: runs `fn` compiled for these arguments' signature.",
-    )
 
     def _python_call(self, *args, **kwargs):
         # The call is an entry point (aotkit/_traceback.py); a try costs nothing until it

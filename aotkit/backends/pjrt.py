@@ -38,7 +38,7 @@ import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
 
-from aotkit import _compat, _context, dtypes, modules
+from aotkit import _compat, _context, _native, dtypes, modules
 from aotkit._traceback import filter_exception
 from aotkit.backends.base import (
     ArgumentMismatch,
@@ -53,10 +53,7 @@ from aotkit.backends.base import (
 from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
 
-try:  # optional: built from aotkit/_speedups.c at install where a C compiler is found
-    from aotkit._speedups import Front as _Front
-except ImportError:  # the Python front of `native_dispatcher` then takes every call
-    _Front = None
+_Front = _native.Front  # None without aotkit._speedups: `call` then takes every call
 
 _OPTION_VALUE_TYPES = (bool, int, float, str)
 # XLA's own wording for a bad entry in env_option_overrides.
@@ -541,7 +538,8 @@ def native_dispatcher(name: str, python_call, run):
         array_type=array_type,
         ndarray_type=np.ndarray,
         exact_scalars=exact_scalars,
-        exact_dtypes=exact,
+        # NumPy's own instances of these dtypes, which its arrays hold (compared by identity).
+        exact_dtypes=tuple(np.dtype(d.type) for d in exact),
         python_scalars=python_scalars,
         x64=thread_x64,
         clear_cache=clear_cache,

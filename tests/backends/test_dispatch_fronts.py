@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import sysconfig
+import textwrap
 import traceback
 
 import jax
@@ -21,10 +24,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aotkit
+from aotkit import _native
 from aotkit.backends import pjrt
 
 AOTKIT_DIR = os.path.dirname(os.path.abspath(aotkit.__file__))
-BUILT = pjrt._Front
+BUILT = _native.Front
 
 
 @pytest.fixture(params=["c", "python"])
@@ -47,6 +51,32 @@ def test_the_c_front_is_built_where_a_c_compiler_is():
     if compiler is None or not os.path.exists(header):
         pytest.skip("no C compiler or Python headers: the install leaves the C front out")
     assert BUILT is not None, "the install had a C compiler but did not build aotkit._speedups"
+
+
+def test_without_the_c_part_aotkit_runs_on_its_python_stand_ins():
+    # A child process, as after an install that found no C compiler.
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["aotkit._speedups"] = None  # its import now fails
+        import numpy as np
+        import aotkit
+        from aotkit import _native
+        assert _native.Front is None and _native.Dispatching.__module__ == "aotkit._native"
+        jitted = aotkit.jit(lambda x, y: x * y)
+        compiled = aotkit.lower(lambda x: x + 1, aotkit.spec("f32[2]")).compile()
+        for _ in range(2):
+            out = jitted(np.arange(2, dtype=np.float32), 2.0)
+            assert out.dtype == np.float32 and out.tolist() == [0.0, 2.0], out
+            assert compiled(np.ones(2, np.float32)).tolist() == [2.0, 2.0]
+        print(type(jitted._dispatch).__name__, type(compiled._call).__name__)
+        compiled([1.0, 2.0])
+        """
+    )
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert child.returncode == 1, child.stderr  # the last call's error, not a signal
+    assert child.stdout.split() == ["function", "function"]
+    assert "TypeError: Compiled 'lambda': function compiled for" in child.stderr
 
 
 def test_compiled_and_jit_call_the_front_in_use(front):

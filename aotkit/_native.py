@@ -1,0 +1,28 @@
+"""The optional C parts of aotkit (aotkit/_speedups.c) and what stands in without them.
+
+The install builds `aotkit._speedups` where it finds a C compiler and goes on without it
+where it does not; the results are the same either way, only calls take longer:
+
+- `Front`: the C front of a native dispatch (`aotkit.backends.pjrt.native_dispatcher`), or
+  None, and the dispatcher's Python front takes every call;
+- `Dispatching`: the base class of `jit(f)` objects, whose call is their `_dispatch`
+  attribute: in C, the call goes straight to it; in Python, through a property.
+"""
+
+from __future__ import annotations
+
+import operator
+
+try:
+    from aotkit._speedups import Dispatching, Front
+except ImportError:
+    Front = None
+
+    class Dispatching:
+        """A base class whose instances' call is their `_dispatch` attribute."""
+
+        __slots__ = ()
+
+        # A property whose getter is C code hands out the callable itself: Python calls
+        # it with no forwarding frame (nor a getter frame).
+        __call__ = property(operator.attrgetter("_dispatch"))

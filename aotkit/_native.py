@@ -12,10 +12,29 @@ where it does not; the results are the same either way, only calls take longer:
 from __future__ import annotations
 
 import operator
+import warnings
+
+# What aotkit/_speedups.c says its `VERSION` is; raised with every change of its interface.
+VERSION = 1
 
 try:
-    from aotkit._speedups import Dispatching, Front
+    from aotkit import _speedups
 except ImportError:
+    _speedups = None
+if _speedups is not None and getattr(_speedups, "VERSION", None) != VERSION:
+    warnings.warn(
+        f"aotkit._speedups ({_speedups.__file__}) was built from another version of "
+        "aotkit/_speedups.c; aotkit runs without it (calls take longer) until it is built "
+        "again: reinstall aotkit (pip install -e . in a checkout)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    _speedups = None
+
+if _speedups is not None:
+    Front = _speedups.Front
+    Dispatching = _speedups.Dispatching
+else:
     Front = None
 
     class Dispatching:

@@ -1,17 +1,19 @@
-/* aotkit._speedups: the front of a compiled function's native dispatch, in C.
+/* aotkit._speedups: the C parts of aotkit's call path (aotkit/_native.py says what stands in
+ * for them where the install found no C compiler).
  *
  * `Front` is what `compiled(*args)` and `jit(f)(*args)` call once jaxlib's C++ dispatch
  * stands behind them (aotkit/backends/pjrt.py, `native_dispatcher`). It does the common
  * case of that function's Python `call` without a Python frame: a call of positional device
- * arrays, NumPy values of dtypes x64 mode keeps (small enough to be copied by the transfer)
- * and Python scalars goes straight to jaxlib's C++ dispatch in the right x64 mode; every
- * other call goes to the Python `call`, which holds the full rules. The two must agree
- * on the calls this one takes (tests/lowering/test_dispatch.py runs both fronts).
+ * arrays, small NumPy values of dtypes x64 mode keeps, and Python scalars goes straight to
+ * jaxlib's C++ dispatch for its x64 mode; every other call goes to the Python `call`, which
+ * holds the full rules. The two must agree on every call this one takes
+ * (tests/backends/test_dispatch_fronts.py compares them call by call).
  *
  * An exception from the C++ dispatch goes to the Python `failed(error, args)`, which
  * either recovers (an array donated to an earlier call: the checked call words the error)
- * or raises it without aotkit's frames. Building this module is optional: without it,
- * the Python `call` is the front, with the same results.
+ * or raises it without aotkit's frames.
+ *
+ * `Dispatching` is the base class of `jit(f)` objects: calling one calls its `_dispatch`.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,8 +32,9 @@ typedef struct {
     PyObject *descr;
 } ArrayHead;
 
-/* NumPy dtypes x64 mode does not narrow: at most this many. */
+/* At most this many exact NumPy dtypes (and as many scalar types), and Python scalar types. */
 #define MAX_EXACT 32
+#define MAX_PYTHON 8
 
 typedef struct {
     PyObject_HEAD
@@ -45,7 +48,6 @@ typedef struct {
     PyObject *exact_scalars;  /* frozenset: NumPy scalar types of exact dtypes */
     PyObject *exact_dtypes;   /* tuple: NumPy dtypes x64 mode does not narrow */
     PyObject *python_scalars; /* frozenset: bool, int, float, complex */
-    PyObject *x64;            /* JAX's x64 state: `.value` is this thread's mode */
     PyObject *clear_cache;    /* forgets the C++ dispatch's cached signatures */
     Py_ssize_t in_place_from; /* NumPy arrays this large go to `slow` */
     /* `exact_dtypes` by identity, and their item sizes: an array's dtype is one of these
@@ -53,9 +55,53 @@ typedef struct {
     Py_ssize_t n_exact;
     PyObject *exact[MAX_EXACT];
     Py_ssize_t itemsize[MAX_EXACT];
+    /* The members of `exact_scalars` and `python_scalars` (types: compared by identity, as
+     * set membership compares them, without hashing). */
+    Py_ssize_t n_exact_scalars, n_python_scalars;
+    PyObject *exact_scalar_types[MAX_EXACT];
+    PyObject *python_scalar_types[MAX_PYTHON];
 } Front;
 
-static PyObject *str_itemsize, *str_value;
+static int
+is_one_of(PyObject *const *types, Py_ssize_t n, PyObject *type)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (types[i] == type) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The members of a frozenset into `out` (borrowed: the set holds them); -1 on error. */
+static int
+members(PyObject *set, PyObject **out, Py_ssize_t capacity, Py_ssize_t *n, const char *name)
+{
+    Py_ssize_t size = PySet_GET_SIZE(set);
+    if (size > capacity) {
+        PyErr_Format(PyExc_ValueError, "%s: at most %zd types, got %zd", name, capacity,
+                     size);
+        return -1;
+    }
+    PyObject *iterator = PyObject_GetIter(set);
+    if (iterator == NULL) {
+        return -1;
+    }
+    PyObject *item;
+    Py_ssize_t i = 0;
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        out[i++] = item;
+        Py_DECREF(item);
+    }
+    Py_DECREF(iterator);
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    *n = i;
+    return 0;
+}
+
+static PyObject *str_itemsize;
 
 /* Whether a NumPy array is of an exact dtype and under `in_place_from` bytes. Reads the
  * array's head: no attribute lookups, no dtype hashing (each costs more here than the
@@ -161,37 +207,17 @@ front_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *k
             }
             continue;
         }
-        int found = PySet_Contains(self->exact_scalars, type);
-        if (found < 0) {
-            return NULL;
-        }
-        if (found) {
+        if (is_one_of(self->exact_scalar_types, self->n_exact_scalars, type)) {
             continue;
         }
-        found = PySet_Contains(self->python_scalars, type);
-        if (found < 0) {
-            return NULL;
-        }
-        if (!found) {
+        if (!is_one_of(self->python_scalar_types, self->n_python_scalars, type)) {
             goto slow;
         }
         python_scalar = 1;
     }
-    PyObject *dispatch = self->wide;
-    if (python_scalar) {
-        /* A Python scalar is the weakly typed 32-bit value of x64 off: only a thread in
-         * that mode calls without switching it (the Python front switches). */
-        PyObject *mode = PyObject_GetAttr(self->x64, str_value);
-        if (mode == NULL) {
-            return NULL;
-        }
-        int off = mode == Py_False;
-        Py_DECREF(mode);
-        if (!off) {
-            goto slow;
-        }
-        dispatch = self->narrow;
-    }
+    /* A Python scalar is the weakly typed 32-bit value of x64 off: `narrow` keys and runs
+     * calls in that mode, and switches a call made in x64 mode on its own (its cache miss). */
+    PyObject *dispatch = python_scalar ? self->narrow : self->wide;
     PyObject *out = PyObject_Vectorcall(dispatch, args, nargsf, NULL);
     if (out != NULL) {
         return out;
@@ -207,15 +233,15 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     Front *self = (Front *)op;
     static char *names[] = {
         "wide", "narrow", "slow", "failed", "array_type", "ndarray_type", "exact_scalars",
-        "exact_dtypes", "python_scalars", "x64", "clear_cache", "in_place_from", NULL,
+        "exact_dtypes", "python_scalars", "clear_cache", "in_place_from", NULL,
     };
     PyObject *wide, *narrow, *slow, *failed, *array_type, *ndarray_type, *exact_scalars,
-        *exact_dtypes, *python_scalars, *x64, *clear_cache;
+        *exact_dtypes, *python_scalars, *clear_cache;
     Py_ssize_t in_place_from;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOO!O!O!OOn", names, &wide, &narrow, &slow, &failed,
+            args, kwargs, "$OOOOOOO!O!O!On", names, &wide, &narrow, &slow, &failed,
             &array_type, &ndarray_type, &PyFrozenSet_Type, &exact_scalars, &PyTuple_Type,
-            &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &x64, &clear_cache,
+            &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &clear_cache,
             &in_place_from)) {
         return -1;
     }
@@ -228,17 +254,24 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     PyObject **slots[] = {
         &self->wide, &self->narrow, &self->slow, &self->failed, &self->array_type,
         &self->ndarray_type, &self->exact_scalars, &self->exact_dtypes,
-        &self->python_scalars, &self->x64, &self->clear_cache,
+        &self->python_scalars, &self->clear_cache,
     };
     PyObject *values[] = {
         wide, narrow, slow, failed, array_type, ndarray_type, exact_scalars, exact_dtypes,
-        python_scalars, x64, clear_cache,
+        python_scalars, clear_cache,
     };
     for (size_t i = 0; i < sizeof(slots) / sizeof(slots[0]); i++) {
         Py_INCREF(values[i]);
         Py_XSETREF(*slots[i], values[i]);
     }
     self->in_place_from = in_place_from;
+    self->n_exact_scalars = self->n_python_scalars = 0;
+    if (members(exact_scalars, self->exact_scalar_types, MAX_EXACT, &self->n_exact_scalars,
+                "exact_scalars") < 0 ||
+        members(python_scalars, self->python_scalar_types, MAX_PYTHON,
+                &self->n_python_scalars, "python_scalars") < 0) {
+        return -1;
+    }
     self->n_exact = 0;
     for (Py_ssize_t i = 0; i < n_exact; i++) {
         PyObject *dtype = PyTuple_GET_ITEM(exact_dtypes, i);
@@ -271,7 +304,6 @@ front_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->exact_scalars);
     Py_VISIT(self->exact_dtypes);
     Py_VISIT(self->python_scalars);
-    Py_VISIT(self->x64);
     Py_VISIT(self->clear_cache);
     return 0;
 }
@@ -289,7 +321,6 @@ front_clear(PyObject *op)
     Py_CLEAR(self->exact_scalars);
     Py_CLEAR(self->exact_dtypes);
     Py_CLEAR(self->python_scalars);
-    Py_CLEAR(self->x64);
     Py_CLEAR(self->clear_cache);
     return 0;
 }
@@ -467,8 +498,12 @@ static int
 speedups_exec(PyObject *module)
 {
     str_itemsize = PyUnicode_InternFromString("itemsize");
-    str_value = PyUnicode_InternFromString("value");
-    if (str_itemsize == NULL || str_value == NULL) {
+    if (str_itemsize == NULL) {
+        return -1;
+    }
+    /* aotkit/_native.py uses this module only where the two agree (an install that did
+     * not rebuild it after its source changed keeps an older one). */
+    if (PyModule_AddIntConstant(module, "VERSION", 1) < 0) {
         return -1;
     }
     if (add_type(module, &front_spec, "Front") < 0) {

@@ -21,9 +21,11 @@ PACKAGE = ROOT / "aotkit"
 # Lowest first. A module belongs to the first layer with a pattern that matches its name.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "base: errors, options, files; jax's private names",
+        "base: errors, options, files; jax's private names; the optional C parts",
         (
             "aotkit._version",
+            "aotkit._speedups",
+            "aotkit._native",
             "aotkit.errors",
             "aotkit.config",
             "aotkit._traceback",
@@ -120,6 +122,8 @@ def _module_name(path: pathlib.Path) -> str:
 
 
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+# C extension modules, each built from a source of its name (they import nothing of aotkit).
+EXTENSIONS = {_module_name(p) for p in PACKAGE.rglob("*.c")}
 
 
 def _layer(module: str) -> int:
@@ -131,6 +135,8 @@ def _layer(module: str) -> int:
 
 def _known(name: str) -> str | None:
     """The aotkit module `name` is, or the package that holds it."""
+    if name in EXTENSIONS:
+        return name
     while name not in MODULES and "." in name:
         name = name.rsplit(".", 1)[0]
     return name if name in MODULES else None
@@ -152,7 +158,10 @@ def _targets(
                 parts.pop()
             parts = parts[: len(parts) - (node.level - 1)]
             base = ".".join(parts + ([node.module] if node.module else []))
-        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        names = [
+            f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES.keys() | EXTENSIONS else base
+            for a in node.names
+        ]
     found = set()
     for name in names:
         if name != "aotkit" and not name.startswith("aotkit."):
@@ -171,8 +180,8 @@ def _targets(
 def _imports() -> tuple[dict, dict, list[tuple[str, int, str]]]:
     """(module -> the modules its imports name, module -> those and the packages above
     them, [(module, line, statement) inside functions])."""
-    named: dict[str, set[str]] = {m: set() for m in MODULES}
-    edges: dict[str, set[str]] = {m: set() for m in MODULES}
+    named: dict[str, set[str]] = {m: set() for m in MODULES.keys() | EXTENSIONS}
+    edges: dict[str, set[str]] = {m: set() for m in MODULES.keys() | EXTENSIONS}
     lazy = []
     for module, path in MODULES.items():
         tree = ast.parse(path.read_text(), str(path))
@@ -262,7 +271,7 @@ def test_the_circle_finder_finds_a_circle():
 
 
 def test_every_module_is_in_one_layer():
-    for module in MODULES:
+    for module in MODULES.keys() | EXTENSIONS:
         _layer(module)
 
 

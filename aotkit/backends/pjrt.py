@@ -306,8 +306,10 @@ def native_dispatcher(name: str, python_call, run):
     would take float64 arrays too); with it on, a Python float becomes a float64 buffer. So
     calls run in x64 mode, where NumPy dtypes key as themselves, except calls with a
     top-level Python scalar, which run with x64 off (a Python float then becomes the weakly
-    typed float32 of a scalar argument) and never cache NumPy leaves of the dtypes that
-    narrowing merges; each mode has its own C++ cache. A call switches only when the thread
+    typed float32 of a scalar argument); each mode has its own C++ cache. No NumPy leaf of
+    a dtype narrowing changes (`_EXACT_NUMPY` are the others) ever reaches the x64-off
+    cache: such calls take the checked call. So a float32 signature cached there is only
+    ever a float32 array's. A call switches only when the thread
     is not in its mode already, and calls of device arrays and NumPy arrays and scalars of
     dtypes narrowing keeps (`_EXACT_NUMPY`) never do. What runs in Python (a miss, which
     may trace with JAX) runs under the caller's own x64 setting. Arrays in big-endian byte
@@ -336,6 +338,11 @@ def native_dispatcher(name: str, python_call, run):
     for x64 in (True, False):
 
         def cache_miss(*args, _x64=x64, **kwargs):
+            if not _x64 and thread_x64.value:
+                # The C front calls `narrow` with Python scalars without reading the mode
+                # (a read costs more than the rest of the front). In x64 mode the call
+                # switches it off here, and jaxlib forgets this signature (x64 mode's) again.
+                return in_mode(False, narrow, args, kwargs), None, True
             out, fastpath = as_caller(run, _x64, args, kwargs)
             return out, fastpath, False
 
@@ -424,34 +431,34 @@ def native_dispatcher(name: str, python_call, run):
         values of 64-bit dtypes, non-native byte order or `IN_PLACE_FROM` bytes or more."""
         mode, dispatch = True, wide
         exact_only = not kwargs
-        large = False
+        found = 0  # what `_host_leaves` says of every argument together
         for arg in args:
             t = type(arg)
             if t is array_type:
                 continue
             if t is np.ndarray:
                 if arg.nbytes >= in_place_from:
-                    large = True
+                    found |= _LARGE
                 if arg.dtype in exact:
                     continue
                 if not arg.dtype.isnative:
                     return python_call(*args, **kwargs)
+                found |= _NARROWING
             elif t in exact_scalars:
                 continue
             elif t in python_scalars:
                 mode, dispatch = False, narrow
             elif t in _CONTAINERS:
-                found = _host_leaves(arg)
-                if found & _NON_NATIVE:
-                    return python_call(*args, **kwargs)
-                large = large or found & _LARGE
+                found |= _host_leaves(arg)
+            elif isinstance(arg, np.generic):
+                found |= _NARROWING
             exact_only = False
         if kwargs:
-            found = _host_leaves(kwargs)
-            if found & _NON_NATIVE:
-                return python_call(*args, **kwargs)
-            large = large or found & _LARGE
-        if large:
+            found |= _host_leaves(kwargs)
+        if found & _NON_NATIVE or (found & _NARROWING and mode is False):
+            # Read as native bytes, or narrowed into an x64-off signature: the checked call.
+            return python_call(*args, **kwargs)
+        if found & _LARGE:
             return large_call(mode, dispatch, exact_only, args, kwargs)
         if exact_only:
             try:
@@ -541,7 +548,6 @@ def native_dispatcher(name: str, python_call, run):
         # NumPy's own instances of these dtypes, which its arrays hold (compared by identity).
         exact_dtypes=tuple(np.dtype(d.type) for d in exact),
         python_scalars=python_scalars,
-        x64=thread_x64,
         clear_cache=clear_cache,
         in_place_from=in_place_from,
     )
@@ -557,14 +563,15 @@ def live(index: int, x):
 
 
 _CONTAINERS = frozenset((list, tuple, dict))
-_NON_NATIVE, _LARGE = 1, 2
+_NON_NATIVE, _LARGE, _NARROWING = 1, 2, 4
 
 
 def _host_leaves(tree) -> int:
     """What a container holds that the C++ transfer must not see as it is: `_NON_NATIVE`, a
     NumPy array in non-native (big-endian) byte order, whose bytes jaxlib would read as native
     ones (such calls take the checked path, which converts them); `_LARGE`, a NumPy array of
-    `IN_PLACE_FROM` bytes or more, which the transfer may read in place (`HostInputs`)."""
+    `IN_PLACE_FROM` bytes or more, which the transfer may read in place (`HostInputs`);
+    `_NARROWING`, a NumPy value of a dtype x64-off mode narrows (not in `_EXACT_NUMPY`)."""
     found = 0
     for x in tree.values() if type(tree) is dict else tree:
         t = type(x)
@@ -572,12 +579,16 @@ def _host_leaves(tree) -> int:
             if not x.dtype.isnative:
                 return _NON_NATIVE
             if x.nbytes >= IN_PLACE_FROM:
-                found = _LARGE
+                found |= _LARGE
+            if x.dtype not in _EXACT_NUMPY:
+                found |= _NARROWING
         elif t in _CONTAINERS:
             inner = _host_leaves(x)
             if inner & _NON_NATIVE:
                 return _NON_NATIVE
             found |= inner
+        elif isinstance(x, np.generic) and t not in _EXACT_NUMPY_SCALARS:
+            found |= _NARROWING
     return found
 
 
@@ -817,22 +828,18 @@ _CPP_SCALAR_DTYPES = {
     bool: (np.dtype(np.bool_), np.dtype(np.bool_)),
     float: (np.dtype(np.float32), np.dtype(np.float64)),
     complex: (np.dtype(np.complex64), np.dtype(np.complex128)),
+    int: (np.dtype(np.int32), np.dtype(np.int64)),
 }
-# With x64 off, the C++ transfer narrows 64-bit NumPy values: these dtypes then share keys.
-_NARROWED = frozenset(
-    np.dtype(d)
-    for d in (np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint64)
-    + (np.complex64, np.complex128)
-)
 
 
 def host_transfer_exact(leaf, spec: ShapeDtype, x64: bool) -> bool:
     """Whether jaxlib's C++ transfer (in JAX's x64 mode `x64`) turns a host leaf (NumPy
-    value or Python scalar) into exactly the buffer of `spec` that the checked call makes."""
+    value or Python scalar) into exactly the buffer of `spec` that the checked call makes.
+    With x64 off, it narrows the NumPy dtypes outside `_EXACT_NUMPY` (`native_dispatcher`
+    never hands it those in that mode, so no other dtype's signature is ever theirs)."""
     t = type(leaf)
     if t is np.ndarray or isinstance(leaf, np.generic):
-        return leaf.dtype == spec.dtype and (x64 or spec.dtype not in _NARROWED)
-    # Python ints stay in Python: their range check and its error are aotkit's.
+        return leaf.dtype == spec.dtype and (x64 or leaf.dtype in _EXACT_NUMPY)
     return t in _CPP_SCALAR_DTYPES and _CPP_SCALAR_DTYPES[t][x64] == spec.dtype
 
 

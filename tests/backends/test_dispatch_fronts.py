@@ -79,6 +79,30 @@ def test_without_the_c_part_aotkit_runs_on_its_python_stand_ins():
     assert "TypeError: Compiled 'lambda': function compiled for" in child.stderr
 
 
+def test_a_c_part_of_another_version_is_not_used():
+    code = textwrap.dedent(
+        """
+        import sys, types, warnings
+        stale = types.ModuleType("aotkit._speedups")
+        stale.VERSION, stale.__file__ = 0, "_speedups.so"  # built from an older source
+        sys.modules["aotkit._speedups"] = stale
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import aotkit
+            from aotkit import _native
+        assert _native.Front is None
+        print(aotkit.jit(lambda x: x + 1)(1.0))
+        print(*[str(w.message) for w in caught if w.category is RuntimeWarning])
+        """
+    )
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
+    first, warning = child.stdout.splitlines()
+    assert first == "2.0"
+    assert "was built from another version of aotkit/_speedups.c" in warning
+    assert "reinstall aotkit (pip install -e . in a checkout)" in warning
+
+
 def test_compiled_and_jit_call_the_front_in_use(front):
     compiled = aotkit.lower(lambda x: x + 1, aotkit.spec("f32[]")).compile()
     jitted = aotkit.jit(lambda x: x + 1)
@@ -120,6 +144,61 @@ def test_a_cleared_cache_is_filled_again(front):
         np.testing.assert_array_equal(jitted(x), x * 3)
         jitted.clear_cache()
     np.testing.assert_array_equal(jitted(x), x * 3)
+
+
+WRAPS = {"top level": lambda a: a, "in a list": lambda a: [a], "keyword": lambda a: a}
+
+
+@pytest.mark.parametrize("where", WRAPS)
+@pytest.mark.parametrize(
+    ("narrow", "wide"),
+    [
+        (np.array([1.5, 2.0], np.float32), np.array([1.0 + 2.0**-40, 2.0])),
+        (np.float32(1.5), np.float64(1.0 + 2.0**-40)),
+        (np.array([7, 8], np.int32), np.array([2**40 + 1, 8])),
+    ],
+    ids=["float arrays", "float scalars", "int arrays"],
+)
+def test_a_64_bit_value_never_takes_a_cached_32_bit_signature(front, where, narrow, wide):
+    # With x64 off, jaxlib keys a float64 NumPy value like a float32 one and narrows it;
+    # with a Python scalar in the call, the call runs in that mode. The float32 signature
+    # cached first must not take the float64 value, in the call's tree or in a keyword.
+    wrap = WRAPS[where]
+
+    def f(x, s):
+        return [v * s for v in x] if type(x) is list else x * s
+
+    jitted = aotkit.jit(f)
+    for value in (narrow, wide, narrow, wide):
+        for _ in range(3):
+            out = jitted(x=wrap(value), s=2) if where == "keyword" else jitted(wrap(value), 2)
+            (leaf,) = jax.tree_util.tree_leaves(out)
+            assert leaf.dtype == value.dtype
+            np.testing.assert_array_equal(leaf, value * 2)
+    spec = aotkit.spec(f"{np.dtype(narrow.dtype).name}[{','.join(map(str, np.shape(narrow)))}]")
+    compiled = aotkit.lower(f, wrap(spec), aotkit.spec("f32[]")).compile()
+    for _ in range(3):
+        (leaf,) = jax.tree_util.tree_leaves(compiled(wrap(narrow), 2.0))
+        np.testing.assert_array_equal(leaf, narrow * 2)
+    with pytest.raises(TypeError, match=r"expected (f32|i32)\[.*\], got (f64|i64)"):
+        compiled(wrap(wide), 2.0)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_python_ints_take_the_fast_path_and_get_aotkits_range_error(front, x64):
+    # An int32 signature is cached; an int outside int32's range after it still gets
+    # aotkit's own message (jaxlib's signature of such an int fails, and the call falls back).
+    jitted = aotkit.jit(lambda x, n: x + n)
+    x = np.arange(2, dtype=np.int32)
+    with jax.enable_x64(x64):
+        for n in (3, 3, 3, -(2**31), 2**31 - 2):
+            out = jitted(x, n)
+            assert out.dtype == np.int32
+            np.testing.assert_array_equal(out, x + np.int32(n))
+        for n in (2**31, -(2**31) - 1, 2**40):
+            with pytest.raises(ValueError, match=rf"args\[1\] is Python int {n}, out of range"):
+                jitted(x, n)
+    assert jitted.cache_info().traces == 1
 
 
 # --- Both fronts, call by call, over argument kinds, dtypes, sizes and x64 modes.

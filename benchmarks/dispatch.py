@@ -6,9 +6,10 @@
            checks, no output wrapping; NumPy inputs: plus the host->device transfer)
 
 with device-array inputs and with NumPy inputs, plus Python-float inputs and the
-`jit(f)(x)` path. Each input kind is measured on its own, its variants' rounds interleaved
-(the first variant of a round rotating) so all see the same machine load; the table shows
-the best and the median round (microseconds per call) and aotkit's ratios of the bests and
+`jit(f)(x)` path, and `jit` of `f(x, s) = x * s` called with an array and a Python scalar.
+Each input kind is measured on its own, its variants' rounds interleaved (the first variant
+of a round rotating) so all see the same machine load; the table shows the best and the
+median round (microseconds per call) and aotkit's ratios of the bests and
 of the medians.
 `--public-only` first takes away every private jaxlib name `aotkit._compat` uses, so aotkit
 (and the raw column's host transfer) run on the public fallbacks a newer jaxlib would get.
@@ -87,6 +88,14 @@ def main(argv=None) -> int:
         jitted_ours(x)
     for x in (x_np0, x_dev, 3.0):
         jitted_theirs(x)
+    # Two arguments: an array and a Python scalar, as in `f(x, 0.5)`.
+    scaled_ours = jit(lambda x, s: x * s)
+    scaled_theirs = jax.jit(lambda x, s: x * s)
+    v_np = np.arange(3, dtype=np.float32)
+    v_dev = jax.device_put(v_np)
+    for scaled in (scaled_ours, scaled_theirs):
+        scaled(v_np, 0.5)
+        scaled(v_dev, 2)
 
     groups = [
         (
@@ -140,6 +149,20 @@ def main(argv=None) -> int:
             {
                 "aotkit": lambda: jitted_ours(3.0),
                 "jax": lambda: jitted_theirs(3.0),
+            },
+        ),
+        (
+            "jit(f)(x, 0.5), NumPy x",
+            {
+                "aotkit": lambda: scaled_ours(v_np, 0.5),
+                "jax": lambda: scaled_theirs(v_np, 0.5),
+            },
+        ),
+        (
+            "jit(f)(x, 2), device x",
+            {
+                "aotkit": lambda: scaled_ours(v_dev, 2),
+                "jax": lambda: scaled_theirs(v_dev, 2),
             },
         ),
     ]

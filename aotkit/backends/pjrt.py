@@ -308,10 +308,10 @@ def native_dispatcher(name: str, python_call, run):
     top-level Python scalar, which run with x64 off (a Python float then becomes the weakly
     typed float32 of a scalar argument); each mode has its own C++ cache. No NumPy leaf of
     a dtype narrowing changes (`_EXACT_NUMPY` are the others) ever reaches the x64-off
-    cache: such calls take the checked call. So a float32 signature cached there is only
-    ever a float32 array's. A call switches only when the thread
-    is not in its mode already, and calls of device arrays and NumPy arrays and scalars of
-    dtypes narrowing keeps (`_EXACT_NUMPY`) never do. What runs in Python (a miss, which
+    cache: such calls take the checked call, so a float32 signature cached there is only
+    ever a float32 array's. A call switches only when the thread is not in its mode
+    already, and calls of device arrays and NumPy arrays and scalars of dtypes narrowing
+    keeps never do. What runs in Python (a miss, which
     may trace with JAX) runs under the caller's own x64 setting. Arrays in big-endian byte
     order never reach the C++ side (it would read their bytes as native ones). NumPy arrays
     the transfer may read in place are prepared first, and their calls wait for their
@@ -340,7 +340,7 @@ def native_dispatcher(name: str, python_call, run):
         def cache_miss(*args, _x64=x64, **kwargs):
             if not _x64 and thread_x64.value:
                 # The C front calls `narrow` with Python scalars without reading the mode
-                # (a read costs more than the rest of the front). In x64 mode the call
+                # (a read costs as much as the rest of the front). In x64 mode the call
                 # switches it off here, and jaxlib forgets this signature (x64 mode's) again.
                 return in_mode(False, narrow, args, kwargs), None, True
             out, fastpath = as_caller(run, _x64, args, kwargs)

@@ -3,7 +3,7 @@ C front (aotkit/_speedups.c) and the Python `call` it stands in for must give th
 results, dtypes and errors on every call.
 
 Oracle: each other, and the Python front is itself checked against NumPy and JAX across the
-suite. Every call is made twice, so that the second goes through jaxlib's cached fast path.
+suite. Calls are made more than once, so that the later ones take jaxlib's cached fast path.
 """
 
 from __future__ import annotations

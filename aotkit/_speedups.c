@@ -4,8 +4,8 @@
  * `Front` is what `compiled(*args)` and `jit(f)(*args)` call once jaxlib's C++ dispatch
  * stands behind them (aotkit/backends/pjrt.py, `native_dispatcher`). It does the common
  * case of that function's Python `call` without a Python frame: a call of positional device
- * arrays, small NumPy values of dtypes x64 mode keeps, and Python scalars goes straight to
- * jaxlib's C++ dispatch for its x64 mode; every other call goes to the Python `call`, which
+ * arrays, small NumPy values of dtypes x64 mode keeps, Python scalars, and lists, tuples and
+ * dicts of them goes straight to jaxlib's C++ dispatch for its x64 mode; every other call goes to the Python `call`, which
  * holds the full rules. The two must agree on every call this one takes
  * (tests/backends/test_dispatch_fronts.py compares them call by call).
  *
@@ -150,6 +150,66 @@ check_array_head(Front *self)
     return 0;
 }
 
+/* Containers nested deeper than this go to `slow`. */
+#define MAX_DEPTH 16
+
+/* Whether this front takes an argument: a device array, a NumPy array or scalar of an exact
+ * dtype (an array under `in_place_from` bytes), a Python scalar (noted in `python_scalar`),
+ * None, or a list, tuple or dict (exactly those types, as the Python front's `_CONTAINERS`)
+ * of such. Reads no attribute and runs no Python code, so the containers cannot change
+ * while it looks. */
+static int
+takes(Front *self, PyObject *arg, int depth, int *python_scalar)
+{
+    PyObject *type = (PyObject *)Py_TYPE(arg);
+    if (type == self->array_type) {
+        return 1;
+    }
+    if (type == self->ndarray_type) {
+        return small_exact_array(self, arg);
+    }
+    if (is_one_of(self->exact_scalar_types, self->n_exact_scalars, type)) {
+        return 1;
+    }
+    if (is_one_of(self->python_scalar_types, self->n_python_scalars, type)) {
+        *python_scalar = 1;
+        return 1;
+    }
+    if (arg == Py_None) {
+        return 1;
+    }
+    if (depth >= MAX_DEPTH) {
+        return 0;
+    }
+    if (PyTuple_CheckExact(arg)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arg); i++) {
+            if (!takes(self, PyTuple_GET_ITEM(arg, i), depth + 1, python_scalar)) {
+                return 0;
+            }
+        }
+        return 1;
+    }
+    if (PyList_CheckExact(arg)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(arg); i++) {
+            if (!takes(self, PyList_GET_ITEM(arg, i), depth + 1, python_scalar)) {
+                return 0;
+            }
+        }
+        return 1;
+    }
+    if (PyDict_CheckExact(arg)) {
+        Py_ssize_t position = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(arg, &position, &key, &value)) {
+            if (!takes(self, value, depth + 1, python_scalar)) {
+                return 0;
+            }
+        }
+        return 1;
+    }
+    return 0;
+}
+
 /* The C++ dispatch raised: `failed(error, args)` recovers or raises it filtered. Errors
  * that are not `Exception`s (KeyboardInterrupt) leave as they are, as from the Python
  * front. */
@@ -196,24 +256,9 @@ front_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *k
         goto slow;
     }
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        PyObject *arg = args[i];
-        PyObject *type = (PyObject *)Py_TYPE(arg);
-        if (type == self->array_type) {
-            continue;
-        }
-        if (type == self->ndarray_type) {
-            if (!small_exact_array(self, arg)) {
-                goto slow;
-            }
-            continue;
-        }
-        if (is_one_of(self->exact_scalar_types, self->n_exact_scalars, type)) {
-            continue;
-        }
-        if (!is_one_of(self->python_scalar_types, self->n_python_scalars, type)) {
+        if (!takes(self, args[i], 0, &python_scalar)) {
             goto slow;
         }
-        python_scalar = 1;
     }
     /* A Python scalar is the weakly typed 32-bit value of x64 off: `narrow` keys and runs
      * calls in that mode, and switches a call made in x64 mode on its own (its cache miss). */
@@ -503,7 +548,7 @@ speedups_exec(PyObject *module)
     }
     /* aotkit/_native.py uses this module only where the two agree (an install that did
      * not rebuild it after its source changed keeps an older one). */
-    if (PyModule_AddIntConstant(module, "VERSION", 1) < 0) {
+    if (PyModule_AddIntConstant(module, "VERSION", 2) < 0) {
         return -1;
     }
     if (add_type(module, &front_spec, "Front") < 0) {

@@ -6,7 +6,8 @@
            checks, no output wrapping; NumPy inputs: plus the host->device transfer)
 
 with device-array inputs and with NumPy inputs, plus Python-float inputs and the
-`jit(f)(x)` path, and `jit` of `f(x, s) = x * s` called with an array and a Python scalar.
+`jit(f)(x)` path, `jit` of `f(x, s) = x * s` called with an array and a Python scalar, and
+`jit` of a 4-layer `f(params, x)` whose `params` is a dict of lists of arrays and a scalar.
 Each input kind is measured on its own, its variants' rounds interleaved (the first variant
 of a round rotating) so all see the same machine load; the table shows the best and the
 median round (microseconds per call) and aotkit's ratios of the bests and
@@ -97,6 +98,19 @@ def main(argv=None) -> int:
         scaled(v_np, 0.5)
         scaled(v_dev, 2)
 
+    # A parameter tree: `f(params, x)`, a dict of lists of (w, b) device arrays and a scale.
+    def layers(params, x):
+        for w, b in params["layers"]:
+            x = x @ w + b
+        return x * params["scale"]
+
+    w, b = jax.device_put(np.eye(4, dtype=np.float32)), jax.device_put(np.ones(4, np.float32))
+    params = {"layers": [(w, b)] * 4, "scale": 0.5}
+    batch = np.ones((2, 4), np.float32)
+    layers_ours, layers_theirs = jit(layers), jax.jit(layers)
+    layers_ours(params, batch)
+    layers_theirs(params, batch)
+
     groups = [
         (
             "device array",
@@ -163,6 +177,13 @@ def main(argv=None) -> int:
             {
                 "aotkit": lambda: scaled_ours(v_dev, 2),
                 "jax": lambda: scaled_theirs(v_dev, 2),
+            },
+        ),
+        (
+            "jit(f)(params, x), a tree",
+            {
+                "aotkit": lambda: layers_ours(params, batch),
+                "jax": lambda: layers_theirs(params, batch),
             },
         ),
     ]

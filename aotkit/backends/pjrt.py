@@ -304,18 +304,18 @@ def native_dispatcher(name: str, python_call, run):
     JAX's x64 mode changes what the C++ transfer does: with it off, 64-bit NumPy values
     are narrowed and a float64 array keys like a float32 one (so a cached float32 signature
     would take float64 arrays too); with it on, a Python float becomes a float64 buffer. So
-    calls run in x64 mode, where NumPy dtypes key as themselves, except calls with a
-    top-level Python scalar, which run with x64 off (a Python float then becomes the weakly
-    typed float32 of a scalar argument); each mode has its own C++ cache. No NumPy leaf of
-    a dtype narrowing changes (`_EXACT_NUMPY` are the others) ever reaches the x64-off
-    cache: such calls take the checked call, so a float32 signature cached there is only
-    ever a float32 array's. A call switches only when the thread is not in its mode
-    already, and calls of device arrays and NumPy arrays and scalars of dtypes narrowing
-    keeps never do. What runs in Python (a miss, which
-    may trace with JAX) runs under the caller's own x64 setting. Arrays in big-endian byte
-    order never reach the C++ side (it would read their bytes as native ones). NumPy arrays
-    the transfer may read in place are prepared first, and their calls wait for their
-    results (`HostInputs`). A call of one array or scalar takes the fewest steps.
+    calls run in x64 mode, where NumPy dtypes key as themselves, except calls with a Python
+    scalar anywhere in their arguments, which run with x64 off (a Python float then becomes
+    the weakly typed float32 of a scalar argument); each mode has its own C++ cache. No
+    NumPy leaf of a dtype narrowing changes (`_EXACT_NUMPY` are the others) ever reaches the
+    x64-off cache: such calls take the checked call, so a float32 signature cached there is
+    only ever a float32 array's. A call switches only when the thread is not in its mode
+    already, and calls whose leaves are device arrays and NumPy arrays and scalars of dtypes
+    narrowing keeps never do. What runs in Python (a miss, which may trace with JAX) runs
+    under the caller's own x64 setting. Arrays in big-endian byte order never reach the C++
+    side (it would read their bytes as native ones). NumPy arrays the transfer may read in
+    place are prepared first, and their calls wait for their results (`HostInputs`). A call
+    of one array or scalar takes the fewest steps.
     """
     swap, restore = _compat.x64_switch()
     thread_x64 = _compat.x64_state()
@@ -429,43 +429,19 @@ def native_dispatcher(name: str, python_call, run):
     def other_call(args: tuple, kwargs: dict):
         """Every call `call` does not finish itself: keyword arguments, containers, NumPy
         values of 64-bit dtypes, non-native byte order or `IN_PLACE_FROM` bytes or more."""
-        mode, dispatch = True, wide
-        exact_only = not kwargs
-        found = 0  # what `_host_leaves` says of every argument together
-        for arg in args:
-            t = type(arg)
-            if t is array_type:
-                continue
-            if t is np.ndarray:
-                if arg.nbytes >= in_place_from:
-                    found |= _LARGE
-                if arg.dtype in exact:
-                    continue
-                if not arg.dtype.isnative:
-                    return python_call(*args, **kwargs)
-                found |= _NARROWING
-            elif t in exact_scalars:
-                continue
-            elif t in python_scalars:
-                mode, dispatch = False, narrow
-            elif t in _CONTAINERS:
-                found |= _host_leaves(arg)
-            elif isinstance(arg, np.generic):
-                found |= _NARROWING
-            exact_only = False
+        found = _host_leaves(args, array_type)
         if kwargs:
-            found |= _host_leaves(kwargs)
-        if found & _NON_NATIVE or (found & _NARROWING and mode is False):
+            found |= _host_leaves(kwargs, array_type)
+        if found & _NON_NATIVE or found & _NARROWING and found & _PYTHON_SCALAR:
             # Read as native bytes, or narrowed into an x64-off signature: the checked call.
             return python_call(*args, **kwargs)
+        # A Python scalar anywhere runs the call with x64 off (see above).
+        mode, dispatch = (False, narrow) if found & _PYTHON_SCALAR else (True, wide)
+        # Leaves that key and transfer alike in either mode: no switch.
+        exact_only = mode and not found & (_NARROWING | _OTHER)
         if found & _LARGE:
             return large_call(mode, dispatch, exact_only, args, kwargs)
-        if exact_only:
-            try:
-                return wide(*args)
-            except (runtime_error, ValueError):
-                return _after_failure(args, kwargs)
-        if thread_x64.value is mode:  # already in that mode (x64 off and a Python scalar, say)
+        if exact_only or thread_x64.value is mode:  # or in that mode already
             try:
                 return dispatch(*args, **kwargs)
             except (runtime_error, ValueError):
@@ -563,18 +539,24 @@ def live(index: int, x):
 
 
 _CONTAINERS = frozenset((list, tuple, dict))
-_NON_NATIVE, _LARGE, _NARROWING = 1, 2, 4
+_NON_NATIVE, _LARGE, _NARROWING, _PYTHON_SCALAR, _OTHER = 1, 2, 4, 8, 16
 
 
-def _host_leaves(tree) -> int:
-    """What a container holds that the C++ transfer must not see as it is: `_NON_NATIVE`, a
-    NumPy array in non-native (big-endian) byte order, whose bytes jaxlib would read as native
-    ones (such calls take the checked path, which converts them); `_LARGE`, a NumPy array of
-    `IN_PLACE_FROM` bytes or more, which the transfer may read in place (`HostInputs`);
-    `_NARROWING`, a NumPy value of a dtype x64-off mode narrows (not in `_EXACT_NUMPY`)."""
+def _host_leaves(tree, array_type) -> int:
+    """What the leaves of a call's arguments (`tree`: its tuple of positional arguments, its
+    dict of keywords, or a list, tuple or dict in them) are, as far as the C++ transfer and
+    its x64 mode go: `_NON_NATIVE`, a NumPy array in non-native (big-endian) byte order,
+    whose bytes jaxlib would read as native ones (such calls take the checked path, which
+    converts them); `_LARGE`, a NumPy array of `IN_PLACE_FROM` bytes or more, which the
+    transfer may read in place (`HostInputs`); `_NARROWING`, a NumPy value of a dtype x64-off
+    mode narrows (not in `_EXACT_NUMPY`); `_PYTHON_SCALAR`, a Python scalar; `_OTHER`, any
+    other leaf or pytree node (device arrays, None and NumPy values of `_EXACT_NUMPY`
+    dtypes key alike in either mode)."""
     found = 0
     for x in tree.values() if type(tree) is dict else tree:
         t = type(x)
+        if t is array_type or t in _EXACT_NUMPY_SCALARS or x is None:
+            continue
         if t is np.ndarray:
             if not x.dtype.isnative:
                 return _NON_NATIVE
@@ -583,12 +565,16 @@ def _host_leaves(tree) -> int:
             if x.dtype not in _EXACT_NUMPY:
                 found |= _NARROWING
         elif t in _CONTAINERS:
-            inner = _host_leaves(x)
+            inner = _host_leaves(x, array_type)
             if inner & _NON_NATIVE:
                 return _NON_NATIVE
             found |= inner
-        elif isinstance(x, np.generic) and t not in _EXACT_NUMPY_SCALARS:
+        elif t in _PYTHON_SCALARS:
+            found |= _PYTHON_SCALAR
+        elif isinstance(x, np.generic):
             found |= _NARROWING
+        else:
+            found |= _OTHER
     return found
 
 

@@ -210,7 +210,7 @@ DTYPES = [
 # () and (3,) broadcast with each other; (600,) float32 and wider reach `IN_PLACE_FROM`
 # bytes (the C front leaves those to the Python one).
 SHAPES = [(), (3,), (600,)]
-KINDS = ["device", "numpy", "numpy scalar", "python", "swapped", "list"]
+KINDS = ["device", "numpy", "numpy scalar", "python", "swapped", "list", "dict", "nested"]
 PYTHON_SCALARS = [True, 3, -2, 1.5, 2.0 - 1.0j]
 
 
@@ -227,6 +227,10 @@ def argument(kind: str, dtype, shape: tuple, scalar=1.5):
         return value.astype(value.dtype.newbyteorder())
     if kind == "list":
         return [value]
+    if kind == "dict":
+        return {"value": value, "nothing": None}
+    if kind == "nested":  # a Python scalar inside: the call runs with x64 off
+        return ({"value": [value]}, scalar)
     return value
 
 
@@ -244,6 +248,36 @@ def calls(draw):
         )
         for _ in range(n)
     ]
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_calls_with_containers_and_python_scalars_in_them_stay_on_the_fast_path(front, x64):
+    # `f(params, x)`: a dict of lists of tuples of arrays, with a Python scalar in it.
+    def f(params, x):
+        for w, b in params["layers"]:
+            x = x @ w + b
+        return x * params["scale"]
+
+    rng = np.random.default_rng(0)
+    layers = [
+        (rng.standard_normal((4, 4), np.float32), rng.standard_normal(4, np.float32))
+        for _ in range(3)
+    ]
+    params = {"layers": [(jax.device_put(w), b) for w, b in layers], "scale": 0.5}
+    x = rng.standard_normal((2, 4), np.float32)
+    expected = x
+    for w, b in layers:
+        expected = expected @ w + b
+    jitted = aotkit.jit(f)
+    with jax.enable_x64(x64):
+        for _ in range(3):
+            out = jitted(params, x)
+            assert out.dtype == np.float32
+            np.testing.assert_allclose(out, expected * np.float32(0.5), rtol=1e-5)
+        before = jitted.cache_info()
+        for _ in range(3):
+            jitted(params, x)
+        assert jitted.cache_info() == before  # no call took the checked Python path
 
 
 def _outcome(fn, args):

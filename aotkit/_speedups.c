@@ -5,9 +5,9 @@
  * stands behind them (aotkit/backends/pjrt.py, `native_dispatcher`). It does the common
  * case of that function's Python `call` without a Python frame: a call of positional device
  * arrays, small NumPy values of dtypes x64 mode keeps, Python scalars, and lists, tuples and
- * dicts of them goes straight to jaxlib's C++ dispatch for its x64 mode; every other call goes to the Python `call`, which
- * holds the full rules. The two must agree on every call this one takes
- * (tests/backends/test_dispatch_fronts.py compares them call by call).
+ * dicts of them goes straight to jaxlib's C++ dispatch for its x64 mode; every other call
+ * goes to the Python `call`, which holds the full rules. The two must agree on every call
+ * this one takes (tests/backends/test_dispatch_fronts.py compares them call by call).
  *
  * An exception from the C++ dispatch goes to the Python `failed(error, args)`, which
  * either recovers (an array donated to an earlier call: the checked call words the error)

@@ -18,6 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <string.h>
 
 /* The head of NumPy's array object (`PyArrayObject_fields` in numpy/ndarraytypes.h), read
  * without NumPy's headers. Extensions compiled against NumPy read these fields at these
@@ -101,7 +102,20 @@ members(PyObject *set, PyObject **out, Py_ssize_t capacity, Py_ssize_t *n, const
     return 0;
 }
 
-static PyObject *str_itemsize;
+/* The objects a `Front` holds, in `__init__`'s keyword order: the one list that setting,
+ * visiting and clearing them go through. */
+#define N_HELD 10
+
+static void
+held(Front *self, PyObject **slots[N_HELD])
+{
+    PyObject **all[N_HELD] = {
+        &self->wide, &self->narrow, &self->slow, &self->failed, &self->array_type,
+        &self->ndarray_type, &self->exact_scalars, &self->exact_dtypes,
+        &self->python_scalars, &self->clear_cache,
+    };
+    memcpy(slots, all, sizeof(all));
+}
 
 /* Whether a NumPy array is of an exact dtype and under `in_place_from` bytes. Reads the
  * array's head: no attribute lookups, no dtype hashing (each costs more here than the
@@ -138,7 +152,9 @@ check_array_head(Front *self)
         return -1;
     }
     const ArrayHead *head = (const ArrayHead *)probe;
-    int same = Py_TYPE(probe) == (PyTypeObject *)self->ndarray_type && head->nd == 2 &&
+    /* Fields are read only from an object of that type and at least that size. */
+    int same = Py_TYPE(probe) == (PyTypeObject *)self->ndarray_type &&
+               Py_TYPE(probe)->tp_basicsize >= (Py_ssize_t)sizeof(ArrayHead) && head->nd == 2 &&
                head->dimensions[0] == 3 && head->dimensions[1] == 5 &&
                head->descr == self->exact[0];
     Py_DECREF(probe);
@@ -296,16 +312,13 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
                      n_exact);
         return -1;
     }
-    PyObject **slots[] = {
-        &self->wide, &self->narrow, &self->slow, &self->failed, &self->array_type,
-        &self->ndarray_type, &self->exact_scalars, &self->exact_dtypes,
-        &self->python_scalars, &self->clear_cache,
-    };
-    PyObject *values[] = {
+    PyObject **slots[N_HELD];
+    held(self, slots);
+    PyObject *values[N_HELD] = {
         wide, narrow, slow, failed, array_type, ndarray_type, exact_scalars, exact_dtypes,
         python_scalars, clear_cache,
     };
-    for (size_t i = 0; i < sizeof(slots) / sizeof(slots[0]); i++) {
+    for (int i = 0; i < N_HELD; i++) {
         Py_INCREF(values[i]);
         Py_XSETREF(*slots[i], values[i]);
     }
@@ -320,7 +333,7 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     self->n_exact = 0;
     for (Py_ssize_t i = 0; i < n_exact; i++) {
         PyObject *dtype = PyTuple_GET_ITEM(exact_dtypes, i);
-        PyObject *size = PyObject_GetAttr(dtype, str_itemsize);
+        PyObject *size = PyObject_GetAttrString(dtype, "itemsize");
         if (size == NULL) {
             return -1;
         }
@@ -340,16 +353,11 @@ front_traverse(PyObject *op, visitproc visit, void *arg)
 {
     Front *self = (Front *)op;
     Py_VISIT(Py_TYPE(op));
-    Py_VISIT(self->wide);
-    Py_VISIT(self->narrow);
-    Py_VISIT(self->slow);
-    Py_VISIT(self->failed);
-    Py_VISIT(self->array_type);
-    Py_VISIT(self->ndarray_type);
-    Py_VISIT(self->exact_scalars);
-    Py_VISIT(self->exact_dtypes);
-    Py_VISIT(self->python_scalars);
-    Py_VISIT(self->clear_cache);
+    PyObject **slots[N_HELD];
+    held(self, slots);
+    for (int i = 0; i < N_HELD; i++) {
+        Py_VISIT(*slots[i]);
+    }
     return 0;
 }
 
@@ -357,16 +365,11 @@ static int
 front_clear(PyObject *op)
 {
     Front *self = (Front *)op;
-    Py_CLEAR(self->wide);
-    Py_CLEAR(self->narrow);
-    Py_CLEAR(self->slow);
-    Py_CLEAR(self->failed);
-    Py_CLEAR(self->array_type);
-    Py_CLEAR(self->ndarray_type);
-    Py_CLEAR(self->exact_scalars);
-    Py_CLEAR(self->exact_dtypes);
-    Py_CLEAR(self->python_scalars);
-    Py_CLEAR(self->clear_cache);
+    PyObject **slots[N_HELD];
+    held(self, slots);
+    for (int i = 0; i < N_HELD; i++) {
+        Py_CLEAR(*slots[i]);
+    }
     return 0;
 }
 
@@ -542,10 +545,6 @@ add_type(PyObject *module, PyType_Spec *spec, const char *name)
 static int
 speedups_exec(PyObject *module)
 {
-    str_itemsize = PyUnicode_InternFromString("itemsize");
-    if (str_itemsize == NULL) {
-        return -1;
-    }
     /* aotkit/_native.py uses this module only where the two agree (an install that did
      * not rebuild it after its source changed keeps an older one). */
     if (PyModule_AddIntConstant(module, "VERSION", 2) < 0) {

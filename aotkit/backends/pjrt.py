@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Mapping
 
 import jax
@@ -513,20 +514,24 @@ def native_dispatcher(name: str, python_call, run):
     if _Front is None:
         return call
     # The C front takes `call`'s fast path without a Python frame (`call` takes the rest).
-    return _Front(
-        wide=wide,
-        narrow=narrow,
-        slow=call,
-        failed=failed,
-        array_type=array_type,
-        ndarray_type=np.ndarray,
-        exact_scalars=exact_scalars,
-        # NumPy's own instances of these dtypes, which its arrays hold (compared by identity).
-        exact_dtypes=tuple(np.dtype(d.type) for d in exact),
-        python_scalars=python_scalars,
-        clear_cache=clear_cache,
-        in_place_from=in_place_from,
-    )
+    try:
+        return _Front(
+            wide=wide,
+            narrow=narrow,
+            slow=call,
+            failed=failed,
+            array_type=array_type,
+            ndarray_type=np.ndarray,
+            exact_scalars=exact_scalars,
+            # NumPy's own instances of these dtypes, which its arrays hold (compared by identity).
+            exact_dtypes=tuple(np.dtype(d.type) for d in exact),
+            python_scalars=python_scalars,
+            clear_cache=clear_cache,
+            in_place_from=in_place_from,
+        )
+    except RuntimeError as e:  # it cannot read this NumPy's arrays
+        warnings.warn(f"{e}; calls take the Python front", RuntimeWarning, stacklevel=2)
+        return call
 
 
 def live(index: int, x):

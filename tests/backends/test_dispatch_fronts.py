@@ -29,6 +29,7 @@ from aotkit.backends import pjrt
 
 AOTKIT_DIR = os.path.dirname(os.path.abspath(aotkit.__file__))
 BUILT = _native.Front
+needs_c = pytest.mark.skipif(BUILT is None, reason="aotkit._speedups is not built (no C compiler)")
 
 
 @pytest.fixture(params=["c", "python"])
@@ -101,6 +102,74 @@ def test_a_c_part_of_another_version_is_not_used():
     assert first == "2.0"
     assert "was built from another version of aotkit/_speedups.c" in warning
     assert "reinstall aotkit (pip install -e . in a checkout)" in warning
+
+
+def _front_parts(**changes) -> dict:
+    """Keyword arguments of a C `Front` (stand-in callables), with `changes`."""
+    parts = dict(
+        wide=id, narrow=id, slow=id, failed=id, clear_cache=id,
+        array_type=type(jax.device_put(1.0)), ndarray_type=np.ndarray,
+        exact_scalars=pjrt._EXACT_NUMPY_SCALARS,
+        exact_dtypes=tuple(np.dtype(d.type) for d in pjrt._EXACT_NUMPY),
+        python_scalars=pjrt._PYTHON_SCALARS, in_place_from=pjrt.IN_PLACE_FROM,
+    )  # fmt: skip
+    return {**parts, **changes}
+
+
+class _Reversed(np.ndarray):
+    """An array type whose `(3, 5)` array is `(5, 3)`: not what the front reads back."""
+
+    def __new__(cls, shape, dtype):
+        return np.ndarray.__new__(cls, tuple(reversed(shape)), dtype)
+
+
+class _Small:
+    """Not an array, and smaller than the array head the C front reads."""
+
+    def __init__(self, shape, dtype):
+        pass
+
+
+HEAD = r"^aotkit\._speedups: NumPy's array head is not the one this build reads$"
+
+
+@needs_c
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        ({"exact_dtypes": ()}, ValueError, r"^exact_dtypes: 1 to 32 dtypes, got 0$"),
+        (
+            {"python_scalars": frozenset((bool, int, float, complex, str, bytes, list, dict, set))},
+            ValueError,
+            r"^python_scalars: at most 8 types, got 9$",
+        ),
+        ({"ndarray_type": _Reversed}, RuntimeError, HEAD),
+        ({"ndarray_type": _Small}, RuntimeError, HEAD),
+    ],
+    ids=["no dtypes", "too many scalar types", "another array type", "a small object"],
+)
+def test_the_c_front_refuses_what_it_cannot_read(changes, error, message):
+    with pytest.raises(error, match=message):
+        BUILT(**_front_parts(**changes))
+
+
+@needs_c
+def test_a_front_that_cannot_read_numpys_arrays_leaves_calls_to_the_python_one(monkeypatch):
+    monkeypatch.setattr(pjrt, "_Front", lambda **parts: BUILT(**{**parts, "ndarray_type": _Small}))
+    with pytest.warns(RuntimeWarning, match=r"this build reads; calls take the Python front$"):
+        compiled = aotkit.lower(lambda x: x * 2, aotkit.spec("f32[2]")).compile()
+    assert compiled._call.__name__ == "call"
+    for _ in range(2):
+        np.testing.assert_array_equal(compiled(np.ones(2, np.float32)), [2.0, 2.0])
+
+
+@needs_c
+def test_a_dispatching_object_without_its_dispatch_says_so():
+    class Bare(_native.Dispatching):
+        pass
+
+    with pytest.raises(TypeError, match=r"^'Bare' object is not set up to be called$"):
+        Bare()(1)
 
 
 def test_compiled_and_jit_call_the_front_in_use(front):
@@ -312,9 +381,6 @@ def _both_fronts(args: list, x64: bool) -> None:
             pjrt._Front = saved
         assert (type(jitted._dispatch).__name__ == "Front") == (name == "c")
     assert outcomes["c"] == outcomes["python"]
-
-
-needs_c = pytest.mark.skipif(BUILT is None, reason="aotkit._speedups is not built (no C compiler)")
 
 
 @needs_c

@@ -58,6 +58,7 @@ class LoweringContext:
         "mlir",
         "element_types",
         "tensor_types",
+        "plans",
         "locations",
         "location_codes",
         "location",
@@ -75,6 +76,9 @@ class LoweringContext:
         self.mlir = mlir if mlir is not None else _compat.make_context()
         self.element_types: dict = {}
         self.tensor_types: dict = {}
+        # What `lowering.core.bind` makes of an op with parameters, by (op, its operands'
+        # shapes and dtypes, its parameters): (shape, dtype, result type, attributes).
+        self.plans: dict = {}
         # The user's locations, by (id of the code object, instruction offset): see
         # `lowering.core.user_location`. The code objects are kept, so no other takes an id.
         self.locations: dict = {}

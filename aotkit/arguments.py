@@ -97,8 +97,16 @@ def merge_static(dyn_args: Sequence, dyn_kwargs: dict, static_pos: dict, static_
 def flat_specs(fn_name: str, tree_in) -> tuple[tuple[ShapeDtype, ...], object]:
     """Flattens `((args), {kwargs})` and gives each leaf's spec; non-arrays are TypeErrors."""
     leaves, treedef = tree_util.tree_flatten(tree_in)
+    return specs_of_leaves(fn_name, tree_in, leaves), treedef
+
+
+def specs_of_leaves(fn_name: str, tree_in, leaves: list) -> tuple[ShapeDtype, ...]:
+    """The spec of each leaf of `tree_in` (`leaves`, flattened); non-arrays are TypeErrors."""
     specs = []
     for i, leaf in enumerate(leaves):
+        if type(leaf) is ShapeDtype:  # a spec is its own (and never a key's: np.dtype only)
+            specs.append(leaf)
+            continue
         if key_dtype(leaf) is not None:
             raise TypeError(
                 f"{fn_name}: argument {_leaf_path(tree_in, i)} is a typed PRNG key array "
@@ -116,7 +124,7 @@ def flat_specs(fn_name: str, tree_in) -> tuple[tuple[ShapeDtype, ...], object]:
                 f"is not an array ({e}); pass arrays, Python scalars or aotkit.ShapeDtype "
                 "specs, or mark it static with static_argnums/static_argnames"
             ) from None
-    return tuple(specs), treedef
+    return tuple(specs)
 
 
 def _leaf_path(tree_in, index: int) -> str:

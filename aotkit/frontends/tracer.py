@@ -108,11 +108,12 @@ def trace(
         where, args, kwargs, options.static_argnums, options.static_argnames
     )
     leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
-    specs, _ = arguments.flat_specs(name, (dyn_args, dyn_kwargs))
+    specs = arguments.specs_of_leaves(name, (dyn_args, dyn_kwargs), leaves)
     static = _static(specs)
     if not static:
         specs = unify_scopes(specs)  # symbolic dimensions: one scope (issue 25)
-    weak = [dtypes.weak_kind(leaf) is not None for leaf in leaves]
+    weak_kind = dtypes.weak_kind
+    weak = [type(leaf) is not ShapeDtype and weak_kind(leaf) is not None for leaf in leaves]
     donated = ()
     if donate_argnums:
         donated = arguments.donated_leaves(where, in_tree, args, set(static_pos), donate_argnums)
@@ -187,7 +188,12 @@ def trace_to_module(
     with lc, ir.Location.unknown():
         module = ir.Module.create()
         module.operation.attributes["sym_name"] = ir.StringAttr.get(modules.symbol_name(name))
-        in_types = [dtypes.tensor_type(s.shape, s.dtype) for s in flat_in_specs]
+        # (`dtypes.tensor_type`, its cache read inline: a model has many arguments alike)
+        known = lc.tensor_types
+        in_types = [
+            known.get((s.shape, s.dtype)) or dtypes.tensor_type(s.shape, s.dtype)
+            for s in flat_in_specs
+        ]
         # `@main` and its return are made as generic ops (`func.FuncOp` and `ReturnOp` add
         # layers of Python), its type completed once the results are known (it has one from
         # the start: printing a function without one would end the process). The entry

@@ -613,27 +613,52 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
     hlo = entry[2]
     if hlo is None:
         return _bind_rule(op, entry, operands, values, params)
-    if entry[5]:  # the result is the last operand's shape and dtype
-        last = operands[-1]
-        shape, dtype = last.shape, last.dtype
-        avals_in = None
-    else:
-        if len(operands) == 1:  # (a comprehension is a call of its own before Python 3.12)
-            last = operands[0]
-            avals_in = [(last.shape, last.dtype)]
-        else:
-            avals_in = [(t.shape, t.dtype) for t in operands]
-        shape, dtype = entry[0](*avals_in, **params)[0]
     try:
         lc = _contexts.stack[-1]  # `_context.active()`, without its call
     except (AttributeError, IndexError):
         lc = _context.active()  # raises the error that says no context is active
-    key = (shape, dtype)
-    result_type = lc.tensor_types.get(key)
+    if entry[5]:  # the result is the last operand's shape and dtype
+        last = operands[-1]
+        shape, dtype = last.shape, last.dtype
+        avals_in = None
+        result_type = lc.tensor_types.get((shape, dtype))
+        attributes = entry[3]
+        if attributes is not None:
+            attributes = attributes(**params)
+    else:
+        # The shape rule and attributes of an op with these operand types and parameters,
+        # made once per lowering context (a rule called with keywords costs more than the
+        # lookup; parameters are keyed by name, so two orders of them never collide). Not
+        # in a trace with symbolic dimensions: comparing two of them may be undecidable.
+        if len(operands) == 1:  # (a comprehension is a call of its own before Python 3.12)
+            last = operands[0]
+            avals_in = [(last.shape, last.dtype)]
+            plan_key = (op, last.shape, last.dtype, *params.items())
+        else:
+            avals_in = [(t.shape, t.dtype) for t in operands]
+            plan_key = (op, *avals_in, *params.items())
+        plan = None
+        if emitted.symbolic is not None:
+            plan_key = None
+        else:
+            try:
+                plan = lc.plans.get(plan_key)
+            except TypeError:  # a parameter that is not hashable (a list): no plan
+                plan_key = None
+        if plan is not None:
+            shape, dtype, result_type, attributes = plan
+        else:
+            shape, dtype = entry[0](*avals_in, **params)[0]
+            result_type = lc.tensor_types.get((shape, dtype))
+            attributes = entry[3]
+            if attributes is not None:
+                attributes = attributes(**params)
+            if result_type is not None and plan_key is not None:
+                lc.plans[plan_key] = (shape, dtype, result_type, attributes)
     if result_type is None:
         if not shapes.is_static(shape):  # a symbolic dimension (issue 25)
             return _bind_symbolic(op, entry, operands, values, params, shape, dtype)
-        result_type = lc.tensor_types[key] = ir.RankedTensorType.get(
+        result_type = lc.tensor_types[(shape, dtype)] = ir.RankedTensorType.get(
             shape, dtypes.ir_element_type(dtype)
         )
     loc = lc.location
@@ -653,9 +678,6 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
             f = f.f_back
         else:
             loc = ir.Location.unknown()
-    attributes = entry[3]
-    if attributes is not None:
-        attributes = attributes(**params)
     created = ir.Operation.create(
         hlo, results=[result_type], operands=values, attributes=attributes, loc=loc
     )

@@ -152,12 +152,26 @@ def _conj(x: Tracer) -> Tracer:
 # --- NumPy-level products --------------------------------------------------------------------
 
 
+_MATRIX_PRODUCT = {"lhs_batch": (), "rhs_batch": (), "lhs_contract": (1,), "rhs_contract": (0,)}
+
+
 @export("matmul")
 def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", subok=True):
     if out is not None:
         no_out("matmul", out)
     if dtype is None and type(x1) is Tracer and type(x2) is Tracer and x1.dtype is x2.dtype:
         a, b = x1, x2  # the common case: nothing to convert
+        # The commonest product, matrix by matrix (`x @ w`): `dot_general`'s one dot, with no
+        # transpose to fold and nothing to cast.
+        if (
+            len(a.shape) == 2
+            and len(b.shape) == 2
+            and a.shape[1] == b.shape[0]
+            and a.transposed is None
+            and b.transposed is None
+            and a.dtype.kind != "b"
+        ):
+            return bind("dot_general", a, b, **_MATRIX_PRODUCT)[0]
     else:
         special = overriding(x1, x2)
         if special is not None and dtype is None:  # a slice with a traced bound

@@ -15,6 +15,7 @@ from aotkit.lowering.core import Tracer
 from tests.helpers import run_on
 
 F32 = aotkit.spec("f32[]")
+F32_3 = aotkit.spec("f32[3]")
 
 
 def test_seed_function_lowers_to_stablehlo():
@@ -345,3 +346,55 @@ def test_a_refused_leaf_is_named_by_its_path_in_the_tree():
         aotkit.lower(f, params)
     with pytest.raises(OverflowError, match=r"^f: argument kwargs\['n'\]: Python int 2147483648 "):
         aotkit.lower(f, {"w": params["w"]}, n=2**31)
+
+
+def test_an_op_with_parameters_is_planned_once_per_context_and_keyed_by_name():
+    # `bind` remembers the result type and attributes of an op by its operands' types and
+    # its parameters, by name: the same values under other names make another op.
+    from aotkit.lowering import core
+
+    def f(x):
+        a = core.bind1("broadcast_in_dim", x, shape=(3, 3), dims=(1,))
+        b = core.bind1("broadcast_in_dim", x, dims=(1,), shape=(3, 3))  # planned, other order
+        c = core.bind1("broadcast_in_dim", x, shape=(3, 3), dims=(0,))  # another plan
+        d = core.bind1("broadcast_in_dim", x, shape=[3, 3], dims=[0])  # lists: no plan
+        return a, b, c, d
+
+    x = np.arange(3, dtype=np.float32)
+    lowered = aotkit.lower(f, F32_3)
+    text = lowered.as_text()
+    # A second lowering takes the plans and makes the same module.
+    assert aotkit.lower(f, F32_3).as_text() == text
+    plans = lowered._lc.plans
+    row_plan = plans["broadcast_in_dim", (3,), x.dtype, ("shape", (3, 3)), ("dims", (1,))]
+    assert plans["broadcast_in_dim", (3,), x.dtype, ("dims", (1,)), ("shape", (3, 3))] == row_plan
+    col_plan = plans["broadcast_in_dim", (3,), x.dtype, ("shape", (3, 3)), ("dims", (0,))]
+    assert row_plan[:3] == col_plan[:3] and row_plan[3] != col_plan[3]  # type, attributes
+    assert text.count("dims = [1]") == 1 and text.count("dims = [0]") == 1  # cse merged
+    a, b, c, d = lowered.compile()(x)
+    row, col = np.broadcast_to(x, (3, 3)), np.broadcast_to(x[:, None], (3, 3))
+    for got, want in ((a, row), (b, row), (c, col), (d, col)):
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_symbolic_trace_reads_no_plan():
+    # Symbolic dimensions in a key could make a lookup compare two of them, which may be
+    # undecidable; such a trace plans nothing.
+    from aotkit.lowering import core
+
+    def f(x):
+        return core.bind1("transpose", x, perm=(1, 0))
+
+    class Refusing(dict):
+        def get(self, key, default=None):
+            raise AssertionError(f"a plan was read in a symbolic trace: {key}")
+
+    lc = aotkit.lower(f, aotkit.spec("f32[2,3]"))._lc
+    saved, lc.plans = lc.plans, Refusing(lc.plans)
+    try:
+        lowered = aotkit.lower(f, aotkit.spec("f32[b,3]"))
+    finally:
+        lc.plans = saved
+    assert lowered._lc is lc
+    assert "tensor<3x?xf32>" in lowered.as_text()

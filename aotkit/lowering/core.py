@@ -664,20 +664,26 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
     loc = lc.location
     if loc is None:  # `user_location`, its walk inlined (from the caller's caller: the
         f = sys._getframe(2)  # caller is aotkit's own)
-        internal = _internal_files
-        while f is not None:
-            name = f.f_code.co_filename
-            skip = internal.get(name)
-            if skip is None:
-                skip = internal[name] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
-            if not skip:
-                loc = lc.locations.get((id(f.f_code), f.f_lasti))
-                if loc is None:
-                    loc = _new_location(lc, f)
-                break
-            f = f.f_back
-        else:
-            loc = ir.Location.unknown()
+        # Most often that is the user's own code at a line seen before, which one lookup
+        # finds: only the user's frames enter `lc.locations`, which keeps their code alive.
+        loc = lc.locations.get((id(f.f_code), f.f_lasti))
+        if loc is None:
+            internal = _internal_files
+            while f is not None:
+                name = f.f_code.co_filename
+                skip = internal.get(name)
+                if skip is None:
+                    skip = internal[name] = (
+                        name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
+                    )
+                if not skip:
+                    loc = lc.locations.get((id(f.f_code), f.f_lasti))
+                    if loc is None:
+                        loc = _new_location(lc, f)
+                    break
+                f = f.f_back
+            else:
+                loc = ir.Location.unknown()
     created = ir.Operation.create(
         hlo, results=[result_type], operands=values, attributes=attributes, loc=loc
     )

@@ -15,7 +15,7 @@ import operator
 import warnings
 
 # What aotkit/_speedups.c says its `VERSION` is; raised with every change of its interface.
-VERSION = 2
+VERSION = 3
 
 try:
     from aotkit import _speedups

@@ -5,8 +5,10 @@
  * stands behind them (aotkit/backends/pjrt.py, `native_dispatcher`). It does the common
  * case of that function's Python `call` without a Python frame: a call of positional device
  * arrays, small NumPy values of dtypes x64 mode keeps, Python scalars, and lists, tuples and
- * dicts of them goes straight to jaxlib's C++ dispatch for its x64 mode; every other call
- * goes to the Python `call`, which holds the full rules. The two must agree on every call
+ * dicts of them goes straight to jaxlib's C++ dispatch for its x64 mode, and so does one
+ * with NumPy arrays of those dtypes under `staged_from` bytes as positional arguments (it
+ * returns once its results are ready: the transfer may read such an array in place); every
+ * other call goes to the Python `call`, which holds the full rules. The two must agree on every call
  * this one takes (tests/backends/test_dispatch_fronts.py compares them call by call).
  *
  * An exception from the C++ dispatch goes to the Python `failed(error, args)`, which
@@ -50,7 +52,9 @@ typedef struct {
     PyObject *exact_dtypes;   /* tuple: NumPy dtypes x64 mode does not narrow */
     PyObject *python_scalars; /* frozenset: bool, int, float, complex */
     PyObject *clear_cache;    /* forgets the C++ dispatch's cached signatures */
-    Py_ssize_t in_place_from; /* NumPy arrays this large go to `slow` */
+    PyObject *settle;         /* settle(out): waits until every result in `out` is ready */
+    Py_ssize_t in_place_from; /* NumPy arrays this large the transfer may read in place */
+    Py_ssize_t staged_from;   /* NumPy arrays this large go to `slow` (it may stage them) */
     /* `exact_dtypes` by identity, and their item sizes: an array's dtype is one of these
      * objects (NumPy's own instances of its built-in dtypes) or the array goes to `slow`. */
     Py_ssize_t n_exact;
@@ -104,7 +108,7 @@ members(PyObject *set, PyObject **out, Py_ssize_t capacity, Py_ssize_t *n, const
 
 /* The objects a `Front` holds, in `__init__`'s keyword order: the one list that setting,
  * visiting and clearing them go through. */
-#define N_HELD 10
+#define N_HELD 11
 
 static void
 held(Front *self, PyObject **slots[N_HELD])
@@ -112,25 +116,32 @@ held(Front *self, PyObject **slots[N_HELD])
     PyObject **all[N_HELD] = {
         &self->wide, &self->narrow, &self->slow, &self->failed, &self->array_type,
         &self->ndarray_type, &self->exact_scalars, &self->exact_dtypes,
-        &self->python_scalars, &self->clear_cache,
+        &self->python_scalars, &self->clear_cache, &self->settle,
     };
     memcpy(slots, all, sizeof(all));
 }
 
-/* Whether a NumPy array is of an exact dtype and under `in_place_from` bytes. Reads the
- * array's head: no attribute lookups, no dtype hashing (each costs more here than the
- * rest of this front does). */
+/* What this front makes of a NumPy array: SMALL, of an exact dtype and under
+ * `in_place_from` bytes (the transfer copies it); IN_PLACE, of an exact dtype and under
+ * `staged_from` bytes (the transfer may read it in place while the call runs); else 0.
+ * Reads the array's head: no attribute lookups, no dtype hashing (each costs more here than
+ * the rest of this front does). */
+#define SMALL 1
+#define IN_PLACE 2
+
 static int
-small_exact_array(Front *self, PyObject *arg)
+exact_array(Front *self, PyObject *arg)
 {
     const ArrayHead *head = (const ArrayHead *)arg;
     for (Py_ssize_t i = 0; i < self->n_exact; i++) {
         if (head->descr == self->exact[i]) {
             Py_ssize_t nbytes = self->itemsize[i];
-            for (int d = 0; d < head->nd && nbytes < self->in_place_from; d++) {
+            for (int d = 0; d < head->nd && nbytes < self->staged_from; d++) {
                 nbytes *= head->dimensions[d];
             }
-            return nbytes < self->in_place_from;
+            return nbytes < self->in_place_from ? SMALL
+                   : nbytes < self->staged_from ? IN_PLACE
+                                                : 0;
         }
     }
     return 0;
@@ -170,19 +181,25 @@ check_array_head(Front *self)
 #define MAX_DEPTH 16
 
 /* Whether this front takes an argument: a device array, a NumPy array or scalar of an exact
- * dtype (an array under `in_place_from` bytes), a Python scalar (noted in `python_scalar`),
+ * dtype (an array under `in_place_from` bytes, or, as a positional argument itself, under
+ * `staged_from` bytes: noted in `in_place`), a Python scalar (noted in `python_scalar`),
  * None, or a list, tuple or dict (exactly those types, as the Python front's `_CONTAINERS`)
  * of such. Reads no attribute and runs no Python code, so the containers cannot change
  * while it looks. */
 static int
-takes(Front *self, PyObject *arg, int depth, int *python_scalar)
+takes(Front *self, PyObject *arg, int depth, int *python_scalar, int *in_place)
 {
     PyObject *type = (PyObject *)Py_TYPE(arg);
     if (type == self->array_type) {
         return 1;
     }
     if (type == self->ndarray_type) {
-        return small_exact_array(self, arg);
+        int kind = exact_array(self, arg);
+        if (kind == IN_PLACE && depth == 0) {
+            *in_place = 1;
+            return 1;
+        }
+        return kind == SMALL;
     }
     if (is_one_of(self->exact_scalar_types, self->n_exact_scalars, type)) {
         return 1;
@@ -199,7 +216,7 @@ takes(Front *self, PyObject *arg, int depth, int *python_scalar)
     }
     if (PyTuple_CheckExact(arg)) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arg); i++) {
-            if (!takes(self, PyTuple_GET_ITEM(arg, i), depth + 1, python_scalar)) {
+            if (!takes(self, PyTuple_GET_ITEM(arg, i), depth + 1, python_scalar, in_place)) {
                 return 0;
             }
         }
@@ -207,7 +224,7 @@ takes(Front *self, PyObject *arg, int depth, int *python_scalar)
     }
     if (PyList_CheckExact(arg)) {
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(arg); i++) {
-            if (!takes(self, PyList_GET_ITEM(arg, i), depth + 1, python_scalar)) {
+            if (!takes(self, PyList_GET_ITEM(arg, i), depth + 1, python_scalar, in_place)) {
                 return 0;
             }
         }
@@ -217,7 +234,7 @@ takes(Front *self, PyObject *arg, int depth, int *python_scalar)
         Py_ssize_t position = 0;
         PyObject *key, *value;
         while (PyDict_Next(arg, &position, &key, &value)) {
-            if (!takes(self, value, depth + 1, python_scalar)) {
+            if (!takes(self, value, depth + 1, python_scalar, in_place)) {
                 return 0;
             }
         }
@@ -267,23 +284,37 @@ front_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *k
 {
     Front *self = (Front *)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    int python_scalar = 0;
+    int python_scalar = 0, in_place = 0;
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
         goto slow;
     }
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        if (!takes(self, args[i], 0, &python_scalar)) {
+        if (!takes(self, args[i], 0, &python_scalar, &in_place)) {
             goto slow;
         }
+    }
+    if (python_scalar && in_place) {
+        goto slow;  /* the Python front switches the x64 mode around such a call */
     }
     /* A Python scalar is the weakly typed 32-bit value of x64 off: `narrow` keys and runs
      * calls in that mode, and switches a call made in x64 mode on its own (its cache miss). */
     PyObject *dispatch = python_scalar ? self->narrow : self->wide;
     PyObject *out = PyObject_Vectorcall(dispatch, args, nargsf, NULL);
-    if (out != NULL) {
-        return out;
+    if (out == NULL) {
+        return after_failure(self, args, nargs);
     }
-    return after_failure(self, args, nargs);
+    if (in_place) {
+        /* The caller may write to its arrays once the call returns. */
+        PyObject *ready = Py_TYPE(out) == (PyTypeObject *)self->array_type
+                              ? PyObject_CallMethod(out, "block_until_ready", NULL)
+                              : PyObject_CallOneArg(self->settle, out);
+        if (ready == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(ready);
+    }
+    return out;
 slow:
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
 }
@@ -294,16 +325,24 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     Front *self = (Front *)op;
     static char *names[] = {
         "wide", "narrow", "slow", "failed", "array_type", "ndarray_type", "exact_scalars",
-        "exact_dtypes", "python_scalars", "clear_cache", "in_place_from", NULL,
+        "exact_dtypes", "python_scalars", "clear_cache", "settle", "in_place_from",
+        "staged_from", NULL,
     };
     PyObject *wide, *narrow, *slow, *failed, *array_type, *ndarray_type, *exact_scalars,
-        *exact_dtypes, *python_scalars, *clear_cache;
-    Py_ssize_t in_place_from;
+        *exact_dtypes, *python_scalars, *clear_cache, *settle;
+    Py_ssize_t in_place_from, staged_from;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOO!O!O!On", names, &wide, &narrow, &slow, &failed,
+            args, kwargs, "$OOOOOOO!O!O!OOnn", names, &wide, &narrow, &slow, &failed,
             &array_type, &ndarray_type, &PyFrozenSet_Type, &exact_scalars, &PyTuple_Type,
-            &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &clear_cache,
-            &in_place_from)) {
+            &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &clear_cache, &settle,
+            &in_place_from, &staged_from)) {
+        return -1;
+    }
+    if (in_place_from < 0 || staged_from < in_place_from) {
+        PyErr_Format(PyExc_ValueError,
+                     "in_place_from and staged_from: 0 <= in_place_from <= staged_from, got %zd "
+                     "and %zd",
+                     in_place_from, staged_from);
         return -1;
     }
     Py_ssize_t n_exact = PyTuple_GET_SIZE(exact_dtypes);
@@ -316,13 +355,14 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     held(self, slots);
     PyObject *values[N_HELD] = {
         wide, narrow, slow, failed, array_type, ndarray_type, exact_scalars, exact_dtypes,
-        python_scalars, clear_cache,
+        python_scalars, clear_cache, settle,
     };
     for (int i = 0; i < N_HELD; i++) {
         Py_INCREF(values[i]);
         Py_XSETREF(*slots[i], values[i]);
     }
     self->in_place_from = in_place_from;
+    self->staged_from = staged_from;
     self->n_exact_scalars = self->n_python_scalars = 0;
     if (members(exact_scalars, self->exact_scalar_types, MAX_EXACT, &self->n_exact_scalars,
                 "exact_scalars") < 0 ||
@@ -547,7 +587,7 @@ speedups_exec(PyObject *module)
 {
     /* aotkit/_native.py uses this module only where the two agree (an install that did
      * not rebuild it after its source changed keeps an older one). */
-    if (PyModule_AddIntConstant(module, "VERSION", 2) < 0) {
+    if (PyModule_AddIntConstant(module, "VERSION", 3) < 0) {
         return -1;
     }
     if (add_type(module, &front_spec, "Front") < 0) {

@@ -527,7 +527,9 @@ def native_dispatcher(name: str, python_call, run):
             exact_dtypes=tuple(np.dtype(d.type) for d in exact),
             python_scalars=python_scalars,
             clear_cache=clear_cache,
+            settle=functools.partial(_block, array_type=array_type),
             in_place_from=in_place_from,
+            staged_from=staged_from,
         )
     except RuntimeError as e:  # it cannot read this NumPy's arrays
         warnings.warn(f"{e}; calls take the Python front", RuntimeWarning, stacklevel=2)

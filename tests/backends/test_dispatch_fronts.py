@@ -107,11 +107,12 @@ def test_a_c_part_of_another_version_is_not_used():
 def _front_parts(**changes) -> dict:
     """Keyword arguments of a C `Front` (stand-in callables), with `changes`."""
     parts = dict(
-        wide=id, narrow=id, slow=id, failed=id, clear_cache=id,
+        wide=id, narrow=id, slow=id, failed=id, clear_cache=id, settle=id,
         array_type=type(jax.device_put(1.0)), ndarray_type=np.ndarray,
         exact_scalars=pjrt._EXACT_NUMPY_SCALARS,
         exact_dtypes=tuple(np.dtype(d.type) for d in pjrt._EXACT_NUMPY),
         python_scalars=pjrt._PYTHON_SCALARS, in_place_from=pjrt.IN_PLACE_FROM,
+        staged_from=pjrt.STAGED_FROM,
     )  # fmt: skip
     return {**parts, **changes}
 
@@ -143,10 +144,16 @@ HEAD = r"^aotkit\._speedups: NumPy's array head is not the one this build reads$
             ValueError,
             r"^python_scalars: at most 8 types, got 9$",
         ),
+        (
+            {"in_place_from": 4096, "staged_from": 2048},
+            ValueError,
+            r"^in_place_from and staged_from: 0 <= in_place_from <= staged_from, got 4096 and "
+            r"2048$",
+        ),
         ({"ndarray_type": _Reversed}, RuntimeError, HEAD),
         ({"ndarray_type": _Small}, RuntimeError, HEAD),
     ],
-    ids=["no dtypes", "too many scalar types", "another array type", "a small object"],
+    ids=["no dtypes", "too many scalar types", "bounds", "another array type", "a small object"],
 )
 def test_the_c_front_refuses_what_it_cannot_read(changes, error, message):
     with pytest.raises(error, match=message):
@@ -161,6 +168,80 @@ def test_a_front_that_cannot_read_numpys_arrays_leaves_calls_to_the_python_one(m
     assert compiled._call.__name__ == "call"
     for _ in range(2):
         np.testing.assert_array_equal(compiled(np.ones(2, np.float32)), [2.0, 2.0])
+
+
+def _recording_front(calls: list, **changes):
+    """A C `Front` whose callables note what each call went to (a call returns its first
+    argument: a NumPy result is one `settle` waits for)."""
+
+    def note(name):
+        def record(*args):
+            calls.append((name, len(args)))
+            return args[0] if args else None
+
+        return record
+
+    noted = {name: note(name) for name in ("wide", "narrow", "slow", "settle")}
+    return BUILT(**_front_parts(**{**noted, **changes}))
+
+
+@needs_c
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((np.ones(4, np.float32),), ["wide"]),
+        ((np.ones(600, np.float32),), ["wide", "settle"]),  # may be read in place
+        ((np.ones(600, np.float32), np.ones(3, np.int32)), ["wide", "settle"]),
+        ((np.ones(pjrt.STAGED_FROM // 4 - 1, np.float32),), ["wide", "settle"]),
+        ((np.ones(pjrt.STAGED_FROM // 4, np.float32),), ["slow"]),  # may be staged
+        ((np.ones(600, np.float64),), ["slow"]),  # x64 off narrows it: the checked call
+        ((np.ones(600, np.float32), 0.5), ["slow"]),  # x64 switched around it
+        ((np.ones(4, np.float32), 0.5), ["narrow"]),
+        (([np.ones(600, np.float32)],), ["slow"]),  # in a container: prepared by `slow`
+        (({"x": np.ones(4, np.float32)},), ["wide"]),
+        ((np.ones(600, np.float32).astype(">f4"),), ["slow"]),
+    ],
+    ids=[
+        "small", "in place", "in place and small", "largest in place", "staged",
+        "f64", "in place with a scalar", "small with a scalar", "in place in a list",
+        "small in a dict", "big-endian",
+    ],
+)  # fmt: skip
+def test_what_the_c_front_takes_and_waits_for(args, expected):
+    calls = []
+    out = _recording_front(calls)(*args)
+    assert [name for name, _ in calls] == expected
+    assert out is args[0] or expected == ["settle"]
+    if "settle" in expected:
+        assert calls[-1] == ("settle", 1)
+
+
+@needs_c
+def test_the_c_front_waits_for_a_device_array_result_by_its_own_method():
+    class Result:
+        waited = 0
+
+        def block_until_ready(self):
+            Result.waited += 1
+            return self
+
+    result = Result()
+    calls = []
+    front = _recording_front(calls, array_type=Result, wide=lambda *args: result)
+    assert front(np.ones(600, np.float32)) is result
+    assert Result.waited == 1 and not calls  # not `settle`
+    assert front(np.ones(4, np.float32)) is result
+    assert Result.waited == 1  # a small array is copied: nothing to wait for
+
+
+@needs_c
+def test_a_failed_wait_is_the_calls_error():
+    def settle(out):
+        raise RuntimeError("the execution failed")
+
+    front = BUILT(**_front_parts(wide=lambda *a: [a[0]], settle=settle))
+    with pytest.raises(RuntimeError, match=r"^the execution failed$"):
+        front(np.ones(600, np.float32))
 
 
 @needs_c
@@ -277,7 +358,7 @@ DTYPES = [
     ml_dtypes.bfloat16, np.complex64,
 ]  # fmt: skip
 # () and (3,) broadcast with each other; (600,) float32 and wider reach `IN_PLACE_FROM`
-# bytes (the C front leaves those to the Python one).
+# bytes (a call with such an array returns once its results are ready).
 SHAPES = [(), (3,), (600,)]
 KINDS = ["device", "numpy", "numpy scalar", "python", "swapped", "list", "dict", "nested"]
 PYTHON_SCALARS = [True, 3, -2, 1.5, 2.0 - 1.0j]

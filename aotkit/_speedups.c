@@ -8,8 +8,9 @@
  * dicts of them goes straight to jaxlib's C++ dispatch for its x64 mode, and so does one
  * with NumPy arrays of those dtypes under `staged_from` bytes as positional arguments (it
  * returns once its results are ready: the transfer may read such an array in place); every
- * other call goes to the Python `call`, which holds the full rules. The two must agree on every call
- * this one takes (tests/backends/test_dispatch_fronts.py compares them call by call).
+ * other call goes to the Python `call`, which holds the full rules. The two must agree on
+ * every call this one takes (tests/backends/test_dispatch_fronts.py compares them call by
+ * call).
  *
  * An exception from the C++ dispatch goes to the Python `failed(error, args)`, which
  * either recovers (an array donated to an earlier call: the checked call words the error)

@@ -1048,7 +1048,10 @@ def full(shape: tuple[int, ...], value, dtype: np.dtype) -> Tracer:
         value = np.asarray(value).astype(dtype)
         t = type(value)
     # repr, not the value, keys the constant: 0.0 == -0.0, but they are different constants.
-    key = (ir.InsertionPoint.current.block, dtype, shape, t, repr(value))
+    # The insertion point (the object `with` entered, which stays current until it exits),
+    # not its block, keys where: reading the block makes a new object each time, and an
+    # equal constant made at another insertion point of the block is found as any other is.
+    key = (ir.InsertionPoint.current, dtype, shape, t, repr(value))
     made = scope.constants.get(key)
     if made is None:
         if not shapes.is_static(shape):  # a symbolic dimension (issue 25)

@@ -112,8 +112,7 @@ def trace(
     static = _static(specs)
     if not static:
         specs = unify_scopes(specs)  # symbolic dimensions: one scope (issue 25)
-    weak_kind = dtypes.weak_kind
-    weak = [type(leaf) is not ShapeDtype and weak_kind(leaf) is not None for leaf in leaves]
+    weak = [dtypes.weak_kind(leaf) is not None for leaf in leaves]
     donated = ()
     if donate_argnums:
         donated = arguments.donated_leaves(where, in_tree, args, set(static_pos), donate_argnums)

@@ -633,14 +633,11 @@ def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
         if len(operands) == 1:  # (a comprehension is a call of its own before Python 3.12)
             last = operands[0]
             avals_in = [(last.shape, last.dtype)]
-            plan_key = (op, last.shape, last.dtype, *params.items())
         else:
             avals_in = [(t.shape, t.dtype) for t in operands]
+        plan = plan_key = None
+        if emitted.symbolic is None:
             plan_key = (op, *avals_in, *params.items())
-        plan = None
-        if emitted.symbolic is not None:
-            plan_key = None
-        else:
             try:
                 plan = lc.plans.get(plan_key)
             except TypeError:  # a parameter that is not hashable (a list): no plan

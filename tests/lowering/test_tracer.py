@@ -366,9 +366,9 @@ def test_an_op_with_parameters_is_planned_once_per_context_and_keyed_by_name():
     # A second lowering takes the plans and makes the same module.
     assert aotkit.lower(f, F32_3).as_text() == text
     plans = lowered._lc.plans
-    row_plan = plans["broadcast_in_dim", (3,), x.dtype, ("shape", (3, 3)), ("dims", (1,))]
-    assert plans["broadcast_in_dim", (3,), x.dtype, ("dims", (1,)), ("shape", (3, 3))] == row_plan
-    col_plan = plans["broadcast_in_dim", (3,), x.dtype, ("shape", (3, 3)), ("dims", (0,))]
+    row_plan = plans["broadcast_in_dim", ((3,), x.dtype), ("shape", (3, 3)), ("dims", (1,))]
+    assert plans["broadcast_in_dim", ((3,), x.dtype), ("dims", (1,)), ("shape", (3, 3))] == row_plan
+    col_plan = plans["broadcast_in_dim", ((3,), x.dtype), ("shape", (3, 3)), ("dims", (0,))]
     assert row_plan[:3] == col_plan[:3] and row_plan[3] != col_plan[3]  # type, attributes
     assert text.count("dims = [1]") == 1 and text.count("dims = [0]") == 1  # cse merged
     a, b, c, d = lowered.compile()(x)

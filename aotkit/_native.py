@@ -6,7 +6,9 @@ where it does not; the results are the same either way, only calls take longer:
 - `Front`: the C front of a native dispatch (`aotkit.backends.pjrt.native_dispatcher`), or
   None, and the dispatcher's Python front takes every call;
 - `Dispatching`: the base class of `jit(f)` objects, whose call is their `_dispatch`
-  attribute: in C, the call goes straight to it; in Python, through a property.
+  attribute: in C, the call goes straight to it; in Python, through a property;
+- `Binder`: the tracer's `bind` for the common op (`aotkit.lowering.core`), or None, and
+  the Python `bind` takes every op.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import operator
 import warnings
 
 # What aotkit/_speedups.c says its `VERSION` is; raised with every change of its interface.
-VERSION = 3
+VERSION = 4
 
 try:
     from aotkit import _speedups
@@ -34,8 +36,9 @@ if _speedups is not None and getattr(_speedups, "VERSION", None) != VERSION:
 if _speedups is not None:
     Front = _speedups.Front
     Dispatching = _speedups.Dispatching
+    Binder = _speedups.Binder
 else:
-    Front = None
+    Front = Binder = None
 
     class Dispatching:
         """A base class whose instances' call is their `_dispatch` attribute."""

@@ -17,6 +17,9 @@
  * or raises it without aotkit's frames.
  *
  * `Dispatching` is the base class of `jit(f)` objects: calling one calls its `_dispatch`.
+ *
+ * `Binder` is `aotkit.lowering.core.bind` where it can be: the tracer's hot path, the
+ * common case of making one StableHLO op, without a Python frame (see below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -571,6 +574,724 @@ static PyType_Spec dispatching_spec = {
     .slots = dispatching_slots,
 };
 
+/* `Binder`: the common case of `aotkit.lowering.core.bind` (the Python function it is built
+ * with, `fallback`) without a Python frame: an op that is one StableHLO op
+ * (`register_direct`) on tracers of the innermost open scope, whose result type the
+ * lowering context already holds (an elementwise op's, by its operands' type; any other's
+ * in the op's plan) and whose location it already holds (`lc.location`, or the location of
+ * the line that called the caller). It checks all of that before it changes anything; every
+ * other call goes to `fallback` as it came, which holds the full rules and fills the caches
+ * this one reads. What it does with a call it takes is what `fallback` does, step by step
+ * (tests/lowering/test_tracer.py lowers programs with both and compares the modules). */
+
+/* The slots of aotkit's classes that `Binder` reads and writes, by offset: their
+ * `__slots__` member descriptors say where. */
+enum { T_VALUE, T_SHAPE, T_DTYPE, T_WEAK, T_SCOPE, T_SEQ, T_TRANSPOSED, N_TRACER };
+static const char *const TRACER_SLOTS[N_TRACER] = {
+    "value", "shape", "dtype", "weak", "_scope", "seq", "transposed"};
+enum { E_USED, E_DUPLICATES, E_SYMBOLIC, E_OPAQUE, E_FIRST_OP, E_CHLO, E_SIMPLIFY,
+       E_CONSTANTS, N_EMITTED };
+static const char *const EMITTED_SLOTS[N_EMITTED] = {
+    "used", "duplicates", "symbolic", "opaque", "first_op", "chlo", "simplify", "constants"};
+enum { C_PLANS, C_TENSOR_TYPES, C_LOCATION, C_LOCATIONS, N_CONTEXT };
+static const char *const CONTEXT_SLOTS[N_CONTEXT] = {
+    "plans", "tensor_types", "location", "locations"};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback;       /* the Python `bind`: every call this one does not take */
+    PyObject *rules;          /* dict: op name -> its `_rules` entry */
+    PyObject *tls;            /* `_tls` (threading.local): `scopes`, the open scopes */
+    PyObject *contexts;       /* `_context._state` (threading.local): `stack` */
+    PyObject *tracer_type;    /* `Tracer` */
+    PyObject *scope_type;     /* `Scope` */
+    PyObject *emitted_type;   /* `Emitted` */
+    PyObject *context_type;   /* `_context.LoweringContext` */
+    PyObject *create;         /* `ir.Operation.create` */
+    PyObject *has_equal_user; /* `_has_equal_user(op, values)` */
+    PyObject *with_constants; /* `_SIMPLIFY_WITH_CONSTANTS`: op name -> what it needs */
+    PyObject *simplify_if;    /* `_SIMPLIFY_IF`: op name -> check(aval, out, params, x) */
+    PyObject *internal;       /* `_internal_files`: file name -> whether it is aotkit's own */
+    PyObject *create_names;   /* the keywords of `create`'s call */
+    PyObject *str_scopes, *str_stack, *str_result, *str_first, *str_all;
+    char enabled;             /* 0: every call goes to `fallback` */
+    char first;               /* 1: returns the one result (`bind1`), else a list of it */
+    Py_ssize_t tracer_at[N_TRACER];
+    Py_ssize_t scope_emitted_at;
+    Py_ssize_t emitted_at[N_EMITTED];
+    Py_ssize_t context_at[N_CONTEXT];
+} Binder;
+
+#define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
+
+/* Sets a slot to a new reference of `value`. */
+static void
+set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value)
+{
+    PyObject *old = SLOT(obj, offset);
+    SLOT(obj, offset) = Py_NewRef(value);
+    Py_XDECREF(old);
+}
+
+/* The offsets of `names` among `type`'s slots; -1 (an error set) if one is not a slot. */
+static int
+slot_offsets(PyObject *type, const char *const *names, int n, Py_ssize_t *out)
+{
+    for (int i = 0; i < n; i++) {
+        PyObject *descr = PyObject_GetAttrString(type, names[i]);
+        int ok = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+        if (ok) {
+            out[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        }
+        Py_XDECREF(descr);
+        if (!ok) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "Binder: %R.%s is not a slot", type, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#define N_BINDER_HELD 14
+
+static void
+binder_held(Binder *self, PyObject **slots[N_BINDER_HELD])
+{
+    PyObject **all[N_BINDER_HELD] = {
+        &self->fallback, &self->rules, &self->tls, &self->contexts, &self->tracer_type,
+        &self->scope_type, &self->emitted_type, &self->context_type, &self->create,
+        &self->has_equal_user, &self->with_constants, &self->simplify_if, &self->internal,
+        &self->create_names,
+    };
+    memcpy(slots, all, sizeof(all));
+}
+
+/* The last item of the list `owner.<name>` (a borrowed reference, kept alive by the list,
+ * which its owner keeps), or NULL with no error set where there is none. */
+static PyObject *
+top_of(PyObject *owner, PyObject *name)
+{
+    PyObject *stack = PyObject_GetAttr(owner, name);
+    if (stack == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *top = NULL;
+    if (PyList_CheckExact(stack) && PyList_GET_SIZE(stack) > 0) {
+        top = PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1);
+    }
+    Py_DECREF(stack);
+    return top;
+}
+
+/* `_constant_operands(values, constants, need)`: whether the constant operands among
+ * `values` may let `aotkit-simplify` rewrite the op; -1 on error. */
+static int
+constant_operands(Binder *self, PyObject *const *values, Py_ssize_t n, PyObject *constants,
+                  PyObject *need)
+{
+    if (PyUnicode_Check(need) && PyUnicode_Compare(need, self->str_first) == 0) {
+        return n > 0 ? PyDict_Contains(constants, values[0]) : 0;
+    }
+    if (!(PyUnicode_Check(need) && PyUnicode_Compare(need, self->str_all) == 0)) {
+        /* (unit, positions): an identity (x + 0, x - 0, x * 1) */
+        if (!PyTuple_Check(need) || PyTuple_GET_SIZE(need) != 2 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(need, 1))) {
+            PyErr_Format(PyExc_TypeError, "Binder: unexpected constant rule %R", need);
+            return -1;
+        }
+        PyObject *unit = PyTuple_GET_ITEM(need, 0);
+        PyObject *positions = PyTuple_GET_ITEM(need, 1);
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(positions); j++) {
+            Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(positions, j));
+            if (i == -1 && PyErr_Occurred()) {
+                return -1;
+            }
+            if (i < 0 || i >= n) {
+                PyErr_Format(PyExc_TypeError, "Binder: unexpected constant rule %R", need);
+                return -1;
+            }
+            PyObject *c = PyDict_GetItemWithError(constants, values[i]);
+            if (c == NULL) {
+                if (PyErr_Occurred()) {
+                    return -1;
+                }
+                continue;
+            }
+            if (c == Py_None) {
+                return 1;
+            }
+            int equal = PyObject_RichCompareBool(c, unit, Py_EQ);
+            if (equal != 0) {
+                return equal;
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int found = PyDict_Contains(constants, values[i]);
+        if (found <= 0) {
+            return found;
+        }
+    }
+    return 1; /* a fold */
+}
+
+/* The parameters of a call as a dict (for a `_SIMPLIFY_IF` check). */
+static PyObject *
+params_dict(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *params = PyDict_New();
+    if (params == NULL || kwnames == NULL) {
+        return params;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+        if (PyDict_SetItem(params, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+            Py_DECREF(params);
+            return NULL;
+        }
+    }
+    return params;
+}
+
+/* After the op is made: `bind`'s check of whether `aotkit-simplify` may rewrite it. */
+static int
+note_simplify(Binder *self, PyObject *emitted, PyObject *hlo, PyObject *values,
+              PyObject *const *operands, PyObject *shape, PyObject *dtype,
+              PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *constants = SLOT(emitted, self->emitted_at[E_CONSTANTS]);
+    if (PyDict_GET_SIZE(constants) > 0) {
+        PyObject *need = PyDict_GetItemWithError(self->with_constants, hlo);
+        if (need == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        if (need != NULL) {
+            int found = constant_operands(self, PySequence_Fast_ITEMS(values),
+                                          PyList_GET_SIZE(values), constants, need);
+            if (found < 0) {
+                return -1;
+            }
+            set_slot(emitted, self->emitted_at[E_SIMPLIFY], found ? Py_True : Py_False);
+        }
+    }
+    PyObject *check = PyDict_GetItemWithError(self->simplify_if, hlo);
+    if (check == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    PyObject *first = operands[0];
+    PyObject *aval = PyTuple_Pack(2, SLOT(first, self->tracer_at[T_SHAPE]),
+                                  SLOT(first, self->tracer_at[T_DTYPE]));
+    PyObject *out = PyTuple_Pack(2, shape, dtype);
+    PyObject *params = params_dict(args, nargs, kwnames);
+    PyObject *result = NULL;
+    if (aval != NULL && out != NULL && params != NULL) {
+        result = PyObject_CallFunctionObjArgs(check, aval, out, params,
+                                              PyList_GET_ITEM(values, 0), NULL);
+    }
+    Py_XDECREF(aval);
+    Py_XDECREF(out);
+    Py_XDECREF(params);
+    if (result == NULL) {
+        return -1;
+    }
+    int truth = PyObject_IsTrue(result);
+    Py_DECREF(result);
+    if (truth < 0) {
+        return -1;
+    }
+    if (truth) {
+        set_slot(emitted, self->emitted_at[E_SIMPLIFY], Py_True);
+    }
+    return 0;
+}
+
+/* Frames `known_location` walks before it leaves the search to `fallback`. */
+#define MAX_WALK 32
+
+/* The user's location, as `bind` finds it, where the lowering context holds it already: from
+ * the caller's caller (`bind`'s `sys._getframe(2)`) out, the first frame whose file is not
+ * aotkit's or NumPy's own (`internal`: file name -> whether it is; a file it has not seen
+ * yet ends the walk), looked up in `locations`. A borrowed reference, or NULL (no error
+ * set) where the walk ends without one: `fallback` then walks, and caches what it finds. */
+static PyObject *
+known_location(PyObject *internal, PyObject *locations)
+{
+    PyFrameObject *caller = PyEval_GetFrame(); /* borrowed: the Python code calling bind */
+    if (caller == NULL || !PyDict_Check(locations) || !PyDict_Check(internal)) {
+        return NULL;
+    }
+    PyFrameObject *f = PyFrame_GetBack(caller);
+    PyObject *loc = NULL;
+    for (int depth = 0; f != NULL && depth < MAX_WALK; depth++) {
+        PyCodeObject *code = PyFrame_GetCode(f);
+        PyObject *skip = PyDict_GetItemWithError(internal, code->co_filename);
+        if (skip == Py_False) {
+            PyObject *key = Py_BuildValue("(Ni)", PyLong_FromVoidPtr(code), PyFrame_GetLasti(f));
+            if (key != NULL) {
+                loc = PyDict_GetItemWithError(locations, key);
+                Py_DECREF(key);
+            }
+        }
+        Py_DECREF(code);
+        if (skip != Py_True) {
+            break;
+        }
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    Py_XDECREF(f);
+    if (loc == NULL) {
+        PyErr_Clear();
+    }
+    return loc;
+}
+
+/* The op's result type and attributes from the lowering context, or 0 where it has not got
+ * them (borrowed references, held by the context's caches). */
+static int
+planned(Binder *self, PyObject *lc, PyObject *emitted, PyObject *entry, PyObject *op,
+        PyObject *const *operands, Py_ssize_t n, PyObject *const *args, Py_ssize_t nargs,
+        PyObject *kwnames, PyObject **shape, PyObject **dtype, PyObject **result_type,
+        PyObject **attributes)
+{
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (PyTuple_GET_ITEM(entry, 5) == Py_True) {
+        /* The result has the last operand's shape and dtype. */
+        if (n == 0 || PyTuple_GET_ITEM(entry, 3) != Py_None) {
+            return 0;
+        }
+        PyObject *last = operands[n - 1];
+        *shape = SLOT(last, self->tracer_at[T_SHAPE]);
+        *dtype = SLOT(last, self->tracer_at[T_DTYPE]);
+        PyObject *types = SLOT(lc, self->context_at[C_TENSOR_TYPES]);
+        if (*shape == NULL || *dtype == NULL || types == NULL || !PyDict_Check(types)) {
+            return 0;
+        }
+        PyObject *key = PyTuple_Pack(2, *shape, *dtype);
+        if (key == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        *result_type = PyDict_GetItemWithError(types, key);
+        Py_DECREF(key);
+        *attributes = Py_None;
+    }
+    else {
+        /* The op's plan: by (op, (shape, dtype) of each operand, (name, value) of each
+         * parameter), as `bind` keys it. None in a trace with symbolic dimensions. */
+        PyObject *plans = SLOT(lc, self->context_at[C_PLANS]);
+        if (SLOT(emitted, self->emitted_at[E_SYMBOLIC]) != Py_None || plans == NULL ||
+            !PyDict_Check(plans)) {
+            return 0;
+        }
+        PyObject *key = PyTuple_New(1 + n + nkw);
+        if (key == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        PyTuple_SET_ITEM(key, 0, Py_NewRef(op));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *aval = PyTuple_Pack(2, SLOT(operands[i], self->tracer_at[T_SHAPE]),
+                                          SLOT(operands[i], self->tracer_at[T_DTYPE]));
+            if (aval == NULL) {
+                Py_DECREF(key);
+                PyErr_Clear();
+                return 0;
+            }
+            PyTuple_SET_ITEM(key, 1 + i, aval);
+        }
+        for (Py_ssize_t i = 0; i < nkw; i++) {
+            PyObject *item = PyTuple_Pack(2, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]);
+            if (item == NULL) {
+                Py_DECREF(key);
+                PyErr_Clear();
+                return 0;
+            }
+            PyTuple_SET_ITEM(key, 1 + n + i, item);
+        }
+        PyObject *plan = PyDict_GetItemWithError(plans, key); /* unhashable: TypeError */
+        Py_DECREF(key);
+        if (plan == NULL || !PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 4) {
+            PyErr_Clear();
+            return 0;
+        }
+        *shape = PyTuple_GET_ITEM(plan, 0);
+        *dtype = PyTuple_GET_ITEM(plan, 1);
+        *result_type = PyTuple_GET_ITEM(plan, 2);
+        *attributes = PyTuple_GET_ITEM(plan, 3);
+    }
+    if (*result_type == NULL || *result_type == Py_None) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Binder *self = (Binder *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!self->enabled || nargs < 1) {
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
+    PyObject *op = args[0];
+    PyObject *const *operands = args + 1;
+    Py_ssize_t n = nargs - 1;
+
+    /* Everything this call needs, checked before anything changes. */
+    PyObject *entry = PyDict_GetItemWithError(self->rules, op);
+    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 8) {
+        goto slow;
+    }
+    PyObject *hlo = PyTuple_GET_ITEM(entry, 2);
+    if (hlo == Py_None) {
+        goto slow; /* a lowering rule of its own */
+    }
+    PyObject *scope = top_of(self->tls, self->str_scopes);
+    if (scope == NULL || (PyObject *)Py_TYPE(scope) != self->scope_type) {
+        goto slow;
+    }
+    PyObject *emitted = SLOT(scope, self->scope_emitted_at);
+    if (emitted == NULL || (PyObject *)Py_TYPE(emitted) != self->emitted_type) {
+        goto slow;
+    }
+    /* `bind` reads and writes these slots of `Emitted`; each holds what its `__init__` put
+     * there (a bool, or a bytearray, dict or op as named). */
+    PyObject *used = SLOT(emitted, self->emitted_at[E_USED]);
+    PyObject *constants = SLOT(emitted, self->emitted_at[E_CONSTANTS]);
+    if (used == NULL || !PyByteArray_CheckExact(used) || constants == NULL ||
+        !PyDict_CheckExact(constants)) {
+        goto slow;
+    }
+    for (int i = 0; i < N_EMITTED; i++) {
+        if (SLOT(emitted, self->emitted_at[i]) == NULL) {
+            goto slow;
+        }
+    }
+    Py_ssize_t n_used = PyByteArray_GET_SIZE(used);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = operands[i];
+        if ((PyObject *)Py_TYPE(t) != self->tracer_type ||
+            SLOT(t, self->tracer_at[T_SCOPE]) != scope ||
+            SLOT(t, self->tracer_at[T_VALUE]) == NULL ||
+            SLOT(t, self->tracer_at[T_SHAPE]) == NULL ||
+            SLOT(t, self->tracer_at[T_DTYPE]) == NULL) {
+            goto slow; /* (a tracer whose `__init__` never ran has empty slots) */
+        }
+        PyObject *seq = SLOT(t, self->tracer_at[T_SEQ]);
+        if (seq == NULL || (seq != Py_None && !PyLong_CheckExact(seq))) {
+            goto slow;
+        }
+        if (seq != Py_None) {
+            Py_ssize_t s = PyLong_AsSsize_t(seq);
+            if (s < 0 || s >= n_used) {
+                PyErr_Clear();
+                goto slow;
+            }
+        }
+    }
+    PyObject *lc = top_of(self->contexts, self->str_stack);
+    if (lc == NULL || (PyObject *)Py_TYPE(lc) != self->context_type) {
+        goto slow;
+    }
+    PyObject *shape, *dtype, *result_type, *attributes;
+    if (!planned(self, lc, emitted, entry, op, operands, n, args, nargs, kwnames, &shape,
+                 &dtype, &result_type, &attributes)) {
+        goto slow;
+    }
+    PyObject *loc = SLOT(lc, self->context_at[C_LOCATION]);
+    if (loc == NULL) {
+        goto slow;
+    }
+    if (loc == Py_None) {
+        loc = known_location(self->internal, SLOT(lc, self->context_at[C_LOCATIONS]));
+        if (loc == NULL) {
+            goto slow; /* a line seen for the first time, or below aotkit's own frames */
+        }
+    }
+
+    /* The operands: which values a vouched op uses now for the first time. */
+    PyObject *values = PyList_New(n);
+    if (values == NULL) {
+        return NULL;
+    }
+    int fresh = 0;
+    char *marks = PyByteArray_AS_STRING(used);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = operands[i];
+        PyObject *seq = SLOT(t, self->tracer_at[T_SEQ]);
+        if (seq == Py_None) {
+            set_slot(emitted, self->emitted_at[E_DUPLICATES], Py_True);
+        }
+        else {
+            Py_ssize_t s = PyLong_AsSsize_t(seq);
+            if (!marks[s]) {
+                marks[s] = 1;
+                fresh = 1;
+            }
+        }
+        PyList_SET_ITEM(values, i, Py_NewRef(SLOT(t, self->tracer_at[T_VALUE])));
+    }
+    /* Held across the calls below, which run Python code. */
+    Py_INCREF(entry);
+    Py_INCREF(scope);
+    Py_INCREF(emitted);
+    Py_INCREF(shape);
+    Py_INCREF(dtype);
+    Py_INCREF(loc);
+    Py_INCREF(attributes);
+    Py_INCREF(used);
+    PyObject *results = PyList_New(1);
+    PyObject *created = NULL, *result = NULL, *tracer = NULL, *out = NULL;
+    if (results == NULL) {
+        goto done;
+    }
+    PyList_SET_ITEM(results, 0, Py_NewRef(result_type));
+    PyObject *call_args[6] = {NULL, hlo, results, values, attributes, loc};
+    created = PyObject_Vectorcall(self->create, call_args + 1,
+                                  1 | PY_VECTORCALL_ARGUMENTS_OFFSET, self->create_names);
+    if (created == NULL) {
+        goto done;
+    }
+    result = PyObject_GetAttr(created, self->str_result);
+    if (result == NULL) {
+        goto done;
+    }
+    if (PyTuple_GET_ITEM(entry, 4) == Py_True) {
+        set_slot(emitted, self->emitted_at[E_CHLO], Py_True);
+    }
+    PyObject *seq = Py_None;
+    PyObject *new_seq = NULL;
+    int is_opaque = PyObject_IsTrue(SLOT(emitted, self->emitted_at[E_OPAQUE]));
+    if (is_opaque < 0) {
+        goto done;
+    }
+    if (!is_opaque) {
+        if (SLOT(emitted, self->emitted_at[E_FIRST_OP]) == Py_None) {
+            set_slot(emitted, self->emitted_at[E_FIRST_OP], created);
+        }
+        if (!fresh) {
+            int duplicates = PyObject_IsTrue(SLOT(emitted, self->emitted_at[E_DUPLICATES]));
+            if (duplicates < 0) {
+                goto done;
+            }
+            if (!duplicates) {
+                PyObject *equal =
+                    PyObject_CallFunctionObjArgs(self->has_equal_user, created, values, NULL);
+                if (equal == NULL) {
+                    goto done;
+                }
+                set_slot(emitted, self->emitted_at[E_DUPLICATES], equal);
+                Py_DECREF(equal);
+            }
+        }
+        /* The bytearray read first, as `bind` appends to it. */
+        Py_ssize_t size = PyByteArray_GET_SIZE(used);
+        new_seq = PyLong_FromSsize_t(size);
+        if (new_seq == NULL || PyByteArray_Resize(used, size + 1) < 0) {
+            Py_XDECREF(new_seq);
+            goto done;
+        }
+        PyByteArray_AS_STRING(used)[size] = 0;
+        seq = new_seq;
+    }
+    if (PyTuple_GET_ITEM(entry, 7) == Py_True) {
+        int simplified = PyObject_IsTrue(SLOT(emitted, self->emitted_at[E_SIMPLIFY]));
+        if (simplified < 0 ||
+            (!simplified && note_simplify(self, emitted, hlo, values, operands, shape, dtype,
+                                          args, nargs, kwnames) < 0)) {
+            Py_XDECREF(new_seq);
+            goto done;
+        }
+    }
+    /* `Tracer(result, shape, dtype, scope, False, seq)`, its slots set as its `__init__`
+     * sets them. */
+    PyTypeObject *type = (PyTypeObject *)self->tracer_type;
+    tracer = type->tp_alloc(type, 0);
+    if (tracer == NULL) {
+        Py_XDECREF(new_seq);
+        goto done;
+    }
+    set_slot(tracer, self->tracer_at[T_VALUE], result);
+    set_slot(tracer, self->tracer_at[T_SHAPE], shape);
+    set_slot(tracer, self->tracer_at[T_DTYPE], dtype);
+    set_slot(tracer, self->tracer_at[T_WEAK], Py_False);
+    set_slot(tracer, self->tracer_at[T_SCOPE], scope);
+    set_slot(tracer, self->tracer_at[T_SEQ], seq);
+    set_slot(tracer, self->tracer_at[T_TRANSPOSED], Py_None);
+    Py_XDECREF(new_seq);
+    if (self->first) {
+        out = Py_NewRef(tracer);
+    }
+    else if ((out = PyList_New(1)) != NULL) {
+        PyList_SET_ITEM(out, 0, Py_NewRef(tracer));
+    }
+done:
+    Py_XDECREF(tracer);
+    Py_XDECREF(result);
+    Py_XDECREF(created);
+    Py_XDECREF(results);
+    Py_DECREF(values);
+    Py_DECREF(entry);
+    Py_DECREF(scope);
+    Py_DECREF(emitted);
+    Py_DECREF(shape);
+    Py_DECREF(dtype);
+    Py_DECREF(loc);
+    Py_DECREF(attributes);
+    Py_DECREF(used);
+    return out;
+slow:
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+binder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    (void)args;
+    (void)kwargs;
+    Binder *self = (Binder *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->vectorcall = binder_vectorcall;
+    }
+    return (PyObject *)self;
+}
+
+static int
+binder_init(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    Binder *self = (Binder *)op;
+    static char *names[] = {
+        "fallback", "rules", "tls", "contexts", "tracer", "scope", "emitted", "context",
+        "create", "has_equal_user", "with_constants", "simplify_if", "internal", "first", NULL};
+    PyObject *given[13] = {NULL};
+    int first = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!OOO!O!O!O!OOO!O!O!p:Binder", names,
+                                     &PyFunction_Type, &given[0], &PyDict_Type, &given[1],
+                                     &given[2], &given[3], &PyType_Type, &given[4],
+                                     &PyType_Type, &given[5], &PyType_Type, &given[6],
+                                     &PyType_Type, &given[7], &given[8], &given[9],
+                                     &PyDict_Type, &given[10], &PyDict_Type, &given[11],
+                                     &PyDict_Type, &given[12], &first)) {
+        return -1;
+    }
+    for (int i = 0; i < 13; i++) {
+        if (given[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "Binder: missing keyword argument %s", names[i]);
+            return -1;
+        }
+    }
+    Py_ssize_t scope_at[1];
+    static const char *const scope_slots[1] = {"emitted"};
+    if (slot_offsets(given[4], TRACER_SLOTS, N_TRACER, self->tracer_at) < 0 ||
+        slot_offsets(given[5], scope_slots, 1, scope_at) < 0 ||
+        slot_offsets(given[6], EMITTED_SLOTS, N_EMITTED, self->emitted_at) < 0 ||
+        slot_offsets(given[7], CONTEXT_SLOTS, N_CONTEXT, self->context_at) < 0) {
+        return -1;
+    }
+    self->scope_emitted_at = scope_at[0];
+    PyObject *create_names = Py_BuildValue("(ssss)", "results", "operands", "attributes", "loc");
+    if (create_names == NULL) {
+        return -1;
+    }
+    PyObject **slots[N_BINDER_HELD];
+    binder_held(self, slots);
+    for (int i = 0; i < 13; i++) {
+        Py_XSETREF(*slots[i], Py_NewRef(given[i]));
+    }
+    self->first = (char)first;
+    Py_XSETREF(self->create_names, create_names);
+    PyObject **strings[5] = {&self->str_scopes, &self->str_stack, &self->str_result,
+                             &self->str_first, &self->str_all};
+    const char *texts[5] = {"scopes", "stack", "result", "first", "all"};
+    for (int i = 0; i < 5; i++) {
+        PyObject *text = PyUnicode_InternFromString(texts[i]);
+        if (text == NULL) {
+            return -1;
+        }
+        Py_XSETREF(*strings[i], text);
+    }
+    self->enabled = 1;
+    return 0;
+}
+
+static int
+binder_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(op));
+    PyObject **slots[N_BINDER_HELD];
+    binder_held((Binder *)op, slots);
+    for (int i = 0; i < N_BINDER_HELD; i++) {
+        Py_VISIT(*slots[i]);
+    }
+    return 0;
+}
+
+static int
+binder_clear(PyObject *op)
+{
+    Binder *self = (Binder *)op;
+    PyObject **slots[N_BINDER_HELD];
+    binder_held(self, slots);
+    for (int i = 0; i < N_BINDER_HELD; i++) {
+        Py_CLEAR(*slots[i]);
+    }
+    Py_CLEAR(self->str_scopes);
+    Py_CLEAR(self->str_stack);
+    Py_CLEAR(self->str_result);
+    Py_CLEAR(self->str_first);
+    Py_CLEAR(self->str_all);
+    return 0;
+}
+
+static void
+binder_dealloc(PyObject *op)
+{
+    PyTypeObject *type = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    binder_clear(op);
+    type->tp_free(op);
+    Py_DECREF(type);
+}
+
+static PyMemberDef binder_members[] = {
+    {"enabled", T_BOOL, offsetof(Binder, enabled), 0,
+     "False: every call goes to `fallback` (the tests compare the two)."},
+    {"fallback", T_OBJECT, offsetof(Binder, fallback), READONLY,
+     "The Python bind, which takes every call this one does not."},
+    {"first", T_BOOL, offsetof(Binder, first), READONLY,
+     "True: a call returns the op's one result (bind1), else a list of it (bind)."},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Binder, vectorcall), READONLY, NULL},
+    {NULL},
+};
+
+static PyType_Slot binder_slots[] = {
+    {Py_tp_doc, "The common case of aotkit.lowering.core.bind (see aotkit/_speedups.c)."},
+    {Py_tp_new, binder_new},
+    {Py_tp_init, binder_init},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_traverse, binder_traverse},
+    {Py_tp_clear, binder_clear},
+    {Py_tp_dealloc, binder_dealloc},
+    {Py_tp_members, binder_members},
+    {0, NULL},
+};
+
+static PyType_Spec binder_spec = {
+    .name = "aotkit._speedups.Binder",
+    .basicsize = sizeof(Binder),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = binder_slots,
+};
+
 static int
 add_type(PyObject *module, PyType_Spec *spec, const char *name)
 {
@@ -588,10 +1309,11 @@ speedups_exec(PyObject *module)
 {
     /* aotkit/_native.py uses this module only where the two agree (an install that did
      * not rebuild it after its source changed keeps an older one). */
-    if (PyModule_AddIntConstant(module, "VERSION", 3) < 0) {
+    if (PyModule_AddIntConstant(module, "VERSION", 4) < 0) {
         return -1;
     }
-    if (add_type(module, &front_spec, "Front") < 0) {
+    if (add_type(module, &front_spec, "Front") < 0 ||
+        add_type(module, &binder_spec, "Binder") < 0) {
         return -1;
     }
     return add_type(module, &dispatching_spec, "Dispatching");

@@ -20,7 +20,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import _context, dtypes, shapes
+from aotkit import _context, _native, dtypes, shapes
 from aotkit.passes import python_passes
 
 Aval = tuple  # (shape: tuple[int, ...], dtype: np.dtype), kept a plain tuple for speed
@@ -575,12 +575,13 @@ def _check_live(t: Tracer, op: str) -> None:
         )
 
 
-def bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
+def python_bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
     """Applies `op` to tracers: shape rule, then its lowering rule, at the user's location.
 
     The hot path of every traced program: an op that is one StableHLO op (`register_direct`)
     is created here, with what `user_location` and `dtypes.tensor_type` would give inlined
-    (each is a function call and a lookup of the lowering context otherwise).
+    (each is a function call and a lookup of the lowering context otherwise). `bind` is
+    this function, or the C `Binder` in front of it (see the end of this module).
     """
     entry = _rules.get(op)
     if entry is None:
@@ -934,8 +935,9 @@ def _constant_operands(values: list, constants: dict, need) -> bool:
 _NOT_CONSTANT = object()
 
 
-def bind1(op: str, *operands: Tracer, **params) -> Tracer:
-    return bind(op, *operands, **params)[0]
+def python_bind1(op: str, *operands: Tracer, **params) -> Tracer:
+    """`python_bind`'s one result."""
+    return python_bind(op, *operands, **params)[0]
 
 
 # --- Constants ----------------------------------------------------------------------------------
@@ -1084,3 +1086,38 @@ def export(*names: str):
         return fn
 
     return decorate
+
+
+# --- bind ------------------------------------------------------------------------------------
+
+
+def _binder(fallback: Callable, first: bool, **replaced):
+    """The C `Binder` (aotkit/_speedups.c) in front of `fallback`: it makes the common op
+    (one StableHLO op on tracers of the open scope, its result type and location already
+    in the lowering context) without a Python frame, the tracer's cost per op, and hands
+    every other call to `fallback`, which fills the caches it reads. (`replaced`: what the
+    tests give it instead of this module's own.)"""
+    given = dict(
+        fallback=fallback,
+        rules=_rules,
+        tls=_tls,
+        contexts=_contexts,
+        tracer=Tracer,
+        scope=Scope,
+        emitted=Emitted,
+        context=_context.LoweringContext,
+        create=ir.Operation.create,
+        has_equal_user=_has_equal_user,
+        with_constants=_SIMPLIFY_WITH_CONSTANTS,
+        simplify_if=_SIMPLIFY_IF,
+        internal=_internal_files,
+        first=first,
+    )
+    return _native.Binder(**{**given, **replaced})
+
+
+# `bind(op, *tracers, **params)` -> [result]; `bind1` -> result.
+if _native.Binder is None:
+    bind, bind1 = python_bind, python_bind1
+else:
+    bind, bind1 = _binder(python_bind, False), _binder(python_bind1, True)

@@ -936,6 +936,11 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
 {
     Binder *self = (Binder *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (self->str_all == NULL) { /* `__init__` never ran to its end (it sets this last) */
+        PyErr_SetString(PyExc_TypeError,
+                        "Binder: not set up; make one with Binder(fallback=..., ...)");
+        return NULL;
+    }
     if (!self->enabled || nargs < 1) {
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     }

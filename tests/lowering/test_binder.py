@@ -194,3 +194,11 @@ def test_every_constant_rule_is_one_the_c_bind_knows():
             and isinstance(rule[1], tuple)
             and all(type(i) is int and 0 <= i < 2 for i in rule[1])
         ), rule
+
+
+@needs_c
+def test_a_binder_not_set_up_refuses_calls():
+    unset = _native.Binder.__new__(_native.Binder)
+    unset.enabled = True
+    with pytest.raises(TypeError, match=r"^Binder: not set up; make one with Binder\("):
+        unset("sin")

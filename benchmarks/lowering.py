@@ -14,7 +14,9 @@ Prints microseconds per op (StableHLO ops in aotkit's module) and the ratios JAX
 with no pipeline and with the default pipeline included. The "pipeline ms" column is the
 default pass pipeline alone, run on the traced module (with the verification of its result
 when a pass ran, as `lower` does); the per-pass breakdown for each program follows the
-table.
+table. Where aotkit's C part is built, a second table sets the default pipeline's lowering
+with the tracer's C `bind` against the same lowering with its Python `bind` alone (the C
+part switched off), in the same interleaved rounds.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import numpy as np
 
 import aotkit
 import aotkit.numpy as anp
-from aotkit import passes
+from aotkit import _native, passes
+from aotkit.lowering import core
 
 CHAIN_OPS = 5000
 MLP_LAYERS = 32
@@ -95,6 +98,15 @@ def best_of(variants: dict, rounds: int) -> dict[str, float]:
     return best
 
 
+def with_python_bind(fn):
+    """`fn()` with every op made by the tracer's Python `bind` (the C `Binder` hands over)."""
+    core.bind.enabled = core.bind1.enabled = False
+    try:
+        return fn()
+    finally:
+        core.bind.enabled = core.bind1.enabled = True
+
+
 def count_ops(text: str) -> int:
     return sum(1 for line in text.splitlines() if " = stablehlo." in line or " = chlo." in line)
 
@@ -138,6 +150,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     breakdowns = []
+    binds = []
     for name, make, a_args, j_args in cases:
         # autograph=False: the chain is meant to stay 5,000 unrolled ops, as under jax.jit.
         variants = {
@@ -149,12 +162,16 @@ def main() -> None:
             for p in pipelines
         }
         variants["jax"] = lambda make=make, j_args=j_args: jax.jit(make(jnp)).lower(*j_args)
+        if _native.Binder is not None:
+            variants["python bind"] = lambda default=variants["default"]: with_python_bind(default)
         rounds = rounds_for(variants, args.repeat, args.min_time)
         times = best_of(variants, rounds)
         t_jax = times["jax"]
         n_ops = count_ops(aotkit.lower(make(anp), *a_args, autograph=False).as_text())
         t_pipe, per_pass = pipeline_only(make, a_args, rounds)
         breakdowns.append((name, per_pass))
+        if "python bind" in times:
+            binds.append((name, times["default"], times["python bind"]))
         t_aot = times["none"]
         print(
             f"{name:<20} {n_ops:>6} {rounds:>6} "
@@ -163,6 +180,14 @@ def main() -> None:
             + f" {t_jax * 1e3:>10.2f} {t_aot / n_ops * 1e6:>13.2f} {t_jax / n_ops * 1e6:>10.2f}"
             f" {t_jax / t_aot:>8.1f}x {t_jax / times['default']:>11.1f}x"
         )
+    if binds:
+        print("\ndefault pipeline, the tracer's C bind against its Python bind alone:")
+        print(f"{'program':<20} {'C bind ms':>10} {'Python bind ms':>15} {'speedup':>8}")
+        for name, c_time, python_time in binds:
+            print(
+                f"{name:<20} {c_time * 1e3:>10.2f} {python_time * 1e3:>15.2f}"
+                f" {python_time / c_time:>7.2f}x"
+            )
     for name, per_pass in breakdowns:
         print(f"\ndefault pipeline on {name}, fastest run:")
         print(passes.format_timing(per_pass, name=name, pipeline="default"), end="")

@@ -582,7 +582,7 @@ static PyType_Spec dispatching_spec = {
  * the line that called the caller). It checks all of that before it changes anything; every
  * other call goes to `fallback` as it came, which holds the full rules and fills the caches
  * this one reads. What it does with a call it takes is what `fallback` does, step by step
- * (tests/lowering/test_tracer.py lowers programs with both and compares the modules). */
+ * (tests/lowering/test_binder.py lowers programs with both and compares the modules). */
 
 /* The slots of aotkit's classes that `Binder` reads and writes, by offset: their
  * `__slots__` member descriptors say where. */
@@ -1194,36 +1194,48 @@ binder_init(PyObject *op, PyObject *args, PyObject *kwargs)
             return -1;
         }
     }
-    Py_ssize_t scope_at[1];
+    /* Everything is read and made first, and set only once all of it is at hand: a Binder
+     * in use keeps its classes and their slots' offsets together. */
+    Py_ssize_t tracer_at[N_TRACER], scope_at[1], emitted_at[N_EMITTED], context_at[N_CONTEXT];
     static const char *const scope_slots[1] = {"emitted"};
-    if (slot_offsets(given[4], TRACER_SLOTS, N_TRACER, self->tracer_at) < 0 ||
+    if (slot_offsets(given[4], TRACER_SLOTS, N_TRACER, tracer_at) < 0 ||
         slot_offsets(given[5], scope_slots, 1, scope_at) < 0 ||
-        slot_offsets(given[6], EMITTED_SLOTS, N_EMITTED, self->emitted_at) < 0 ||
-        slot_offsets(given[7], CONTEXT_SLOTS, N_CONTEXT, self->context_at) < 0) {
+        slot_offsets(given[6], EMITTED_SLOTS, N_EMITTED, emitted_at) < 0 ||
+        slot_offsets(given[7], CONTEXT_SLOTS, N_CONTEXT, context_at) < 0) {
         return -1;
     }
+    const char *texts[5] = {"scopes", "stack", "result", "first", "all"};
+    PyObject *made[6] = {NULL};
+    made[5] = Py_BuildValue("(ssss)", "results", "operands", "attributes", "loc");
+    for (int i = 0; i < 5 && made[5] != NULL; i++) {
+        if ((made[i] = PyUnicode_InternFromString(texts[i])) == NULL) {
+            break;
+        }
+    }
+    for (int i = 0; i < 6; i++) {
+        if (made[i] == NULL) {
+            for (int j = 0; j < 6; j++) {
+                Py_XDECREF(made[j]);
+            }
+            return -1;
+        }
+    }
+    memcpy(self->tracer_at, tracer_at, sizeof(tracer_at));
     self->scope_emitted_at = scope_at[0];
-    PyObject *create_names = Py_BuildValue("(ssss)", "results", "operands", "attributes", "loc");
-    if (create_names == NULL) {
-        return -1;
-    }
+    memcpy(self->emitted_at, emitted_at, sizeof(emitted_at));
+    memcpy(self->context_at, context_at, sizeof(context_at));
     PyObject **slots[N_BINDER_HELD];
     binder_held(self, slots);
     for (int i = 0; i < 13; i++) {
         Py_XSETREF(*slots[i], Py_NewRef(given[i]));
     }
-    self->first = (char)first;
-    Py_XSETREF(self->create_names, create_names);
+    Py_XSETREF(self->create_names, made[5]);
     PyObject **strings[5] = {&self->str_scopes, &self->str_stack, &self->str_result,
                              &self->str_first, &self->str_all};
-    const char *texts[5] = {"scopes", "stack", "result", "first", "all"};
     for (int i = 0; i < 5; i++) {
-        PyObject *text = PyUnicode_InternFromString(texts[i]);
-        if (text == NULL) {
-            return -1;
-        }
-        Py_XSETREF(*strings[i], text);
+        Py_XSETREF(*strings[i], made[i]);
     }
+    self->first = (char)first;
     self->enabled = 1;
     return 0;
 }

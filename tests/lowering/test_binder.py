@@ -4,7 +4,9 @@ module, op for op and location for location, and tell the pass runner the same f
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -83,63 +85,79 @@ def test_the_c_bind_makes_the_module_the_python_bind_makes(name, request):
     assert _lowered(fn, specs) == with_c
 
 
-def _sine(x):  # an aotkit.numpy function's call of bind, made from the user's line
-    return core.bind("sin", x)[0]
+# Functions that call `bind` as aotkit.numpy's do: compiled under a file name the location
+# walk passes by, as it passes aotkit's own files, so the op is located at the user's line
+# that called them.
+AOTKIT_LIKE = "<aotkit.numpy-like helpers of tests/lowering/test_binder.py>"
+HELPERS = """
+def sine(x, bind=None):
+    return (bind or core.bind)("sin", x)[0]
 
+def sine1(x, bind1=None):
+    return (bind1 or core.bind1)("sin", x)
 
-def _product(x, w):
+def product(x, w):
     return core.bind("dot_general", x, w, **linalg._MATRIX_PRODUCT)[0]
 
-
-def _reverse(x):
+def reverse(x):
     return core.bind("reverse", x, dims=(0,))[0]
+"""
 
 
-@needs_c
-def test_the_c_bind_takes_a_known_op_itself_and_hands_the_rest_over():
+@pytest.fixture
+def helpers(monkeypatch):
+    monkeypatch.setitem(core._internal_files, AOTKIT_LIKE, True)
+    namespace = {"core": core, "linalg": linalg}
+    exec(compile(HELPERS, AOTKIT_LIKE, "exec"), namespace)
+    return types.SimpleNamespace(**namespace)
+
+
+@contextlib.contextmanager
+def handed_over(fallback):
+    """The ops the calls inside hand to `fallback` (a Python bind), in order."""
     handed = []
 
     def count(frame, event, arg):
-        if event == "call" and frame.f_code is core.python_bind.__code__:
+        if event == "call" and frame.f_code is fallback.__code__:
             handed.append(frame.f_locals["op"])
 
-    def f(x, w):
-        y = x
-        for _ in range(4):
-            y = _sine(y)  # the first meets a line no op had: the rest are known
-            y = _product(y, w)
-        return _reverse(y)  # an op with a lowering rule of its own
-
-    def traced(x, w):
-        sys.setprofile(count)
-        try:
-            return f(x, w)
-        finally:
-            sys.setprofile(None)
-
-    text = aotkit.lower(traced, M, M, autograph=False).as_text(debug_info=True)
-    assert handed == ["sin", "dot_general", "reverse"]
-    assert text.count("stablehlo.sine") == 4 and text.count("stablehlo.dot_general") == 4
-    assert len(set(_op_lines(text, "stablehlo.sine"))) == 1  # every one at the user's line
-
-
-def _op_lines(text: str, name: str) -> list[str]:
-    return [line.split("loc(")[-1] for line in text.splitlines() if f"= {name} " in line]
+    sys.setprofile(count)
+    try:
+        yield handed
+    finally:
+        sys.setprofile(None)
 
 
 @needs_c
-def test_a_tracer_the_c_bind_makes_is_the_one_tracer_init_makes():
-    made = {}
+def test_the_c_bind_takes_a_known_op_itself_and_hands_the_rest_over(helpers):
+    def f(x, w):
+        with handed_over(core.python_bind) as handed:
+            for _ in range(4):
+                x = helpers.sine(x)  # the first meets a line no op had: the rest are known
+                x = helpers.product(x, w)
+            x = helpers.reverse(x)  # an op with a lowering rule of its own
+        assert handed == ["sin", "dot_general", "reverse"]
+        return x
+
+    text = aotkit.lower(f, M, M, autograph=False).as_text(debug_info=True)
+    assert text.count("stablehlo.sine") == 4 and text.count("stablehlo.dot_general") == 4
+    lines = {line.split("loc(")[-1] for line in text.splitlines() if "= stablehlo.sine " in line}
+    assert len(lines) == 1  # every one at the user's line
+
+
+@needs_c
+def test_a_tracer_the_c_bind_makes_is_the_one_tracer_init_makes(helpers):
+    made = []
 
     def f(x):
-        y = core.bind1("sin", x)  # the first at this line: the Python bind makes it
-        for _ in range(2):
-            z = core.bind1("sin", x)
-        made["python"], made["c"] = y, z
-        return y + z
+        with handed_over(core.python_bind1) as handed:
+            for _ in range(3):
+                made.append(helpers.sine1(x))  # the Python bind makes the first
+        assert handed == ["sin"]
+        return made[0] + made[2]
 
     aotkit.lower(f, V)
-    y, z = made["python"], made["c"]
+    y, z = made[0], made[2]
     slots = [s for s in core.Tracer.__slots__ if s != "__weakref__"]
     assert [getattr(z, s) is getattr(y, s) for s in ("shape", "dtype", "_scope")] == [True] * 3
     like = core.Tracer(z.value, z.shape, z.dtype, z._scope, False, z.seq)
@@ -173,13 +191,10 @@ def test_a_binder_refuses_a_constant_rule_it_does_not_know(rule):
     # or an identity's unit and positions): a rule of another form is an aotkit bug.
     bind = core._binder(core.python_bind, False, with_constants={"stablehlo.add": rule})
 
-    def add(x, y):
-        return bind("add", x, y)[0]
-
     def f(x):
         one = anp.ones(4, np.float32)  # a constant: the rule is read
         for _ in range(2):  # the second add at this line is the C bind's
-            x = add(x, one)
+            x = bind("add", x, one)[0]
         return x
 
     with pytest.raises(TypeError, match=r"^Binder: unexpected constant rule "):
@@ -202,3 +217,31 @@ def test_a_binder_not_set_up_refuses_calls():
     unset.enabled = True
     with pytest.raises(TypeError, match=r"^Binder: not set up; make one with Binder\("):
         unset("sin")
+
+
+@needs_c
+def test_a_binder_given_other_classes_again_keeps_its_own(helpers):
+    # Its classes and their slots' offsets change together or not at all.
+    given = {}
+    with pytest.MonkeyPatch.context() as patch:  # what `bind1` is made with
+        patch.setattr(_native, "Binder", lambda **kwargs: given.update(kwargs))
+        core._binder(core.python_bind1, True)
+    bind1 = _native.Binder(**given)
+
+    class Shifted:  # a tracer's slots, each at another offset
+        __slots__ = ("pad", *(s for s in core.Tracer.__slots__ if s != "__weakref__"))
+
+    with pytest.raises(TypeError, match=r"^Binder: <class '.*Scope'>\.used is not a slot$"):
+        bind1.__init__(**{**given, "tracer": Shifted, "emitted": core.Scope})
+
+    def f(x):
+        with handed_over(core.python_bind1) as handed:
+            for _ in range(3):  # the C part makes the second and third
+                x = helpers.sine1(x, bind1)
+        assert handed == ["sin"]
+        return x
+
+    x = np.linspace(-1, 1, 4, dtype=np.float32)
+    got = aotkit.lower(f, V).compile()(x)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, np.sin(np.sin(np.sin(x))), rtol=1e-6)

@@ -618,7 +618,7 @@ typedef struct {
     char enabled;             /* 0: every call goes to `fallback` */
     char first;               /* 1: returns the one result (`bind1`), else a list of it */
     Py_ssize_t tracer_at[N_TRACER];
-    Py_ssize_t scope_emitted_at;
+    Py_ssize_t scope_emitted_at, scope_open_at;
     Py_ssize_t emitted_at[N_EMITTED];
     Py_ssize_t context_at[N_CONTEXT];
 } Binder;
@@ -982,11 +982,21 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *t = operands[i];
         if ((PyObject *)Py_TYPE(t) != self->tracer_type ||
-            SLOT(t, self->tracer_at[T_SCOPE]) != scope ||
             SLOT(t, self->tracer_at[T_VALUE]) == NULL ||
             SLOT(t, self->tracer_at[T_SHAPE]) == NULL ||
             SLOT(t, self->tracer_at[T_DTYPE]) == NULL) {
             goto slow; /* (a tracer whose `__init__` never ran has empty slots) */
+        }
+        PyObject *own = SLOT(t, self->tracer_at[T_SCOPE]);
+        if (own != scope) {
+            /* A value of an enclosing scope of this module, still open (a loop's or branch's
+             * body reading a value from outside it): used as it is, nothing marked. */
+            if (own == NULL || (PyObject *)Py_TYPE(own) != self->scope_type ||
+                SLOT(own, self->scope_open_at) != Py_True ||
+                SLOT(own, self->scope_emitted_at) != emitted) {
+                goto slow;
+            }
+            continue;
         }
         PyObject *seq = SLOT(t, self->tracer_at[T_SEQ]);
         if (seq == NULL || (seq != Py_None && !PyLong_CheckExact(seq))) {
@@ -1029,6 +1039,10 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
     char *marks = PyByteArray_AS_STRING(used);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *t = operands[i];
+        PyList_SET_ITEM(values, i, Py_NewRef(SLOT(t, self->tracer_at[T_VALUE])));
+        if (SLOT(t, self->tracer_at[T_SCOPE]) != scope) {
+            continue;
+        }
         PyObject *seq = SLOT(t, self->tracer_at[T_SEQ]);
         if (seq == Py_None) {
             set_slot(emitted, self->emitted_at[E_DUPLICATES], Py_True);
@@ -1040,7 +1054,6 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
                 fresh = 1;
             }
         }
-        PyList_SET_ITEM(values, i, Py_NewRef(SLOT(t, self->tracer_at[T_VALUE])));
     }
     /* Held across the calls below, which run Python code. */
     Py_INCREF(entry);
@@ -1196,10 +1209,10 @@ binder_init(PyObject *op, PyObject *args, PyObject *kwargs)
     }
     /* Everything is read and made first, and set only once all of it is at hand: a Binder
      * in use keeps its classes and their slots' offsets together. */
-    Py_ssize_t tracer_at[N_TRACER], scope_at[1], emitted_at[N_EMITTED], context_at[N_CONTEXT];
-    static const char *const scope_slots[1] = {"emitted"};
+    Py_ssize_t tracer_at[N_TRACER], scope_at[2], emitted_at[N_EMITTED], context_at[N_CONTEXT];
+    static const char *const scope_slots[2] = {"emitted", "open"};
     if (slot_offsets(given[4], TRACER_SLOTS, N_TRACER, tracer_at) < 0 ||
-        slot_offsets(given[5], scope_slots, 1, scope_at) < 0 ||
+        slot_offsets(given[5], scope_slots, 2, scope_at) < 0 ||
         slot_offsets(given[6], EMITTED_SLOTS, N_EMITTED, emitted_at) < 0 ||
         slot_offsets(given[7], CONTEXT_SLOTS, N_CONTEXT, context_at) < 0) {
         return -1;
@@ -1222,6 +1235,7 @@ binder_init(PyObject *op, PyObject *args, PyObject *kwargs)
     }
     memcpy(self->tracer_at, tracer_at, sizeof(tracer_at));
     self->scope_emitted_at = scope_at[0];
+    self->scope_open_at = scope_at[1];
     memcpy(self->emitted_at, emitted_at, sizeof(emitted_at));
     memcpy(self->context_at, context_at, sizeof(context_at));
     PyObject **slots[N_BINDER_HELD];

@@ -101,6 +101,9 @@ def product(x, w):
 
 def reverse(x):
     return core.bind("reverse", x, dims=(0,))[0]
+
+def times(x, y):
+    return core.bind("multiply", x, y)[0]
 """
 
 
@@ -143,6 +146,26 @@ def test_the_c_bind_takes_a_known_op_itself_and_hands_the_rest_over(helpers):
     assert text.count("stablehlo.sine") == 4 and text.count("stablehlo.dot_general") == 4
     lines = {line.split("loc(")[-1] for line in text.splitlines() if "= stablehlo.sine " in line}
     assert len(lines) == 1  # every one at the user's line
+
+
+@needs_c
+def test_the_c_bind_takes_an_op_of_a_body_on_a_value_from_outside_it(helpers):
+    # A loop's body multiplies its carry by a value of the enclosing function's scope.
+    def f(x, w):
+        def body(i, h):
+            for _ in range(3):
+                h = helpers.times(h, w)  # the C part makes the second and third
+            return h
+
+        with handed_over(core.python_bind) as handed:
+            out = aotkit.fori_loop(0, 2, body, x)
+        assert [op for op in handed if op == "multiply"] == ["multiply"]
+        return out
+
+    x, w = np.float32([1, 2, 3, 4]), np.float32([2, 3, 0.5, -1])
+    got = aotkit.lower(f, V, V, autograph=False).compile()(x, w)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, x * w**6)
 
 
 @needs_c

@@ -634,6 +634,21 @@ set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value)
     Py_XDECREF(old);
 }
 
+/* Whether the slot `EMITTED_SLOTS[which]` of `emitted` holds a true value; -1 on error. A
+ * slot emptied while Python code ran (`del`) reads as Python reads it: an AttributeError. */
+static int
+emitted_truth(PyObject *emitted, const Py_ssize_t *offsets, int which)
+{
+    PyObject *value = SLOT(emitted, offsets[which]);
+    if (value != NULL) {
+        return PyObject_IsTrue(value);
+    }
+    value = PyObject_GetAttrString(emitted, EMITTED_SLOTS[which]);
+    int truth = value == NULL ? -1 : PyObject_IsTrue(value);
+    Py_XDECREF(value);
+    return truth;
+}
+
 /* The offsets of `names` among `type`'s slots; -1 (an error set) if one is not a slot. */
 static int
 slot_offsets(PyObject *type, const char *const *names, int n, Py_ssize_t *out)
@@ -763,7 +778,7 @@ note_simplify(Binder *self, PyObject *emitted, PyObject *hlo, PyObject *values,
               PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *constants = SLOT(emitted, self->emitted_at[E_CONSTANTS]);
-    if (PyDict_GET_SIZE(constants) > 0) {
+    if (constants != NULL && PyDict_CheckExact(constants) && PyDict_GET_SIZE(constants) > 0) {
         PyObject *need = PyDict_GetItemWithError(self->with_constants, hlo);
         if (need == NULL && PyErr_Occurred()) {
             return -1;
@@ -1085,7 +1100,7 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
     }
     PyObject *seq = Py_None;
     PyObject *new_seq = NULL;
-    int is_opaque = PyObject_IsTrue(SLOT(emitted, self->emitted_at[E_OPAQUE]));
+    int is_opaque = emitted_truth(emitted, self->emitted_at, E_OPAQUE);
     if (is_opaque < 0) {
         goto done;
     }
@@ -1094,7 +1109,7 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
             set_slot(emitted, self->emitted_at[E_FIRST_OP], created);
         }
         if (!fresh) {
-            int duplicates = PyObject_IsTrue(SLOT(emitted, self->emitted_at[E_DUPLICATES]));
+            int duplicates = emitted_truth(emitted, self->emitted_at, E_DUPLICATES);
             if (duplicates < 0) {
                 goto done;
             }
@@ -1119,7 +1134,7 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
         seq = new_seq;
     }
     if (PyTuple_GET_ITEM(entry, 7) == Py_True) {
-        int simplified = PyObject_IsTrue(SLOT(emitted, self->emitted_at[E_SIMPLIFY]));
+        int simplified = emitted_truth(emitted, self->emitted_at, E_SIMPLIFY);
         if (simplified < 0 ||
             (!simplified && note_simplify(self, emitted, hlo, values, operands, shape, dtype,
                                           args, nargs, kwnames) < 0)) {

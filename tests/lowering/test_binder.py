@@ -268,3 +268,23 @@ def test_a_binder_given_other_classes_again_keeps_its_own(helpers):
     got = aotkit.lower(f, V).compile()(x)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, np.sin(np.sin(np.sin(x))), rtol=1e-6)
+
+
+@needs_c
+def test_a_slot_emptied_while_python_code_ran_reads_as_python_reads_it(helpers):
+    # The C part reads the trace's record after calling back into Python: a slot emptied
+    # there is Python's AttributeError, as the Python bind would raise it.
+    def emptying_check(op, values):
+        del core._tls.scopes[-1].emitted.simplify
+        return False
+
+    bind = core._binder(core.python_bind, False, has_equal_user=emptying_check)
+
+    def f(x):
+        for _ in range(2):  # the second uses `x` again: the C part asks for equal ops
+            y = helpers.sine(x, bind)
+        return y
+
+    no_slot = r"'(aotkit\.lowering\.core\.)?Emitted' object has no attribute 'simplify'"
+    with pytest.raises(AttributeError, match=no_slot):
+        aotkit.lower(f, V)

@@ -458,3 +458,246 @@ def test_random_programs_of_writes_match_numpy(tmp_path_factory, case):
         assert any(r in str(e) for r in refusals), (source, e)
         return
     assert_matches(got, want, source)
+
+
+# --- views however they are bound -------------------------------------------------------------
+
+VIEW_PROGRAMS = """
+def get(a):
+    return a[1:3]
+
+def unpacked(r):
+    V = np.zeros(4); W = np.zeros(4)
+    v, w = V[1:3], W[1:3]
+    v += r
+    return V
+
+def one_unpacked(r):
+    V = np.zeros(4)
+    v, = V[1:3],
+    v += r
+    return V
+
+def traced_unpacked(r):
+    V = np.zeros_like(np.concatenate([r, r]))
+    v, w = V[1:3], V[0:2]
+    v[0] = r[1]
+    return V
+
+def starred(r):
+    V = np.zeros(4)
+    v, *rest = V[1:3], 1, 2
+    v += r
+    return V
+
+def nested(r):
+    V = np.zeros(4)
+    (a, (v, b)) = 1, (V[1:3], 2)
+    v += r
+    return V
+
+def from_a_helper(r):
+    V = np.zeros_like(np.concatenate([r, r]))
+    v = get(V)
+    v += r
+    return V
+
+def in_a_list(r):
+    V = np.zeros(4)
+    rows = [V[1:3]]
+    rows[0] += r
+    return V
+
+def in_a_dict(r):
+    V = np.zeros(4)
+    d = {"a": V[1:3]}
+    d["a"] += r
+    return V
+
+def split(r):
+    V = np.zeros_like(np.concatenate([r, r]))
+    a, b = np.split(V, 2)
+    a += r
+    return V
+
+def reshaped_by_function(r):
+    V = np.zeros_like(np.concatenate([r, r]))
+    m = np.reshape(V, (2, 2))
+    m[0] += r
+    return V
+"""
+
+# name: (the binding as the message prints it, its function and source, the write's source)
+BOUND_BY = {
+    "unpacked": ("v, w = (V[1:3], W[1:3])", "unpacked", "v, w =", "v += r"),
+    "one_unpacked": ("v, = (V[1:3],)", "one_unpacked", "v, =", "v += r"),
+    "traced_unpacked": ("v, w = (V[1:3], V[0:2])", "traced_unpacked", "v, w =", "v[0] ="),
+    "starred": ("v, *rest = (V[1:3], 1, 2)", "starred", "v, *rest", "v += r"),
+    "nested": ("a, (v, b) = (1, (V[1:3], 2))", "nested", "(a, (v", "v += r"),
+    "from_a_helper": ("return a[1:3]", "get", "return", "v += r"),
+    "in_a_list": ("rows = [V[1:3]]", "in_a_list", "rows =", "rows[0] +="),
+    "in_a_dict": ("d = {'a': V[1:3]}", "in_a_dict", "d =", 'd["a"] +='),
+    "split": ("a, b = np.split(V, 2)", "split", "a, b =", "a += r"),
+    "reshaped_by_function": ("m = np.reshape(V, (2, 2))", "reshaped_by_function", "m =", "m[0]"),
+}
+
+
+@pytest.mark.parametrize("name", list(BOUND_BY))
+def test_a_write_through_a_view_is_refused_however_the_view_was_bound(tmp_path, name):
+    """`v, w = V[1:3], W[1:3]; v += r` returned V unchanged (a silent wrong value): a view
+    bound by unpacking, a helper's result, a list's or dict's element or np.split is noted
+    as a view wherever it is made, and a write through it is refused like `v = V[1:3]`."""
+    m, path = module_from_source(tmp_path, VIEW_PROGRAMS)
+    bound, where, binding, write = BOUND_BY[name]
+    lines = path.read_text().splitlines()
+
+    def line_of(function: str, text: str) -> int:
+        start = lines.index(next(x for x in lines if x.startswith(f"def {function}(")))
+        return next(k for k in range(start, len(lines)) if lines[k].strip().startswith(text)) + 1
+
+    what = "augmented assignment" if "+=" in write else "item assignment"
+    view = f"a view of another array (bound by `{bound}` at {path}:{line_of(where, binding)})"
+    if name in ("in_a_list", "in_a_dict"):
+        view, what = f"an item that is {view}", "item assignment"
+    want = VIEW_MESSAGE.replace("item assignment", what, 1)
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(getattr(m, name))(np.ones(2))
+    assert str(e.value) == want.format(path=path, line=line_of(name, write), what=view)
+
+
+def test_a_view_bound_where_aotkit_cannot_see_it_is_refused_when_its_array_is_in_use(tmp_path):
+    """A NumPy view made by code the converter never reads (here `operator.getitem`) is
+    still refused when the array it views is held elsewhere; a view of an array nothing
+    else holds becomes traced as before."""
+    m, path = module_from_source(
+        tmp_path,
+        """
+        import operator
+
+        def hidden(r):
+            V = np.zeros(4)
+            v = operator.getitem(V, slice(1, 3))
+            v += r
+            return V
+
+        def alone(r):
+            v = np.zeros(4).reshape(2, 2)
+            v[0] = r
+            return v
+        """,
+    )
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(m.hidden)(np.ones(2))
+    assert str(e.value) == VIEW_MESSAGE.replace("item", "augmented", 1).format(
+        path=path, line=8, what="a view of a NumPy array that is still in use"
+    )
+    _same_as_numpy(m.alone, np.array([1.0, 2.0]))
+
+
+# A generator of view programs: each binds views of `V` (and of `W`) in one of the forms
+# above, then writes through one of them, inside loops and ifs; the program must equal
+# NumPy or be refused as a write through a view, never return V without the write.
+_BINDINGS = [
+    "v = V[{a}:{b}]",
+    "v, w = V[{a}:{b}], W[{a}:{b}]",
+    "w, v = W[:2], V[{a}:{b}]",
+    "v, = V[{a}:{b}],",
+    "v, *rest = V[{a}:{b}], 1, 2",
+    "(z, (v, y)) = 0, (V[{a}:{b}], 1)",
+    "v = get(V, {a}, {b})",
+    "v = [V[{a}:{b}]][0]",
+    "v = V[{a}:{b}].copy()",
+    "v = V[[{a}]]",
+    "v = V.reshape(2, 3)[0]",
+    "v = np.split(V, 2)[{s}]",
+    "v, u = np.split(V, 2)",
+]
+_WRITES = ["v += t[{j}]", "v[0] = t[{j}]", "v *= {c}", "v[...] = t[{j}] * {c}", "v -= {c}"]
+
+
+@st.composite
+def view_programs(draw):
+    a = draw(st.integers(0, 4))
+    b = draw(st.integers(a + 1, 6))
+    binding = draw(st.sampled_from(_BINDINGS)).format(a=a, b=b, s=draw(st.integers(0, 1)))
+    write = draw(st.sampled_from(_WRITES)).format(
+        j=draw(st.integers(0, N - 1)), c=draw(st.sampled_from(["0.5", "-1.0", "2.0"]))
+    )
+    traced_base = draw(st.booleans())
+    wrap = draw(st.sampled_from(["plain", "loop", "if"]))
+    lines = [binding, write]
+    if wrap == "loop":
+        lines = [f"for k in range({draw(st.integers(1, 3))}):", *(f"    {s}" for s in lines)]
+    elif wrap == "if":
+        lines = ["if t[0] > 0:", *(f"    {s}" for s in lines)]
+    make = "np.zeros(6) + t[0]" if traced_base else "np.zeros(6)"
+    body = "\n".join(f"    {s}" for s in [f"V = {make}", "W = np.ones(6)", *lines])
+    values = draw(st.lists(st.sampled_from([-2.0, -0.5, 0.0, 1.0, 3.0]), min_size=N, max_size=N))
+    return body, np.array(values)
+
+
+@settings(max_examples=40, deadline=None)
+@given(view_programs())
+def test_random_programs_writing_through_views_match_numpy_or_are_refused(tmp_path_factory, case):
+    body, t = case
+    source = f"def get(a, i, j):\n    return a[i:j]\n\ndef prog(t):\n{body}\n    return V, W\n"
+    m, _ = module_from_source(tmp_path_factory.mktemp("views"), source)
+    want = m.prog(t.copy())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", AutographWarning)
+            got = aotkit.jit(m.prog)(t)
+    except TypeError as e:
+        assert "a view of" in str(e) and "NumPy would write through it" in str(e), (source, e)
+        return
+    assert_matches(got, want, source)
+
+
+def test_a_write_through_a_numpy_view_in_a_traced_branch_or_loop_is_refused(tmp_path):
+    """A traced branch or loop body is traced once whatever the condition or trip count:
+    a NumPy write through a view made inside it happened at trace time (V changed although
+    the branch did not run), and one through a view bound before it reached only a traced
+    copy. Both are refused at the line."""
+    m, path = module_from_source(
+        tmp_path,
+        """
+        def inside(t):
+            V = np.zeros(4)
+            if t[0] > 0:
+                v = V[0:1]
+                v -= 0.5
+            return V
+
+        def before(t, n):
+            V = np.zeros(4)
+            v = V[0:2]
+            for k in range(n):
+                v -= 0.5
+            return V
+
+        def before_if(t):
+            V = np.zeros(4)
+            v = V[0:2]
+            if t[0] > 0:
+                v -= 0.5
+            return V
+        """,
+    )
+    t = np.array([-2.0, 1.0])
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(m.inside)(t)  # returned [-0.5, 0, 0, 0]
+    view = f"a view of another array (bound by `v = V[0:1]` at {path}:6)"
+    assert str(e.value) == VIEW_MESSAGE.replace("item", "augmented", 1).format(
+        path=path, line=7, what=view
+    )
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(m.before_if)(t)
+    assert str(e.value) == (
+        f"if (at {path}:20): it writes into 'v', which is a view of another array (bound by "
+        f"`v = V[0:2]` at {path}:19); NumPy would write through it into that array, but a "
+        "traced branch or loop changes only its own value of the name; write into the array "
+        "itself inside it (out[i, 0] = v, not row = out[i]; row[0] = v), or take a copy "
+        "(.copy()) before it if that array should not change"
+    )
+    with pytest.raises(TypeError, match=rf"^for loop \(at {path}:13\): it writes into 'v', which"):
+        aotkit.jit(m.before)(t, 3)  # returned V unchanged; NumPy subtracts 0.5 three times

@@ -25,6 +25,7 @@ in NumPy.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
 import operator
 import sys
@@ -496,6 +497,7 @@ def _carried(info, vals: dict, extra, bounds, slots: dict) -> tuple[list[str], d
 
 def _loop(info, vals, body, bounds, *, rows=None, test=None):
     """One traced loop over `bounds` (a `_Range`), or while `test` holds when `bounds` is None."""
+    _refuse_views_written(info, vals)
     extra: list[str] = []
     slots: dict = {}
     while True:
@@ -505,7 +507,8 @@ def _loop(info, vals, body, bounds, *, rows=None, test=None):
         run = _body_runner(info, vals, body, names, record, rows, pending)
         run = _watch_python_ints(info, init, run, bounds)
         try:
-            results = _build_loop(info, vals, names, init, run, bounds, test)
+            with _traced_block():
+                results = _build_loop(info, vals, names, init, run, bounds, test)
         except _Discovered as d:
             slots.update(d.found)
             continue
@@ -767,6 +770,7 @@ def if_stmt(test, true_fn, false_fn, info):
     if not isinstance(test, Tracer):
         return (true_fn if test else false_fn)(*[vals[p] for p in info.params])
     pred = _truth(test, "if", info.site)
+    _refuse_views_written(info, vals)
     _promote_written_numpy(info, vals)
     reasons = _side_effects(info, vals, scope)
     if reasons:
@@ -787,6 +791,23 @@ def if_stmt(test, true_fn, false_fn, info):
             if not (_is_outer_inplace_error(e) and len(everything) > len(copied)):
                 raise
             copied = everything
+
+
+def _refuse_views_written(info, vals) -> None:
+    """A traced branch or loop body that writes through a view bound before it (`v = V[1:];
+    if t > 0: v += 1`) is refused: the write would reach only a traced copy of the view
+    (which a NumPy view becomes, see `_promote_written_numpy`), never the array viewed."""
+    for n in info.params:
+        if n in info.inplace and n in info.writes:
+            view = _view_reason(vals[n]) or _numpy_view_in_use(vals[n])
+            if view is not None:
+                raise TypeError(
+                    f"{_what(info)} (at {info.site}): it writes into {n!r}, which is {view}; "
+                    "NumPy would write through it into that array, but a traced branch or "
+                    "loop changes only its own value of the name; write into the array "
+                    "itself inside it (out[i, 0] = v, not row = out[i]; row[0] = v), or "
+                    "take a copy (.copy()) before it if that array should not change"
+                )
 
 
 def _promote_written_numpy(info, vals) -> None:
@@ -841,7 +862,8 @@ def _traced_if(info, vals, pred, true_fn, false_fn, copied, slots):
 
         return run
 
-    result, inplace = lax.cond(pred, branch(true_fn, "true"), branch(false_fn, "false"))
+    with _traced_block():
+        result, inplace = lax.cond(pred, branch(true_fn, "true"), branch(false_fn, "false"))
     final = {} if returning else dict(result)
     for n, kind in structure.items():
         if kind == "same":
@@ -1241,11 +1263,14 @@ def _view_table() -> dict:
 
 
 def _note_view(value, why: str) -> None:
-    table = _view_table()
-    if len(table) > 256:  # forget the views that are gone
-        for key in [k for k, (ref, _) in table.items() if ref() is None]:
+    table, key = _view_table(), id(value)
+
+    def forget(ref, table=table, key=key):
+        # The view is gone; the key may already name a newer object's entry.
+        if table.get(key, (None,))[0] is ref:
             del table[key]
-    table[id(value)] = (weakref.ref(value), why)
+
+    table[key] = (weakref.ref(value, forget), why)
 
 
 def _view_reason(target) -> str | None:
@@ -1282,20 +1307,77 @@ def _shares(value, base) -> bool:
     return isinstance(base, Tracer)
 
 
-def part(base, index, text: str | None):
-    """`base[index]`, noted as a view of `base` where NumPy would make one."""
+def part(base, index, text: str | None, chained: bool = False):
+    """`base[index]`, noted as a view of `base` where NumPy would make one. `chained`:
+    `base` is no name but an expression (`x.reshape(2, 3)[0]`), whose part is noted only
+    when `base` is itself a view (a part of a new array is no view of anything held)."""
     value = base[index]
-    if _basic(index) and _shares(value, base):
+    if _basic(index) and (not chained or _view_reason(base) is not None) and _shares(value, base):
         _note_view(value, _bound_by(text))
     return value
 
 
-def view_of(value, base, text: str | None):
+def attribute_view(owner, attr: str, text: str | None):
+    """`owner.T` (`.mT`, `.real`, `.imag`) for an expression `owner`, noted as a view when
+    `owner` is one."""
+    value = getattr(owner, attr)
+    if _view_reason(owner) is not None and _shares(value, owner):
+        _note_view(value, _bound_by(text))
+    return value
+
+
+def method_view(owner, name: str, text: str | None):
+    """`owner.name` (`reshape`, `ravel`, ...) for an expression `owner`, as a callable whose
+    result is noted as a view when `owner` is one."""
+    method = call(getattr(owner, name))
+    if _view_reason(owner) is None:
+        return method
+
+    def noted(*args, **kwargs):
+        value = method(*args, **kwargs)
+        if _shares(value, owner):
+            _note_view(value, _bound_by(text))
+        return value
+
+    return noted
+
+
+def view_of(value, text: str | None, *bases):
     """`value` (`base.T`, `base.reshape(...)`, `np.ravel(base)`, ...), noted as a view of
-    `base` where NumPy would make one."""
-    if _shares(value, base):
+    whichever of `bases` is an array, where NumPy would make one."""
+    if any(isinstance(b, Tracer | np.ndarray) and _shares(value, b) for b in bases):
         _note_view(value, _bound_by(text))
     return value
+
+
+def views_of(values, text: str | None, *bases):
+    """`values` (`np.split(base, ...)` and its kin: a list of views of `base`), each noted
+    as a view where NumPy would make one."""
+    if isinstance(values, list | tuple):
+        for value in values:
+            view_of(value, text, *bases)
+    return values
+
+
+def _numpy_view_in_use(value) -> str | None:
+    """The reason a NumPy array is a view whose array something else holds (a view the
+    converter did not see made: a helper it does not convert), else None. The count is the
+    view's own reference and getrefcount's argument alone when nothing else holds it."""
+    if isinstance(value, np.ndarray) and value.base is not None:
+        if sys.getrefcount(value.base) > 2:
+            return "a view of a NumPy array that is still in use"
+    return None
+
+
+@contextlib.contextmanager
+def _traced_block():
+    """While a traced branch or loop body runs: a NumPy array it writes into is written
+    when the function is traced, whether or not the branch or iteration runs."""
+    _views.depth = getattr(_views, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _views.depth -= 1
 
 
 def _bound_by(text: str | None) -> str:
@@ -1309,7 +1391,29 @@ def _note_rows(iterable, item, site: str) -> None:
         _note_view(item, f"a row of the array the loop at {site} runs over, a view of it")
 
 
-def writable(target, value, shared: str | None = None, what: str = "item assignment"):
+_NO_ITEM = object()
+
+
+def _item_view(container, item, value) -> str | None:
+    """Why `container[item] op= value` (`rows[0] += v`, rows a list) would lose its write:
+    NumPy changes the item's array in place, and the item is a view of another array, which
+    a traced item (or a NumPy item given a traced value) would not change."""
+    if not isinstance(container, list | dict):
+        return None
+    try:
+        element = container[item]
+    except Exception:
+        return None  # the statement itself raises Python's error
+    if isinstance(element, Tracer):
+        return _view_reason(element)
+    if isinstance(element, np.ndarray) and _holds_tracer(value):
+        return _view_reason(element) or _numpy_view_in_use(element)
+    return None
+
+
+def writable(
+    target, value, shared: str | None = None, what: str = "item assignment", item=_NO_ITEM
+):
     """`target` as a traced array when it is a NumPy array about to receive a traced value
     (NumPy cannot hold one) by `what` (`x[i] = v`, `x += v`, `np.put(x, ...)`); else
     `target` itself.
@@ -1320,17 +1424,22 @@ def writable(target, value, shared: str | None = None, what: str = "item assignm
     write through a view (`row = out[i]`, a loop's rows): NumPy's changes the array viewed,
     which a traced array, or a NumPy array given a traced value, would not see.
     """
+    if item is not _NO_ITEM:
+        view = _item_view(target, item, value)
+        if view is not None:
+            raise TypeError(_through_view(what, f"an item that is {view}"))
     view = _view_reason(target)
     if view is not None and (
-        isinstance(target, Tracer) or (isinstance(target, np.ndarray) and _holds_tracer(value))
-    ):
-        raise TypeError(
-            f"{what} (at {user_site()}): the array written is {view}; NumPy would write "
-            "through it into that array, but here the write would change only this name's "
-            "value; write into the array itself (out[i, 0] = v, not row = out[i]; "
-            "row[0] = v), or take a copy (.copy()) if that array should not change"
+        isinstance(target, Tracer)
+        or (
+            isinstance(target, np.ndarray) and (_holds_tracer(value) or getattr(_views, "depth", 0))
         )
+    ):
+        raise TypeError(_through_view(what, view))
     if isinstance(target, np.ndarray) and _holds_tracer(value):
+        view = _numpy_view_in_use(target)
+        if view is not None:
+            raise TypeError(_through_view(what, view))
         if shared is not None:
             raise TypeError(
                 f"{what} (at {user_site()}): a traced value is written into a NumPy array "
@@ -1342,6 +1451,15 @@ def writable(target, value, shared: str | None = None, what: str = "item assignm
             )
         return anp.array(target)
     return target
+
+
+def _through_view(what: str, view: str) -> str:
+    return (
+        f"{what} (at {user_site()}): the array written is {view}; NumPy would write "
+        "through it into that array, but here the write would change only this name's "
+        "value; write into the array itself (out[i, 0] = v, not row = out[i]; "
+        "row[0] = v), or take a copy (.copy()) if that array should not change"
+    )
 
 
 _AUGMENTED = {
@@ -1372,6 +1490,9 @@ def setitem(held, outer, index, value, op: str | None, text: str | None) -> None
     the write changes, where a traced array's part is a value of its own)."""
     target = held if text is None else held[outer]
     if op is not None:
+        view = _item_view(target, index, value)
+        if view is not None:
+            raise TypeError(_through_view("augmented assignment", f"an item that is {view}"))
         value = _AUGMENTED[op](target[index], value)
     if (
         text is not None

@@ -253,8 +253,12 @@ class _ItemAssignments(ast.NodeTransformer):
         self.local_names = local_names
         self.shared = shared  # name -> why another binding sees its array (see _shared_names)
 
-    def _writable(self, base: str, temp: str, what: str = "item assignment") -> ast.Assign:
+    def _writable(
+        self, base: str, temp: str, what: str = "item assignment", item: ast.expr | None = None
+    ) -> ast.Assign:
         args = [_name(base), _name(temp), ast.Constant(self.shared.get(base)), ast.Constant(what)]
+        if item is not None:
+            args.append(item)
         return ast.Assign(targets=[_name(base, True)], value=_call(_ag("writable"), *args))
 
     def _scope(self, node):
@@ -276,7 +280,13 @@ class _ItemAssignments(ast.NodeTransformer):
             return self._held_elsewhere(node, target)
         temp = f"{PREFIX}item_{self.conv.next_id()}"
         keep = ast.Assign(targets=[_name(temp, True)], value=node.value)
-        writable = self._writable(base, temp, what)
+        item = None
+        if isinstance(node, ast.AugAssign) and isinstance(target, ast.Subscript):
+            # `rows[0] += v` changes rows[0]'s own array in NumPy (a view, maybe): the item
+            # is checked too, when reading it again has no side effect.
+            if all(isinstance(n, _PLAIN_INDEX) for n in ast.walk(target.slice)):
+                item = _index_value(target.slice)
+        writable = self._writable(base, temp, what, item)
         node.value = _name(temp)
         return [_located(ast.copy_location(keep, node), node),
                 _located(ast.copy_location(writable, node), node), node]  # fmt: skip
@@ -302,10 +312,10 @@ class _ItemAssignments(ast.NodeTransformer):
         return _located(ast.copy_location(ast.Expr(value=call), node), node)
 
     def visit_Assign(self, node: ast.Assign):
+        node.value = self._views_in(node.value, node)
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            return node
         if len(node.targets) == 1:
-            if isinstance(node.targets[0], ast.Name):
-                node.value = self._noted_view(node.value, node)
-                return node
             return self._rewrite(node, node.targets[0])
         if not any(
             isinstance(t, ast.Subscript)
@@ -334,36 +344,93 @@ class _ItemAssignments(ast.NodeTransformer):
         {"moveaxis", "expand_dims", "atleast_1d", "atleast_2d", "atleast_3d"}
     )
 
-    def _noted_view(self, value: ast.expr, node: ast.Assign) -> ast.expr:
-        """`name = x[i]`, `name = x.T`, `name = np.reshape(x, ...)` for a name `x`: the same
-        value, noted at run time as a part of x when NumPy would make it a view, so that a
-        write through `name` is refused (`_runtime.writable`) rather than lost."""
-        text = _const(ast.unparse(node) if len(ast.unparse(node)) <= 60 else None)
-        if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
+    # NumPy functions that return a list of views of their first argument.
+    _SPLITS = frozenset({"split", "array_split", "hsplit", "vsplit", "dsplit"})
+
+    def _noted_view(self, value: ast.expr, node: ast.stmt) -> ast.expr:
+        """`x[i]`, `x.T`, `x.reshape(...)`, `np.reshape(x, ...)`, `np.split(x, ...)` for a
+        name `x`: the same value, noted at run time as a part of x when NumPy would make it
+        a view, so that a write through whatever binds it (`v = x[i]`, `v, w = x[i], x[j]`,
+        a list's element, a helper's result) is refused (`_runtime.writable`) rather than
+        lost. `node` is the statement, whose text the refusal quotes; `value` itself is
+        returned when it makes no view."""
+        said = ast.unparse(node) if isinstance(node, ast.Assign | ast.Return) else None
+        if said is None or len(said) > 60:
+            said = ast.unparse(value)
+        text = _const(said if len(said) <= 60 else None)
+        # A view of a view (`V.reshape(2, 3)[0]`, `V[1:].T`): the base is no name, and is
+        # evaluated once, by the runtime, which notes the result when the base is a view.
+        chained = _const(True)
+        if isinstance(value, ast.Subscript) and isinstance(value.ctx, ast.Load):
             index = _index_value(value.slice)
-            if index is None:
+            base = value.value
+            if index is None or (isinstance(base, ast.Name) and base.id.startswith(PREFIX)):
                 return value
-            new = _call(_ag("part"), value.value, index, text)
-        elif (
-            isinstance(value, ast.Attribute)
-            and isinstance(value.value, ast.Name)
-            and value.attr in self._VIEW_ATTRS
-        ):
-            new = _call(_ag("view_of"), value, _name(value.value.id), text)
-        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-            owner, attr = value.func.value, value.func.attr
-            if isinstance(owner, ast.Name) and attr in self._VIEW_METHODS:
-                base = owner.id
-            elif (
-                attr in self._VIEW_FUNCTIONS and value.args and isinstance(value.args[0], ast.Name)
-            ):
-                base = value.args[0].id
+            new = _call(_ag("part"), base, index, text)
+            if not isinstance(base, ast.Name):
+                new.args.append(chained)
+        elif isinstance(value, ast.Attribute) and value.attr in self._VIEW_ATTRS:
+            if isinstance(value.value, ast.Name):
+                new = _call(_ag("view_of"), value, text, _name(value.value.id))
             else:
+                new = _call(_ag("attribute_view"), value.value, _const(value.attr), text)
+        elif (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and not isinstance(value.func.value, ast.Name)
+            and value.func.attr in self._VIEW_METHODS
+        ):
+            owner = value.func.value
+            method = _call(_ag("method_view"), owner, _const(value.func.attr), text)
+            new = ast.Call(func=method, args=value.args, keywords=value.keywords)
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+            # `x.reshape(...)` (x the base) or `np.reshape(x, ...)` (x the first argument):
+            # which one is an array is known when it runs.
+            owner, attr = value.func.value, value.func.attr
+            first = value.args[0] if value.args else None
+            bases = []
+            if isinstance(owner, ast.Name) and attr in self._VIEW_METHODS:
+                bases.append(_name(owner.id))
+            if isinstance(first, ast.Name) and attr in self._VIEW_FUNCTIONS | self._SPLITS:
+                bases.append(_name(first.id))
+            if not bases:
                 return value
-            new = _call(_ag("view_of"), value, _name(base), text)
+            how = "views_of" if attr in self._SPLITS else "view_of"
+            new = _call(_ag(how), value, text, *bases)
         else:
             return value
         return _located(ast.copy_location(new, value), value)
+
+    def _views_in(self, value: ast.expr, node: ast.stmt) -> ast.expr:
+        """`value` with every view it makes (see `_noted_view`) noted, at any depth:
+        `v, w = V[1:3], W[1:3]`, `rows = [x[0], x[1]]`, `return x[1:]`."""
+        views = self
+
+        class Noter(ast.NodeTransformer):
+            def generic_visit(self, n):
+                super().generic_visit(n)
+                if isinstance(n, ast.expr) and not isinstance(
+                    getattr(n, "ctx", None), ast.Store | ast.Del
+                ):
+                    return views._noted_view(n, node)
+                return n
+
+            def visit_Lambda(self, n):
+                return n  # rewritten on its own
+
+            visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda
+
+        return Noter().visit(value)
+
+    def visit_Return(self, node: ast.Return):
+        if node.value is not None:
+            node.value = self._views_in(node.value, node)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        if node.value is not None:
+            node.value = self._views_in(node.value, node)
+        return node
 
     # NumPy functions that write into their first argument: `np.add.at(x, i, v)`,
     # `np.put(x, i, v)`, `np.copyto(x, v)`, `np.fill_diagonal(x, v)`.
@@ -381,6 +448,7 @@ class _ItemAssignments(ast.NodeTransformer):
             and not call.keywords
             and not any(isinstance(a, ast.Starred) for a in call.args)
         ):
+            node.value = self._views_in(node.value, node)
             return node
         base = call.args[0].id
         temp = f"{PREFIX}item_{self.conv.next_id()}"
@@ -394,6 +462,13 @@ class _ItemAssignments(ast.NodeTransformer):
 
     def visit_AugAssign(self, node: ast.AugAssign):
         return self._rewrite(node, node.target)
+
+
+# What an index may hold to be read twice with no side effect: `i`, `0`, `-1`, `i + 1`, `a:b`.
+_PLAIN_INDEX = (
+    ast.Constant, ast.Name, ast.Tuple, ast.Slice, ast.UnaryOp, ast.BinOp,
+    ast.expr_context, ast.unaryop, ast.operator,
+)  # fmt: skip
 
 
 def _index_value(index: ast.expr) -> ast.expr | None:

@@ -25,7 +25,13 @@ from tests.helpers import assert_matches, module_from_source
 
 def _same_as_numpy(fn, *args):
     want = fn(*[np.array(a, copy=True) for a in args])
-    assert_matches(aotkit.jit(fn)(*args), want, fn.__name__)
+    got = aotkit.jit(fn)(*args)
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want), (fn.__name__, got)
+        for k, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_matches(g, w, f"{fn.__name__}[{k}]")
+    else:
+        assert_matches(got, want, fn.__name__)
 
 
 def test_a_write_under_a_false_traced_condition_does_not_happen(tmp_path):
@@ -701,3 +707,46 @@ def test_a_write_through_a_numpy_view_in_a_traced_branch_or_loop_is_refused(tmp_
     )
     with pytest.raises(TypeError, match=rf"^for loop \(at {path}:13\): it writes into 'v', which"):
         aotkit.jit(m.before)(t, 3)  # returned V unchanged; NumPy subtracts 0.5 three times
+
+
+def test_tuple_assignment_into_elements_and_slices_works_as_in_numpy(tmp_path):
+    """`KE[0], PE[0] = energies(x)` failed with NumPy's "setting an array element with a
+    sequence" and no line: an unpacking target holding items is unpacked first, then each
+    item assigned alone, left to right, as Python does."""
+    m, _ = module_from_source(
+        tmp_path,
+        """
+        def energies(x):
+            return x.sum(), (x * x).sum()
+
+        def nbody(x):
+            KE = np.zeros(3)
+            PE = np.zeros(3)
+            for k in range(3):
+                KE[k], PE[k] = energies(x * k)
+            return KE, PE
+
+        def swap(x, i, j):
+            a = x.copy()
+            a[i], a[j] = a[j], a[i]
+            return a
+
+        def nested(x):
+            a = np.zeros(4)
+            b = np.zeros((2, 2))
+            (a[0], (b[1], c)), *rest = (x[0], (x[1:3], 2.0)), 5.0, 6.0
+            a[1:3] = rest
+            return a, b, c
+
+        def mixed(x):
+            out = np.zeros(3)
+            n, out[1:] = 2, x[:2] * 3
+            return out * n
+        """,
+    )
+    x = np.array([1.0, -2.0, 3.0, 0.5])
+    _same_as_numpy(m.nbody, x)
+    _same_as_numpy(m.swap, x, 0, 3)
+    _same_as_numpy(m.swap, x, 2, 2)
+    _same_as_numpy(m.nested, x)
+    _same_as_numpy(m.mixed, x)

@@ -39,7 +39,8 @@ from jax import tree_util
 
 from aotkit import dtypes, lax
 from aotkit import numpy as anp
-from aotkit.lowering.core import Tracer, as_weak, note_range, user_site
+from aotkit.lowering.core import Tracer, as_weak, note_range, traced_size_error, user_site
+from aotkit.shapes import Dim
 
 # Loops of at most this many iterations (with static bounds) stay unrolled: a handful of
 # copies of the body costs less than a loop and keeps every index static.
@@ -1027,8 +1028,8 @@ def call(f):
             return _max
         if f is builtins.min:
             return _min
-        return _SCALAR_BUILTINS.get(f) or _INDEXABLE.get(f, f)
-    return _converter(f)
+        return _SCALAR_BUILTINS.get(f) or _INDEXABLE.get(f) or _SIZED.get(f, f)
+    return _SIZED.get(f) or _converter(f)
 
 
 # --- iterables a loop can index: element k of the iteration from a traced k -----------------
@@ -1239,6 +1240,57 @@ _SCALAR_BUILTINS = {
     builtins.float: _scalar_builtin(builtins.float, lambda x: x.astype(np.float64)),
     builtins.bool: _scalar_builtin(builtins.bool, lambda x: x != 0),
     builtins.round: _scalar_builtin(builtins.round, lambda x: anp.rint(x).astype(_INT64)),
+}
+
+
+# --- NumPy functions whose arguments are sizes ------------------------------------------------
+
+
+def _sized(f, params: tuple[str | None, ...], what: str | None = None):
+    """`f` (`np.zeros`, `np.arange`, ...), refusing a traced value among its size parameters
+    (the names in `params`, by position or keyword; None for a parameter that is no size)
+    with aotkit's message, naming the parameter or `what`. NumPy's own, for `np.zeros(n)`
+    with a traced n, was "expected a sequence of integers or a single integer, got
+    'Tracer<i32[], weak>'"."""
+
+    def checked(*args, **kwargs):
+        given = [(p, v) for p, v in zip(params, args) if p is not None]
+        given += [(k, v) for k, v in kwargs.items() if k in params]
+        symbolic = False
+        for param, value in given:
+            sizes = value if isinstance(value, list | tuple) else (value,)
+            if any(isinstance(d, Tracer) for d in sizes):
+                said = param if isinstance(value, Tracer) else f"a size in {param}"
+                raise traced_size_error(f"np.{f.__name__}", what or said)
+            symbolic = symbolic or any(isinstance(d, Dim) for d in sizes)
+        if symbolic and hasattr(anp, f.__name__):
+            # `np.zeros(x.shape[0])` of a symbolic x: NumPy cannot make it, aotkit.numpy can.
+            return getattr(anp, f.__name__)(*args, **kwargs)
+        return f(*args, **kwargs)
+
+    return checked
+
+
+_LIKE = (None, None, None, None, "shape")  # prototype, dtype, order, subok, shape
+_SIZED = {
+    f: _sized(f, params, what)
+    for f, params, what in [
+        (np.zeros, ("shape",), None),
+        (np.ones, ("shape",), None),
+        (np.empty, ("shape",), None),
+        (np.full, ("shape",), None),
+        (np.zeros_like, _LIKE, None),
+        (np.ones_like, _LIKE, None),
+        (np.empty_like, _LIKE, None),
+        (np.full_like, (None, *_LIKE), None),
+        (np.eye, ("N", "M"), None),
+        (np.identity, ("n",), None),
+        (np.tri, ("N", "M"), None),
+        (np.arange, ("start", "stop", "step"), "a bound (start, stop or step)"),
+        (np.linspace, (None, None, "num"), None),
+        (np.logspace, (None, None, "num"), None),
+        (np.geomspace, (None, None, "num"), None),
+    ]
 }
 
 

@@ -315,6 +315,8 @@ class _ItemAssignments(ast.NodeTransformer):
         node.value = self._views_in(node.value, node)
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             return node
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple | ast.List):
+            return self._unpacked(node, node.targets[0])
         if len(node.targets) == 1:
             return self._rewrite(node, node.targets[0])
         if not any(
@@ -331,6 +333,31 @@ class _ItemAssignments(ast.NodeTransformer):
         for target in node.targets:
             one = _located(ast.copy_location(ast.Assign([target], _name(temp)), node), node)
             rewritten = self._rewrite(one, target)
+            out.extend(rewritten if isinstance(rewritten, list) else [rewritten])
+        return out
+
+    def _unpacked(self, node: ast.Assign, target: ast.Tuple | ast.List):
+        """`KE[0], PE[0] = energies(x)`, `a[i], a[j] = a[j], a[i]`: unpacked into
+        temporaries first, as Python unpacks before it assigns, then each target assigned
+        from left to right, an item assignment rewritten as one alone."""
+        leaves: list[tuple[ast.expr, str]] = []
+
+        def mirror(t):
+            if isinstance(t, ast.Tuple | ast.List):
+                return ast.Tuple(elts=[mirror(e) for e in t.elts], ctx=ast.Store())
+            if isinstance(t, ast.Starred):
+                return ast.Starred(value=mirror(t.value), ctx=ast.Store())
+            temp = f"{PREFIX}item_{self.conv.next_id()}"
+            leaves.append((t, temp))
+            return _name(temp, True)
+
+        if not any(isinstance(t, ast.Subscript) for t in ast.walk(target)):
+            return node
+        unpack = ast.Assign(targets=[mirror(target)], value=node.value)
+        out = [_located(ast.copy_location(unpack, node), node)]
+        for leaf, temp in leaves:
+            one = _located(ast.copy_location(ast.Assign([leaf], _name(temp)), node), node)
+            rewritten = self._rewrite(one, leaf)
             out.extend(rewritten if isinstance(rewritten, list) else [rewritten])
         return out
 

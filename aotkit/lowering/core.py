@@ -113,6 +113,19 @@ def where(op: str) -> str:
     return f"{op} (at {user_site()})"
 
 
+def traced_size_error(op: str, what: str) -> TypeError:
+    """The refusal of a traced value where a size is needed (`np.zeros(n)`, `x.reshape(n,
+    -1)`, `np.repeat(x, n)`): every such refusal reads the same, with the user's line and
+    the two ways out."""
+    return TypeError(
+        f"{where(op)}: {what} is traced, but it sets the shape of the result, and shapes are "
+        "fixed when the function is traced; make it static (aotkit.jit(f, "
+        "static_argnames=...), or compute it from static sizes such as x.shape[0]), or give "
+        "the array it comes from a symbolic dimension (aotkit.spec('f32[n]')) and use that "
+        "array's size"
+    )
+
+
 # --- Tracing scopes -------------------------------------------------------------------------
 
 

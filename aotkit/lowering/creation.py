@@ -12,7 +12,16 @@ import numpy as np
 from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes, shapes
-from aotkit.lowering.core import RuleContext, Tracer, bind1, export, full, register, where
+from aotkit.lowering.core import (
+    RuleContext,
+    Tracer,
+    bind1,
+    export,
+    full,
+    register,
+    traced_size_error,
+    where,
+)
 from aotkit.lowering.elementwise import asarray
 from aotkit.lowering.hlo import broadcast_to_shape, cast
 from aotkit.shapes import Dim
@@ -30,10 +39,14 @@ def iota(shape: tuple[int, ...], dtype: np.dtype, dim: int = 0) -> Tracer:
 def _shape_arg(op: str, shape) -> tuple[int, ...]:
     if isinstance(shape, int | np.integer | Dim) and not isinstance(shape, bool):
         shape = (shape,)
+    if isinstance(shape, Tracer):
+        raise traced_size_error(op, "shape")
     try:
         shape = tuple(shape)
     except TypeError:
         shape = None
+    if shape is not None and any(isinstance(d, Tracer) for d in shape):
+        raise traced_size_error(op, "a size in the shape")
     if shape is None or any(
         not isinstance(d, Dim)
         and (isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0)

@@ -336,8 +336,9 @@ def _traced_mask_error(op: str, selected_at: str | None = None) -> IndexError:
         f"{where(op)}: indexing with a traced boolean mask{at} gives a result whose shape "
         "depends on the data (the number of True values), which a compiled program cannot "
         "have; reduce it (x[mask].sum(), np.mean(x[mask]), .max(), ...), or use "
-        "aotkit.numpy.where(mask, x, other) to keep the shape (x[mask] = value and "
-        "y[mask] = 2 * x[mask] + 1 also work)"
+        "aotkit.numpy.where(mask, x, other) to keep the shape; writes by the mask work too "
+        "(x[m] = value, y[m] = 2 * x[m] + 1), the mask the same value both sides or "
+        "computed the same way from the same values (m = x > 0 bound once is surest)"
     )
 
 
@@ -683,6 +684,16 @@ _PURE_INDEX_OPS = {
     "stablehlo.add": None,
     "stablehlo.subtract": None,
     "stablehlo.multiply": None,
+    "stablehlo.divide": None,
+    "stablehlo.remainder": None,
+    "stablehlo.power": None,
+    "stablehlo.abs": None,
+    "stablehlo.sign": None,
+    "stablehlo.floor": None,
+    "stablehlo.ceil": None,
+    "stablehlo.sqrt": None,
+    "stablehlo.exponential": None,
+    "stablehlo.log": None,
     "stablehlo.negate": None,
     "stablehlo.convert": None,
     "stablehlo.maximum": None,

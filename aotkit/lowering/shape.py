@@ -25,6 +25,8 @@ from aotkit.lowering.core import (
     full,
     register,
     register_direct,
+    set_transposed,
+    traced_size_error,
     where,
 )
 from aotkit.lowering.elementwise import asarray, multiply, remainder
@@ -192,9 +194,13 @@ def _asarray(a) -> Tracer:
     return asarray(a)
 
 
-def _static_int(op: str, name: str, v) -> int:
+def _static_int(op: str, name: str, v, size: bool = False) -> int:
+    """`v` as a Python int (or a symbolic dimension); `size`: it sets the shape of the
+    result, which a traced value is refused for in aotkit's one wording."""
     if isinstance(v, Dim):  # a symbolic dimension: known at trace time as an expression
         return v
+    if size and isinstance(v, Tracer):
+        raise traced_size_error(op, name)
     if not _is_int(v):
         what = "traced" if isinstance(v, Tracer) else f"{v!r}"
         raise TypeError(
@@ -204,18 +210,18 @@ def _static_int(op: str, name: str, v) -> int:
     return int(v)
 
 
-def _static_ints(op: str, name: str, v) -> tuple[int, ...]:
+def _static_ints(op: str, name: str, v, size: bool = False) -> tuple[int, ...]:
     if _is_int(v):
         return (int(v),)
     if isinstance(v, Tracer):
-        _static_int(op, name, v)
+        _static_int(op, name, v, size)
     if isinstance(v, np.ndarray) and v.ndim == 0:
-        return (_static_int(op, name, v[()]),)
+        return (_static_int(op, name, v[()], size),)
     try:
         seq = tuple(v)
     except TypeError:
         seq = (v,)
-    return tuple(_static_int(op, name, e) for e in seq)
+    return tuple(_static_int(op, name, e, size) for e in seq)
 
 
 def _arrays(op: str, arrays) -> list[Tracer]:
@@ -258,6 +264,12 @@ def _common_dtype(op: str, xs: list[Tracer], dtype, casting: str) -> list[Tracer
 # --- reshaping -------------------------------------------------------------------------------
 
 
+def _shape_text(shape: tuple) -> str:
+    """`shape` as the user wrote it, a traced size shown as `<traced>`."""
+    parts = ["<traced>" if isinstance(d, Tracer) else repr(d) for d in shape]
+    return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
+
+
 def _resolve_newshape(op: str, size: int, shape) -> tuple[int, ...]:
     if isinstance(shape, int | Dim):
         shape = (shape,)
@@ -265,7 +277,9 @@ def _resolve_newshape(op: str, size: int, shape) -> tuple[int, ...]:
     if isinstance(size, Dim) or any(isinstance(d, Dim) for d in shape):
         return _resolve_symbolic(op, size, shape)
     for d in shape:
-        if isinstance(d, Tracer) or not isinstance(d, int):
+        if isinstance(d, Tracer):
+            raise traced_size_error(op, f"a size in shape {_shape_text(shape)}")
+        if not isinstance(d, int):
             raise TypeError(
                 f"{where(op)}: shape {shape!r} must hold Python ints (static sizes); "
                 "shapes are fixed at trace time"
@@ -287,7 +301,9 @@ def _resolve_symbolic(op: str, size, shape: tuple) -> tuple:
     """`_resolve_newshape` where the size or the shape has symbolic dimensions: -1 is the
     exact quotient of the polynomials (issue 25)."""
     for d in shape:
-        if not isinstance(d, Dim) and (isinstance(d, Tracer) or not _is_int(d)):
+        if isinstance(d, Tracer):
+            raise traced_size_error(op, f"a size in shape {_shape_text(shape)}")
+        if not isinstance(d, Dim) and not _is_int(d):
             raise TypeError(
                 f"{where(op)}: shape {shape!r} must hold Python ints or symbolic dimensions "
                 "(static sizes); shapes are fixed at trace time"
@@ -364,7 +380,7 @@ def transpose(a, axes=None):
     if perm == tuple(range(a.ndim)):
         return a
     r = bind1("transpose", a, perm=perm)
-    r.transposed = (r.value, a, perm)  # a product of `r` contracts `a` itself (linalg.py)
+    set_transposed(r, (r.value, a, perm))  # a product of `r` contracts `a` itself (linalg.py)
     return r
 
 
@@ -433,7 +449,7 @@ def squeeze(a, axis=None):
 @export("broadcast_to")
 def broadcast_to(array, shape):
     array = _asarray(array)
-    shape = _static_ints("broadcast_to", "shape", shape)
+    shape = _static_ints("broadcast_to", "shape", shape, size=True)
     if any(d < 0 for d in shape):
         raise ValueError(f"{where('broadcast_to')}: all elements of shape {shape} must be >= 0")
     _check_dims("broadcast_to", shape)
@@ -585,7 +601,7 @@ def _split(op: str, ary, indices_or_sections, axis, equal: bool) -> list[Tracer]
     axis = normalize_axis(op, axis, x.ndim)
     n = x.shape[axis]
     if _is_int(indices_or_sections) or isinstance(indices_or_sections, Tracer):
-        sections = _static_int(op, "indices_or_sections", indices_or_sections)
+        sections = _static_int(op, "indices_or_sections", indices_or_sections, size=True)
         if sections <= 0:
             raise ValueError(f"{where(op)}: number sections must be larger than 0, got {sections}")
         if sections > max(n, 1) * 1024:
@@ -602,7 +618,7 @@ def _split(op: str, ary, indices_or_sections, axis, equal: bool) -> list[Tracer]
         sizes = [each + 1] * extra + [each] * (sections - extra)
         points = [0, *np.cumsum(sizes).tolist()]
     else:
-        points = [0, *_static_ints(op, "indices_or_sections", indices_or_sections), n]
+        points = [0, *_static_ints(op, "indices_or_sections", indices_or_sections, size=True), n]
     return [slice_axis(x, axis, lo, hi) for lo, hi in zip(points[:-1], points[1:], strict=True)]
 
 
@@ -650,10 +666,7 @@ def delete(arr, obj, axis=None):
     if isinstance(obj, Tracer) or (
         isinstance(obj, list | tuple) and any(isinstance(o, Tracer) for o in obj)
     ):
-        raise TypeError(
-            f"{where('delete')}: obj is traced, but the length of the result depends on it; "
-            "pass static indices (ints, a slice, a NumPy array)"
-        )
+        raise traced_size_error("delete", "obj (the indices deleted)")
     try:
         kept = np.delete(np.arange(x.shape[axis]), obj)
     except (IndexError, ValueError, TypeError) as e:
@@ -667,7 +680,7 @@ def delete(arr, obj, axis=None):
 @export("tile")
 def tile(A, reps):
     x = _asarray(A)
-    reps = _static_ints("tile", "reps", reps)
+    reps = _static_ints("tile", "reps", reps, size=True)
     if any(r < 0 for r in reps):
         raise ValueError(f"{where('tile')}: reps {reps} must be non-negative")
     ndim = max(len(reps), x.ndim)
@@ -692,10 +705,7 @@ def repeat(a, repeats, axis=None):
     else:
         axis = normalize_axis("repeat", axis, x.ndim)
     if isinstance(repeats, Tracer):
-        raise TypeError(
-            f"{where('repeat')}: repeats is traced, but the length of the result depends on "
-            "it; pass static repeats (a Python int or a NumPy array)"
-        )
+        raise traced_size_error("repeat", "repeats")
     reps = np.asarray(repeats)
     if reps.dtype.kind not in "iu":
         raise TypeError(f"{where('repeat')}: repeats must be integers, got {reps.dtype.name}")
@@ -959,8 +969,8 @@ def triu(m, k=0):
 
 @export("eye")
 def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, like=None):
-    n = _static_int("eye", "N", N)
-    m = n if M is None else _static_int("eye", "M", M)
+    n = _static_int("eye", "N", N, size=True)
+    m = n if M is None else _static_int("eye", "M", M, size=True)
     k = _static_int("eye", "k", k)
     if n < 0 or m < 0:
         raise ValueError(f"{where('eye')}: negative dimensions are not allowed: N={n}, M={m}")

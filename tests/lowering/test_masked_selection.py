@@ -268,3 +268,40 @@ def _set(y, mask, value):
     y = y.copy() if isinstance(y, np.ndarray) else y
     y[mask] = value
     return y
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("divided", lambda x, L: _masked_write(x, lambda d: d > L / 2, lambda d, m: d[m] - L)),
+        ("abs", lambda x, L: _masked_write(x, lambda d: np.abs(d) > L, lambda d, m: d[m] * 2)),
+        ("power", lambda x, L: _masked_write(x, lambda d: d**2 > L, lambda d, m: -d[m])),
+        (
+            "floor_div",
+            lambda x, L: _masked_write(x, lambda d: np.floor(d / L) > 0, lambda d, m: d[m] % L),
+        ),
+    ],
+)
+def test_a_mask_written_twice_the_same_way_selects_alike(name, fn):
+    """`dx[dx > L / 2] = dx[dx > L / 2] - L` with a traced L was refused with a message that
+    recommended the form written: masks computed by the same ops (division, powers, abs,
+    floor, remainder too) from the same values are the same mask."""
+    x, L = np.array([-3.0, 0.5, 2.5, 4.0, -0.25]), np.float64(2.0)
+    got = aotkit.jit(fn)(x, L)
+    assert_matches(got, fn(x.copy(), L), name)
+
+
+def _masked_write(x, mask, value):
+    d = x.copy()
+    d[mask(d)] = value(d, mask(d))
+    return d
+
+
+def test_the_refusal_shows_the_mask_bound_once():
+    with pytest.raises(IndexError) as e:
+        aotkit.lower(lambda x: x[x > 0] + 1, X)
+    assert str(e.value).endswith(
+        "or use aotkit.numpy.where(mask, x, other) to keep the shape; writes by the mask work "
+        "too (x[m] = value, y[m] = 2 * x[m] + 1), the mask the same value both sides or "
+        "computed the same way from the same values (m = x > 0 bound once is surest)"
+    )

@@ -66,35 +66,138 @@ def test_a_row_filter_writes_only_the_rows_it_selects(tmp_path):
     _same_as_numpy(m.rows, db, 1)
 
 
-def test_a_callee_writing_into_the_callers_numpy_array_is_refused(tmp_path):
+OUT_PARAMETERS = """
+def fill(b, u):
+    b[:] = 2 * u
+
+def fill_if(b, u):
+    if u[0] > 0:
+        b[0] = 1.0
+
+def fill_through(b, u):
+    fill(b, u)
+    b[1] += 1.0
+    return b.sum()
+
+def fill_two(a, b, u):
+    a[:] = u
+    b[:] = -u
+
+def out_parameter(u):
+    b = np.zeros(3)
+    fill(b, u)
+    return u + b
+
+def in_a_traced_branch(u):
+    b = np.zeros(3)
+    fill_if(b, u)
+    return b
+
+def through_two_helpers(u):
+    b = np.zeros(3)
+    s = fill_through(b, u)
+    b[2] += s
+    return b
+
+def two_out_parameters(u):
+    a = np.zeros(3)
+    b = np.ones(3)
+    fill_two(a, b, u)
+    return a * 10 + b
+
+def the_same_array_twice(u):
+    b = np.zeros(3)
+    fill_two(b, b, u)
+    return b
+
+def held_by_another_name(u):
+    b = np.zeros(3)
+    c = b
+    fill(b, u)
+    return c
+
+def not_by_a_name(u):
+    bufs = [np.zeros(3)]
+    fill(bufs[0], u)
+    return bufs[0]
+
+def traced_already(u):
+    b = np.zeros_like(u)
+    fill(b, u)
+    return u + b
+"""
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["out_parameter", "in_a_traced_branch", "through_two_helpers", "two_out_parameters",
+     "traced_already"],
+)  # fmt: skip
+def test_a_helper_writing_into_the_callers_numpy_array_writes_it(tmp_path, name):
+    """`buf = np.zeros(n); fill(buf, u)` where fill writes `dst[:] = 3 * u` was refused;
+    written in a traced branch of the helper, the write was lost (a silent wrong value: b
+    stayed zeros where NumPy set b[0]). The callee's traced array reaches the caller's
+    name, through helpers that pass it on too."""
+    m, _ = module_from_source(tmp_path, OUT_PARAMETERS)
+    for u in (np.array([1.0, -2.0, 0.5]), np.array([-1.0, 2.0, 3.0])):
+        _same_as_numpy(getattr(m, name), u)
+
+
+@pytest.mark.parametrize(
+    "name, line, why",
+    [
+        ("the_same_array_twice", 15, "a parameter: the caller's binding holds the same array"),
+        ("held_by_another_name", 3, "a parameter: the caller's binding holds the same array"),
+    ],
+)
+def test_an_out_parameter_another_binding_holds_is_refused_at_the_line(tmp_path, name, line, why):
+    """The caller's array passed twice, also bound to another name, or passed as a list's
+    element: the callee's traced array could reach one name only, so the write is refused."""
+    m, path = module_from_source(tmp_path, OUT_PARAMETERS)
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(getattr(m, name))(np.ones(3))
+    assert str(e.value) == (
+        f"item assignment (at {path}:{line + 1}): a traced value is written into a NumPy array "
+        f"whose name is {why}; NumPy would change the array every binding sees, but a NumPy "
+        "array cannot hold a traced value, so the other binding would not see the write; "
+        "create the array from a traced value where it is made (np.zeros_like(x), or "
+        "aotkit.numpy.zeros(shape)), or return the array and use the result"
+    )
+
+
+def test_an_out_parameter_taken_from_a_list_is_refused_at_the_line(tmp_path):
+    m, path = module_from_source(tmp_path, OUT_PARAMETERS)
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(m.not_by_a_name)(np.ones(3))
+    taken = f"an array a list holds (taken by `bufs[0]` at {path}:54)"
+    assert str(e.value) == VIEW_MESSAGE.format(path=path, line=4, what=taken)
+
+
+def test_a_traced_branch_writing_a_shared_numpy_array_is_refused(tmp_path):
     m, path = module_from_source(
         tmp_path,
         """
-        def fill(b, u):
-            b[:] = 2 * u
+        def fill_if(b, u):
+            if u[0] > 0:
+                b[0] = 1.0
 
-        def f(u):
+        def g(u):
             b = np.zeros(3)
-            fill(b, u)
-            return u + b
-
-        def f_traced(u):
-            b = np.zeros_like(u)
-            fill(b, u)
-            return u + b
+            c = b
+            fill_if(b, u)
+            return c
         """,
     )
     with pytest.raises(TypeError) as e:
-        aotkit.jit(m.f)(np.ones(3))  # was [1, 1, 1], NumPy [3, 3, 3]
+        aotkit.jit(m.g)(np.ones(3))  # returned zeros: the helper's traced copy was dropped
     assert str(e.value) == (
-        f"item assignment (at {path}:4): a traced value is written into a NumPy array whose "
-        "name is a parameter: the caller's binding holds the same array; NumPy would change "
-        "the array every binding sees, but a NumPy array cannot hold a traced value, so the "
-        "other binding would not see the write; create the array from a traced value where "
-        "it is made (np.zeros_like(x), or aotkit.numpy.zeros(shape)), or return the array "
-        "and use the result"
+        f"if (at {path}:4): it writes into 'b', a NumPy array it must make traced, whose name "
+        "is a parameter: the caller's binding holds the same array; NumPy would change the "
+        "array every binding sees, but a NumPy array cannot hold a traced value, so the other "
+        "binding would not see the write; create the array from a traced value where it is "
+        "made (np.zeros_like(x), or aotkit.numpy.zeros(shape)), or return the array and use "
+        "the result"
     )
-    _same_as_numpy(m.f_traced, np.ones(3))  # what the message suggests works
 
 
 def test_a_write_through_one_of_two_names_is_refused(tmp_path):

@@ -819,9 +819,11 @@ def _promote_written_numpy(info, vals) -> None:
     (`if t[0] > 0: out[0] = 1.0` set `out[0]` for every `t`); as a traced array the write is
     part of the cond and happens exactly when the branch does.
     """
+    shared = dict(info.shared)
     for n in info.params:
         if n in info.inplace and n in info.writes and isinstance(vals[n], np.ndarray):
-            vals[n] = anp.array(vals[n])
+            how = f"it writes into {n!r}, a NumPy array it must make traced, whose name is"
+            vals[n] = _promote(vals[n], shared.get(n), f"{_what(info)} (at {info.site})", how)
 
 
 def _traced_if(info, vals, pred, true_fn, false_fn, copied, slots):
@@ -1365,7 +1367,12 @@ def part(base, index, text: str | None, chained: bool = False):
     when `base` is itself a view (a part of a new array is no view of anything held)."""
     value = base[index]
     if _basic(index) and (not chained or _view_reason(base) is not None) and _shares(value, base):
-        _note_view(value, _bound_by(text))
+        if isinstance(base, list | tuple | dict):
+            said = f"`{text}` " if text is not None else ""
+            why = f"an array a {type(base).__name__} holds (taken by {said}at {user_site()})"
+        else:
+            why = _bound_by(text)
+        _note_view(value, why)
     return value
 
 
@@ -1463,6 +1470,88 @@ def _item_view(container, item, value) -> str | None:
     return None
 
 
+# --- out-parameters: NumPy arrays a callee may write traced values into ------------------------
+# `buf = np.zeros(n); fill(buf, u)` where fill writes `dst[:] = 3 * u`: the call runs inside
+# `passing`, whose frame lists the NumPy arrays passed by names the caller rebinds afterwards
+# (`current`). A traced write into such an array in the callee makes the traced array once
+# (`_promote`), recorded in the frame, and the caller's name is rebound to it: every later
+# write mutates that traced array in place, as NumPy's would the one array.
+
+_PARAMETER = "a parameter: the caller's binding holds the same array"
+
+
+def _frames() -> list[dict]:
+    try:
+        return _views.frames
+    except AttributeError:
+        _views.frames = []
+        return _views.frames
+
+
+@contextlib.contextmanager
+def passing(values: tuple, reasons: tuple):
+    """Around a call passing local names: the NumPy arrays among `values` that the callee
+    may turn traced. A name another binding shares (`reasons`) is left out, unless it is the
+    caller's own parameter that its caller passed the same way (a chain of helpers); one
+    array passed twice is left out (the callee's two names could not both follow it)."""
+    frames = _frames()
+    outer = frames[-1] if frames else {}
+    ids = [id(v) for v in values if isinstance(v, np.ndarray)]
+    frame = {}
+    for v, why in zip(values, reasons, strict=True):
+        if (
+            isinstance(v, np.ndarray)
+            and ids.count(id(v)) == 1
+            and (why is None or (why == _PARAMETER and id(v) in outer))
+        ):
+            frame[id(v)] = [v, None]  # the array (keeps its id), and its traced array
+    frames.append(frame)
+    try:
+        yield
+    finally:
+        frames.pop()
+
+
+def current(values: tuple) -> tuple:
+    """The values of the names a call passed (see `passing`): each NumPy array the callee
+    turned traced is that traced array, recorded for the caller's own caller as well."""
+    frames = _frames()
+    frame = frames[-1] if frames else {}
+    out = []
+    for v in values:
+        entry = frame.get(id(v)) if isinstance(v, np.ndarray) else None
+        if entry is not None and entry[0] is v and entry[1] is not None:
+            if len(frames) > 1 and id(v) in frames[-2]:
+                frames[-2][id(v)][1] = entry[1]
+            v = entry[1]
+        out.append(v)
+    return tuple(out)
+
+
+_TRACED_WRITE = "a traced value is written into a NumPy array whose name is"
+
+
+def _promote(target: np.ndarray, shared: str | None, at: str, how: str = _TRACED_WRITE):
+    """`target`, a NumPy array about to receive a traced value (or a write in a traced
+    branch or loop), as a traced array: refused when another binding holds it (`shared`),
+    unless it is an out-parameter the caller will rebind (see `passing`). `at` is the
+    error's `<where>`, `how` what happens to the array, up to its name's reason."""
+    frames = _frames()
+    entry = frames[-1].get(id(target)) if frames and shared == _PARAMETER else None
+    if entry is not None and entry[0] is target:
+        if entry[1] is None:
+            entry[1] = anp.array(target)
+        return entry[1]
+    if shared is not None:
+        raise TypeError(
+            f"{at}: {how} {shared}; NumPy would change the array every binding sees, but a "
+            "NumPy array cannot hold a traced value, so the other binding would not see the "
+            "write; create the array from a traced value where it is made (np.zeros_like(x), "
+            "or aotkit.numpy.zeros(shape)), or return the array and use the result"
+        )
+    return anp.array(target)
+
+
 def writable(
     target, value, shared: str | None = None, what: str = "item assignment", item=_NO_ITEM
 ):
@@ -1492,16 +1581,7 @@ def writable(
         view = _numpy_view_in_use(target)
         if view is not None:
             raise TypeError(_through_view(what, view))
-        if shared is not None:
-            raise TypeError(
-                f"{what} (at {user_site()}): a traced value is written into a NumPy array "
-                f"whose name is {shared}; NumPy would change the array every binding sees, "
-                "but a NumPy array cannot hold a traced value, so the other binding would "
-                "not see the write; create the array from a traced value where it is made "
-                "(np.zeros_like(x), or aotkit.numpy.zeros(shape)), or return the array and "
-                "use the result"
-            )
-        return anp.array(target)
+        return _promote(target, shared, f"{what} (at {user_site()})")
     return target
 
 

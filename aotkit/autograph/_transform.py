@@ -54,6 +54,8 @@ class BlockInfo:
     target: the loop variable, when it is a plain name.
     brk: the flag a rewritten `break` sets, or None.
     reasons: why the block cannot become StableHLO control flow (it then stays Python).
+    shared: (name, why) for the function's names whose array another binding may also hold
+      (see `_shared_names`).
     """
 
     kind: str
@@ -69,6 +71,7 @@ class BlockInfo:
     target: str | None = None
     brk: str | None = None
     reasons: tuple[str, ...] = ()
+    shared: tuple[tuple[str, str], ...] = ()
 
     @property
     def site(self) -> str:
@@ -314,7 +317,7 @@ class _ItemAssignments(ast.NodeTransformer):
     def visit_Assign(self, node: ast.Assign):
         node.value = self._views_in(node.value, node)
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            return node
+            return self._passing(node, node.value)
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple | ast.List):
             return self._unpacked(node, node.targets[0])
         if len(node.targets) == 1:
@@ -463,6 +466,41 @@ class _ItemAssignments(ast.NodeTransformer):
     # `np.put(x, i, v)`, `np.copyto(x, v)`, `np.fill_diagonal(x, v)`.
     _WRITERS = frozenset({"at", "put", "copyto", "fill_diagonal"})
 
+    def _passing(self, node: ast.stmt, call: ast.expr):
+        """`fill(buf, u)` (or `r = fill(buf, u)`) passing local names: run inside
+        `ag__.passing(...)`, which lets the callee write traced values into those NumPy
+        arrays (an out-parameter), and rebind each name afterwards to the traced array
+        the callee made of it, which NumPy's caller would see written."""
+        if not isinstance(call, ast.Call) or (
+            isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Name)
+            and call.func.value.id.startswith(PREFIX)
+        ):
+            return node
+        # Every local name passed, once per time it is passed (an array passed twice is no
+        # out-parameter: see `passing`); rebound once each.
+        passed = [
+            a.id
+            for a in call.args + [k.value for k in call.keywords]
+            if isinstance(a, ast.Name) and a.id in self.local_names
+        ]
+        if isinstance(node, ast.Assign):  # `buf = fill(buf)`: buf is the result afterwards
+            passed = [n for n in passed if n != node.targets[0].id]
+        names = list(dict.fromkeys(passed))
+        if not names:
+            return node
+        reasons = ast.Tuple(elts=[_const(self.shared.get(n)) for n in passed], ctx=ast.Load())
+        rebind = ast.Assign(
+            targets=[_names_tuple(names, True)],
+            value=_call(_ag("current"), _names_tuple(names)),
+        )
+        passing = _call(_ag("passing"), _names_tuple(passed), reasons)
+        block = ast.With(
+            items=[ast.withitem(context_expr=passing)],
+            body=[node, _located(ast.copy_location(rebind, node), node)],
+        )
+        return _located(ast.copy_location(block, node), node)
+
     def visit_Expr(self, node: ast.Expr):
         call = node.value
         if not (
@@ -476,7 +514,7 @@ class _ItemAssignments(ast.NodeTransformer):
             and not any(isinstance(a, ast.Starred) for a in call.args)
         ):
             node.value = self._views_in(node.value, node)
-            return node
+            return self._passing(node, node.value)
         base = call.args[0].id
         temp = f"{PREFIX}item_{self.conv.next_id()}"
         keep = ast.Assign(
@@ -516,7 +554,7 @@ def _index_value(index: ast.expr) -> ast.expr | None:
     return one(index)
 
 
-def _item_assignments(conv: Converter, node) -> None:
+def _item_assignments(conv: Converter, node) -> dict[str, str]:
     facts = Facts.of(node.body)
     a = node.args
     params = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
@@ -527,6 +565,7 @@ def _item_assignments(conv: Converter, node) -> None:
     shared = _shared_names(conv.filename, node, params)
     # The function's own statements (visiting `node` itself would stop at the def).
     _ItemAssignments(conv, local_names, shared).generic_visit(node)
+    return shared
 
 
 def _shared_names(filename: str, node, params: list[str]) -> dict[str, str]:
@@ -712,9 +751,10 @@ def _jump_in_unsupported_place(stmts) -> bool:
 class _Function:
     """Rewrites one function body (and, through `Converter`, the functions nested in it)."""
 
-    def __init__(self, conv: Converter, node, visible_outside: frozenset):
+    def __init__(self, conv: Converter, node, visible_outside: frozenset, shared: dict):
         self.conv = conv
         self.node = node
+        self.shared = shared
         facts = Facts.of(node.body)
         a = node.args
         params = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
@@ -922,7 +962,8 @@ class _Function:
         return [expression(s)]
 
     def _info(self, **fields) -> tuple[int, BlockInfo]:
-        return self.conv.register(BlockInfo(filename=self.conv.filename, **fields))
+        shared = tuple(sorted(self.shared.items()))
+        return self.conv.register(BlockInfo(filename=self.conv.filename, shared=shared, **fields))
 
     def _ref(self, index: int) -> ast.expr:
         return ast.Subscript(value=_name(f"{PREFIX}info"), slice=_const(index), ctx=ast.Load())
@@ -1125,5 +1166,5 @@ class Converter:
             if a is not None:
                 a.annotation = None
         node.returns = None
-        _item_assignments(self, node)
-        _Function(self, node, visible_outside).run()
+        shared = _item_assignments(self, node)
+        _Function(self, node, visible_outside, shared).run()

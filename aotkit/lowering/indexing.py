@@ -939,38 +939,49 @@ _RANGE_RULES = {
 
 def _constant_extent(start, stop) -> int | None:
     """k when `stop` is `start + k` for a constant k >= 0, as the index arithmetic built
-    them (`i * 2` and `i * 2 + 2`, `i + 1` and `i + 4`), else None."""
+    them (`i * 2` and `i * 2 + 2`, `i + 1` and `i + 4`, `i * k` and `(i + 1) * k`), else
+    None: both as sums of constant multiples of the same values, which cancel."""
     if not (isinstance(start, Tracer) and isinstance(stop, Tracer)) or start.ndim or stop.ndim:
         return None
-    base_a, a = _offset(start.value)
-    base_b, b = _offset(stop.value)
-    if b >= a and _same_value(base_a, base_b, 8):
-        return b - a
-    return None
+    terms_a, a = _linear(start.value, 8)
+    terms_b, b = _linear(stop.value, 8)
+    left = list(terms_b)
+    for value, c in terms_a:  # stop - start: each of start's terms cancels one of stop's
+        match = next((k for k, (w, d) in enumerate(left) if _same_value(value, w, 8)), None)
+        if match is None:
+            return None
+        w, d = left[match]
+        left[match] = (w, d - c)
+    if any(d for _, d in left) or b < a:
+        return None
+    return b - a
 
 
-def _offset(v: ir.Value) -> tuple[ir.Value, int]:
-    """(base, c) with v = base + c: the constants added to or subtracted from v."""
-    total = 0
-    while True:
-        owner = v.owner
-        if isinstance(owner, ir.Block) or owner.operation.name not in (
-            "stablehlo.add",
-            "stablehlo.subtract",
-        ):
-            return v, total
-        a, b = owner.operands
-        c = _constant_int(b)
-        if c is not None:
-            total += c if owner.operation.name == "stablehlo.add" else -c
-            v = a
-            continue
-        c = _constant_int(a)
-        if c is not None and owner.operation.name == "stablehlo.add":
-            total += c
-            v = b
-            continue
-        return v, total
+def _linear(v: ir.Value, depth: int) -> tuple[list[tuple[ir.Value, int]], int]:
+    """(terms, c) with v = sum(k * value for value, k in terms) + c: the sums, differences,
+    negations and products by constants that built v, down to values of any other kind."""
+    c = _constant_int(v)
+    if c is not None:
+        return [], c
+    owner = v.owner
+    if depth == 0 or isinstance(owner, ir.Block):
+        return [(v, 1)], 0
+    name = owner.operation.name
+    operands = list(owner.operands)
+    if name in ("stablehlo.add", "stablehlo.subtract"):
+        (ta, ca), (tb, cb) = (_linear(x, depth - 1) for x in operands)
+        sign = 1 if name == "stablehlo.add" else -1
+        return ta + [(w, sign * k) for w, k in tb], ca + sign * cb
+    if name == "stablehlo.negate":
+        t, c = _linear(operands[0], depth - 1)
+        return [(w, -k) for w, k in t], -c
+    if name == "stablehlo.multiply":
+        for x, y in (operands, operands[::-1]):
+            k = _constant_int(y)
+            if k is not None:
+                t, c = _linear(x, depth - 1)
+                return [(w, k * d) for w, d in t], k * c
+    return [(v, 1)], 0
 
 
 def _constant_int(v: ir.Value) -> int | None:

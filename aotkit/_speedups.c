@@ -14,12 +14,19 @@
  *
  * An exception from the C++ dispatch goes to the Python `failed(error, args)`, which
  * either recovers (an array donated to an earlier call: the checked call words the error)
- * or raises it without aotkit's frames.
+ * or raises it without aotkit's frames. A call's lists and dicts are copied first
+ * (`snapshot`), as the Python front copies them (`aotkit._native.snapshot`): what the C++
+ * dispatch keys is what it traces and runs, whatever another thread does to the caller's.
  *
  * `Dispatching` is the base class of `jit(f)` objects: calling one calls its `_dispatch`.
  *
  * `Binder` is `aotkit.lowering.core.bind` where it can be: the tracer's hot path, the
  * common case of making one StableHLO op, without a Python frame (see below).
+ *
+ * Every entry of every type refuses an object its `__init__` did not set up (made by
+ * `__new__` alone, or whose `__init__` failed) with a TypeError; an `__init__` that fails
+ * leaves what the object held before, whole; a call that leads back to its own object
+ * (`j._dispatch = j`) is Python's RecursionError.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -69,7 +76,32 @@ typedef struct {
     Py_ssize_t n_exact_scalars, n_python_scalars;
     PyObject *exact_scalar_types[MAX_EXACT];
     PyObject *python_scalar_types[MAX_PYTHON];
+    char ready; /* 1 once an `__init__` ran to its end: until then every entry refuses */
 } Front;
+
+/* What a `Front`'s `__init__` reads from its arguments before it sets any of it (a front
+ * whose `__init__` fails keeps what it held: in use, a front stays whole). */
+typedef struct {
+    Py_ssize_t n_exact;
+    PyObject *exact[MAX_EXACT];
+    Py_ssize_t itemsize[MAX_EXACT];
+    Py_ssize_t n_exact_scalars, n_python_scalars;
+    PyObject *exact_scalar_types[MAX_EXACT];
+    PyObject *python_scalar_types[MAX_PYTHON];
+} FrontTables;
+
+/* The TypeError of an entry of an object its `__init__` never set up (made by `__new__`
+ * alone, or whose `__init__` failed). */
+static void
+not_initialised(const char *name, const char *why, const char *how)
+{
+    PyErr_Format(PyExc_TypeError, "%s: this object was not initialised (%s); %s", name, why,
+                 how);
+}
+
+#define NEVER_SET_UP "made by __new__ alone, or its __init__ failed"
+
+#define FRONT_HOW "make one with Front(wide=..., narrow=..., slow=..., ...)"
 
 static int
 is_one_of(PyObject *const *types, Py_ssize_t n, PyObject *type)
@@ -154,24 +186,22 @@ exact_array(Front *self, PyObject *arg)
 /* Reads the head of an array made here against what NumPy says of it; -1 (an error set)
  * where they differ. */
 static int
-check_array_head(Front *self)
+check_array_head(PyObject *ndarray_type, PyObject *dtype)
 {
     PyObject *shape = Py_BuildValue("(nn)", (Py_ssize_t)3, (Py_ssize_t)5);
     if (shape == NULL) {
         return -1;
     }
-    PyObject *probe = PyObject_CallFunctionObjArgs(
-        self->ndarray_type, shape, self->exact[0], NULL);
+    PyObject *probe = PyObject_CallFunctionObjArgs(ndarray_type, shape, dtype, NULL);
     Py_DECREF(shape);
     if (probe == NULL) {
         return -1;
     }
     const ArrayHead *head = (const ArrayHead *)probe;
     /* Fields are read only from an object of that type and at least that size. */
-    int same = Py_TYPE(probe) == (PyTypeObject *)self->ndarray_type &&
+    int same = Py_TYPE(probe) == (PyTypeObject *)ndarray_type &&
                Py_TYPE(probe)->tp_basicsize >= (Py_ssize_t)sizeof(ArrayHead) && head->nd == 2 &&
-               head->dimensions[0] == 3 && head->dimensions[1] == 5 &&
-               head->descr == self->exact[0];
+               head->dimensions[0] == 3 && head->dimensions[1] == 5 && head->descr == dtype;
     Py_DECREF(probe);
     if (!same) {
         PyErr_SetString(PyExc_RuntimeError,
@@ -277,16 +307,99 @@ after_failure(Front *self, PyObject *const *args, Py_ssize_t nargs)
         Py_INCREF(args[i]);
         PyTuple_SET_ITEM(tuple, i, args[i]);
     }
-    PyObject *out = PyObject_CallFunctionObjArgs(self->failed, error, tuple, NULL);
+    PyObject *failed = Py_NewRef(self->failed);
+    PyObject *out = PyObject_CallFunctionObjArgs(failed, error, tuple, NULL);
+    Py_DECREF(failed);
     Py_DECREF(tuple);
     Py_DECREF(error);
     return out;
 }
 
-static PyObject *
-front_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* Whether `arg` is a container this front looks into. */
+static int
+is_container(PyObject *arg)
 {
-    Front *self = (Front *)op;
+    return PyTuple_CheckExact(arg) || PyList_CheckExact(arg) || PyDict_CheckExact(arg);
+}
+
+/* `arg` with each list and dict in it copied (tuples holding one rebuilt): the call's own
+ * structure, which another thread changing the caller's lists and dicts cannot change while
+ * the C++ dispatch keys, transfers and (on a miss) traces it (issue 43). Each container is
+ * copied whole at once, then its copy's items; below `MAX_DEPTH`, which `takes` sends to
+ * `slow`, nothing is copied. A new reference, or NULL with an error set. */
+static PyObject *
+snapshot(PyObject *arg, int depth)
+{
+    if (depth >= MAX_DEPTH) {
+        return Py_NewRef(arg);
+    }
+    if (PyList_CheckExact(arg)) {
+        PyObject *copy = PyList_GetSlice(arg, 0, PY_SSIZE_T_MAX);
+        for (Py_ssize_t i = 0; copy != NULL && i < PyList_GET_SIZE(copy); i++) {
+            PyObject *item = PyList_GET_ITEM(copy, i);
+            if (is_container(item)) {
+                PyObject *inner = snapshot(item, depth + 1);
+                if (inner == NULL) {
+                    Py_CLEAR(copy);
+                    break;
+                }
+                PyList_SET_ITEM(copy, i, inner);
+                Py_DECREF(item);
+            }
+        }
+        return copy;
+    }
+    if (PyDict_CheckExact(arg)) {
+        PyObject *copy = PyDict_Copy(arg);
+        if (copy == NULL) {
+            return NULL;
+        }
+        /* Values replaced in place: the keys (and so the iteration) stay as they are. */
+        Py_ssize_t position = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(copy, &position, &key, &value)) {
+            if (is_container(value)) {
+                PyObject *inner = snapshot(value, depth + 1);
+                int failed = inner == NULL || PyDict_SetItem(copy, key, inner) < 0;
+                Py_XDECREF(inner);
+                if (failed) {
+                    Py_DECREF(copy);
+                    return NULL;
+                }
+            }
+        }
+        return copy;
+    }
+    if (PyTuple_CheckExact(arg)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(arg);
+        int any = 0;
+        for (Py_ssize_t i = 0; i < n && !any; i++) {
+            any = is_container(PyTuple_GET_ITEM(arg, i));
+        }
+        if (!any) {
+            return Py_NewRef(arg);
+        }
+        PyObject *copy = PyTuple_New(n);
+        for (Py_ssize_t i = 0; copy != NULL && i < n; i++) {
+            PyObject *inner = snapshot(PyTuple_GET_ITEM(arg, i), depth + 1);
+            if (inner == NULL) {
+                Py_CLEAR(copy);
+                break;
+            }
+            PyTuple_SET_ITEM(copy, i, inner);
+        }
+        return copy;
+    }
+    return Py_NewRef(arg);
+}
+
+/* Calls this many positional arguments and fewer copy them onto the C stack. */
+#define SMALL_CALL 8
+
+/* A call of `args` (the call's own: no container in them another thread can change). */
+static PyObject *
+front_call(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     int python_scalar = 0, in_place = 0;
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
@@ -301,17 +414,25 @@ front_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *k
         goto slow;  /* the Python front switches the x64 mode around such a call */
     }
     /* A Python scalar is the weakly typed 32-bit value of x64 off: `narrow` keys and runs
-     * calls in that mode, and switches a call made in x64 mode on its own (its cache miss). */
-    PyObject *dispatch = python_scalar ? self->narrow : self->wide;
+     * calls in that mode, and switches a call made in x64 mode on its own (its cache miss).
+     * Each callable is held while it runs: Python code in it may set this front up again. */
+    PyObject *dispatch = Py_NewRef(python_scalar ? self->narrow : self->wide);
     PyObject *out = PyObject_Vectorcall(dispatch, args, nargsf, NULL);
+    Py_DECREF(dispatch);
     if (out == NULL) {
         return after_failure(self, args, nargs);
     }
     if (in_place) {
         /* The caller may write to its arrays once the call returns. */
-        PyObject *ready = Py_TYPE(out) == (PyTypeObject *)self->array_type
-                              ? PyObject_CallMethod(out, "block_until_ready", NULL)
-                              : PyObject_CallOneArg(self->settle, out);
+        PyObject *ready;
+        if (Py_TYPE(out) == (PyTypeObject *)self->array_type) {
+            ready = PyObject_CallMethod(out, "block_until_ready", NULL);
+        }
+        else {
+            PyObject *settle = Py_NewRef(self->settle);
+            ready = PyObject_CallOneArg(settle, out);
+            Py_DECREF(settle);
+        }
         if (ready == NULL) {
             Py_DECREF(out);
             return NULL;
@@ -319,8 +440,59 @@ front_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *k
         Py_DECREF(ready);
     }
     return out;
-slow:
-    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+slow:;
+    PyObject *slow = Py_NewRef(self->slow);
+    PyObject *result = PyObject_Vectorcall(slow, args, nargsf, kwnames);
+    Py_DECREF(slow);
+    return result;
+}
+
+static PyObject *
+front_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Front *self = (Front *)op;
+    if (!self->ready) {
+        not_initialised("Front", NEVER_SET_UP, FRONT_HOW);
+        return NULL;
+    }
+    /* A front set up again with itself (or a `Dispatching` that calls it) behind it. */
+    if (Py_EnterRecursiveCall(" in a call through aotkit's C dispatch front")) {
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int containers = 0;
+    for (Py_ssize_t i = 0; i < nargs && !containers; i++) {
+        containers = is_container(args[i]);
+    }
+    PyObject *out;
+    if (!containers || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        out = front_call(self, args, nargsf, kwnames); /* (keywords: `slow` copies them) */
+    }
+    else {
+        PyObject *stack[SMALL_CALL];
+        PyObject **copied = nargs <= SMALL_CALL ? stack : PyMem_New(PyObject *, nargs);
+        Py_ssize_t made = 0;
+        if (copied == NULL) {
+            PyErr_NoMemory();
+        }
+        else {
+            for (; made < nargs; made++) {
+                if ((copied[made] = snapshot(args[made], 0)) == NULL) {
+                    break;
+                }
+            }
+        }
+        /* Without the offset flag: `copied` has no slot before its first argument. */
+        out = made == nargs ? front_call(self, copied, (size_t)nargs, NULL) : NULL;
+        for (Py_ssize_t i = 0; i < made; i++) {
+            Py_DECREF(copied[i]);
+        }
+        if (copied != stack) {
+            PyMem_Free(copied);
+        }
+    }
+    Py_LeaveRecursiveCall();
+    return out;
 }
 
 static int
@@ -342,6 +514,14 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
             &in_place_from, &staged_from)) {
         return -1;
     }
+    /* Read with the set's own iteration, which runs no Python code (a subclass's might
+     * hand out types the set does not hold). */
+    if (!PyFrozenSet_CheckExact(exact_scalars) || !PyFrozenSet_CheckExact(python_scalars)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Front: exact_scalars and python_scalars must be frozensets (not of a "
+                        "subclass)");
+        return -1;
+    }
     if (in_place_from < 0 || staged_from < in_place_from) {
         PyErr_Format(PyExc_ValueError,
                      "in_place_from and staged_from: 0 <= in_place_from <= staged_from, got %zd "
@@ -355,41 +535,65 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
                      n_exact);
         return -1;
     }
-    PyObject **slots[N_HELD];
-    held(self, slots);
-    PyObject *values[N_HELD] = {
-        wide, narrow, slow, failed, array_type, ndarray_type, exact_scalars, exact_dtypes,
-        python_scalars, clear_cache, settle,
-    };
-    for (int i = 0; i < N_HELD; i++) {
-        Py_INCREF(values[i]);
-        Py_XSETREF(*slots[i], values[i]);
-    }
-    self->in_place_from = in_place_from;
-    self->staged_from = staged_from;
-    self->n_exact_scalars = self->n_python_scalars = 0;
-    if (members(exact_scalars, self->exact_scalar_types, MAX_EXACT, &self->n_exact_scalars,
+    /* Everything is read and checked first, and set only once all of it is at hand (the
+     * call's arguments hold the objects meanwhile): a front whose `__init__` fails keeps
+     * what it had, whole, or stays refusing. */
+    FrontTables t;
+    t.n_exact = n_exact;
+    if (members(exact_scalars, t.exact_scalar_types, MAX_EXACT, &t.n_exact_scalars,
                 "exact_scalars") < 0 ||
-        members(python_scalars, self->python_scalar_types, MAX_PYTHON,
-                &self->n_python_scalars, "python_scalars") < 0) {
+        members(python_scalars, t.python_scalar_types, MAX_PYTHON, &t.n_python_scalars,
+                "python_scalars") < 0) {
         return -1;
     }
-    self->n_exact = 0;
     for (Py_ssize_t i = 0; i < n_exact; i++) {
         PyObject *dtype = PyTuple_GET_ITEM(exact_dtypes, i);
         PyObject *size = PyObject_GetAttrString(dtype, "itemsize");
         if (size == NULL) {
             return -1;
         }
-        self->itemsize[i] = PyLong_AsSsize_t(size);
+        t.itemsize[i] = PyLong_AsSsize_t(size);
         Py_DECREF(size);
-        if (self->itemsize[i] == -1 && PyErr_Occurred()) {
+        if (t.itemsize[i] == -1 && PyErr_Occurred()) {
             return -1;
         }
-        self->exact[i] = dtype;  /* held by `exact_dtypes` */
+        if (t.itemsize[i] < 1) {
+            PyErr_Format(PyExc_ValueError, "exact_dtypes: %R has item size %zd", dtype,
+                         t.itemsize[i]);
+            return -1;
+        }
+        t.exact[i] = dtype; /* held by `exact_dtypes` */
     }
-    self->n_exact = n_exact;
-    return check_array_head(self);
+    if (check_array_head(ndarray_type, t.exact[0]) < 0) {
+        return -1;
+    }
+    PyObject **slots[N_HELD];
+    held(self, slots);
+    PyObject *values[N_HELD] = {
+        wide, narrow, slow, failed, array_type, ndarray_type, exact_scalars, exact_dtypes,
+        python_scalars, clear_cache, settle,
+    };
+    /* The old objects are let go only once the new ones are all in place (letting one go
+     * may run Python code, which may call this front). */
+    PyObject *old[N_HELD];
+    for (int i = 0; i < N_HELD; i++) {
+        old[i] = *slots[i];
+        *slots[i] = Py_NewRef(values[i]);
+    }
+    self->in_place_from = in_place_from;
+    self->staged_from = staged_from;
+    self->n_exact = t.n_exact;
+    memcpy(self->exact, t.exact, sizeof(t.exact));
+    memcpy(self->itemsize, t.itemsize, sizeof(t.itemsize));
+    self->n_exact_scalars = t.n_exact_scalars;
+    self->n_python_scalars = t.n_python_scalars;
+    memcpy(self->exact_scalar_types, t.exact_scalar_types, sizeof(t.exact_scalar_types));
+    memcpy(self->python_scalar_types, t.python_scalar_types, sizeof(t.python_scalar_types));
+    self->ready = 1;
+    for (int i = 0; i < N_HELD; i++) {
+        Py_XDECREF(old[i]);
+    }
+    return 0;
 }
 
 static int
@@ -411,6 +615,7 @@ front_clear(PyObject *op)
     Front *self = (Front *)op;
     PyObject **slots[N_HELD];
     held(self, slots);
+    self->ready = 0;
     for (int i = 0; i < N_HELD; i++) {
         Py_CLEAR(*slots[i]);
     }
@@ -439,11 +644,28 @@ front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
+/* A getter of an object a front holds, refusing on a front never set up. */
+static PyObject *
+front_get(PyObject *op, void *offset)
+{
+    Front *self = (Front *)op;
+    if (!self->ready) {
+        not_initialised("Front", NEVER_SET_UP, FRONT_HOW);
+        return NULL;
+    }
+    return Py_NewRef(*(PyObject **)((char *)self + (Py_ssize_t)offset));
+}
+
+static PyGetSetDef front_getset[] = {
+    {"clear_cache", front_get, NULL,
+     "Forgets every argument signature the C++ dispatch cached.",
+     (void *)offsetof(Front, clear_cache)},
+    {"slow", front_get, NULL, "The Python front, which takes every call this one does not.",
+     (void *)offsetof(Front, slow)},
+    {NULL},
+};
+
 static PyMemberDef front_members[] = {
-    {"clear_cache", T_OBJECT, offsetof(Front, clear_cache), READONLY,
-     "Forgets every argument signature the C++ dispatch cached."},
-    {"slow", T_OBJECT, offsetof(Front, slow), READONLY,
-     "The Python front, which takes every call this one does not."},
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(Front, vectorcall), READONLY, NULL},
     {NULL},
 };
@@ -457,6 +679,7 @@ static PyType_Slot front_slots[] = {
     {Py_tp_clear, front_clear},
     {Py_tp_dealloc, front_dealloc},
     {Py_tp_members, front_members},
+    {Py_tp_getset, front_getset},
     {0, NULL},
 };
 
@@ -480,11 +703,21 @@ dispatching_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObj
 {
     PyObject *dispatch = ((Dispatching *)op)->dispatch;
     if (dispatch == NULL) {
-        PyErr_Format(PyExc_TypeError, "'%.200s' object is not set up to be called",
-                     Py_TYPE(op)->tp_name);
+        not_initialised(Py_TYPE(op)->tp_name, "its _dispatch is not set",
+                        "make one by calling its class, whose __init__ sets _dispatch");
         return NULL;
     }
-    return PyObject_Vectorcall(dispatch, args, nargsf, kwnames);
+    /* A `_dispatch` that leads back to this object (itself, or objects that call each
+     * other) is Python's RecursionError, as a Python `__call__` would be. */
+    if (Py_EnterRecursiveCall(" in a call of a jitted function whose _dispatch calls it again")) {
+        return NULL;
+    }
+    /* Held while it runs: Python code in it may set `_dispatch` again. */
+    Py_INCREF(dispatch);
+    PyObject *out = PyObject_Vectorcall(dispatch, args, nargsf, kwnames);
+    Py_DECREF(dispatch);
+    Py_LeaveRecursiveCall();
+    return out;
 }
 
 static PyObject *
@@ -616,12 +849,15 @@ typedef struct {
     PyObject *create_names;   /* the keywords of `create`'s call */
     PyObject *str_scopes, *str_stack, *str_result, *str_first, *str_all;
     char enabled;             /* 0: every call goes to `fallback` */
+    int busy;                 /* calls making an op now, past the checks (they ran Python code) */
     char first;               /* 1: returns the one result (`bind1`), else a list of it */
     Py_ssize_t tracer_at[N_TRACER];
     Py_ssize_t scope_emitted_at, scope_open_at;
     Py_ssize_t emitted_at[N_EMITTED];
     Py_ssize_t context_at[N_CONTEXT];
 } Binder;
+
+#define BINDER_HOW "make one with Binder(fallback=..., rules=..., ...)"
 
 #define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
 
@@ -655,8 +891,17 @@ slot_offsets(PyObject *type, const char *const *names, int n, Py_ssize_t *out)
 {
     for (int i = 0; i < n; i++) {
         PyObject *descr = PyObject_GetAttrString(type, names[i]);
+        /* A slot of this class or a base of it (a descriptor of another class's slot, set
+         * on this one, would name an offset of that other layout), inside its instances. */
         int ok = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
-                 ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+                 ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX &&
+                 PyType_IsSubtype((PyTypeObject *)type,
+                                  ((PyMemberDescrObject *)descr)->d_common.d_type) &&
+                 ((PyMemberDescrObject *)descr)->d_member->offset >=
+                     (Py_ssize_t)sizeof(PyObject) &&
+                 ((PyMemberDescrObject *)descr)->d_member->offset +
+                         (Py_ssize_t)sizeof(PyObject *) <=
+                     ((PyTypeObject *)type)->tp_basicsize;
         if (ok) {
             out[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
         }
@@ -952,8 +1197,7 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
     Binder *self = (Binder *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (self->str_all == NULL) { /* `__init__` never ran to its end (it sets this last) */
-        PyErr_SetString(PyExc_TypeError,
-                        "Binder: not set up; make one with Binder(fallback=..., ...)");
+        not_initialised("Binder", NEVER_SET_UP, BINDER_HOW);
         return NULL;
     }
     if (!self->enabled || nargs < 1) {
@@ -1079,6 +1323,8 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
     Py_INCREF(loc);
     Py_INCREF(attributes);
     Py_INCREF(used);
+    /* The offsets read above stay this Binder's until `done` (`__init__` refuses meanwhile). */
+    self->busy++;
     PyObject *results = PyList_New(1);
     PyObject *created = NULL, *result = NULL, *tracer = NULL, *out = NULL;
     if (results == NULL) {
@@ -1178,6 +1424,7 @@ done:
     Py_DECREF(loc);
     Py_DECREF(attributes);
     Py_DECREF(used);
+    self->busy--;
     return out;
 slow:
     if (PyErr_Occurred()) {
@@ -1202,6 +1449,12 @@ static int
 binder_init(PyObject *op, PyObject *args, PyObject *kwargs)
 {
     Binder *self = (Binder *)op;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Binder: cannot be set up again while it makes an op (its callables "
+                        "called __init__); make another Binder instead");
+        return -1;
+    }
     static char *names[] = {
         "fallback", "rules", "tls", "contexts", "tracer", "scope", "emitted", "context",
         "create", "has_equal_user", "with_constants", "simplify_if", "internal", "first", NULL};
@@ -1308,11 +1561,68 @@ binder_dealloc(PyObject *op)
     Py_DECREF(type);
 }
 
+static PyObject *
+binder_fallback(PyObject *op, void *closure)
+{
+    (void)closure;
+    Binder *self = (Binder *)op;
+    if (self->str_all == NULL) {
+        not_initialised("Binder", NEVER_SET_UP, BINDER_HOW);
+        return NULL;
+    }
+    return Py_NewRef(self->fallback);
+}
+
+/* `fill(tracer, value, shape, dtype, weak, scope, seq)`: `Tracer.__init__`'s body, its
+ * slots set as the Python setters would set them (`transposed` to None), without a call of
+ * the setter per slot: `Tracer` refuses assignments of its slots from Python code. */
+static PyObject *
+binder_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    Binder *self = (Binder *)op;
+    if (self->str_all == NULL) {
+        not_initialised("Binder", NEVER_SET_UP, BINDER_HOW);
+        return NULL;
+    }
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError,
+                     "Binder.fill: takes (tracer, value, shape, dtype, weak, scope, seq), got %zd "
+                     "arguments",
+                     nargs);
+        return NULL;
+    }
+    PyObject *t = args[0];
+    /* The offsets are the tracer class's: valid in its instances and its subclasses'. */
+    if (!PyObject_TypeCheck(t, (PyTypeObject *)self->tracer_type)) {
+        PyErr_Format(PyExc_TypeError, "Binder.fill: %.200s is not a %.200s", Py_TYPE(t)->tp_name,
+                     ((PyTypeObject *)self->tracer_type)->tp_name);
+        return NULL;
+    }
+    static const int order[6] = {T_VALUE, T_SHAPE, T_DTYPE, T_WEAK, T_SCOPE, T_SEQ};
+    for (int i = 0; i < 6; i++) {
+        set_slot(t, self->tracer_at[order[i]], args[1 + i]);
+    }
+    set_slot(t, self->tracer_at[T_TRANSPOSED], Py_None);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef binder_methods[] = {
+    {"fill", (PyCFunction)(void (*)(void))binder_fill, METH_FASTCALL,
+     "fill(tracer, value, shape, dtype, weak, scope, seq): sets a new tracer's slots."},
+    {NULL},
+};
+
+static PyGetSetDef binder_getset[] = {
+    {"fallback", binder_fallback, NULL,
+     "The Python bind, which takes every call this one does not.", NULL},
+    {NULL},
+};
+
+/* (`enabled` and `first` are flags: read or set on a Binder never set up, they change
+ * nothing its calls would do; those refuse.) */
 static PyMemberDef binder_members[] = {
     {"enabled", T_BOOL, offsetof(Binder, enabled), 0,
      "False: every call goes to `fallback` (the tests compare the two)."},
-    {"fallback", T_OBJECT, offsetof(Binder, fallback), READONLY,
-     "The Python bind, which takes every call this one does not."},
     {"first", T_BOOL, offsetof(Binder, first), READONLY,
      "True: a call returns the op's one result (bind1), else a list of it (bind)."},
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(Binder, vectorcall), READONLY, NULL},
@@ -1328,6 +1638,8 @@ static PyType_Slot binder_slots[] = {
     {Py_tp_clear, binder_clear},
     {Py_tp_dealloc, binder_dealloc},
     {Py_tp_members, binder_members},
+    {Py_tp_getset, binder_getset},
+    {Py_tp_methods, binder_methods},
     {0, NULL},
 };
 
@@ -1355,7 +1667,7 @@ speedups_exec(PyObject *module)
 {
     /* aotkit/_native.py uses this module only where the two agree (an install that did
      * not rebuild it after its source changed keeps an older one). */
-    if (PyModule_AddIntConstant(module, "VERSION", 4) < 0) {
+    if (PyModule_AddIntConstant(module, "VERSION", 5) < 0) {
         return -1;
     }
     if (add_type(module, &front_spec, "Front") < 0 ||

@@ -430,6 +430,9 @@ def native_dispatcher(name: str, python_call, run):
     def other_call(args: tuple, kwargs: dict):
         """Every call `call` does not finish itself: keyword arguments, containers, NumPy
         values of 64-bit dtypes, non-native byte order or `IN_PLACE_FROM` bytes or more."""
+        # The call's own lists and dicts: the C++ dispatch keys one structure, and a miss
+        # traces and runs that same one, whatever another thread does to the caller's.
+        args, kwargs = _native.snapshot(args), _native.snapshot(kwargs)
         found = _host_leaves(args, array_type)
         if kwargs:
             found |= _host_leaves(kwargs, array_type)
@@ -486,7 +489,10 @@ def native_dispatcher(name: str, python_call, run):
     def donated(args, kwargs) -> bool:
         # A donated array passes the C++ signature check and fails in PJRT (as a
         # ValueError); the checked call words that error, refusing before it runs.
-        leaves = tree_util.tree_leaves((args, kwargs))
+        try:
+            leaves = tree_util.tree_leaves((args, kwargs))
+        except ValueError:  # a dict whose keys do not sort: the checked call names it
+            return True
         return any(type(x) is array_type and x.is_deleted() for x in leaves)
 
     def _after_failure(args, kwargs):

@@ -20,7 +20,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import _context, _native, dtypes, shapes
+from aotkit import _context, _native, config, dtypes, shapes
 from aotkit.passes import python_passes
 
 Aval = tuple  # (shape: tuple[int, ...], dtype: np.dtype), kept a plain tuple for speed
@@ -276,8 +276,22 @@ NO_TRACE = (
 )
 
 
+# The threads tracing now (ident -> name): only for the error of a call from another thread.
+_tracing_threads: dict[int, str] = {}
+
+
 def no_trace_error(what: str) -> RuntimeError:
-    return RuntimeError(f"{what} was called outside a traced function: {NO_TRACE}")
+    me = threading.get_ident()
+    others = [name for ident, name in list(_tracing_threads.items()) if ident != me]
+    message = f"{what} was called outside a traced function: {NO_TRACE}"
+    if others:
+        message += (
+            f". Tracing state is per-thread: thread {others[0]!r} is tracing a function now, "
+            f"but this call ran in thread {threading.current_thread().name!r}; a traced "
+            "function's aotkit.numpy calls must run in the thread that traces it, not in a "
+            "thread it starts (a helper thread may compute on concrete values with NumPy)"
+        )
+    return RuntimeError(message)
 
 
 def in_loop_body() -> bool:
@@ -314,6 +328,9 @@ def push_scope(name: str, emitted: Emitted | None = None) -> Scope:
     if emitted is None:
         emitted = scopes[-1].emitted
         emitted.opaque = True  # a region: its ops are not in the module's block
+    elif not scopes:
+        thread = threading.current_thread()
+        _tracing_threads[thread.ident] = thread.name
     s = Scope(name, emitted)
     scopes.append(s)
     return s
@@ -324,6 +341,8 @@ def pop_scope(scope: Scope) -> None:
     assert scopes and scopes[-1] is scope, "unbalanced tracing scopes"
     scopes.pop()
     scope.open = False
+    if not scopes:
+        _tracing_threads.pop(threading.get_ident(), None)
 
 
 def is_tracing() -> bool:
@@ -361,6 +380,9 @@ class Tracer:
     # `transposed`: None, or (set by `aotkit.numpy.transpose` only) this tracer's value, the
     # tracer it transposes and the permutation, so that a product can contract the source.
     # `seq`: this value's index in its module's `Emitted.used`, or None (see `Emitted`).
+    # The slots are aotkit's record of the value, which the C bind reads as it is: code
+    # outside this module sets none of them (`__setattr__` refuses; `repoint` and
+    # `set_transposed` are the ways in), and `x.shape = ...` is NumPy's in-place reshape.
     __slots__ = ("value", "shape", "dtype", "weak", "_scope", "seq", "transposed", "__weakref__")
     # Above NumPy arrays, so `ndarray + tracer` defers to the tracer.
     __array_priority__ = 1000
@@ -374,18 +396,24 @@ class Tracer:
         weak: bool = False,
         seq: int | None = None,
     ):
-        self.value = value
-        self.shape = shape
-        self.dtype = dtype
-        # Weakly typed: a Python scalar passed as an argument (or the index of a fori_loop).
-        # It promotes like the Python scalar it stands for (NEP 50) next to strongly typed
-        # arrays, and keeps its own dtype next to other weak values.
-        self.weak = weak
-        self._scope = scope
-        self.seq = seq
-        # Set, not left unset: reading an unset slot with a default costs 0.3 us (an
-        # AttributeError raised and caught), and every product reads both operands'.
-        self.transposed = None
+        # `weak`: weakly typed, a Python scalar passed as an argument (or the index of a
+        # fori_loop). It promotes like the Python scalar it stands for (NEP 50) next to
+        # strongly typed arrays, and keeps its own dtype next to other weak values.
+        # Past `__setattr__`, in one call: the C `Binder.fill`, else `_python_fill`.
+        _fill(self, value, shape, dtype, weak, scope, seq)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "shape":
+            # NumPy's `x.shape = (2, 3)`: this tracer becomes its reshape (same size).
+            reshape = NUMPY_FUNCTIONS.get("reshape")
+            if reshape is None:
+                raise NotImplementedError(f"{where('reshape')}: aotkit.numpy has no 'reshape' yet")
+            repoint("x.shape = ...", self, reshape(self, value))
+            return
+        raise AttributeError(_refused_attribute(self, name, value, "set"))
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(_refused_attribute(self, name, None, "delete"))
 
     @property
     def ndim(self) -> int:
@@ -459,6 +487,90 @@ class Tracer:
 
     def _desc(self) -> str:
         return f"{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}] array"
+
+
+# The slots' own setters (member descriptors' `__set__`): how this module sets them.
+_set_value = Tracer.value.__set__
+_set_shape = Tracer.shape.__set__
+_set_dtype = Tracer.dtype.__set__
+_set_weak = Tracer.weak.__set__
+_set_scope = Tracer._scope.__set__
+_set_seq = Tracer.seq.__set__
+_set_transposed = Tracer.transposed.__set__
+
+
+def _python_fill(t: Tracer, value, shape, dtype, weak, scope, seq) -> None:
+    """`Tracer.__init__`'s body without the C part."""
+    _set_value(t, value)
+    _set_shape(t, shape)
+    _set_dtype(t, dtype)
+    _set_weak(t, weak)
+    _set_scope(t, scope)
+    _set_seq(t, seq)
+    # Set, not left unset: reading an unset slot with a default costs 0.3 us (an
+    # AttributeError raised and caught), and every product reads both operands'.
+    _set_transposed(t, None)
+
+
+def set_transposed(t: Tracer, record) -> None:
+    """Sets `t.transposed` (`aotkit.numpy.transpose`'s note for products, see `Tracer`)."""
+    _set_transposed(t, record)
+
+
+def repoint(op: str, x: Tracer, new: Tracer) -> None:
+    """Points the Python tracer `x` at `new`'s value (NumPy's in-place writes, and
+    `x.shape = ...`): `x` is then `new` in all but identity. `x` must be of the body being
+    traced now (a write to a value from outside it could not leave the body)."""
+    if x._scope is not current_scope():
+        raise TypeError(
+            f"{where(op)}: cannot update {x!r} in place: it was traced outside the body being "
+            f"traced now ({x._scope.name!r}); carry it through the body and return the new "
+            "value instead"
+        )
+    if id(x) not in x._scope.written:
+        x._scope.written[id(x)] = user_site()
+    _set_value(x, new.value)
+    _set_shape(x, new.shape)
+    _set_seq(x, new.seq if new._scope is x._scope else None)
+    _set_transposed(x, None)
+
+
+# What to do instead of setting an attribute of a traced array (`Tracer.__setattr__`).
+_INSTEAD = {
+    "dtype": "use x = x.astype({dtype}) for a converted copy (a traced array's dtype is fixed)",
+    "real": "build the new array instead: x = {value} + 1j * x.imag",
+    "imag": "build the new array instead: x = x.real + 1j * {value}",
+}
+
+
+def _refused_attribute(x: Tracer, name: str, value, verb: str) -> str:
+    what = f"x.{name} = ..."
+    if verb == "delete":
+        return (
+            f"{where(f'del x.{name}')}: cannot delete attributes of a traced "
+            f"{x._desc()}; traced arrays are values: make a new array instead"
+        )
+    if name in _INSTEAD:
+        try:
+            dtype = repr(np.dtype(value).name) if name == "dtype" else ""
+        except (TypeError, ValueError):
+            dtype = "..."
+        hint = _INSTEAD[name].format(dtype=dtype, value="...")
+        return f"{where(what)}: cannot set {name!r} of a traced {x._desc()}; {hint}"
+    if name in Tracer.__slots__:
+        return (
+            f"{where(what)}: {name!r} is aotkit's own record of a traced {x._desc()} and cannot "
+            "be set; make a new array instead (only x.shape = ... reshapes in place)"
+        )
+    if hasattr(type(x), name):
+        return (
+            f"{where(what)}: cannot set {name!r} of a traced {x._desc()}; traced arrays are "
+            "values: make a new array instead (only x.shape = ... reshapes in place)"
+        )
+    return (
+        f"{where(what)}: a traced {x._desc()} takes no attributes of its own; keep {name!r} "
+        "in a variable (or a container) of your own"
+    )
 
 
 def same_value(t: Tracer, scope: Scope | None = None, weak: bool = False) -> Tracer:
@@ -1089,6 +1201,23 @@ def splat_value(t: Tracer):
 NUMPY_FUNCTIONS: dict[str, Callable] = {}
 
 
+# --- dot and convolution precision ------------------------------------------------------------
+
+
+def precision(op: str, value) -> tuple[str, str]:
+    """The (lhs, rhs) precision names of a dot or convolution `op` given `precision=value`
+    (JAX's spellings): its own, else the default in force (`aotkit.config`), a parameter
+    of the op like any other (the plans of `bind` key on it)."""
+    pair = config.precision_pair(where(op), value) if value is not None else None
+    return pair if pair is not None else config.matmul_precision()
+
+
+@_context.cached
+def precision_attr(pair: tuple[str, str]) -> ir.ArrayAttr:
+    """The `precision_config` attribute of a dot or convolution: the one place it is made."""
+    return ir.ArrayAttr.get([stablehlo.PrecisionAttr.get(p) for p in pair])
+
+
 def export(*names: str):
     """Publishes a function in `aotkit.numpy` (and to NumPy's dispatch) under `names`."""
 
@@ -1129,8 +1258,10 @@ def _binder(fallback: Callable, first: bool, **replaced):
     return _native.Binder(**{**given, **replaced})
 
 
-# `bind(op, *tracers, **params)` -> [result]; `bind1` -> result.
+# `bind(op, *tracers, **params)` -> [result]; `bind1` -> result. `_fill`: `Tracer.__init__`.
 if _native.Binder is None:
     bind, bind1 = python_bind, python_bind1
+    _fill = _python_fill
 else:
     bind, bind1 = _binder(python_bind, False), _binder(python_bind1, True)
+    _fill = bind1.fill

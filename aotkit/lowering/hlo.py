@@ -23,7 +23,7 @@ from aotkit.lowering.core import (
     constant,
     current_scope,
     full,
-    user_site,
+    repoint,
     where,
 )
 
@@ -272,13 +272,4 @@ def to_operand(op: str, x, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
 def rebind(op: str, x: Tracer, new: Tracer) -> None:
     """Points the Python tracer `x` at `new` (same shape and dtype): NumPy's in-place writes."""
     assert new.shape == x.shape and new.dtype == x.dtype, (x, new)
-    if x._scope is not current_scope():
-        raise TypeError(
-            f"{where(op)}: cannot update {x!r} in place: it was traced outside the body being "
-            f"traced now ({x._scope.name!r}); carry it through the body and return the new "
-            "value instead"
-        )
-    if id(x) not in x._scope.written:
-        x._scope.written[id(x)] = user_site()
-    x.value = new.value
-    x.seq = new.seq if new._scope is x._scope else None
+    repoint(op, x, new)

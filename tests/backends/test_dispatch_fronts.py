@@ -213,7 +213,12 @@ def test_what_the_c_front_takes_and_waits_for(args, expected):
     calls = []
     out = _recording_front(calls)(*args)
     assert [name for name, _ in calls] == expected
-    assert out is args[0]  # what the call gave, whether or not it was waited for
+    # What the call gave, whether or not it was waited for: a list or dict as the call's own
+    # copy (another thread may change the caller's while the call runs).
+    if type(args[0]) in (list, dict):
+        assert out == args[0] and out is not args[0]
+    else:
+        assert out is args[0]
     if "settle" in expected:
         assert calls[-1] == ("settle", 1)
 
@@ -251,7 +256,7 @@ def test_a_dispatching_object_without_its_dispatch_says_so():
     class Bare(_native.Dispatching):
         pass
 
-    with pytest.raises(TypeError, match=r"^'Bare' object is not set up to be called$"):
+    with pytest.raises(TypeError, match=r"^Bare: this object was not initialised \(its _dispatch "):
         Bare()(1)
 
 
@@ -268,7 +273,7 @@ def test_a_donated_array_is_refused_by_name(front):
     for _ in range(2):  # the second call's signature is cached: the C++ side fails first
         x = jax.device_put(np.ones(3, np.float32))
         np.testing.assert_array_equal(jitted(x), np.full(3, 2, np.float32))
-        with pytest.raises(ValueError, match=r"args\[0\] was deleted or donated") as e:
+        with pytest.raises(ValueError, match=r"argument x was deleted or donated") as e:
             jitted(x)
         assert _aotkit_frames(e.value) == []
 
@@ -284,7 +289,7 @@ def test_errors_leave_either_front_without_aotkits_frames(front):
     assert traceback.extract_tb(e.value.__traceback__)[-1].name == "broken"
     compiled = aotkit.lower(lambda x: x, aotkit.spec("f32[4]")).compile()
     for arg in (np.ones(3, np.float32), 1.5, np.float64(1.5)):
-        with pytest.raises(TypeError, match=r"argument args\[0\] expected f32\[4\]") as e:
+        with pytest.raises(TypeError, match=r"argument x expected f32\[4\]") as e:
             compiled(arg)
         assert _aotkit_frames(e.value) == []
 
@@ -348,7 +353,7 @@ def test_python_ints_take_the_fast_path_and_get_aotkits_range_error(front, x64):
             assert out.dtype == np.int32
             np.testing.assert_array_equal(out, x + np.int32(n))
         for n in (2**31, -(2**31) - 1, 2**40):
-            with pytest.raises(ValueError, match=rf"args\[1\] is Python int {n}, out of range"):
+            with pytest.raises(ValueError, match=rf"argument n is Python int {n}, out of range"):
                 jitted(x, n)
     assert jitted.cache_info().traces == 1
 

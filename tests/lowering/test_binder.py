@@ -97,7 +97,9 @@ def sine1(x, bind1=None):
     return (bind1 or core.bind1)("sin", x)
 
 def product(x, w):
-    return core.bind("dot_general", x, w, **linalg._MATRIX_PRODUCT)[0]
+    return core.bind(
+        "dot_general", x, w, **linalg._MATRIX_PRODUCT, precision=("HIGHEST",) * 2, dtype=None
+    )[0]
 
 def reverse(x):
     return core.bind("reverse", x, dims=(0,))[0]
@@ -238,7 +240,7 @@ def test_every_constant_rule_is_one_the_c_bind_knows():
 def test_a_binder_not_set_up_refuses_calls():
     unset = _native.Binder.__new__(_native.Binder)
     unset.enabled = True
-    with pytest.raises(TypeError, match=r"^Binder: not set up; make one with Binder\("):
+    with pytest.raises(TypeError, match=r"^Binder: this object was not initialised \(made by "):
         unset("sin")
 
 

@@ -60,7 +60,9 @@ _LAZY = {
     "checkpoint": "aotkit.functional",
     "register_pytree_node_serialization": "aotkit.pytrees",
     "register_namedtuple_serialization": "aotkit.pytrees",
+    "register_library_nodes": "aotkit.pytrees",
     "to_jax": "aotkit.interop",
+    "default_matmul_precision": "aotkit.config",
 }
 _SUBMODULES = frozenset(
     """
@@ -107,6 +109,7 @@ __all__ = [
     "checkpoint",
     "cond",
     "config",
+    "default_matmul_precision",
     "distributed",
     "fori_loop",
     "grad",
@@ -122,6 +125,7 @@ __all__ = [
     "nn",
     "numpy",
     "random",
+    "register_library_nodes",
     "register_namedtuple_serialization",
     "register_pytree_node_serialization",
     "scan",

@@ -4,7 +4,8 @@ Names, signatures and defaults follow `jax.nn` (activations, softmax, one_hot),
 `jax.lax` (`conv_general_dilated`, `conv`, `conv_transpose`) and Flax's functional layers
 (`max_pool`, `avg_pool`, `dropout`, `layer_norm`, `rms_norm`). Everything is written with
 `aotkit.numpy` and aotkit's primitives, so it traces into plain StableHLO: convolutions
-are one `stablehlo.convolution`, pooling one `stablehlo.reduce_window`, and the rest
+are one `stablehlo.convolution` (at `precision=`, else the default in force:
+`aotkit.default_matmul_precision`), pooling one `stablehlo.reduce_window`, and the rest
 elementwise ops and reductions.
 
 Result dtypes follow aotkit.numpy's (NumPy's) promotion of the operands: float inputs keep

@@ -643,7 +643,8 @@ ERRORS = [
         _conv(precision="fast"),
         ValueError,
         r"conv_general_dilated \(at .*\): unknown precision 'fast'; use None, "
-        r"'default', 'high' or 'highest'",
+        r"'default' \(or 'bfloat16', 'fastest'\), 'high' \(or 'tensorfloat32', 'bfloat16_3x'\), "
+        r"'highest' \(or 'float32'\), a jax.lax.Precision member, or a pair of two of these",
         id="unknown-precision-fast-use-none-default",
     ),
     pytest.param(

@@ -1,8 +1,12 @@
 """Trace stage, linear algebra family: matmul, dot, tensordot, einsum and norms.
 
 Every product is one `stablehlo.dot_general` (batch and contracting dimensions named
-explicitly, HIGHEST precision so float32 stays float32 on accelerators that would use
-TF32) plus the transposes, reshapes and reductions the NumPy spelling needs. Result dtypes
+explicitly) plus the transposes, reshapes and reductions the NumPy spelling needs. Its
+`precision_config` is the product's `precision=` (JAX's spellings), else the default in
+force (`aotkit.default_matmul_precision`, the `default_matmul_precision` setting): aotkit's
+own is HIGHEST, so float32 stays float32 on accelerators that would use bfloat16 passes or
+TF32. `preferred_element_type` (as in JAX) makes the dot's result, and so its accumulation,
+a wider dtype than its operands'. Result dtypes
 are NumPy's: integer products stay in their (promoted) integer dtype and wrap on overflow,
 boolean products are logical (any of ands).
 
@@ -15,19 +19,20 @@ import functools
 from collections.abc import Callable
 
 import numpy as np
-from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import _context, dtypes
+from aotkit import _context, config, dtypes
 from aotkit.lowering.core import (
     Tracer,
     bind,
     bind1,
     export,
     full,
+    precision_attr,
     register_direct,
     where,
 )
+from aotkit.lowering.core import precision as precision_pair
 from aotkit.lowering.creation import iota
 from aotkit.lowering.elementwise import asarray, conj, multiply, overriding
 from aotkit.lowering.hlo import (
@@ -50,9 +55,9 @@ LINALG_FUNCTIONS: dict[str, Callable] = {}
 # --- primitive -------------------------------------------------------------------------------
 
 
-def _dot_shape(a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
+def _dot_shape(a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract, precision, dtype):
     shape = _dot_dims(a[0], b[0], lhs_batch, rhs_batch, lhs_contract, rhs_contract)
-    return [(shape, a[1])]
+    return [(shape, a[1] if dtype is None else dtype)]
 
 
 @functools.lru_cache(maxsize=1024)  # a model repeats a few products many times
@@ -63,21 +68,19 @@ def _dot_dims(a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract) -> tuple[i
     return batch + lhs_free + rhs_free
 
 
-def _dot_attrs(*, lhs_batch, rhs_batch, lhs_contract, rhs_contract) -> dict:
-    dims, precision = _dot_attr_values(lhs_batch, rhs_batch, lhs_contract, rhs_contract)
-    return {"dot_dimension_numbers": dims, "precision_config": precision}
+def _dot_attrs(*, lhs_batch, rhs_batch, lhs_contract, rhs_contract, precision, dtype) -> dict:
+    dims = _dot_dims_attr(lhs_batch, rhs_batch, lhs_contract, rhs_contract)
+    return {"dot_dimension_numbers": dims, "precision_config": precision_attr(precision)}
 
 
 @_context.cached
-def _dot_attr_values(lhs_batch, rhs_batch, lhs_contract, rhs_contract):
-    dims = stablehlo.DotDimensionNumbers.get(
+def _dot_dims_attr(lhs_batch, rhs_batch, lhs_contract, rhs_contract):
+    return stablehlo.DotDimensionNumbers.get(
         lhs_batching_dimensions=list(lhs_batch),
         rhs_batching_dimensions=list(rhs_batch),
         lhs_contracting_dimensions=list(lhs_contract),
         rhs_contracting_dimensions=list(rhs_contract),
     )
-    highest = stablehlo.PrecisionAttr.get("HIGHEST")
-    return dims, ir.ArrayAttr.get([highest, highest])
 
 
 register_direct({"dot_general": "stablehlo.dot_general"}, shape=_dot_shape, attributes=_dot_attrs)
@@ -88,8 +91,14 @@ def dot_general(
     b: Tracer,
     contract: tuple[tuple[int, ...], tuple[int, ...]],
     batch: tuple[tuple[int, ...], tuple[int, ...]] = ((), ()),
+    precision: tuple[str, str] | None = None,
+    dtype: np.dtype | None = None,
 ) -> Tracer:
     """Contracts two tracers of one dtype; result dims: batch, a's free, b's free.
+
+    `precision`: (lhs, rhs) StableHLO precision names (`core.precision`), the default in
+    force when None. `dtype`: the result's, when not the operands' (JAX's
+    `preferred_element_type`: the products accumulate in it, as int8 x int8 -> int32).
 
     An operand that is a transpose (`A.T @ x`) is contracted in place of it, with the
     dimension numbers mapped through the permutation, where that keeps the order of its
@@ -98,10 +107,15 @@ def dot_general(
     transpose folded), while a dot whose dimension numbers say it runs its tuned kernel.
     """
     assert a.dtype == b.dtype, (a.dtype, b.dtype)
-    logical = a.dtype.kind == "b"
-    if logical:
+    if precision is None:
+        precision = config.matmul_precision()
+    if dtype == a.dtype:
+        dtype = None
+    logical = a.dtype.kind == "b" and dtype is None
+    if a.dtype.kind == "b":
         # XLA has no boolean dot; count the true products and test the count instead.
-        a, b = cast(a, np.dtype(np.int32)), cast(b, np.dtype(np.int32))
+        wide = np.dtype(np.int32) if dtype is None else dtype
+        a, b, dtype = cast(a, wide), cast(b, wide), None
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = contract, batch
     if a.transposed is not None:
         a, lhs_contract, lhs_batch = _untransposed(a, lhs_contract, lhs_batch)
@@ -115,6 +129,8 @@ def dot_general(
         rhs_batch=tuple(rhs_batch),
         lhs_contract=tuple(lhs_contract),
         rhs_contract=tuple(rhs_contract),
+        precision=precision,
+        dtype=dtype,
     )[0]
     return cast(r, _BOOL) if logical else r
 
@@ -144,6 +160,44 @@ def _promoted(op: str, *xs, dtype=None) -> list[Tracer]:
     return [cast(t, dt) for t in ts]
 
 
+def _preferred(op: str, dt: np.dtype, preferred) -> np.dtype | None:
+    """The result dtype `preferred_element_type` asks of a product of `dt` operands (None:
+    `dt` itself), with JAX's rules: the same kind (integers of the same signedness or
+    unsigned into signed), or integers into floats, and never narrower."""
+    if preferred is None:
+        return None
+    pref = dtypes.canonicalize(preferred, where=where(op))
+    if pref == dt:
+        return None
+    ok = (
+        dtypes.is_bool(dt)
+        or (dtypes.is_integer(dt) and dtypes.is_float(pref))
+        or (dtypes.is_signed_int(dt) and dtypes.is_signed_int(pref))
+        or (dtypes.is_unsigned_int(dt) and dtypes.is_integer(pref))
+        or (dtypes.is_float(dt) and dtypes.is_float(pref))
+        or (dtypes.is_complex(dt) and dtypes.is_complex(pref))
+    )
+    if not ok or pref.itemsize < dt.itemsize:
+        raise TypeError(
+            f"{where(op)}: preferred_element_type {pref.name} does not hold products of "
+            f"{dt.name} operands; give a dtype of their kind at least as wide (integers may "
+            "also accumulate in a float), or None"
+        )
+    return pref
+
+
+def _product(op: str, xs, *, dtype=None, precision=None, preferred_element_type=None):
+    """The operands of product `op` promoted to one dtype, its precision pair and its
+    result dtype (None: the operands')."""
+    pair = precision_pair(op, precision)
+    ts = _promoted(op, *xs, dtype=dtype)
+    pref = _preferred(op, ts[0].dtype, preferred_element_type)
+    if pref is not None and dtypes.is_integer(ts[0].dtype) and dtypes.is_float(pref):
+        # Integers into floats: the operands are converted first (one ordinary dot).
+        ts, pref = [cast(t, pref) for t in ts], None
+    return ts, pair, pref
+
+
 def _conj(x: Tracer) -> Tracer:
     # Only complex values have a conjugate; NumPy's conjugate of bool would make int8.
     return conj(x) if dtypes.is_complex(x.dtype) else x
@@ -156,11 +210,33 @@ _MATRIX_PRODUCT = {"lhs_batch": (), "rhs_batch": (), "lhs_contract": (1,), "rhs_
 
 
 @export("matmul")
-def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", subok=True):
+def matmul(
+    x1,
+    x2,
+    /,
+    out=None,
+    *,
+    dtype=None,
+    casting="same_kind",
+    order="K",
+    subok=True,
+    precision=None,
+    preferred_element_type=None,
+):
+    """NumPy's matmul, with JAX's `precision` and `preferred_element_type` (`x @ y` takes
+    the default precision in force: `aotkit.default_matmul_precision`)."""
     if out is not None:
         no_out("matmul", out)
-    if dtype is None and type(x1) is Tracer and type(x2) is Tracer and x1.dtype is x2.dtype:
+    if (
+        dtype is None
+        and precision is None
+        and preferred_element_type is None
+        and type(x1) is Tracer
+        and type(x2) is Tracer
+        and x1.dtype is x2.dtype
+    ):
         a, b = x1, x2  # the common case: nothing to convert
+        pair, pref = config.matmul_precision(), None
         # The commonest product, matrix by matrix (`x @ w`): `dot_general`'s one dot, with no
         # transpose to fold and nothing to cast.
         if (
@@ -171,12 +247,21 @@ def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", s
             and b.transposed is None
             and a.dtype.kind != "b"
         ):
-            return bind("dot_general", a, b, **_MATRIX_PRODUCT)[0]
+            return bind("dot_general", a, b, **_MATRIX_PRODUCT, precision=pair, dtype=None)[0]
     else:
         special = overriding(x1, x2)
         if special is not None and dtype is None:  # a slice with a traced bound
-            return special.__array_function__(np.matmul, (), (x1, x2), {})
-        a, b = _promoted("matmul", x1, x2, dtype=dtype)
+            # (What it cannot take, precision= included, it refuses in its own words.)
+            given = {"precision": precision, "preferred_element_type": preferred_element_type}
+            kwargs = {k: v for k, v in given.items() if v is not None}
+            return special.__array_function__(np.matmul, (), (x1, x2), kwargs)
+        (a, b), pair, pref = _product(
+            "matmul",
+            (x1, x2),
+            dtype=dtype,
+            precision=precision,
+            preferred_element_type=preferred_element_type,
+        )
     shapes = (a.shape, b.shape)
     for i, shape in enumerate(shapes):
         if not shape:
@@ -196,13 +281,14 @@ def matmul(x1, x2, /, out=None, *, dtype=None, casting="same_kind", order="K", s
         )
     if len(b.shape) == 2:
         # No batch on the right: a's leading dimensions are free dims of one dot.
-        r = dot_general(a, b, ((len(a.shape) - 1,), (0,)))
+        r = dot_general(a, b, ((len(a.shape) - 1,), (0,)), precision=pair, dtype=pref)
     else:
         batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
         a = broadcast_to_shape(a, batch + a.shape[-2:])
         b = broadcast_to_shape(b, batch + b.shape[-2:])
         nb = len(batch)
-        r = dot_general(a, b, ((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb))))
+        batches = (tuple(range(nb)), tuple(range(nb)))
+        r = dot_general(a, b, ((nb + 1,), (nb,)), batches, precision=pair, dtype=pref)
     if a_vec:
         r = reshape_to(r, r.shape[:-2] + r.shape[-1:])
     if b_vec:
@@ -217,47 +303,62 @@ def _not_aligned(op: str, a: Tracer, b: Tracer, ia: int, ib: int) -> ValueError:
     )
 
 
+def _scaled(x: Tracer, y: Tracer, pref: np.dtype | None) -> Tracer:
+    """A product with a scalar operand (no dot): in `pref` when one is asked for."""
+    if pref is not None:
+        x, y = cast(x, pref), cast(y, pref)
+    return multiply(x, y)
+
+
 @export("dot")
-def dot(a, b, out=None):
+def dot(a, b, out=None, *, precision=None, preferred_element_type=None):
     no_out("dot", out)
     special = overriding(a, b)
     if special is not None:  # a slice with a traced bound
         return special.__array_function__(np.dot, (), (a, b), {})
-    x, y = _promoted("dot", a, b)
+    (x, y), pair, pref = _product(
+        "dot", (a, b), precision=precision, preferred_element_type=preferred_element_type
+    )
     if x.ndim == 0 or y.ndim == 0:
-        return multiply(x, y)
+        return _scaled(x, y, pref)
     ia = x.ndim - 1
     ib = 0 if y.ndim == 1 else y.ndim - 2
     if x.shape[ia] != y.shape[ib]:
         raise _not_aligned("dot", x, y, ia, ib)
-    return dot_general(x, y, ((ia,), (ib,)))
+    return dot_general(x, y, ((ia,), (ib,)), precision=pair, dtype=pref)
 
 
 @export("vdot")
-def vdot(a, b, /):
-    x, y = _promoted("vdot", a, b)
+def vdot(a, b, /, *, precision=None, preferred_element_type=None):
+    (x, y), pair, pref = _product(
+        "vdot", (a, b), precision=precision, preferred_element_type=preferred_element_type
+    )
     if x.size != y.size:
         raise ValueError(
             f"{where('vdot')}: vectors have different lengths {x.size} ({x.shape}) and "
             f"{y.size} ({y.shape})"
         )
     x = _conj(reshape_to(x, (x.size,)))
-    return dot_general(x, reshape_to(y, (y.size,)), ((0,), (0,)))
+    return dot_general(x, reshape_to(y, (y.size,)), ((0,), (0,)), precision=pair, dtype=pref)
 
 
 @export("inner")
-def inner(a, b, /):
-    x, y = _promoted("inner", a, b)
+def inner(a, b, /, *, precision=None, preferred_element_type=None):
+    (x, y), pair, pref = _product(
+        "inner", (a, b), precision=precision, preferred_element_type=preferred_element_type
+    )
     if x.ndim == 0 or y.ndim == 0:
-        return multiply(x, y)
+        return _scaled(x, y, pref)
     if x.shape[-1] != y.shape[-1]:
         raise _not_aligned("inner", x, y, x.ndim - 1, y.ndim - 1)
-    return dot_general(x, y, ((x.ndim - 1,), (y.ndim - 1,)))
+    return dot_general(x, y, ((x.ndim - 1,), (y.ndim - 1,)), precision=pair, dtype=pref)
 
 
 @export("tensordot")
-def tensordot(a, b, axes=2):
-    x, y = _promoted("tensordot", a, b)
+def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
+    (x, y), pair, pref = _product(
+        "tensordot", (a, b), precision=precision, preferred_element_type=preferred_element_type
+    )
     if isinstance(axes, int):
         if axes < 0 or axes > min(x.ndim, y.ndim):
             raise ValueError(
@@ -285,7 +386,7 @@ def tensordot(a, b, axes=2):
                 f"{where('tensordot')}: shape mismatch for sum: axis {i} of {x.shape} has "
                 f"{x.shape[i]}, axis {j} of {y.shape} has {y.shape[j]}"
             )
-    return dot_general(x, y, (ax_a, ax_b))
+    return dot_general(x, y, (ax_a, ax_b), precision=pair, dtype=pref)
 
 
 @export("vecdot")
@@ -298,6 +399,89 @@ def vecdot(x1, x2, /, out=None, *, axis=-1, dtype=None):
     ax = normalize_axis("vecdot", axis, len(shape))
     prod = multiply(_conj(x), y)
     return reduce_raw(prod, (ax,), "add")
+
+
+# --- lax-level products ----------------------------------------------------------------------
+
+
+def _dims(op: str, name: str, value, ndim: int) -> tuple[int, ...]:
+    try:
+        dims = tuple(value)
+    except TypeError:
+        dims = None
+    if (
+        dims is None
+        or any(isinstance(d, bool) or not isinstance(d, int | np.integer) for d in dims)
+        or any(not 0 <= d < ndim for d in dims)
+        or len(set(dims)) != len(dims)
+    ):
+        raise ValueError(
+            f"{where(op)}: {name} {value!r} must be distinct dimensions in [0, {ndim}) of its "
+            "operand"
+        )
+    return tuple(int(d) for d in dims)
+
+
+def lax_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    """`jax.lax.dot_general`: one `stablehlo.dot_general`; `dimension_numbers` is
+    `((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))` and the result's dims are
+    batch, lhs free, rhs free. Operands of different dtypes are promoted as NumPy would."""
+    op = "dot_general"
+    (x, y), pair, pref = _product(
+        op, (lhs, rhs), precision=precision, preferred_element_type=preferred_element_type
+    )
+    try:
+        (lc, rc), (lb, rb) = dimension_numbers
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{where(op)}: dimension_numbers {dimension_numbers!r} must be "
+            "((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))"
+        ) from None
+    lc, lb = _dims(op, "lhs_contracting", lc, x.ndim), _dims(op, "lhs_batch", lb, x.ndim)
+    rc, rb = _dims(op, "rhs_contracting", rc, y.ndim), _dims(op, "rhs_batch", rb, y.ndim)
+    if set(lc) & set(lb) or set(rc) & set(rb):
+        raise ValueError(
+            f"{where(op)}: a dimension is both contracting and batch in {dimension_numbers!r}"
+        )
+    for kind, ls, rs in (("contracting", lc, rc), ("batch", lb, rb)):
+        if tuple(x.shape[i] for i in ls) != tuple(y.shape[j] for j in rs):
+            raise ValueError(
+                f"{where(op)}: {kind} dimensions {ls} of lhs {x.shape} and {rs} of rhs "
+                f"{y.shape} have different sizes"
+            )
+    return dot_general(x, y, (lc, rc), (lb, rb), precision=pair, dtype=pref)
+
+
+def lax_dot(lhs, rhs, precision=None, preferred_element_type=None):
+    """`jax.lax.dot`: the last dimension of `lhs` contracted with the first of `rhs` (vector
+    and matrix products of operands of one or two dimensions)."""
+    x, y = asarray(lhs), asarray(rhs)
+    if x.ndim not in (1, 2) or y.ndim not in (1, 2) or x.shape[-1] != y.shape[0]:
+        raise TypeError(
+            f"{where('dot')}: incompatible shapes for dot: got {x.shape} and {y.shape}; "
+            "lhs and rhs have 1 or 2 dimensions, lhs's last matching rhs's first"
+        )
+    return lax_dot_general(
+        x,
+        y,
+        (((x.ndim - 1,), (0,)), ((), ())),
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+    )
+
+
+def batch_matmul(lhs, rhs, precision=None):
+    """`jax.lax.batch_matmul`: matrix products over the last two dimensions of operands of
+    the same leading (batch) dimensions."""
+    x, y = asarray(lhs), asarray(rhs)
+    if x.ndim < 2 or x.ndim != y.ndim or x.shape[:-2] != y.shape[:-2]:
+        raise ValueError(
+            f"{where('batch_matmul')}: lhs {x.shape} and rhs {y.shape} must have the same "
+            "number of dimensions, at least 2, and the same batch dimensions before the last two"
+        )
+    nb = x.ndim - 2
+    batch = tuple(range(nb))
+    return lax_dot_general(x, y, (((nb + 1,), (nb,)), (batch, batch)), precision=precision)
 
 
 # --- einsum ----------------------------------------------------------------------------------
@@ -368,7 +552,18 @@ def _diagonal(x: Tracer, p: int, q: int) -> Tracer:
 
 
 @export("einsum")
-def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=False):
+def einsum(
+    *operands,
+    out=None,
+    dtype=None,
+    order="K",
+    casting="safe",
+    optimize=False,
+    precision=None,
+    preferred_element_type=None,
+):
+    """NumPy's einsum, with JAX's `precision` and `preferred_element_type` for its dots
+    (the sums an einsum needs besides them are in that dtype too)."""
     no_out("einsum", out)
     if not operands:
         raise ValueError(f"{where('einsum')}: no subscripts given")
@@ -376,7 +571,19 @@ def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=
         spec, arrays = operands[0], list(operands[1:])
     else:
         spec, arrays = _interleaved(operands)
-    xs = _promoted("einsum", *arrays, dtype=dtype) if arrays else []
+    if arrays:
+        xs, pair, pref = _product(
+            "einsum",
+            arrays,
+            dtype=dtype,
+            precision=precision,
+            preferred_element_type=preferred_element_type,
+        )
+    else:
+        xs, pair, pref = [], precision_pair("einsum", precision), None
+    if pref is not None and len(xs) < 2:
+        # No dot to accumulate in it: the operand is converted.
+        xs, pref = [cast(x, pref) for x in xs], None
     spec = spec.replace(" ", "")
     explicit = "->" in spec
     ins, _, out_spec = spec.partition("->")
@@ -471,11 +678,15 @@ def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=
         shared = [c for c in acc_ls if c in ls]
         batch = [c for c in shared if c in need]
         contract = [c for c in shared if c not in need]
+        if pref is not None and k > 1:
+            x = cast(x, pref)  # the running product is in `pref` already
         acc = dot_general(
             acc,
             x,
             (tuple(acc_ls.index(c) for c in contract), tuple(ls.index(c) for c in contract)),
             (tuple(acc_ls.index(c) for c in batch), tuple(ls.index(c) for c in batch)),
+            precision=pair,
+            dtype=pref if k == 1 else None,
         )
         acc_ls = batch + [c for c in acc_ls if c not in shared] + [c for c in ls if c not in shared]
         acc, acc_ls = sum_unneeded(acc, acc_ls, need)
@@ -505,8 +716,8 @@ def _need_matrices(op: str, x: Tracer) -> None:
 
 
 @_linalg("matmul")
-def linalg_matmul(x1, x2, /):
-    return matmul(x1, x2)
+def linalg_matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
+    return matmul(x1, x2, precision=precision, preferred_element_type=preferred_element_type)
 
 
 @_linalg("vecdot")
@@ -515,8 +726,10 @@ def linalg_vecdot(x1, x2, /, *, axis=-1):
 
 
 @_linalg("tensordot")
-def linalg_tensordot(x1, x2, /, *, axes=2):
-    return tensordot(x1, x2, axes)
+def linalg_tensordot(x1, x2, /, *, axes=2, precision=None, preferred_element_type=None):
+    return tensordot(
+        x1, x2, axes, precision=precision, preferred_element_type=preferred_element_type
+    )
 
 
 @_linalg("outer")

@@ -26,10 +26,12 @@ from aotkit.lowering.core import (
     bind,
     bind1,
     emit,
+    precision_attr,
     register,
     register_direct,
     where,
 )
+from aotkit.lowering.core import precision as precision_pair
 from aotkit.lowering.elementwise import asarray
 from aotkit.lowering.hlo import cast, normalize_axis, reverse, to_operand
 from aotkit.shapes import Dim
@@ -54,7 +56,9 @@ def _window_out(size: int, window: int, stride: int) -> int:
     return (size - window) // stride + 1
 
 
-def _conv_shape(lhs, rhs, *, strides, padding, lhs_dilation, rhs_dilation, dnums, groups, dtype):
+def _conv_shape(
+    lhs, rhs, *, strides, padding, lhs_dilation, rhs_dilation, dnums, groups, precision, dtype
+):
     lhs_perm, rhs_perm, out_perm = dnums
     lhs_shape = [lhs[0][i] for i in lhs_perm]
     rhs_shape = [rhs[0][i] for i in rhs_perm]
@@ -93,11 +97,11 @@ def _lower_convolution(
     rhs_dilation,
     dnums,
     groups,
+    precision,
     dtype,
 ):
     lhs_perm, rhs_perm, out_perm = dnums
     i64 = ir.IntegerType.get_signless(64)
-    highest = stablehlo.PrecisionAttr.get("HIGHEST")
     attrs = {
         "dimension_numbers": stablehlo.ConvDimensionNumbers.get(
             input_batch_dimension=lhs_perm[0],
@@ -112,7 +116,7 @@ def _lower_convolution(
         ),
         "feature_group_count": ir.IntegerAttr.get(i64, groups[0]),
         "batch_group_count": ir.IntegerAttr.get(i64, groups[1]),
-        "precision_config": ir.ArrayAttr.get([highest, highest]),
+        "precision_config": precision_attr(precision),
     }
     if strides:
         # Zero spatial dimensions: the window attributes are left out, as the spec allows.
@@ -299,21 +303,6 @@ def conv_dimension_numbers(op: str, ndim: int, dimension_numbers):
     )
 
 
-_PRECISIONS = ("DEFAULT", "HIGH", "HIGHEST")
-
-
-def _check_precision(op: str, precision) -> None:
-    """Accepts JAX's precision spellings; aotkit always asks for HIGHEST (as its matmul)."""
-    values = precision if isinstance(precision, tuple | list) else (precision,)
-    for p in values:
-        name = getattr(p, "name", p)
-        if p is not None and not (isinstance(name, str) and name.upper() in _PRECISIONS):
-            raise ValueError(
-                f"{where(op)}: unknown precision {precision!r}; use None, 'default', 'high' or "
-                "'highest' (aotkit computes at the highest precision in every case)"
-            )
-
-
 def _operands(op: str, lhs, rhs, preferred_element_type) -> tuple[Tracer, Tracer]:
     a, b = asarray(lhs), asarray(rhs)
     dt = dtypes.result_type(a.dtype, b.dtype)
@@ -356,6 +345,8 @@ def conv_general_dilated(
     `dimension_numbers` default to ("NC...", "OI...", "NC..."); window_strides pair with
     the kernel's spatial dimensions in the order of its layout string. Operands of different
     dtypes are promoted as NumPy would; `preferred_element_type` widens them first.
+    `precision` in JAX's spellings (a pair: lhs, rhs), else the default in force
+    (`aotkit.default_matmul_precision`).
     """
     op = "conv_general_dilated"
     a, b = _operands(op, lhs, rhs, preferred_element_type)
@@ -369,7 +360,7 @@ def conv_general_dilated(
     strides = _int_tuple(op, "window_strides", window_strides, n, minimum=1)
     lhs_dil = _int_tuple(op, "lhs_dilation", lhs_dilation, n, minimum=1)
     rhs_dil = _int_tuple(op, "rhs_dilation", rhs_dilation, n, minimum=1)
-    _check_precision(op, precision)
+    pair = precision_pair(op, precision)
     in_spatial = [a.shape[d] for d in lhs_perm[2:]]
     k_spatial = [b.shape[d] for d in rhs_perm[2:]]
     if isinstance(padding, str):
@@ -403,6 +394,7 @@ def conv_general_dilated(
         rhs_dilation=rhs_dil,
         dnums=(lhs_perm, rhs_perm, (out_perm[1], out_perm[0], *out_perm[2:]) if swap else out_perm),
         groups=groups,
+        precision=pair,
         dtype=a.dtype,
     )
     if not swap:

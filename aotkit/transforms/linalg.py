@@ -170,8 +170,9 @@ def _block(x, rows: tuple[int, int] | None = None, cols: tuple[int, int] | None 
 
 
 def _highest() -> ir.ArrayAttr:
-    p = stablehlo.PrecisionAttr.get("HIGHEST")
-    return ir.ArrayAttr.get([p, p])
+    # The products inside a decomposition's derivative are the decomposition's own
+    # arithmetic, not a product the user wrote: float32-faithful, as JAX's linalg rules.
+    return tracing.precision_attr(("HIGHEST", "HIGHEST"))
 
 
 def _matmul_dims(ndim: int) -> _ir.DotDims:

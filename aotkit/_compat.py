@@ -363,6 +363,19 @@ def jit_options(fn):
         return None
 
 
+def kept_arguments(lowered) -> tuple[int, ...] | None:
+    """The indices of the flat input leaves that the module of `lowered` (a `jax.stages.Lowered`
+    of `jax.jit(f)`) takes as arguments, sorted: jax.jit prunes the ones the program does
+    not use unless `keep_unused=True`. None when this jax does not say.
+
+    Private: `Lowered._lowering.compile_args["kept_var_idx"]`."""
+    try:
+        kept = lowered._lowering.compile_args["kept_var_idx"]
+        return tuple(sorted(int(i) for i in kept))
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
 def _given_shardings(treedef, leaves):
     # jax.jit stores an argument it was not given as UnspecifiedValue leaves.
     given = [None if type(leaf).__name__ == "UnspecifiedValue" else leaf for leaf in leaves]
@@ -883,3 +896,57 @@ def symbolic_constraints(dim) -> tuple[str, ...]:
     if not found:
         return ()
     return tuple(line.strip() for line in rest.splitlines() if line.strip())
+
+
+# --- deviceless TPU compilation (issue 42) ----------------------------------------------------
+# Used by aotkit/backends/tpu_topology.py only: compiling for a TPU topology on a machine
+# without one, through libtpu's compile-only PJRT client.
+
+
+def tpu_library_path() -> str | None:
+    """Where libtpu's `libtpu.so` is (`TPU_LIBRARY_PATH`, else the `libtpu` package's), or
+    None where it is not installed. (`jax._src.cloud_tpu_init.get_tpu_library_path`.)
+    Fallback: the `libtpu` package's own path."""
+    find = _private("jax._src.cloud_tpu_init", "get_tpu_library_path")
+    if find is not None:
+        return find()
+    import importlib.util
+
+    spec = importlib.util.find_spec("libtpu")
+    if spec is None or spec.origin is None:
+        return None
+    import os
+
+    path = os.path.join(os.path.dirname(spec.origin), "libtpu.so")
+    return path if os.path.isfile(path) else None
+
+
+def tpu_topology_devices(name: str, chips_per_host_bounds: tuple[int, ...] | None):
+    """The compile-only devices of TPU topology `name` ("v5e:2x2"), through libtpu, with no
+    TPU attached; each device's `client` compiles for them (`compile_for_devices`).
+    (`jax._src.xla_bridge.make_pjrt_tpu_topology`, `DeviceTopology._make_compile_only_devices`.)
+    Fallback: the public `jax.experimental.topologies.get_topology_desc`, the same call."""
+    import os
+
+    # libtpu asks the cloud metadata server what it runs on unless told not to; there is
+    # nothing to ask on a machine without a TPU (JAX sets the same when it finds no chip).
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    kwargs = {}
+    if chips_per_host_bounds is not None:
+        kwargs["chips_per_host_bounds"] = chips_per_host_bounds
+    make = _private("jax._src.xla_bridge", "make_pjrt_tpu_topology")
+    if make is not None:
+        topology = make(name, **kwargs)
+        return list(topology._make_compile_only_devices()), str(topology.platform_version)
+    from jax.experimental import topologies
+
+    devices = list(topologies.get_topology_desc(name, "tpu", **kwargs).devices)
+    return devices, str(devices[0].client.platform_version)
+
+
+def compile_for_devices(module: ir.Module, devices, options):
+    """An unloaded executable of `module` for compile-only `devices` (their client is a
+    compile-only PJRT client: it compiles, serializes and analyses, and never runs).
+    The PJRT runtime API, as JAX's own deviceless compile calls it (`client.compile`)."""
+    client = devices[0].client
+    return client.compile(module, device_list(devices), options)

@@ -31,6 +31,7 @@ artifact costs the imports of the backend it runs on, and nothing else.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -69,12 +70,20 @@ PORTABLE = "stablehlo"  # the final module as a StableHLO portable artifact (req
 EXECUTABLE = "executable"  # the backend's serialized executable (opaque bytes)
 TEXT = "text"  # the backend's final program text, Compiled.as_text() (informational)
 
+# The header field of a persistent cache entry (aotkit/cache.py) holding the key it was
+# stored under: an entry proves it belongs to the name it is read by.
+CACHE_KEY = "cache_key"
+_CACHE_KEY_TEXT = re.compile(r"[0-9a-f]{64}")
+
 RECOMPILE_CHOICES = ("auto", True, False)
 REWRITE = "the file is not one aotkit wrote, or was changed: write it again"
 _LEGALIZE_CHLO = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
 # Strings from a header reach terminals (`aotkit inspect`, warnings, errors, reprs) and
-# compilers, whose own messages echo them: all but the function's name (escaped wherever it
-# is shown) must be printable, so that no escape sequence or line break comes from a file.
+# compilers, whose own messages echo them. What a backend or aotkit itself reported (the
+# target's fields, the versions, the executable format, section names) is data whatever its
+# characters (a TPU's platform version is three lines): compared as it is, and escaped
+# wherever it is shown. What reaches a compiler (options) or names a user's value (tree keys,
+# node types) must be printable; the function's name is escaped wherever it is shown.
 _UNPRINTABLE = "a control or other unprintable character"
 
 
@@ -461,10 +470,6 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             raise bad(name, "must map strings to strings")
 
-    def text(name: str, value: str, what: str) -> None:
-        if not value.isprintable():
-            raise bad(name, f"{what} {_short(value)}, which holds {_UNPRINTABLE}")
-
     for key in header:  # unknown keys too: `aotkit inspect` prints them
         if not key.isprintable():
             raise ArtifactError(
@@ -473,20 +478,18 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
             )
     for name in ("aotkit", "jaxlib", "stablehlo", "name"):
         field(name, (str,), "a string")
-    for name in ("aotkit", "jaxlib", "stablehlo"):
-        text(name, header[name], "is")
+    # The target holds what the backend reported, whatever text it is: data, compared as it
+    # is (the checksum proves it is what was written), never refused for its characters.
     target = field("target", (dict,), "an object")
     strings("target", target)
-    for key, value in target.items():
-        text("target", key, "has the key")
-        text("target", value, f"has {key} =")
     if not isinstance(target.get("backend"), str):
         raise bad("target", "has no backend name")
     fmt = header.get("executable_format")
     if fmt is not None and not isinstance(fmt, str):
         raise bad("executable_format", f"is {_short(fmt)}, not a string or null")
-    if fmt is not None:
-        text("executable_format", fmt, "is")
+    key = header.get(CACHE_KEY)
+    if key is not None and not (isinstance(key, str) and _CACHE_KEY_TEXT.fullmatch(key)):
+        raise bad(CACHE_KEY, f"is {_short(key)}, not a cache key (64 hexadecimal digits)")
     options = field("options", (dict,), "an object")
     for key, value in options.items():
         fault = option_fault(key, value)
@@ -543,6 +546,7 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
     ):
         if tree.num_leaves != len(specs):
             raise bad(name, f"has {tree.num_leaves} leaves but there are {len(specs)} specs")
+    arg_names = _check_arg_names(header.get(ARG_NAMES), len(children[0].children()), bad)
     table = field("sections", (list,), "a list")
     if len(table) > MAX_SECTIONS:
         raise bad("sections", f"lists {len(table)} sections (at most {MAX_SECTIONS})")
@@ -558,7 +562,6 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
             and len(entry["sha256"]) == 64
         ):
             raise bad("sections", f"has an entry {_short(entry)} without name, size, sha256")
-        text("sections", entry["name"], "names a section")
         if entry["name"] in seen:
             raise bad("sections", f"lists section {entry['name']!r} twice")
         seen.add(entry["name"])
@@ -595,11 +598,40 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
         flat["in_specs"],
         flat["out_specs"],
         tuple(donated),
+        arg_names=arg_names,
     )
     artifact.options = dict(options)
     artifact.target = dict(target)
     artifact.executable_format = fmt
     return artifact
+
+
+# The header field naming the positional arguments by the function's parameters (None where
+# it has none), as reprs and errors name them (`Signature.arg_names`); optional.
+ARG_NAMES = "arg_names"
+
+
+def _check_arg_names(names, count: int, bad) -> tuple:
+    """The `arg_names` header field as a tuple (() when absent): one identifier or null per
+    positional argument of `in_tree`."""
+    if names is None:
+        return ()
+    if (
+        not isinstance(names, list)
+        or len(names) != count
+        or not all(n is None or (isinstance(n, str) and n.isidentifier()) for n in names)
+    ):
+        raise bad(
+            ARG_NAMES,
+            f"is {_short(names)}, not a list of {count} parameter names (identifiers or null)",
+        )
+    return tuple(names)
+
+
+def _arg_names_field(signature) -> dict:
+    """`{"arg_names": [...]}` for a signature whose arguments have names, else {}."""
+    names = signature.arg_names
+    return {ARG_NAMES: list(names)} if any(n is not None for n in names) else {}
 
 
 # --- symbolic programs (format version 3) --------------------------------------------------
@@ -753,6 +785,7 @@ def pack_symbolic(compiled, *, text: bool = True) -> bytes:
             "constraints": list(sig.constraints),
             "specializations": entries,
         },
+        **_arg_names_field(compiled.signature),
     }
     return pack(header, sections)
 
@@ -871,10 +904,13 @@ def pack_compiled(
     donated: tuple[bool, ...],
     options: dict | None,
     text: bool,
+    cache_key: str | None = None,
+    arg_names: tuple = (),
 ) -> bytes:
     """The container of one executable: `serialized` is `executable.serialize()`,
     `in_tree`/`out_tree` are `encode_tree` data. A sharded executable (its `partitioning`
-    bound to devices) records its mesh, device placement and shardings."""
+    bound to devices) records its mesh, device placement and shardings. A persistent cache
+    entry records the key it is stored under (`cache_key`), which the cache checks on read."""
     backend = executable.backend
     sections = {PORTABLE: bytes(portable)}
     data = serialized
@@ -896,6 +932,10 @@ def pack_compiled(
         # recompile goes without it.
         "options": {k: v for k, v in (options or {}).items() if option_fault(k, v) is None},
     }
+    if any(n is not None for n in arg_names):
+        header[ARG_NAMES] = list(arg_names)
+    if cache_key is not None:
+        header[CACHE_KEY] = cache_key
     if executable.partitioning is not None:
         header["partitioning"] = layout_data(executable)
     if symbolic.is_symbolic(executable.in_specs):
@@ -918,6 +958,8 @@ def serialize(compiled, *, text: bool = True) -> bytes:
             "which artifacts do not hold; pass and return their uint32 data instead "
             "(jax.random.key_data, and jax.random.wrap_key_data after loading)"
         )
+    # Every node type it cannot write, named at once (issue 44).
+    pytrees.check_registered(where, ((compiled.in_tree, "argument"), (compiled.out_tree, "result")))
     if symbolic.is_symbolic(compiled.flat_in_specs):
         return pack_symbolic(compiled, text=text)
     in_tree = encode_tree(compiled.in_tree, where, "argument")
@@ -941,6 +983,7 @@ def serialize(compiled, *, text: bool = True) -> bytes:
         donated=compiled.donated,
         options=compiled.options,
         text=text,
+        arg_names=compiled.signature.arg_names,
     )
 
 
@@ -951,7 +994,37 @@ def save(compiled, path) -> None:
             f"Compiled {compiled.name!r}: save: expected a path, got {type(path).__name__}; "
             "pass a file name such as 'model.aotx'"
         )
-    _files.write_atomic(path, serialize(compiled))
+    data = serialize(compiled)
+    try:
+        _files.write_atomic(path, data)
+    except OSError as e:
+        raise _save_error(e, compiled.name, os.fspath(path), len(data)) from None
+
+
+def _save_error(error: OSError, name: str, path: str, size: int) -> OSError:
+    """The OSError of a failed save, naming the user's `path` (not the temporary file the
+    write went through) and the cause; of the same type, with the same errno."""
+    where = f"Compiled {name!r}: save: cannot write {path!r}"
+    folder = os.path.dirname(path) or "."
+    reason = error.strerror or str(error) or type(error).__name__
+    if isinstance(error, FileNotFoundError) and not os.path.isdir(folder):
+        text = f"{where}: the folder {folder!r} does not exist; create it first, or save elsewhere"
+    elif os.path.isdir(path):
+        text = (
+            f"{where}: it is a folder; name a file in it, e.g. "
+            f"{os.path.join(path, name + SUFFIX)!r}"
+        )
+    elif error.errno == errno.EFBIG:
+        text = (
+            f"{where}: {reason} (the file-size limit of this process, RLIMIT_FSIZE or "
+            f"`ulimit -f`, is below the artifact's {size:,} bytes); raise the limit; a file "
+            "already there is left as it was"
+        )
+    else:
+        text = f"{where}: {reason}; a file already there is left as it was"
+    new = type(error)(text)
+    new.errno = error.errno
+    return new
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -960,36 +1033,26 @@ def save(compiled, path) -> None:
 def read(source, where: str = "aotkit.load") -> tuple[bytes, str]:
     """(bytes, label) of a path or of bytes; FileNotFoundError/TypeError worded for `where`.
 
-    A path is read by `aotkit._files`: a FIFO, a device, a directory, a file over 4 GiB or an
-    artifact with bytes after its last section is an ArtifactError before it is read."""
-    if isinstance(source, bytes | bytearray | memoryview):
-        return bytes(source), "<bytes>"
-    if not isinstance(source, str | os.PathLike):
-        raise TypeError(
-            f"{where}: expected a path or bytes, got {type(source).__name__}; pass the "
-            "artifact's path or its contents as bytes"
-        )
-    if _files.looks_like_mlir_text(source):
-        raise TypeError(
-            f"{where}: got a str of MLIR text, which is a module, not an artifact; load it "
-            "with aotkit.load_module(text.encode()) and compile it, or pass an artifact's path"
-        )
-    label = os.fspath(source)
+    A path is read by `aotkit._files.read_source` (the reader `load_module`'s too): a FIFO,
+    a device, a directory, a file over 4 GiB or an artifact with bytes after its last section
+    is an ArtifactError before it is read."""
     try:
-        with _files.opened(
-            source, where=f"{where}: {label}", fix="pass the path of an artifact file"
-        ) as f:
-            check_length(f, label, where)
-            return f.read(), label
+        return _files.read_source(
+            source,
+            where=where,
+            what="the artifact's path",
+            fix="pass the path of an artifact file",
+            text=", which is a module, not an artifact; load it with "
+            "aotkit.load_module(text.encode()) and compile it, or pass an artifact's path",
+            text_fix="load it with aotkit.load_module(text.encode()) and compile it",
+            not_found="pass the path of an artifact written by Compiled.save or "
+            "`aotkit compile ... -o FILE.aotx`",
+            check=lambda f, label: check_length(f, label, where),
+        )
     except ArtifactError:
         raise
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{where}: no such file {label!r}; pass the path of an artifact written by "
-            "Compiled.save or `aotkit compile ... -o FILE.aotx`"
-        ) from None
     except ValueError as e:  # not a regular file, or too large: refused before reading
-        raise ArtifactError(str(e), path=label) from None
+        raise ArtifactError(str(e), path=os.fspath(source)) from None
 
 
 def check_length(f: _files.Regular, label: str, where: str) -> None:
@@ -1044,7 +1107,8 @@ def parse_portable(artifact: Artifact, place: str):
             module = stablehlo.deserialize_portable_artifact(lc.mlir, data)
         except (ValueError, ir.MLIRError) as e:
             raise ArtifactError(
-                f"{place}: its portable StableHLO (version {artifact.header['stablehlo']}) "
+                f"{place}: its portable StableHLO (version "
+                f"{printable(artifact.header['stablehlo'])}) "
                 f"does not load here (StableHLO {stablehlo.get_current_version()}): "
                 f"{modules.diagnostic(e)}; write the artifact again with this version",
                 path=artifact.label,
@@ -1059,11 +1123,12 @@ def parse_portable(artifact: Artifact, place: str):
 
 
 def differences(saved: dict, here: dict) -> str:
-    """Where two targets (`Backend.target()` plus the executable format) differ."""
+    """Where two targets (`Backend.target()` plus the executable format) differ, their
+    texts escaped as reprs escape them (a platform version may be several lines)."""
     parts = []
     for key in sorted(set(saved) | set(here), key=lambda k: (k != "backend", k)):
         if saved.get(key) != here.get(key):
-            parts.append(f"{key} {saved.get(key)!r} (here {here.get(key)!r})")
+            parts.append(f"{printable(key)} {saved.get(key)!r} (here {here.get(key)!r})")
     return ", ".join(parts)
 
 
@@ -1088,12 +1153,12 @@ def describe(data, label: str) -> str:
         *(f"  {k}: {json.dumps(header[k], separators=(', ', ': '))}" for k in sorted(header)),
         "sections:",
     ]
-    width = max(len(s["name"]) for s in artifact.header["sections"])
+    width = max(len(printable(s["name"])) for s in artifact.header["sections"])
     for entry in artifact.header["sections"]:
         name = entry["name"]
         lines.append(
-            f"  {name:<{width}}  {entry['size']:>12,} bytes  sha256 {entry['sha256'][:16]}  "
-            f"{artifact.section_status[name]}"
+            f"  {printable(name):<{width}}  {entry['size']:>12,} bytes  sha256 "
+            f"{entry['sha256'][:16]}  {artifact.section_status[name]}"
         )
     lines.append(_here(artifact))
     if artifact.unregistered:
@@ -1117,13 +1182,14 @@ def _symbolic_lines(artifact: Artifact) -> list[str]:
         + sig.text(values)
         + ": "
         + ", ".join(map(str, sig.concrete(values)[0]))
-        + f" ({section})"
+        + f" ({printable(section)})"
         for values, section in artifact.specializations
     ]
     if artifact.section(EXECUTABLE) is not None and not held:
         return [
             f"symbolic: {', '.join(sig.symbols)}; constraints: {constraints}",
-            f"one executable for every shape ({EXECUTABLE}, {artifact.executable_format}); "
+            f"one executable for every shape ({EXECUTABLE}, "
+            f"{printable(artifact.executable_format)}); "
             "no specializations",
         ]
     return [
@@ -1137,7 +1203,13 @@ def _here(artifact: Artifact) -> str:
     name = artifact.target["backend"]
     try:
         backend = backends.get(name)
-    except ValueError:
+    except (ValueError, RuntimeError):  # unknown here, or a plugin that did not start
+        topology = artifact.target.get("topology")
+        if topology is not None:  # compiled for a TPU topology without a TPU
+            return (
+                f"here: backend {name!r} does not start; it runs on a TPU host of topology "
+                f"{topology!r}; aotkit.load compiles it for another"
+            )
         return f"here: backend {name!r} does not start; aotkit.load compiles it for another"
     layout = artifact.partitioning
     if layout is not None:

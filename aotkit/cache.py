@@ -20,9 +20,12 @@ What it promises:
   reader sees a whole entry or none, and processes compiling the same key at once each get
   a correct result and leave one valid entry. A temporary file a killed process left is
   deleted once it is an hour old.
-- An entry that fails its checks (truncated, corrupted, other signature) is deleted with a
-  `CacheWarning` and the module is compiled again. A folder that cannot be written gives
-  one `CacheWarning`, and the process then runs without the cache.
+- An entry holds the key it was stored under and is used only under that key: a file
+  copied or renamed to another entry's name (another program of the same signature) is
+  a miss, never another program's executable run in its place.
+- An entry that fails its checks (truncated, corrupted, other signature, another key) is
+  deleted with a `CacheWarning` and the module is compiled again. A folder that cannot be
+  written gives one `CacheWarning`, and the process then runs without the cache.
 - It deletes only what it wrote: files named as its entries (a 64-digit key + `.aotx`)
   and its temporary files, regular files only (never a link), in a folder it owns: one
   holding its `CACHEDIR.TAG` (written when it first stores there). A folder that holds
@@ -70,7 +73,8 @@ _TAG_TEXT = (
     "# This folder is aotkit's persistent compilation cache (aotkit.cache).\n"
     "# aotkit deletes only its own entries here: 64-digit keys ending in .aotx.\n"
 )
-_KEY_VERSION = b"aotkit-cache-key-v1\0"
+# v2: entries hold their key (artifacts.CACHE_KEY); v1 entries, which do not, are never read.
+_KEY_VERSION = b"aotkit-cache-key-v2\0"
 _STRIP = "builtin.module(strip-debuginfo)"
 
 
@@ -383,6 +387,17 @@ def get(cache_key: str, lowered, backend, options):
         artifact = artifacts.unpack(
             data, str(path), where="aotkit cache: entry", fix="deleted it; compiling again"
         )
+        # The name is only where the entry lies: a file copied or renamed there (another
+        # program of the same signature) would run as this one, so the entry must hold the
+        # key itself, which digests the program, the target, the options and the versions.
+        stored = artifact.header.get(artifacts.CACHE_KEY)
+        if stored != cache_key:
+            held = "no key" if stored is None else f"the key {stored}"
+            raise ArtifactError(
+                f"aotkit cache: entry {path} holds {held}, not the one its name says (it was "
+                "copied or renamed there from another program or target); deleted it; "
+                "compiling again"
+            )
         sharded = lowered.partitioning is not None
         # A sharded entry's target has the run's device count too (SpmdBackend.target_for).
         if (
@@ -471,6 +486,7 @@ def put(cache_key: str, lowered, executable, options, *, portable: bytes | None 
             donated=lowered.donated,
             options=options,
             text=False,
+            cache_key=cache_key,
         )
     except Exception as e:  # the cache must never fail a compile that succeeded
         warnings.warn(

@@ -65,6 +65,18 @@ def targeting(where: str, backend: Backend, target, target_options) -> tuple[dic
     return {"target": target, "target_options": target_options}, key
 
 
+def deviceless(where: str, backend: str | None, topology) -> Backend:
+    """The deviceless backend that compiles for TPU `topology` ("v5e:2x2") without a TPU;
+    `backend` must be 'tpu' (None: 'tpu', which a topology implies)."""
+    if backend not in (None, "tpu"):
+        raise ValueError(
+            f"{where}: topology={topology!r} applies to backend='tpu' (compiling for a TPU "
+            f"slice on a machine without one), but the backend is {backend!r}; pass "
+            "backend='tpu' with it, or drop topology="
+        )
+    return backends.deviceless(topology, where)
+
+
 def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None) -> Compiled:
     """`lowered` compiled by `backend` with `options` (checked by `options_key`) and the
     target keywords `targeting` (from `targeting`): from the persistent cache when another
@@ -73,9 +85,10 @@ def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None)
         return _compile_symbolic(lowered, backend, options, targeting)
     dumper = lowered._dumper
     # The persistent cache (aotkit/cache.py) first: an executable another process compiled.
-    # Not cached: a cross-compile (`target=`; the key has no place for its target).
+    # Not cached: a cross-compile (`target=`; the key has no place for its target), and a
+    # deviceless target's executable (it would not load here).
     sharded = lowered.partitioning is not None
-    cache_key = None if targeting else cache.key(lowered, backend, options)
+    cache_key = None if targeting or not backend.runs_here else cache.key(lowered, backend, options)
     executable = None
     if cache_key is not None:
         executable = cache.get(cache_key, lowered, backend, options)
@@ -119,6 +132,12 @@ def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) ->
     `SymbolicExecutable` that compiles one executable per distinct shape it is called with
     (aotkit/specialize.py)."""
     where = f"Lowered.compile({lowered.name})"
+    if not backend.runs_here:
+        raise ValueError(
+            f"{where}: the program has symbolic shapes ({lowered._signature_text()}), which "
+            f"are compiled per shape when called, and {backend!r} cannot run; lower it with "
+            "concrete shapes to compile it for a TPU topology"
+        )
     if targeting:
         raise ValueError(
             f"{where}: the program has symbolic shapes ({lowered._signature_text()}), which "
@@ -248,11 +267,14 @@ def to_compiled(
     explicit = backend is not None
     try:
         target_backend = backends.get(backend if explicit else saved["backend"])
-    except ValueError as e:
+    except (ValueError, RuntimeError) as e:  # unknown here, or a plugin that did not start
         if explicit or recompile is False:
+            # An executable compiled for a TPU topology without a TPU says for which.
+            topology = saved.get("topology")
+            shown = f" (TPU topology {topology!r})" if topology is not None else ""
             raise ArtifactError(
-                f"{place} was compiled for backend {saved['backend']!r}, which does not start "
-                f"here ({e})",
+                f"{place} was compiled for backend {saved['backend']!r}{shown}, which does not "
+                f"start here ({e})",
                 path=artifact.label,
             ) from None
         target_backend = backends.get(None)
@@ -430,6 +452,7 @@ def _symbolic_compiled(
         options=artifact.options,
         origin=origin,
         portable=artifact.section(artifacts.PORTABLE),
+        arg_names=signature.arg_names,
     )
 
 
@@ -544,6 +567,7 @@ def _compiled(artifact: Artifact, executable, origin: str, place: str) -> Compil
         options=artifact.options,
         origin=origin,
         portable=artifact.section(artifacts.PORTABLE),
+        arg_names=signature.arg_names,
     )
 
 

@@ -4,10 +4,12 @@
 available backend (cpu, interpreter, iree, plugins), runs each on the same inputs (seeded
 random data for each spec; values as given) and compares every output with the reference
 backend's (cpu): dtype and shape exactly, integers and booleans exactly, floats within a
-per-dtype tolerance (NaN where the reference has NaN, the same infinities), reporting the
-largest absolute and ULP difference. A backend that cannot compile or run the module is
-reported with its reason and does not count as a disagreement; `CheckReport.ok` is False
-when some backend computed a different answer. `aotkit check` is the CLI form.
+tolerance per platform and dtype (`tolerance`: accelerators compute transcendental functions
+with their own approximations), NaN where the reference has NaN, the same infinities,
+reporting the largest absolute and ULP difference (and, for a disagreement, the tolerance).
+A backend that cannot compile or run the module is reported with its reason and does not
+count as a disagreement; `CheckReport.ok` is False when some backend computed a different
+answer. `aotkit check` is the CLI form.
 
 Not a stage: it only uses `lower`, `Lowered.compile` and `Compiled.call_flat`.
 """
@@ -39,6 +41,33 @@ TOLERANCES: dict[np.dtype, tuple[float, float]] = {
     np.dtype(np.complex64): (2e-5, 1e-6),
     np.dtype(np.complex128): (1e-12, 1e-14),
 }
+# (rtol, atol) by platform and dtype where a platform's arithmetic is looser than
+# `TOLERANCES` (docs/backends.md has the table). A TPU v5e's float32 tanh and exp were
+# measured 4.2e-6 absolute (1,750 ULP) from cpu's; GPUs' fast transcendental functions are
+# a few ULP apart (not measured here: no GPU to run on).
+PLATFORM_TOLERANCES: dict[str, dict[np.dtype, tuple[float, float]]] = {
+    "tpu": {
+        np.dtype(np.float32): (1e-4, 1e-5),
+        np.dtype(np.complex64): (1e-4, 1e-5),
+    },
+    **dict.fromkeys(
+        ("cuda", "rocm"),
+        {
+            np.dtype(np.float32): (5e-5, 5e-6),
+            np.dtype(np.complex64): (5e-5, 5e-6),
+        },
+    ),
+}
+
+
+def tolerance(dtype, *platforms: str) -> tuple[float, float]:
+    """The (rtol, atol) of floats of `dtype` computed on `platforms` (the reference's and
+    the checked backend's): the loosest of their entries in `PLATFORM_TOLERANCES`, else
+    `TOLERANCES`."""
+    dtype = np.dtype(dtype)
+    found = [PLATFORM_TOLERANCES.get(p, {}).get(dtype, TOLERANCES[dtype]) for p in platforms]
+    found = found or [TOLERANCES[dtype]]
+    return max(r for r, _ in found), max(a for _, a in found)
 
 
 def random_input(rng: np.random.Generator, spec: ShapeDtype) -> np.ndarray:
@@ -144,7 +173,8 @@ def check(
     compares each output with `reference`'s.
 
     Arguments are values or `aotkit.ShapeDtype` specs; each spec becomes seeded random data
-    (`seed`). `rtol`/`atol` override the per-dtype tolerances of floats (`TOLERANCES`).
+    (`seed`). `rtol`/`atol` override the tolerances of floats (`tolerance`: per platform
+    and dtype).
     """
 
     lowered = lower(fn, *args, frontend=frontend, **kwargs)
@@ -198,6 +228,7 @@ def check_lowered(
     out_paths = _output_paths(lowered.out_tree)
     out_specs = [str(s) for s in lowered.flat_out_specs]
     want = _run(lowered, reference, inputs, raise_errors=True)
+    platforms = (aotkit.backends.get(reference).platform,)
     for path, spec in zip(out_paths, out_specs):
         report.rows.append(Comparison(reference, path, spec, None, None, True, "reference"))
     for name in names:
@@ -207,8 +238,9 @@ def check_lowered(
         if isinstance(got, str):
             report.rows.append(Comparison(name, "-", "-", None, None, True, got))
             continue
+        pair = (*platforms, aotkit.backends.get(name).platform)
         for path, spec, w, g in zip(out_paths, out_specs, want, got):
-            report.rows.append(_compare(name, path, spec, w, g, rtol, atol))
+            report.rows.append(_compare(name, path, spec, w, g, rtol, atol, pair))
     return report
 
 
@@ -271,6 +303,7 @@ def _check_symbolic(lowered, leaves, names, reference, seed, rtol, atol, where) 
                 raise
             compiled[name] = f"not compiled: {_first_line(e)}"
     rng = np.random.default_rng(seed)
+    platform = {n: c.backend.platform for n, c in compiled.items() if not isinstance(c, str)}
     for values in samples:
         sizes = shapes.text(values)
         in_specs, out_specs = shapes.concrete(values)
@@ -287,8 +320,9 @@ def _check_symbolic(lowered, leaves, names, reference, seed, rtol, atol, where) 
             if isinstance(got, str):
                 report.rows.append(Comparison(name, "-", "-", None, None, True, got, sizes))
                 continue
+            pair = (platform[reference], platform[name])
             for path, spec, w, g in zip(out_paths, out_specs, want, got):
-                row = _compare(name, path, str(spec), w, g, rtol, atol)
+                row = _compare(name, path, str(spec), w, g, rtol, atol, pair)
                 report.rows.append(dataclasses.replace(row, sizes=sizes))
     return report
 
@@ -359,7 +393,9 @@ def _output_paths(out_tree) -> list[str]:
     return ["out" + p for p in paths]
 
 
-def _compare(backend, path, spec, want: np.ndarray, got: np.ndarray, rtol, atol) -> Comparison:
+def _compare(
+    backend, path, spec, want: np.ndarray, got: np.ndarray, rtol, atol, platforms=()
+) -> Comparison:
     def row(max_abs, max_ulp, ok, note=""):
         return Comparison(backend, path, spec, max_abs, max_ulp, ok, note)
 
@@ -376,7 +412,7 @@ def _compare(backend, path, spec, want: np.ndarray, got: np.ndarray, rtol, atol)
         diff = np.abs(want.astype(object) - got.astype(object)) if want.size else [0]
         worst = float(max(diff.flat))
         return row(worst, worst, worst == 0)
-    default_rtol, default_atol = TOLERANCES[want.dtype]
+    default_rtol, default_atol = tolerance(want.dtype, *platforms)
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
     parts = (
@@ -397,7 +433,7 @@ def _compare(backend, path, spec, want: np.ndarray, got: np.ndarray, rtol, atol)
             max_ulp = math.inf
         else:
             max_ulp = max(max_ulp, _max_ulp(w[~both_nan], g[~both_nan]))
-    return row(max_abs, max_ulp, ok)
+    return row(max_abs, max_ulp, ok, "" if ok else f"DIFFERS (rtol {rtol:g}, atol {atol:g})")
 
 
 def _max_ulp(want: np.ndarray, got: np.ndarray) -> float:

@@ -189,15 +189,80 @@ def test_truncated_entry(cache_dir):
     )
 
 
-def test_entry_of_another_signature(cache_dir):
+def test_an_artifact_put_at_an_entry_name_holds_no_key(cache_dir):
     path = first_entry(cache_dir)
     other = aotkit.lower(lambda x: x + 1.0, aotkit.spec("f32[3]")).compile()
     path.write_bytes(other.serialize())
     recompiles_with_warning(
         cache_dir,
+        rf"^aotkit cache: entry {re.escape(str(path))} holds no key, not the one its name says "
+        r"\(it was copied or renamed there from another program or target\); deleted it; "
+        r"compiling again$",
+    )
+
+
+def test_entry_of_another_signature(cache_dir):
+    # The key checks out (the header was rewritten with it): the signature check still holds.
+    path = first_entry(cache_dir)
+    other = aotkit.lower(lambda x: x + 1.0, aotkit.spec("f32[3]")).compile()
+    art = artifacts.unpack(other.serialize())
+    header = {k: v for k, v in art.header.items() if k != "sections"}
+    header[artifacts.CACHE_KEY] = path.stem
+    path.write_bytes(artifacts.pack(header, {n: bytes(v) for n, v in art.sections.items()}))
+    recompiles_with_warning(
+        cache_dir,
         rf"^aotkit cache: entry {re.escape(str(path))} was written for another signature or "
         r"backend than its key says; deleted it; compiling again$",
     )
+
+
+def test_an_entry_holds_the_key_it_is_stored_under(cache_dir):
+    path = first_entry(cache_dir)
+    header = artifacts.unpack(path.read_bytes()).header
+    assert header[artifacts.CACHE_KEY] == path.stem
+    assert re.fullmatch(r"[0-9a-f]{64}", path.stem)
+
+
+def test_an_entry_of_another_program_of_the_same_signature_is_a_miss(cache_dir):
+    # In one process: `x * 100`'s entry replaced by `x + 1`'s (the same f32[4] signature).
+    x = np.arange(4, dtype=np.float32)
+    aotkit.jit(lambda x: x + 1.0)(x)
+    (plus,) = entries(cache_dir)
+    aotkit.jit(lambda x: x * 100.0)(x)
+    (times,) = set(entries(cache_dir)) - {plus}
+    times.write_bytes(plus.read_bytes())
+    before = cache.stats()
+    with pytest.warns(CacheWarning) as record:
+        jitted = aotkit.jit(lambda x: x * 100.0)
+        out = jitted(x)
+    (warning,) = [w for w in record if issubclass(w.category, CacheWarning)]
+    assert str(warning.message) == (
+        f"aotkit cache: entry {times} holds the key {plus.stem}, not the one its name says "
+        "(it was copied or renamed there from another program or target); deleted it; "
+        "compiling again"
+    )
+    np.testing.assert_array_equal(out, x * np.float32(100))
+    assert np.asarray(out).dtype == np.float32
+    assert delta(before) == (0, 1) and jitted.cache_info().persistent_hits == 0
+    # The entry was written again, its own: the next compile hits it, with the right values.
+    assert artifacts.unpack(times.read_bytes()).header[artifacts.CACHE_KEY] == times.stem
+    again = aotkit.jit(lambda x: x * 100.0)
+    np.testing.assert_array_equal(again(x), x * np.float32(100))
+    assert again.cache_info().persistent_hits == 1
+
+
+def test_a_bad_cache_key_field_is_refused(cache_dir):
+    path = first_entry(cache_dir)
+    art = artifacts.unpack(path.read_bytes())
+    header = {k: v for k, v in art.header.items() if k != "sections"}
+    header[artifacts.CACHE_KEY] = "../../etc"
+    forged = artifacts.pack(header, {n: bytes(v) for n, v in art.sections.items()})
+    with pytest.raises(
+        aotkit.ArtifactError,
+        match=r"^aotkit.load: <bytes>: header field 'cache_key' is \"../../etc\", not a cache "
+        r"key \(64 hexadecimal digits\); the file is not one aotkit wrote",
+    ):
+        aotkit.load(forged)
 
 
 def test_entry_whose_executable_does_not_load(cache_dir):
@@ -452,6 +517,66 @@ def chain(x):
     for _ in range(150):
         z = anp.sin(z) * 1.01 + x
     return z
+
+
+SAME_SIGNATURE = """
+import json, sys, warnings
+import numpy as np
+import aotkit
+
+programs = {"plus": lambda x: x + 1, "times": lambda x: x * 100}
+jitted = aotkit.jit(programs[sys.argv[1]])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    out = jitted(np.arange(4, dtype=np.float32))
+print(json.dumps({
+    "out": np.asarray(out).tolist(),
+    "dtype": str(np.asarray(out).dtype),
+    "hits": jitted.cache_info().persistent_hits,
+    "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
+}))
+"""
+
+
+def run_same_signature(cache_dir: Path, program: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", SAME_SIGNATURE, program],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=child_env(cache_dir),
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_an_entry_copied_over_another_programs_is_a_miss_in_a_fresh_process(cache_dir):
+    # Issue 43.3: two programs of one signature (f32[4]) cached by two processes; the first's
+    # entry copied over the second's; a third process must still compute `x * 100`.
+    x = np.arange(4, dtype=np.float32)
+    assert run_same_signature(cache_dir, "plus")["out"] == (x + 1).tolist()
+    (plus,) = entries(cache_dir)
+    assert run_same_signature(cache_dir, "times")["out"] == (x * 100).tolist()
+    (times,) = set(entries(cache_dir)) - {plus}
+    times.write_bytes(plus.read_bytes())
+    third = run_same_signature(cache_dir, "times")
+    assert third["out"] == (x * 100).tolist() and third["dtype"] == "float32"
+    assert third["hits"] == 0
+    assert third["warnings"] == [
+        f"CacheWarning: aotkit cache: entry {times} holds the key {plus.stem}, not the one its "
+        "name says (it was copied or renamed there from another program or target); deleted "
+        "it; compiling again"
+    ]
+    # Overwritten with its own executable: a fourth process hits it, with the right values.
+    fourth = run_same_signature(cache_dir, "times")
+    assert (fourth["out"], fourth["hits"], fourth["warnings"]) == ((x * 100).tolist(), 1, [])
+    assert run_same_signature(cache_dir, "plus") == {
+        "out": (x + 1).tolist(),
+        "dtype": "float32",
+        "hits": 1,
+        "warnings": [],
+    }
 
 
 # --- the CLI ----------------------------------------------------------------------------------

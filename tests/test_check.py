@@ -15,7 +15,7 @@ import aotkit
 import aotkit.numpy as anp
 from aotkit import backends, cli
 from aotkit.backends.base import Backend, Executable
-from aotkit.crosscheck import _max_ulp, check, check_lowered, random_input
+from aotkit.crosscheck import _max_ulp, check, check_lowered, random_input, tolerance
 from aotkit.errors import CompileError
 from tests.helpers import BACKENDS
 
@@ -289,3 +289,91 @@ def _load(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.f
+
+
+# --- accelerators: tolerances per platform and dtype (issue 42.5) --------------------------------
+
+
+def small_tanh(x):
+    # Results below 0.01: an error of 4.2e-6 (what a TPU's float32 tanh was measured at) is
+    # far beyond cpu's float32 tolerance (1e-6 + 2e-5 * |x|), within a TPU's. Each test
+    # checks a function of its own: the jit caches know a backend by its name.
+    return anp.tanh(x) * 0.01 + anp.exp(-x * x) * 0.001
+
+
+def tanh_again(x):
+    return anp.tanh(x) * 0.01 + anp.exp(-x * x) * 0.001
+
+
+def _tpu_like(register, error: float):
+    from tests.standin_backends import Wrong
+
+    return register(Wrong("tpu", "tpu", "PJRT C API\nTFRT TPU v5 lite\nBuilt on ...", error))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "platforms", "expected"),
+    [
+        ("float32", ("cpu", "cpu"), (2e-5, 1e-6)),
+        ("float32", ("cpu", "tpu"), (1e-4, 1e-5)),
+        ("float32", ("tpu", "cpu"), (1e-4, 1e-5)),
+        ("complex64", ("cpu", "tpu"), (1e-4, 1e-5)),
+        ("float32", ("cpu", "cuda"), (5e-5, 5e-6)),
+        ("float64", ("cpu", "tpu"), (1e-12, 1e-14)),
+        ("float16", ("cpu", "tpu"), (2e-3, 1e-3)),
+        ("float32", ("cpu", "interpreter"), (2e-5, 1e-6)),
+    ],
+)
+def test_tolerance_per_platform_and_dtype(dtype, platforms, expected):
+    assert tolerance(dtype, *platforms) == expected
+
+
+def test_a_correct_tpu_result_reads_ok(register):
+    _tpu_like(register, 4.2e-6)
+    report = check(small_tanh, aotkit.spec("f32[64]"), backends=["tpu"])
+    assert report.ok, report.table()
+    (row,) = [r for r in report.rows if r.backend == "tpu"]
+    assert row.max_abs == pytest.approx(4.2e-6, rel=0.05)
+    assert row.max_ulp > 100  # many ULP apart, as measured on the chip
+    # The same difference on a platform held to cpu's tolerance is a disagreement.
+    register(FakeBackend("close", lambda x: x + np.float32(4.2e-6)))
+    assert check(small_tanh, aotkit.spec("f32[64]"), backends=["close"]).disagreeing == ["close"]
+
+
+def test_a_wrong_tpu_result_still_differs(register):
+    _tpu_like(register, 1e-3)
+    report = check(tanh_again, aotkit.spec("f32[64]"), backends=["tpu"])
+    assert report.disagreeing == ["tpu"]
+    (row,) = [r for r in report.rows if r.backend == "tpu"]
+    assert row.note == "DIFFERS (rtol 0.0001, atol 1e-05)"
+    assert report.table().splitlines()[-1].endswith("DIFFERS (rtol 0.0001, atol 1e-05)")
+
+
+@pytest.fixture
+def tanh_user(tmp_path):
+    path = tmp_path / "tanh_user.py"
+    path.write_text(
+        "import aotkit.numpy as anp\n\n"
+        "def small_tanh(x):\n"
+        "    return anp.tanh(x) * 0.01 + anp.exp(-x * x) * 0.001\n"
+    )
+    return path
+
+
+def test_cli_check_on_a_tpu_and_its_overrides(register, tanh_user, capsys):
+    _tpu_like(register, 4.2e-6)
+    argv = ["check", f"{tanh_user}:small_tanh", "--shapes", "f32[64]", "--backends", "tpu"]
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[-1].split()[-1] == "ok"
+    assert cli.main([*argv, "--rtol", "0", "--atol", "1e-6"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1].endswith("DIFFERS (rtol 0, atol 1e-06)")
+    assert captured.err.endswith("aotkit check: tpu disagree with cpu beyond tolerance\n")
+
+
+def test_cli_check_a_wrong_tpu_differs_unless_widened(register, tanh_user, capsys):
+    _tpu_like(register, 1e-3)
+    argv = ["check", f"{tanh_user}:small_tanh", "--shapes", "f32[64]", "--backends", "tpu"]
+    assert cli.main(argv) == 1
+    assert "DIFFERS (rtol 0.0001, atol 1e-05)" in capsys.readouterr().out
+    assert cli.main([*argv, "--atol", "1e-2"]) == 0

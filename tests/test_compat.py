@@ -61,6 +61,9 @@ PRIVATE = {
     ("jaxlib._jax", "mlir.mlir_module_to_xla_computation"): None,
     ("jaxlib._jax", "hlo_module_cost_analysis"): None,
     ("jax._src.lib", "cpu_math"): None,
+    # Deviceless TPU compilation (tests/backends/test_deviceless_tpu.py covers the fallbacks).
+    ("jax._src.cloud_tpu_init", "get_tpu_library_path"): None,
+    ("jax._src.xla_bridge", "make_pjrt_tpu_topology"): None,
 }
 CLOSURES = [(key,) for key in PRIVATE] + [tuple(PRIVATE)]
 CLOSURE_IDS = [f"{m}.{n}".rstrip(".") for m, n in PRIVATE] + ["all"]

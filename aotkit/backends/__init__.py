@@ -1,12 +1,18 @@
 """Backend registry: find a backend by name, start it once, list what can run here.
 
-Built in: `cpu` (jaxlib's PJRT CPU client, the default) and `interpreter` (StableHLO's
-reference interpreter). `iree` (IREE's compiler and runtime) is listed when the extra
+Built in: `cpu` (jaxlib's PJRT CPU client) and `interpreter` (StableHLO's reference
+interpreter). `iree` (IREE's compiler and runtime) is listed when the extra
 `aotkit[iree]` is installed. `cuda`, `rocm` and `tpu` start through JAX's PJRT plugins when
 their packages are installed; `load_plugin(name, path)` adds any PJRT plugin library.
 Third-party backends register through the entry-point group `aotkit.backends`: the entry
 point's name is the backend name and its object is a `Backend` instance, a `Backend`
 subclass, or a function returning one.
+
+The default backend (`get(None)`, `default_name()`): aotkit.config's `default_backend`, else
+the `AOTKIT_BACKEND` environment variable, else the platform `jax.default_backend()` picks
+(JAX_PLATFORMS honoured: the accelerator where one is present) where aotkit has a backend for
+it, else `cpu`. JAX is asked only where a plugin package is installed or a backend of an
+accelerator platform was registered: on a machine without one the default is `cpu` at no cost.
 
 Nothing here starts a client at import time; `get(name)` starts the one asked for.
 """
@@ -14,6 +20,7 @@ Nothing here starts a client at import time; `get(name)` starts the one asked fo
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import threading
 
 from aotkit.backends.base import Backend, BackendInfo, Executable, MemoryAnalysis
@@ -21,17 +28,30 @@ from aotkit.backends.base import Backend, BackendInfo, Executable, MemoryAnalysi
 __all__ = [
     "DEFAULT",
     "ENTRY_POINT_GROUP",
+    "ENV",
     "Backend",
     "BackendInfo",
     "Executable",
     "MemoryAnalysis",
     "available",
+    "default_name",
+    "deviceless",
     "get",
     "load_plugin",
 ]
 
+# The default where no accelerator is present (and where JAX's is one aotkit has no backend for).
 DEFAULT = "cpu"
+ENV = "AOTKIT_BACKEND"
 ENTRY_POINT_GROUP = "aotkit.backends"
+_CONFIG = "aotkit.config's default_backend"
+# JAX's name of a platform -> aotkit's backends for it, in order of preference.
+_PLATFORM_BACKENDS = {
+    "gpu": ("cuda", "rocm"),
+    "cuda": ("cuda",),
+    "rocm": ("rocm",),
+    "tpu": ("tpu",),
+}
 _BUILTIN = ("cpu", "interpreter")
 # Names no plugin may take: the built-in backends and the optional `iree`.
 _RESERVED = (*_BUILTIN, "iree")
@@ -139,12 +159,80 @@ def _create(name: str) -> Backend:
     )
 
 
+def _jax_platform() -> str:
+    """The platform `jax.default_backend()` picks (it starts JAX's clients: called only where
+    an accelerator may be present)."""
+    # lazy: jax costs 0.5-0.9 s to import, which the interpreter does not need
+    import jax
+
+    return jax.default_backend()
+
+
+# Found once per process: JAX's pick does not change, and looking for the plugin packages
+# costs about 0.5 ms (a search of sys.path), too much for every compile that asks.
+_detected: list[str] = []
+_plugins_installed: list[bool] = []
+_ACCELERATORS = frozenset(n for names in _PLATFORM_BACKENDS.values() for n in names)
+
+
+def _accelerator_possible() -> bool:
+    """Whether a plugin package of an accelerator is installed, or a backend for one is
+    registered: where neither is, JAX's pick is the CPU, and nothing need start to know it."""
+    if not _plugins_installed:
+        plugin = _plugin()
+        _plugins_installed.append(any(plugin.installed(p) for p in plugin.KNOWN))
+    return _plugins_installed[0] or not _ACCELERATORS.isdisjoint(_started)
+
+
+def _accelerator() -> str:
+    """aotkit's backend for the platform JAX picks, or `cpu` where aotkit has none."""
+    if not _accelerator_possible():
+        return DEFAULT
+    if not _detected:
+        _detected.append(_jax_platform())
+    plugin = _plugin()
+    for name in _PLATFORM_BACKENDS.get(_detected[0], ()):
+        if name in _started or (name in plugin.KNOWN and plugin.installed(name)):
+            return name
+    return DEFAULT
+
+
+def default_name() -> tuple[str, str]:
+    """The default backend's name and where it comes from: ("tpu", "the accelerator JAX
+    picks"), ("cpu", "no accelerator here"), (NAME, "AOTKIT_BACKEND") or (NAME,
+    "aotkit.config's default_backend")."""
+    # lazy: aotkit.config imports jax (0.5-0.9 s), which `get("interpreter")` does not need
+    from aotkit import config
+
+    chosen = config.get("default_backend")
+    if chosen is not None:
+        return chosen, _CONFIG
+    chosen = os.environ.get(ENV, "").strip()
+    if chosen:
+        return chosen, ENV
+    name = _accelerator()
+    return name, "no accelerator here" if name == DEFAULT else "the accelerator JAX picks"
+
+
 def get(name: str | Backend | None = None) -> Backend:
-    """The backend called `name` (default `cpu`), started on first use and kept."""
+    """The backend called `name`, started on first use and kept; None is the default backend
+    (`default_name()`: the accelerator JAX picks, else cpu; AOTKIT_BACKEND or aotkit.config's
+    `default_backend` choose another)."""
     if isinstance(name, Backend):
         return name
     if name is None:
-        name = DEFAULT
+        name, source = default_name()
+        if source in (ENV, _CONFIG) and not known(name):
+            how = (
+                f"set {ENV} to one of them, or unset it"
+                if source == ENV
+                else "aotkit.config.update('default_backend', ...) with one of them, or None"
+            )
+            raise ValueError(
+                f"backends.get: the default backend {name!r} (from {source}) is unknown; "
+                f"available: {', '.join(_startable())}; {how} for the accelerator JAX picks "
+                "(else cpu)"
+            )
     if not isinstance(name, str):
         raise TypeError(
             f"backends.get: backend must be a name such as 'cpu', got {type(name).__name__}"
@@ -189,3 +277,13 @@ def load_plugin(name: str, path: str) -> Backend:
             )
         backend = _started[name] = plugin.load(name, path)
     return backend
+
+
+def deviceless(topology, where: str) -> Backend:
+    """The `tpu` backend that compiles for TPU `topology` ("v5e:2x2") on a machine without a
+    TPU, through libtpu (aotkit/backends/tpu_topology.py; the `tpu` extra). `where` starts
+    its errors."""
+    # lazy: libtpu and the PJRT backends load only when a topology is asked for
+    from aotkit.backends import tpu_topology
+
+    return tpu_topology.backend(topology, where)

@@ -171,6 +171,10 @@ class Backend(abc.ABC):
     # executable that runs every size its signature allows (iree). Other backends compile
     # it per shape, refined to static StableHLO first (aotkit/specialize.py).
     dynamic_shapes: bool = False
+    # Whether this backend's executables run in this process. False for a deviceless target
+    # (a TPU topology compiled for without a TPU, aotkit/backends/tpu_topology.py): its
+    # executables are inspected and saved, never run, and the persistent cache skips them.
+    runs_here: bool = True
 
     @abc.abstractmethod
     def devices(self) -> list:

@@ -38,6 +38,7 @@ from jax.sharding import Mesh, NamedSharding
 from jaxlib.mlir import ir
 
 from aotkit import _compat, _context, modules, spmd
+from aotkit.backends import tpu_chips
 from aotkit.backends.base import ArgumentMismatch, MemoryAnalysis, describe, host_value
 from aotkit.backends.pjrt import (
     PjrtBackend,
@@ -139,6 +140,11 @@ class SpmdBackend(PjrtBackend):
         target = self.target()
         if "devices" in saved:
             target["devices"] = str(len(self.global_devices()))
+        topology = tpu_chips.topology_of(self.global_devices()) if "topology" in saved else None
+        if topology is not None:
+            # Compiled for a TPU topology without a TPU (aotkit/backends/tpu_topology.py):
+            # loaded as it is on a host of that topology.
+            target["topology"] = topology
         return target
 
 

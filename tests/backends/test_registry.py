@@ -37,7 +37,12 @@ def test_importing_aotkit_starts_no_client():
     assert done.returncode == 0, done.stderr
 
 
-def test_default_backend_is_cpu():
+def test_default_backend_is_cpu_without_an_accelerator(monkeypatch, fresh_registry):
+    # Where an accelerator is, it is the default (tests/test_targets.py).
+    monkeypatch.delenv(backends.ENV, raising=False)
+    monkeypatch.setattr(plugin, "installed", lambda platform: False)
+    monkeypatch.setattr(backends, "_plugins_installed", [])
+    assert backends.default_name() == ("cpu", "no accelerator here")
     assert backends.get() is backends.get("cpu")
     assert backends.get(None).name == "cpu"
     assert backends.get("cpu").platform == "cpu"

@@ -20,12 +20,15 @@ import re
 from jax import tree_util
 
 from aotkit import arguments
-from aotkit.specs import ShapeDtype, spec
+from aotkit.specs import ShapeDtype, short_text, spec
 
 PYTREE_SYNTAX = 'a pytree is JSON with specs as leaves: {"w": "f32[4,3]"}, ["f32[2]"], ("f32[2]",)'
 _OPENERS = {"{": "}", "[": "]", "(": ")"}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DIMS = re.compile(r"\[[^\[\]{}()]*\]")
+# How deep a `--shapes` pytree may nest: far more than any program's arguments, and far less
+# than Python's recursion limit, which the reader (and the tracer after it) would reach.
+MAX_DEPTH = 64
 
 
 # --- --shapes --------------------------------------------------------------------------------
@@ -53,7 +56,8 @@ class _Parser:
     def error(self, what: str, fix: str) -> ValueError:
         at = self.text[self.pos] if self.pos < len(self.text) else "end of text"
         where = f"character {self.pos + 1} ({at!r})" if self.pos < len(self.text) else at
-        return ValueError(f"at {where} of {self.text!r}: {what}; {fix} ({PYTREE_SYNTAX})")
+        text = short_text(self.text)
+        return ValueError(f"at {where} of {text}: {what}; {fix} ({PYTREE_SYNTAX})")
 
     def skip(self) -> None:
         while self.pos < len(self.text) and self.text[self.pos].isspace():
@@ -64,6 +68,11 @@ class _Parser:
         return self.text[self.pos : self.pos + 1]
 
     def value(self, path: tuple):
+        if len(path) >= MAX_DEPTH:
+            raise self.error(
+                f"the pytree nests deeper than {MAX_DEPTH} levels",
+                "give each argument a flatter pytree",
+            )
         c = self.peek()
         if c == "{":
             return self.mapping(path)
@@ -160,7 +169,22 @@ class _Parser:
         except ValueError as e:
             where = f"leaf {tree_util.keystr(path)}" if path else "the leaf"
             self.pos = start
-            raise ValueError(f"{where} at character {start + 1} of {self.text!r}: {e}") from None
+            raise ValueError(
+                f"{where} at character {start + 1} of {short_text(self.text)}: {e}"
+            ) from None
+
+
+def split_by_shell(values: list[str], i: int) -> str | None:
+    """The spec the shell split at its spaces, when `values[i]` opens brackets that later
+    values close (`f32[3,` `4]` from an unquoted `f32[3, 4]`); None otherwise."""
+    depth = 0
+    for j in range(i, len(values)):
+        for c in values[j]:
+            depth += c in "[{("
+            depth -= c in "]})"
+        if depth <= 0:
+            return " ".join(values[i : j + 1]) if j > i else None
+    return None
 
 
 def format_tree(tree) -> str:

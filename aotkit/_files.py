@@ -106,13 +106,83 @@ def check_regular(
     return st
 
 
-# How MLIR text starts: a str that does is a module's text, not a path.
+# How MLIR text starts, and the suffixes of the files aotkit reads: a str that starts so is
+# text unless it names a file, or could be a path as well (it ends in a suffix or names a folder).
 _MLIR_TEXT = ("module", "func.func", "#", "//")
+PATH_SUFFIXES = (".aotx", ".mlir", ".mlirbc", ".bc", ".stablehlo", ".exported", ".bin", ".txt")
 
 
-def looks_like_mlir_text(source) -> bool:
-    """Whether a str given where a path goes is MLIR text (a module's text) instead."""
-    return isinstance(source, str) and ("\n" in source or source.lstrip().startswith(_MLIR_TEXT))
+def _exists(source: str) -> bool:
+    try:
+        os.stat(source)
+    except (OSError, ValueError):  # no such file, a name too long, an embedded NUL
+        return False
+    return True
+
+
+def str_reading(source: str) -> str:
+    """How a str given where a path or a module's text goes reads: `path`, `text` or `either`.
+
+    A str that names an existing file is a path, whatever it holds (`module.aotx`, a name
+    with a newline). Otherwise a str that starts as MLIR text does (`module`, `func.func`,
+    `#`, `//`) or holds a newline is text, unless it could be a path too (one line ending in a
+    known suffix or holding a '/'): that one is `either`, for the caller to name both
+    readings. Anything else is a path (a missing file, for the caller to say so)."""
+    if _exists(source):
+        return "path"
+    if "\n" in source:
+        return "text"
+    if not source.lstrip().startswith(_MLIR_TEXT):
+        return "path"
+    if "/" in source.lstrip("/") or source.rstrip().endswith(PATH_SUFFIXES):
+        return "either"
+    return "text"
+
+
+def read_source(
+    source,
+    *,
+    where: str,
+    what: str,
+    fix: str,
+    text: str,
+    text_fix: str,
+    not_found: str,
+    check=None,
+) -> tuple[bytes, str]:
+    """(bytes, label) of bytes, or of the file a path (str or os.PathLike) names: the one
+    reader of `aotkit.load` and `aotkit.load_module`.
+
+    `what` is what a path names (`the artifact's path`), `fix` what to do about a file that is
+    not a regular one, `text` what follows `got a str of MLIR text` for a str that is text
+    (`str_reading`), `text_fix` what to do with text, for a str that could be either, and
+    `not_found` what to do about a missing file. `check(f, label)` sees the opened file before
+    it is read. Raises TypeError (neither a path nor bytes; MLIR text), FileNotFoundError and
+    the ValueError of `opened`."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        return bytes(source), "<bytes>"
+    if not isinstance(source, str | os.PathLike):
+        raise TypeError(
+            f"{where}: expected a path or bytes, got {type(source).__name__}; pass {what} or "
+            "its contents as bytes"
+        )
+    reading = str_reading(source) if isinstance(source, str) else "path"
+    if reading == "text":
+        raise TypeError(f"{where}: got a str of MLIR text{text}")
+    label = os.fspath(source)
+    try:
+        with opened(source, where=f"{where}: {label}", fix=fix) as f:
+            if check is not None:
+                check(f, label)
+            return f.read(), label
+    except FileNotFoundError:
+        if reading == "either":
+            raise FileNotFoundError(
+                f"{where}: no such file {label!r}, which could be a path or MLIR text; as a "
+                f"path, check it (a pathlib.Path is always read as a path); as MLIR text, "
+                f"{text_fix}"
+            ) from None
+        raise FileNotFoundError(f"{where}: no such file {label!r}; {not_found}") from None
 
 
 class Regular:

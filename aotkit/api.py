@@ -41,6 +41,7 @@ from aotkit import (
     lowering,
     modules,
     passes,
+    specialize,
     spmd,
 )
 from aotkit._traceback import api_boundary, filter_exception, user_stacklevel
@@ -77,6 +78,8 @@ def check_options(where: str, fn: Callable | None, **given) -> Options:
         passes.check_pipeline(options.pipeline)
     if not isinstance(options.autograph, bool):
         raise TypeError(f"{where}: autograph must be True or False, got {options.autograph!r}")
+    if not isinstance(options.keep_unused, bool):
+        raise TypeError(f"{where}: keep_unused must be True or False, got {options.keep_unused!r}")
     if options.print_ir_after_all not in (None, True, False):
         raise TypeError(
             f"{where}: print_ir_after_all must be True, False or None (then "
@@ -129,14 +132,28 @@ class _Transitions:
         return _lower(traced, _Transitions(changed), consume)
 
     def compile(
-        self, lowered: Lowered, backend=None, options=None, *, target=None, target_options=None
+        self,
+        lowered: Lowered,
+        backend=None,
+        options=None,
+        *,
+        target=None,
+        target_options=None,
+        topology=None,
     ) -> Compiled:
-        """`Lowered.compile`: on `backend` (default: the jit's, else the default backend).
-        A lowering made by a jit shares its function's compile cache."""
+        """`Lowered.compile`: on `backend` (default: the jit's, else the default backend),
+        or for a TPU `topology` without a TPU. A lowering made by a jit shares its
+        function's compile cache."""
         where = f"Lowered.compile({lowered.name})"
-        chosen = backends.get(backend if backend is not None else lowered.backend)
+        name = backend if backend is not None else lowered.backend
+        if topology is not None:
+            chosen = compiling.deviceless(where, name, topology)
+        else:
+            chosen = backends.get(name)
         options_key = compiling.options_key(where, options)
         targeting, target_key = compiling.targeting(where, chosen, target, target_options)
+        if topology is not None:
+            target_key = (*target_key, ("topology", chosen.topology.name))
         if self.link is None:
             return compiling.compile_lowered(lowered, chosen, options, targeting)
         cache, lowering_key = self.link
@@ -159,6 +176,20 @@ class _Transitions:
         transformed by aotkit's rules, traced in the program's own context and lowered with
         these options (outside any jit's caches)."""
         where = f"Lowered.{kind}({lowered.name})"
+        if kind == "specialize":
+            # A static program of its own: it compiles outside the jit's caches, whose
+            # lowering key is the symbolic program's.
+            program = specialize.specialize_program(
+                lowered._program, options["sizes"], f"Lowered {lowered.name!r}: specialize"
+            )
+            transitions = _Transitions(self.options)
+            return Lowered(
+                program,
+                pipeline=lowered.pipeline,
+                backend=lowered.backend,
+                compile=transitions.compile,
+                transform=transitions.transform,
+            )
         if lowered.partitioning is not None:
             raise NotImplementedError(
                 f"{where}: the program is sharded ({lowered.partitioning.describe()}), and "
@@ -262,7 +293,7 @@ def _lower(traced: Traced, transitions: _Transitions, consume: bool) -> Lowered:
 
 def _warn_unusable(name: str, traced: Traced, unusable: list[int]) -> None:
     """JAX's warning for donated arguments no result can reuse, naming them by leaf path."""
-    ins = arguments.leaf_names(traced.in_tree)
+    ins = arguments.leaf_names(traced.in_tree, traced.signature.arg_names)
     outs = arguments.output_names(traced.out_tree)
     given = ", ".join(f"{ins[i]}: {traced.flat_in_specs[i]}" for i in unusable)
     results = ", ".join(f"{n}: {s}" for n, s in zip(outs, traced.flat_out_specs, strict=True))
@@ -278,6 +309,17 @@ def _warn_unusable(name: str, traced: Traced, unusable: list[int]) -> None:
 # --- one call: trace and lower ------------------------------------------------------------------
 
 
+def _with_arg_names(program: Program, fn: Callable, n_args: int, options: Options) -> Program:
+    """`program` with its positional arguments named by `fn`'s parameters (`x`, not
+    `args[0]`, in reprs and errors: `arguments.parameter_names`)."""
+    static = arguments.positions("", "", options.static_argnums, n_args, lenient=True)
+    names = arguments.parameter_names(fn, n_args, static)
+    signature = program.signature
+    if not names or len(names) != len(signature.in_tree.children()[0].children()):
+        return program
+    return program.replace(signature=signature.replace(arg_names=names))
+
+
 def trace_function(fn: Callable, args: tuple, kwargs: dict, transitions: _Transitions) -> Traced:
     """Traces `fn` with the front end `transitions.options.frontend` ("auto", "aotkit" or
     "jax") into a `Traced` that lowers through `transitions`; `autograph` converts Python
@@ -287,7 +329,8 @@ def trace_function(fn: Callable, args: tuple, kwargs: dict, transitions: _Transi
         # lazy: the JAX front end imports jax's lowering machinery, which only JAX programs need
         from aotkit.frontends.jax import trace_jax
 
-        return transitions.traced(trace_jax(fn, args, kwargs, options))
+        program = trace_jax(fn, args, kwargs, options)
+        return transitions.traced(_with_arg_names(program, fn, len(args), options))
     if frontends.jax_jit_options(fn) is not None or frontends.is_jax_function(fn):
         name = arguments.function_name(fn)
         raise TypeError(
@@ -295,10 +338,12 @@ def trace_function(fn: Callable, args: tuple, kwargs: dict, transitions: _Transi
             "which aotkit's tracer cannot run; use frontend='jax' (or 'auto') to let JAX "
             "lower it"
         )
+    user_fn = fn
     if options.autograph:  # Python loops and branches on traced values -> StableHLO control flow
         fn = autograph.convert(fn)
     try:
-        return transitions.traced(trace(fn, args, kwargs, options))
+        program = trace(fn, args, kwargs, options)
+        return transitions.traced(_with_arg_names(program, user_fn, len(args), options))
     except TypeError as e:
         error = _jax_on_tracers(arguments.function_name(fn), e)
         if error is e:
@@ -334,6 +379,7 @@ def lower_function(fn: Callable, args: tuple, kwargs: dict, **options) -> Lowere
     """`aotkit.lower` with the function's arguments as a tuple and a dict: traces `fn` on
     `args`/`kwargs` (values or specs) and lowers it with `options` (those of `jit`)."""
     checked = check_options("lower", fn, **options)
+    fn = frontends.for_transform(fn, checked.frontend)
     return _Transitions(checked).lower(
         trace_function(fn, args, kwargs, _Transitions(checked)), consume=True
     )
@@ -354,6 +400,7 @@ def lower(
     autograph: bool = True,
     in_shardings=None,
     out_shardings=None,
+    keep_unused: bool = False,
     **kwargs,
 ) -> Lowered:
     """Lowers `fn` for the given arguments (concrete values or `aotkit.ShapeDtype` specs),
@@ -383,6 +430,12 @@ def lower(
         autograph=autograph,
         in_shardings=in_shardings,
         out_shardings=out_shardings,
+        keep_unused=keep_unused,
+    )
+    fn = frontends.for_transform(fn, options.frontend)
+    # Spec strings ("f32[4,3]") stand for specs, as on the command line.
+    args, kwargs = arguments.spec_strings(
+        "lower", fn, args, kwargs, options.static_argnums, options.static_argnames
     )
     transitions = _Transitions(options)
     return transitions.lower(trace_function(fn, args, kwargs, transitions), consume=True)
@@ -572,13 +625,19 @@ def _leaf_key(x):
     return (t,)  # not an array: lowering it raises the error
 
 
-def _static_key(where: str, static_pos: dict, static_kw: dict) -> tuple:
+def _static_key(where: str, static_pos: dict, static_kw: dict, fn: Callable | None = None) -> tuple:
     items = [(f"args[{i}]", v) for i, v in static_pos.items()]
     items += [(f"kwargs[{k!r}]", static_kw[k]) for k in sorted(static_kw)]
     for path, value in items:
         try:
             hash(value)
         except TypeError:
+            if path.startswith("kwargs["):
+                path = path[len("kwargs['") : -len("']")]
+            elif fn is not None:  # named by its parameter, as the other errors name it
+                i = int(path[len("args[") : -1])
+                names = arguments.parameter_names(fn, i + 1)
+                path = names[i] if len(names) > i and names[i] is not None else path
             raise TypeError(
                 f"{where}: static argument {path} = {value!r} is not hashable "
                 f"({type(value).__name__}); pass a hashable value (a tuple instead of a list) "
@@ -635,6 +694,7 @@ class Jitted(_native.Dispatching):
         """`jit(fn, **options)` (use `jit`): `options` are checked by `check_options`."""
         if not callable(fn):
             raise TypeError(f"jit: expected a function, got {type(fn).__name__}")
+        fn = frontends.for_transform(fn, options.frontend)
         self.fn = fn
         self.__name__ = arguments.function_name(fn)
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -662,6 +722,7 @@ class Jitted(_native.Dispatching):
             options.autograph,
             _shardings_key(where, "in_shardings", options.in_shardings),
             _shardings_key(where, "out_shardings", options.out_shardings),
+            options.keep_unused,
         )
         self._cache = _cache_for(fn)
         self._backend_name: str | None = None
@@ -706,11 +767,18 @@ class Jitted(_native.Dispatching):
                 self.static_argnames,
                 self._lenient_statics,
             )
-            statics = _static_key(self._where, static_pos, static_kw)
+            statics = _static_key(self._where, static_pos, static_kw, self.fn)
         else:
-            dyn_args, dyn_kwargs, statics = args, kwargs, ()
-        leaves, tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
-        key = (tree, tuple(map(_leaf_key, leaves)), statics, self._config)
+            dyn_args, dyn_kwargs, statics, static_pos = args, kwargs, (), {}
+        leaves, tree = arguments.flatten(
+            self._where,
+            (dyn_args, dyn_kwargs),
+            lambda: arguments.parameter_names(self.fn, len(args), static_pos),
+        )
+        # The precision in force traces the dots and convolutions that name none: a key part
+        # (jaxlib's C++ dispatch keys on it too: aotkit/config.py).
+        precision = config.matmul_precision()
+        key = (tree, tuple(map(_leaf_key, leaves)), statics, self._config, precision)
         return leaves, key
 
     def _transitions(self, key: tuple) -> _Transitions:
@@ -728,6 +796,7 @@ class Jitted(_native.Dispatching):
     def trace(self, *args, **kwargs) -> Traced:
         """The `Traced` stage for these arguments (values or ShapeDtype specs): the module
         before any pass pipeline. `.lower()` on it shares this function's caches."""
+        args, kwargs = self._spec_strings(args, kwargs)
         _, key = self._keys(args, kwargs)
         return self._trace(args, kwargs, self._transitions(key))
 
@@ -750,9 +819,23 @@ class Jitted(_native.Dispatching):
 
     @api_boundary
     def lower(self, *args, **kwargs) -> Lowered:
-        """The `Lowered` stage for these arguments (concrete values or ShapeDtype specs)."""
+        """The `Lowered` stage for these arguments (concrete values or ShapeDtype specs,
+        spec strings such as "f32[4,3]" included)."""
+        args, kwargs = self._spec_strings(args, kwargs)
         _, key = self._keys(args, kwargs)
         return self._lower(args, kwargs, key)
+
+    def _spec_strings(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """`arguments.spec_strings` for this jit's static arguments."""
+        return arguments.spec_strings(
+            self._where,
+            self.fn,
+            args,
+            kwargs,
+            self.static_argnums,
+            self.static_argnames,
+            self._lenient_statics,
+        )
 
     def _lower(self, args: tuple, kwargs: dict, key: tuple) -> Lowered:
         transitions = self._transitions(key)
@@ -768,6 +851,9 @@ class Jitted(_native.Dispatching):
         try:
             if core.is_tracing():
                 return self._inline(args, kwargs)
+            # One structure keys, checks and runs the call, whatever another thread does to
+            # the caller's lists meanwhile (issue 43).
+            args, kwargs = _native.snapshot(args), _native.snapshot(kwargs)
             compiled, leaves = self._compiled(args, kwargs)
             if not self._has_statics:
                 return compiled._python_call(*args, **kwargs)
@@ -809,11 +895,16 @@ class Jitted(_native.Dispatching):
     def _inline(self, args: tuple, kwargs: dict):
         """A call inside a trace: `fn` is traced into the outer program (donation is the
         outer program's business, as in JAX)."""
-        if self._resolved_options().frontend == "jax":
+        options = self._resolved_options()
+        if options.frontend == "jax" and not (options.static_argnums or options.static_argnames):
+            # JAX lowers `fn` for the traced values' shapes, its module inlined.
+            return transform_functions.call_jax(self.fn, self._where, args, kwargs)
+        if options.frontend == "jax":
             raise TypeError(
-                f"{self._where}: a JAX function (frontend='jax') was called inside a function "
-                "aotkit is tracing; JAX cannot trace aotkit's arrays: write it with "
-                "aotkit.numpy, or jit the whole program with frontend='jax'"
+                f"{self._where}: a JAX function (frontend='jax') with static arguments was "
+                "called inside a function aotkit is tracing, which passes it traced arrays "
+                "only; close over the static values (functools.partial), or jit the whole "
+                "program with frontend='jax'"
             )
         return self.fn(*args, **kwargs)
 
@@ -850,6 +941,7 @@ def jit(
     autograph: bool = True,
     in_shardings=None,
     out_shardings=None,
+    keep_unused: bool = False,
 ):
     """Stages `fn`: `jit(f)(x)` runs it compiled; `jit(f).lower(x).compile()` shows each stage.
 
@@ -873,6 +965,11 @@ def jit(
     leaves are `NamedSharding`, `PartitionSpec` (over the mesh of the other shardings) or
     None (arguments: replicated; results: the compiler decides). XLA's SPMD partitioner
     partitions the program for the mesh's devices; see aotkit.sharding.
+
+    A module JAX lowers is jax.jit's: arguments the program does not use (and with them
+    dead loop carries) are pruned from its body as jax.jit prunes them, and stay arguments
+    of `@main` that the program ignores, so that the call takes every argument;
+    `keep_unused=True` lowers with `jax.jit(fn, keep_unused=True)` instead.
     """
     given = dict(
         static_argnums=static_argnums,
@@ -886,6 +983,7 @@ def jit(
         autograph=autograph,
         in_shardings=in_shardings,
         out_shardings=out_shardings,
+        keep_unused=keep_unused,
     )
     if fn is None:
         return functools.partial(jit, **given)

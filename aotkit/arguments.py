@@ -14,13 +14,15 @@ arguments into their data and wraps key results back into keys of the same imple
 
 from __future__ import annotations
 
+import array
+import inspect
 from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
 from jax import tree_util
 
-from aotkit.specs import ShapeDtype, spec_of
+from aotkit.specs import ShapeDtype, spec, spec_of
 
 
 def function_name(fn: Callable) -> str:
@@ -87,11 +89,116 @@ def split_static(
     return dyn_args, dyn_kwargs, static_pos, static_kw
 
 
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def parameter_names(fn: Callable, n_args: int, static_nums=()) -> tuple[str | None, ...]:
+    """The name of each dynamic positional argument of a call of `fn` with `n_args`
+    positional arguments (static positions `static_nums` left out): its parameter's name
+    (`x`), or None past the named parameters (into `*args`) and for a function whose
+    signature cannot be read. What stages and errors call the arguments, as the CLI and JAX
+    do (`x: f32[3]`, not `args[0]: f32[3]`)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    named = [p.name for p in params if p.kind in _POSITIONAL]
+    # A parameter called `args` would read as the fallback `args[i]` of another one.
+    if "args" in named:
+        return ()
+    return tuple(
+        named[i] if i < len(named) else None for i in range(n_args) if i not in static_nums
+    )
+
+
+def spec_strings(
+    where: str,
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    static_argnums: Sequence[int],
+    static_argnames: Sequence[str],
+    lenient: bool = False,
+) -> tuple[tuple, dict]:
+    """`args`/`kwargs` of a `lower` or `trace` with every str leaf of a dynamic argument
+    read as a spec (`"f32[4,3]"`, as `aotkit.spec` reads it); a static argument's str is
+    the user's value and stays one. A str that is no spec is a TypeError naming the
+    argument (`lenient`: see `positions`)."""
+    leaves = flatten(where, (args, kwargs), lambda: parameter_names(fn, len(args)))[0]
+    if not any(isinstance(leaf, str) for leaf in leaves):
+        return args, kwargs
+    dyn_args, dyn_kwargs, static_pos, static_kw = split_static(
+        where, args, kwargs, static_argnums, static_argnames, lenient
+    )
+    tree_in = (dyn_args, dyn_kwargs)
+    leaves, treedef = tree_util.tree_flatten(tree_in)
+    out = list(leaves)
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, str):
+            continue
+        try:
+            out[i] = spec(leaf)
+        except ValueError as e:
+            names = parameter_names(fn, len(args), static_pos)
+            raise TypeError(
+                f"{function_name(fn)}: argument {_named_leaf_path(tree_in, i, names)} is the "
+                f"str {leaf!r}, "
+                f"which is not a spec ({str(e).removeprefix('spec: ')}); pass a spec such as "
+                "'f32[4,3]', an array, or mark it static with static_argnums/static_argnames"
+            ) from None
+    dyn_args, dyn_kwargs = tree_util.tree_unflatten(treedef, out)
+    return merge_static(dyn_args, dyn_kwargs, static_pos, static_kw)
+
+
 def merge_static(dyn_args: Sequence, dyn_kwargs: dict, static_pos: dict, static_kw: dict):
     args = list(dyn_args)
     for i, v in static_pos.items():
         args.insert(i, v)
     return tuple(args), {**dyn_kwargs, **static_kw}
+
+
+def flatten(where: str, tree_in, names: Callable[[], Sequence] | None = None):
+    """`tree_util.tree_flatten` of a call's `((args), {kwargs})`, with a dict whose keys do
+    not sort (jax.tree_util sorts a dict's keys) a TypeError naming the argument (`names()`:
+    see `parameter_names`) and the keys' types, where JAX says only that its comparator
+    failed."""
+    try:
+        return tree_util.tree_flatten(tree_in)
+    except ValueError:
+        found = _unsortable_dict(tree_in)
+        if found is None:
+            raise
+        path, keys = found
+        names = names() if names is not None else None
+        kinds = ", ".join(sorted({type(k).__name__ for k in keys}))
+        raise TypeError(
+            f"{where}: argument {_leaf_name(path, names)} is a dict whose keys do not sort "
+            f"(keys of types {kinds}: {', '.join(map(repr, keys[:4]))}"
+            f"{', ...' if len(keys) > 4 else ''}), and a pytree orders a dict's keys by "
+            "sorting them; use keys of one type (such as all str)"
+        ) from None
+
+
+def _unsortable_dict(tree_in):
+    """(path, keys) of the first dict in `tree_in` whose keys do not sort, or None."""
+
+    def unsortable(node) -> bool:
+        if type(node) is not dict:
+            return False
+        try:
+            sorted(node)
+        except TypeError:
+            return True
+        return False
+
+    try:
+        flat = tree_util.tree_flatten_with_path(tree_in, is_leaf=unsortable)[0]
+    except ValueError:  # a dict type of another kind: leave JAX's message
+        return None
+    for path, leaf in flat:
+        if unsortable(leaf):
+            return path, list(leaf)
+    return None
 
 
 def flat_specs(fn_name: str, tree_in) -> tuple[tuple[ShapeDtype, ...], object]:
@@ -100,16 +207,31 @@ def flat_specs(fn_name: str, tree_in) -> tuple[tuple[ShapeDtype, ...], object]:
     return specs_of_leaves(fn_name, tree_in, leaves), treedef
 
 
-def specs_of_leaves(fn_name: str, tree_in, leaves: list) -> tuple[ShapeDtype, ...]:
-    """The spec of each leaf of `tree_in` (`leaves`, flattened); non-arrays are TypeErrors."""
+def specs_of_leaves(
+    fn_name: str, tree_in, leaves: list, names: Callable[[], Sequence] | None = None
+) -> tuple[ShapeDtype, ...]:
+    """The spec of each leaf of `tree_in` (`leaves`, flattened); non-arrays are TypeErrors
+    naming the argument by its parameter's name (`names()`: see `parameter_names`, called
+    only for an error)."""
+
+    def path(i: int) -> str:
+        return _named_leaf_path(tree_in, i, names() if names is not None else ())
+
     specs = []
     for i, leaf in enumerate(leaves):
         if type(leaf) is ShapeDtype:  # a spec is its own (and never a key's: np.dtype only)
             specs.append(leaf)
             continue
+        if isinstance(leaf, _BUFFERS):
+            raise TypeError(
+                f"{fn_name}: argument {path(i)} is {_type_name(leaf)}, a buffer rather "
+                "than an array, which aotkit (as JAX) does not take as an argument: a "
+                "compiled function could not be called with it; pass a NumPy array "
+                "(np.asarray(x), or np.frombuffer(x, dtype) for raw bytes)"
+            )
         if key_dtype(leaf) is not None:
             raise TypeError(
-                f"{fn_name}: argument {_leaf_path(tree_in, i)} is a typed PRNG key array "
+                f"{fn_name}: argument {path(i)} is a typed PRNG key array "
                 f"({spec_text(leaf)}), which aotkit's tracer does not take; pass its data "
                 "(jax.random.key_data(key), the uint32 key aotkit.random uses), or let JAX "
                 "lower the function (frontend='jax')"
@@ -117,20 +239,31 @@ def specs_of_leaves(fn_name: str, tree_in, leaves: list) -> tuple[ShapeDtype, ..
         try:
             specs.append(spec_of(leaf))
         except OverflowError as e:
-            raise OverflowError(f"{fn_name}: argument {_leaf_path(tree_in, i)}: {e}") from None
+            raise OverflowError(f"{fn_name}: argument {path(i)}: {e}") from None
         except (TypeError, ValueError) as e:
             raise TypeError(
-                f"{fn_name}: argument {_leaf_path(tree_in, i)} of type {type(leaf).__name__} "
+                f"{fn_name}: argument {path(i)} of type {type(leaf).__name__} "
                 f"is not an array ({e}); pass arrays, Python scalars or aotkit.ShapeDtype "
                 "specs, or mark it static with static_argnums/static_argnames"
             ) from None
     return tuple(specs)
 
 
-def _leaf_path(tree_in, index: int) -> str:
-    """`arg_path` of leaf `index` of `tree_in` (only an error needs it: paths cost more than
-    the flattening itself)."""
-    return arg_path(tree_util.tree_flatten_with_path(tree_in)[0][index][0])
+# Python buffers np.asarray reads as arrays, but a call never takes (nor does JAX).
+_BUFFERS = (bytes, bytearray, memoryview, array.array)
+
+
+def _type_name(x) -> str:
+    """`a bytearray`, `an array.array`."""
+    kind = type(x)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _named_leaf_path(tree_in, index: int, names: Sequence) -> str:
+    """The name of leaf `index` of `tree_in` (only an error needs it: paths cost more than
+    the flattening itself): `x['w']` with parameter names, `args[0]['w']` without."""
+    return _leaf_name(tree_util.tree_flatten_with_path(tree_in)[0][index][0], names)
 
 
 def arg_path(path) -> str:
@@ -176,13 +309,13 @@ def leaf_names(in_tree, params: Sequence[str] | None = None) -> list[str]:
     return [_leaf_name(path, params) for path, _ in tree_util.tree_flatten_with_path(dummy)[0]]
 
 
-def _leaf_name(path, params: Sequence[str] | None) -> str:
+def _leaf_name(path, params: Sequence[str | None] | None) -> str:
     if len(path) < 2:
         return "args"
     (group, head), rest = path[:2], tree_util.keystr(tuple(path[2:]))
     if getattr(group, "idx", None) == 1:
         return f"{head.key}{rest}"
-    if params is not None and head.idx < len(params):
+    if params is not None and head.idx < len(params) and params[head.idx] is not None:
         return f"{params[head.idx]}{rest}"
     return f"args[{head.idx}]{rest}"
 
@@ -194,12 +327,14 @@ def output_names(out_tree) -> list[str]:
 
 
 def format_signature(stage, params: Sequence[str] | None = None) -> str:
-    """`f(args[0]: f32[3], params['w']: f32[4,3]) -> (out: f32[3])`: a stage's signature
+    """`f(x: f32[3], params['w']: f32[4,3]) -> (out: f32[3])`: a stage's signature
     (anything with `name`, `in_tree`, `out_tree`, `flat_in_specs`, `flat_out_specs`: a
     Traced, Lowered or Compiled, or a Signature) with every leaf named by its path, a typed
     key leaf by its key spec (`key<fry>[2]`); `params` names the positional arguments (see
-    `leaf_names`)."""
+    `leaf_names`; default: the signature's `arg_names`)."""
     signature = getattr(stage, "signature", stage)
+    if params is None:
+        params = getattr(signature, "arg_names", None) or None
     in_specs = leaf_specs(stage.flat_in_specs, signature.in_keys)
     out_specs = leaf_specs(stage.flat_out_specs, signature.out_keys)
     ins = zip(leaf_names(stage.in_tree, params), in_specs, strict=True)

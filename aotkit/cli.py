@@ -41,6 +41,7 @@ import numpy as np
 
 import aotkit
 from aotkit import _files
+from aotkit.errors import printable
 
 EXIT_OK, EXIT_USER, EXIT_USAGE = 0, 1, 2
 
@@ -205,13 +206,21 @@ class _ShapesAction(argparse.Action):
     one is a usage error that says which value it is."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from aotkit._cli_specs import parse_shape
+        from aotkit._cli_specs import parse_shape, split_by_shell
 
         trees = []
         for i, text in enumerate(values):
             try:
                 trees.append(parse_shape(text))
             except (TypeError, ValueError) as e:
+                whole = split_by_shell(values, i)
+                if whole is not None:  # `--shapes f32[3, 4]`: the shell split it at a space
+                    raise argparse.ArgumentError(
+                        self,
+                        f"cannot parse {text!r}: the shell split {whole!r} at its spaces; "
+                        f"quote it (--shapes '{whole}') or write it without spaces "
+                        f"({''.join(whole.split())})",
+                    ) from None
                 if len(values) == 1:
                     raise argparse.ArgumentError(self, str(e)) from None
                 what = str(e).removeprefix("spec: ")
@@ -356,7 +365,16 @@ def _in_shardings(args, specs: list):
 
     names, sizes = sharding.parse_axes(mesh_text, "--mesh")
     _ensure_cpu_devices(args, math.prod(sizes))
-    mesh = sharding.mesh(mesh_text, backend=getattr(args, "backend", None))
+    backend = getattr(args, "backend", None)
+    topology = getattr(args, "topology", None)
+    if topology is not None:  # the mesh is over the TPU topology's devices
+        from aotkit import compiling
+
+        try:
+            backend = compiling.deviceless("--topology", backend, topology)
+        except ImportError as e:
+            raise UserError(str(e)) from None
+    mesh = sharding.mesh(mesh_text, backend=backend)
     if given is None:
         given = [sharding.PartitionSpec()] * len(specs)
     if len(given) != len(specs):
@@ -519,17 +537,27 @@ def _place_arguments(fn, label: str, specs: list, statics: dict, source: str = "
     given = ", ".join(map(format_tree, specs)) or "none"
     if source == "--shapes":
         got = f"{len(specs)} spec(s): {given}"
-    else:
+    elif source == "--inputs":
         got = f"{len(specs)} file(s) ({given})"
+    else:
+        got = "neither"
     one = (
         "one spec per array argument"
         if source == "--shapes"
         else "one .npy file per array argument (or one .npz keyed by leaf path)"
     )
+    keyword_only = [p.name for p in params if p.kind is P.KEYWORD_ONLY and p.name not in statics]
+    # `def f(*, x)`: no spec or file reaches x, which is passed by name only.
+    why = (
+        f" ({keyword_only[0]!r} is keyword-only, which takes no spec: make it positional, or "
+        "give it with --static NAME=VALUE)"
+        if keyword_only
+        else ""
+    )
     if pending:
         raise UserError(
             f"{source}: {label} takes {takes} array argument(s) "
-            f"({listed or 'none'}) but got {got}; give {one}"
+            f"({listed or 'none'}) but got {got}; give {one}{why}"
         )
     try:
         sig.bind(*args, **kwargs)
@@ -538,14 +566,22 @@ def _place_arguments(fn, label: str, specs: list, statics: dict, source: str = "
             p.name
             for p in params
             if p.default is P.empty
-            and p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)
+            and p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
             and p.name not in statics
         ][len(specs) :]
-        what = "a spec" if source == "--shapes" else "a file"
+        if not missing and keyword_only:
+            raise UserError(
+                f"{label}: its parameter {keyword_only[0]!r} is keyword-only, which takes no "
+                "spec; make it positional, or give it with --static NAME=VALUE"
+            ) from None
+        missing = ", ".join(missing) or "each argument"
+        fix = {
+            "--shapes": f"add a spec for {missing}",
+            "--inputs": f"add a file for {missing}",
+        }.get(source, f"give {missing} a spec with --shapes or values with --inputs FILE.npy")
         raise UserError(
             f"{source}: {label} takes {takes} array argument(s) "
-            f"({listed}) but got {got}; "
-            f"add {what} for {', '.join(missing) or 'each argument'} (or --static NAME=VALUE)"
+            f"({listed}) but got {got}; {fix} (or --static NAME=VALUE){why}"
         ) from None
     names = [n for i, n in enumerate(arg_names) if i not in argnums]
     return tuple(args), kwargs, tuple(argnums), tuple(argnames), names
@@ -574,6 +610,8 @@ def _lower_python(args, specs: list | dict | None, source: str = "--shapes", inp
     statics = dict(args.static or ())
     if isinstance(specs, dict):
         specs = _specs_by_name(fn, label, specs, statics, inputs)
+    if specs is None and hasattr(args, "inputs"):  # run, check: neither flag was given
+        source = "--shapes or --inputs"
     placed = _place_arguments(fn, label, specs or [], statics, source)
     call_args, call_kwargs, argnums, argnames, args.param_names = placed
     if inputs is not None:
@@ -731,9 +769,7 @@ def _load_module_file(args, default_pipeline: str = "none"):
         platform = aotkit.backends.get(args.backend).platform
     with _dumps(args) as dump_dir, _progress(args, f"reading {args.target}"):
         start = time.perf_counter()
-        source = args.target
-        if source == "-":
-            source = _files.read_stream(sys.stdin.buffer, where="stdin")
+        source = _module_source(args.target)
         lowered = aotkit.load_module(
             source,
             platform=platform,
@@ -748,6 +784,36 @@ def _load_module_file(args, default_pipeline: str = "none"):
         f"loaded {lowered.name} with pipeline {pipeline!r} in {_time(args.front_seconds[1])}",
     )
     return lowered
+
+
+_TARGETS = (
+    f"the target is an artifact ({ARTIFACT_SUFFIX}, written by `aotkit compile ... -o "
+    f"F{ARTIFACT_SUFFIX}`), a module file (.mlir, .mlirbc) or FILE.py:FN"
+)
+
+
+def _module_source(target: str):
+    """What `aotkit.load_module` reads for a module-file target: the file's `Path` (never a
+    str, which could read as MLIR text) or stdin's bytes for `-`.
+
+    A missing file, or a `.aotx` file that holds no artifact, is a UserError naming what
+    a target can be."""
+    if target == "-":
+        return _files.read_stream(sys.stdin.buffer, where="stdin")
+    path = Path(target)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UserError(f"{target}: no such file; {_TARGETS}") from None
+    except (OSError, ValueError):
+        return path  # the reader words it (a name too long, a loop of links)
+    if target.endswith(ARTIFACT_SUFFIX) and _files.not_regular(st.st_mode) is None:
+        what = "is empty" if st.st_size == 0 else "does not start as an artifact does"
+        raise UserError(
+            f"{target} is not an aotkit artifact: it {what}; write one with `aotkit compile "
+            f"FILE.py:FN --shapes ... -o {target}` or Compiled.save"
+        )
+    return path
 
 
 def _lower_target(args, specs: list | dict | None = None, source: str = "--shapes", inputs=None):
@@ -936,6 +1002,11 @@ def _write_file(args, dest: str, data: bytes, kind: str, flag: str = "-o") -> No
         raise UserError(
             f"{flag}: cannot write {dest!r}: {e.strerror or e}; pick a writable path"
         ) from None
+    # What was written, on stderr (stdout stays the program's output); -q silences it.
+    if args is not None and not getattr(args, "quiet", False):
+        sys.stderr.write(
+            f"aotkit {args.command}: wrote {dest} ({_KINDS[kind]}, {len(data):,} bytes)\n"
+        )
 
 
 def _emit_module(args, lowered) -> None:
@@ -1012,7 +1083,18 @@ def _check_pipeline(args) -> None:
     from aotkit import passes
 
     if args.pipeline is not None:
-        passes.check_pipeline(args.pipeline)
+        try:
+            passes.check_pipeline(args.pipeline)
+        except ValueError as e:
+            raise UserError(
+                "--pipeline "
+                + str(e).removeprefix("pipeline ").replace(_PASS_NAMES_API, _PASS_NAMES_CLI)
+            ) from None
+
+
+# How the pipeline checker's message points to the pass names, and how the CLI does.
+_PASS_NAMES_API = "see aotkit.passes.known_names() for the registered names"
+_PASS_NAMES_CLI = "`aotkit opt --list-passes` lists the pipelines and passes"
 
 
 def cmd_compile(args) -> int:
@@ -1025,6 +1107,8 @@ def cmd_compile(args) -> int:
         compiled = _compile(args, lowered)
     if args.specialize:
         _specialize(args, compiled)
+    if getattr(args, "topology", None) is not None:
+        _say_deviceless(args, compiled)
     if args.emit == "artifact":
         _write_bytes(args.output, compiled.serialize(), args.emit, args)
         return EXIT_OK
@@ -1041,6 +1125,19 @@ def cmd_compile(args) -> int:
         analysis = analysis.to_dict()
     _write_text(args.output, json.dumps(analysis, indent=2, sort_keys=True, default=float), args)
     return EXIT_OK
+
+
+def _say_deviceless(args, compiled) -> None:
+    """`--topology`: what was compiled and whether it fits in the chips' HBM, on stderr
+    (the reason to compile for a TPU without one), unless --quiet."""
+    if args.quiet:
+        return
+    memory = compiled.memory_analysis()
+    fit = f": {memory}" if memory is not None else ""
+    sys.stderr.write(
+        f"aotkit compile: compiled {compiled.name} for TPU topology {args.topology!r} (it runs "
+        f"on a TPU host of that topology, not here){fit}\n"
+    )
 
 
 def _specialize(args, compiled) -> None:
@@ -1097,7 +1194,11 @@ def _compile(args, lowered):
         _ensure_cpu_devices(args, lowered.partitioning.num_devices)
     with _progress(args, f"compiling {lowered.name} {where}".strip()):
         start = time.perf_counter()
-        compiled = lowered.compile(backend=args.backend)
+        topology = getattr(args, "topology", None)
+        try:
+            compiled = lowered.compile(backend=args.backend, topology=topology)
+        except ImportError as e:  # --topology where libtpu is not installed
+            raise UserError(str(e)) from None
     args.compile_seconds = time.perf_counter() - start
     how = ""
     if compiled.origin == "persistent cache":
@@ -1112,8 +1213,21 @@ def _compile(args, lowered):
         how = f" (compiled by the backend: {state})"
         if is_symbolic(compiled.flat_in_specs):
             how = " (symbolic shapes: one executable per shape, compiled when first called)"
-    _say(args, f"compiled {lowered.name} in {_time(args.compile_seconds)}{how}")
+    _say(
+        args,
+        f"compiled {lowered.name} for {_backend_said(args, compiled.backend.name)} in "
+        f"{_time(args.compile_seconds)}{how}",
+    )
     return compiled
+
+
+def _backend_said(args, name: str) -> str:
+    """`backend 'tpu' (the default: the accelerator JAX picks)`: which backend, and why."""
+    if getattr(args, "backend", None) is not None:
+        return f"backend {name!r}"
+    import aotkit.backends
+
+    return f"backend {name!r} (the default: {aotkit.backends.default_name()[1]})"
 
 
 def _is_artifact_file(target: str) -> bool:
@@ -1138,6 +1252,7 @@ def _load_artifact_target(args):
         ),
         ("--pipeline", args.pipeline is not None),
         ("--dump-dir and --print-ir-after-all", args.dump_dir or args.print_ir_after_all),
+        ("--topology", getattr(args, "topology", None) is not None),
     ):
         if given:
             raise UserError(
@@ -1146,7 +1261,9 @@ def _load_artifact_target(args):
             )
     with _progress(args, f"loading {args.target}"):
         start = time.perf_counter()
-        compiled = aotkit.load(args.target, backend=args.backend, portable_only=args.portable_only)
+        compiled = aotkit.load(
+            Path(args.target), backend=args.backend, portable_only=args.portable_only
+        )
         args.front_seconds = ("load", time.perf_counter() - start)
     how = {
         "artifact": "its executable loaded as it is (no compile)",
@@ -1413,6 +1530,8 @@ def _stage_and_inputs(args, artifacts: bool = True):
     if inputs is not None and specs is None and _is_python_target(args.target):
         specs, source = inputs.specs(args.target), "--inputs"
     loaded = _load_artifact_target(args) if artifacts else None
+    if loaded is not None and loaded.signature.arg_names and None not in loaded.signature.arg_names:
+        args.param_names = list(loaded.signature.arg_names)  # as the function named them
     stage = loaded if loaded is not None else _lower_target(args, specs, source, inputs)
     if inputs is None:
         return stage, loaded is not None, None
@@ -1542,7 +1661,7 @@ def cmd_inspect(args) -> int:
 
     if _is_artifact_file(args.target):
         # Worded as aotkit.load, as `describe`'s own checks are: the same file, the same text.
-        data, label = artifacts.read(args.target)
+        data, label = artifacts.read(Path(args.target))
         _write_text(None, artifacts.describe(data, label))
         return EXIT_OK
     if _is_python_target(args.target):
@@ -1552,10 +1671,11 @@ def cmd_inspect(args) -> int:
         )
     from aotkit.frontends import files
 
+    source = _module_source(args.target)
     with _progress(args, f"reading {args.target}"):
-        data, label = files._read(args.target)
+        data, label = (source, "<stdin>") if isinstance(source, bytes) else files._read(source)
         kind = files.sniff(data, label)
-        traced = aotkit.load_module(data)
+        traced = aotkit.load_module(source)
     kinds = {
         "text": "StableHLO MLIR text",
         "bytecode": "MLIR bytecode",
@@ -1583,21 +1703,50 @@ def _signature_line(stage, params: list[str] | None = None) -> str:
     return format_signature(stage, params)
 
 
+# `aotkit backends` shows a version in one cell of this many characters at most (-v: all).
+VERSION_WIDTH = 60
+
+
+def _one_line(text: str, width: int = VERSION_WIDTH) -> str:
+    """A backend's version in one table cell: escaped (a TPU's platform version is three
+    lines), cut to `width` characters."""
+    text = printable(text)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def cmd_backends(args) -> int:
     import aotkit.backends
 
-    rows = [("NAME", "PLATFORM", "VERSION", "DEVICES")]
+    default, why = aotkit.backends.default_name()
+    rows = [("", "NAME", "PLATFORM", "VERSION", "DEVICES")]
     infos = aotkit.backends.available()
     for info in infos:
-        rows.append((info.name, info.platform, info.version or "-", str(info.device_count)))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        rows.append(
+            (
+                "*" if info.name == default else "",
+                info.name,
+                info.platform,
+                _one_line(info.version) or "-",
+                str(info.device_count),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
         sys.stdout.write("\n")
+    listed = "*" if any(info.name == default for info in infos) else "not listed here:"
+    sys.stdout.write(
+        f"{listed} the default backend is {default!r} ({why}); "
+        f"--backend or {aotkit.backends.ENV} chooses another\n"
+    )
     if args.verbose:
         for info in infos:
+            lines = (info.version or "-").split("\n")  # a \u2028 stays in its line, escaped
+            sys.stdout.write(f"{info.name}: version: {printable(lines[0])}\n")
+            for line in lines[1:]:
+                sys.stdout.write(f"{' ' * len(info.name)}  {printable(line)}\n")
             for d in aotkit.backends.get(info.name).devices():
-                sys.stdout.write(f"{info.name}: {d}\n")
+                sys.stdout.write(f"{info.name}: {printable(str(d))}\n")
     return EXIT_OK
 
 
@@ -1759,8 +1908,30 @@ def _add_force_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _backend_name(text: str) -> str:
+    """`--backend NAME`: a backend aotkit knows (started or not); another name is a usage
+    error listing those that start here."""
+    import aotkit.backends
+
+    if aotkit.backends.known(text):
+        return text
+    names = aotkit.backends._startable()
+    near = difflib.get_close_matches(text, names, n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    raise argparse.ArgumentTypeError(
+        f"unknown backend {text!r}; {hint}available here: {', '.join(names)} (`aotkit "
+        "backends` lists them with their devices)"
+    )
+
+
 def _add_backend_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", metavar="NAME", help="backend to compile for (default: cpu)")
+    p.add_argument(
+        "--backend",
+        metavar="NAME",
+        type=_backend_name,
+        help="backend to compile for (default: the accelerator JAX picks, else cpu; "
+        "AOTKIT_BACKEND sets another)",
+    )
 
 
 def _add_portable_only_arg(p: argparse.ArgumentParser) -> None:
@@ -1797,6 +1968,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(p, files=True)
     _add_pipeline_args(p)
     _add_backend_arg(p)
+    p.add_argument(
+        "--topology",
+        metavar="CHIP:BOUNDS",
+        help="with --backend tpu: compile for this TPU slice (v5e:1x1, v5e:2x2, v4:2x2x1, ...) "
+        "on a machine without one, through libtpu (pip install 'aotkit[tpu]'); --mesh is "
+        "over its devices; the result runs only on a TPU host of that topology",
+    )
     _add_portable_only_arg(p)
     p.add_argument(
         "--emit",
@@ -1864,8 +2042,17 @@ def build_parser() -> argparse.ArgumentParser:
     # extend: `--inputs a.npy --inputs b.npy` is both files, not silently the last one
     p.add_argument("--inputs", nargs="+", action="extend", metavar="FILE", help=INPUTS_HELP)
     p.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (default 0)")
-    p.add_argument("--rtol", type=float, help="relative tolerance of floats (default per dtype)")
-    p.add_argument("--atol", type=float, help="absolute tolerance of floats (default per dtype)")
+    p.add_argument(
+        "--rtol",
+        type=float,
+        help="relative tolerance of floats (default: per platform and dtype, looser on "
+        "accelerators; docs/backends.md)",
+    )
+    p.add_argument(
+        "--atol",
+        type=float,
+        help="absolute tolerance of floats (default: per platform and dtype, as --rtol)",
+    )
     _add_transform_args(p)
     _add_common_args(p)
     p.set_defaults(func=cmd_check)

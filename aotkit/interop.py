@@ -18,6 +18,7 @@ or Equinox model, and in eager JAX code. What it promises:
   TypeError says so when JAX first asks for the rule.
 - One device: a sharded stage is refused (embed the unsharded program, and shard the
   caller's `jax.jit` instead).
+- Static shapes: a symbolic stage (`f32[b]`) is refused; lower one per shape the caller uses.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import jax
 import jax.numpy as jnp
 from jax import export, tree_util
 
-from aotkit import api, artifacts, spmd
-from aotkit.arguments import format_signature
+from aotkit import api, artifacts, symbolic
+from aotkit.arguments import format_signature, leaf_names
 from aotkit.specs import ShapeDtype
 from aotkit.stages import Compiled, Lowered
 
@@ -57,6 +58,14 @@ def to_jax(stage):
             "caller's jax.jit instead"
         )
     lowered = _lowered_of(stage, where)
+    sig = lowered.signature
+    if symbolic.is_symbolic(sig.flat_in_specs) or symbolic.is_symbolic(sig.flat_out_specs):
+        raise ValueError(
+            f"{where}: {stage.name!r} has symbolic shapes ({format_signature(sig)}); to_jax "
+            "embeds programs of static shapes: lower the function for the shapes the JAX "
+            "program passes (aotkit.jit(f).lower(aotkit.spec('f32[8,784]'))), one Lowered "
+            "per shape"
+        )
     return _Embedded(lowered).function
 
 
@@ -124,7 +133,7 @@ class _Embedded:
                 leaf = jnp.asarray(leaf, spec.dtype)
             shape, dtype = jnp.shape(leaf), jnp.result_type(leaf)
             if shape != spec.shape or dtype != spec.dtype:
-                label = spmd.arg_labels(self.signature.in_tree)[i]
+                label = leaf_names(self.signature.in_tree, self.signature.arg_names)[i]
                 got = f"{ShapeDtype(shape, dtype)}"
                 raise TypeError(
                     f"{self.where}: argument {label} is {got}, but it takes {spec}; pass an "

@@ -33,6 +33,9 @@ class Signature:
     is laid out over its mesh, None for one device. `in_keys`/`out_keys` say per leaf which
     are typed PRNG keys (aotkit/arguments.py): the user's `jax.ShapeDtypeStruct` of the key
     (whose uint32 data is the module's argument or result) or None; () when none is.
+    `arg_names` names the positional arguments of `in_tree` by the function's parameters
+    (`arguments.parameter_names`: None where it has none; () when none is known), for reprs
+    and errors.
     """
 
     name: str
@@ -44,6 +47,7 @@ class Signature:
     partitioning: object = None
     in_keys: tuple = ()
     out_keys: tuple = ()
+    arg_names: tuple = ()
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -123,6 +127,7 @@ class Options:
     autograph: bool = True
     in_shardings: object = None
     out_shardings: object = None
+    keep_unused: bool = False
 
 
 DEFAULT_OPTIONS = Options()

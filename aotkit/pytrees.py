@@ -22,7 +22,11 @@ Not a stage: the artifact format asks here. What it promises:
   where given, and for `fields` the type's pytree flatten of an instance made with
   `object.__new__` and the file's values set on its declared dataclass fields only. `data`
   aux data is rebuilt by this module alone. PyTreeDefs are built node by node
-  (`PyTreeDef.from_node_data_and_children`): no instance of any type is made to read a tree.
+  (`PyTreeDef.from_node_data_and_children`); a node built so is then unflattened once from
+  placeholder children and flattened again (the type's own registered functions, as a call
+  does with its results), so that a class registered under the file's name that takes
+  another number of children is an `ArtifactError` at load, not a failure in its `__init__`
+  at the first call.
 """
 
 from __future__ import annotations
@@ -192,18 +196,104 @@ def _add(where: str, entry: Registration) -> None:
         _by_name[entry.name] = entry
 
 
+# --- a library's node types in one call ------------------------------------------------------
+
+
+def _flax_nnx_bases() -> tuple[type, ...]:
+    from flax import nnx
+
+    return tuple(
+        getattr(nnx, name) for name in ("Variable", "State", "Pytree") if hasattr(nnx, name)
+    )
+
+
+def _equinox_bases() -> tuple[type, ...]:
+    import equinox
+
+    return (equinox.Module,)
+
+
+# The libraries `register_library_nodes` knows: name -> the base classes of their node types.
+LIBRARIES: dict[str, Callable[[], tuple[type, ...]]] = {
+    "flax.nnx": _flax_nnx_bases,
+    "equinox": _equinox_bases,
+}
+_library_bases: dict[str, tuple[type, ...]] = {}
+
+
+def register_library_nodes(library: str) -> tuple[type, ...]:
+    """Lets artifacts hold every pytree node type of `library`, one of `LIBRARIES`:
+    "flax.nnx" (its `Variable` kinds, `Param`, `BatchStat`, ... and user-defined ones,
+    `State`, and its `Pytree` modules) or "equinox" (every `equinox.Module` class, the
+    user's included). Each node type, defined now or later, is registered as
+    `register_pytree_node_serialization(kind)` would (its name `module.QualName`, its aux
+    data written as data or as its fields) the first time an artifact saves or loads one.
+
+    Call it in the process that saves and in every process that loads. The library is
+    imported by this call (the user's), never because a file names it. Returns the
+    library's base classes."""
+    where = "aotkit.register_library_nodes"
+    bases_of = LIBRARIES.get(library) if isinstance(library, str) else None
+    if bases_of is None:
+        raise ValueError(
+            f"{where}: unknown library {library!r}; known: {', '.join(sorted(LIBRARIES))} "
+            "(register other node types with aotkit.register_pytree_node_serialization)"
+        )
+    try:
+        bases = bases_of()
+    except ImportError as e:
+        raise ImportError(
+            f"{where}: {library} is not installed ({e}); install it, or register its node "
+            "types with aotkit.register_pytree_node_serialization"
+        ) from e
+    with _lock:
+        _library_bases[library] = bases
+    return bases
+
+
+def _from_library(kind: type) -> Registration | None:
+    """The registration of `kind` as a node type of a library registered with
+    `register_library_nodes`, made now; None when it is none of theirs."""
+    for bases in list(_library_bases.values()):
+        # A subclass of theirs is a node type: each library registers its classes with
+        # jax.tree_util as they are defined (and a file's tree is checked against them).
+        if isinstance(kind, type) and issubclass(kind, bases):
+            entry = Registration(kind, _qualified(kind))
+            _add("aotkit.register_library_nodes", entry)
+            return entry
+    return None
+
+
+def _library_named(name: str) -> Registration | None:
+    """The library node type written as `name` (`module.QualName`), among the classes
+    already defined in this process (nothing is imported); None when none is."""
+    for bases in list(_library_bases.values()):
+        seen: set[type] = set()
+        todo = list(bases)
+        while todo:
+            kind = todo.pop()
+            if kind in seen:
+                continue
+            seen.add(kind)
+            if _qualified(kind) == name:
+                return _from_library(kind)
+            todo.extend(kind.__subclasses__())
+    return None
+
+
 def registration_of(kind: type) -> Registration | None:
-    """The registration of node type `kind`: aotkit's, else jax.export's, else None."""
+    """The registration of node type `kind`: aotkit's, else jax.export's, else that of a
+    library registered with `register_library_nodes`, else None."""
     entry = _by_type.get(kind)
     if entry is not None:
         return entry
     jax_registries = _compat.jax_export_registries()
     if jax_registries is None:
-        return None
+        return _from_library(kind)
     by_type, by_name = jax_registries
     found = by_type.get(kind)
     if found is None:
-        return None
+        return _from_library(kind)
     name, serialize = found
     _, deserialize, from_children = by_name.get(name, (kind, None, None))
     return Registration(
@@ -219,10 +309,10 @@ def registration_named(name: str) -> Registration | None:
         return entry
     jax_registries = _compat.jax_export_registries()
     if jax_registries is None:
-        return None
+        return _library_named(name)
     found = jax_registries[1].get(name)
     if found is None:
-        return None
+        return _library_named(name)
     kind, deserialize, from_children = found
     serialize = jax_registries[0].get(kind, (name, None))[1]
     return Registration(
@@ -297,6 +387,44 @@ def standin(name: str, fields: tuple[str, ...]) -> type:
     return cls
 
 
+def stands_for(standin_kind, kind) -> bool:
+    """Whether `standin_kind` is the stand-in of namedtuple class `kind`: the same serialized
+    name and fields."""
+    return (
+        getattr(standin_kind, "_aotkit_standin", False)
+        and is_namedtuple(kind)
+        and kind._fields == standin_kind._fields
+        and serialized_name(kind) == standin_kind._aotkit_name
+    )
+
+
+def same_name_hint(expected_kind, given_kind) -> str:
+    """Why a node of class `given_kind` is not one of `expected_kind` where both read alike
+    (`a Point of 2`), with what to do; "" where their names differ anyway."""
+    if expected_kind is given_kind or expected_kind.__name__ != given_kind.__name__:
+        return ""
+    given = _qualified(given_kind)
+    if getattr(expected_kind, "_aotkit_standin", False):
+        saved = expected_kind._aotkit_name
+        if is_namedtuple(given_kind) and given_kind._fields != expected_kind._fields:
+            return (
+                f" (the artifact's namedtuple {saved!r} has fields {list(expected_kind._fields)}, "
+                f"your {given} has {list(given_kind._fields)}; pass a namedtuple with the "
+                "artifact's fields)"
+            )
+        return (
+            f" (the artifact's namedtuple {saved!r} was loaded as a stand-in, and your {given}, "
+            f"written as {serialized_name(given_kind)!r}, is a different class of the same "
+            f"name; register it under the artifact's name before loading: "
+            f"aotkit.register_namedtuple_serialization({given_kind.__name__}, "
+            f"serialized_name={saved!r}))"
+        )
+    return (
+        f" ({_qualified(expected_kind)} and {given} are different classes of the same name; "
+        f"pass a {_qualified(expected_kind)})"
+    )
+
+
 def conforms(given, expected) -> bool:
     """Whether the caller's PyTreeDef `given` is `expected` with each stand-in replaced by a
     namedtuple of the same serialized name and fields (or is `expected` itself)."""
@@ -307,12 +435,7 @@ def conforms(given, expected) -> bool:
         return False
     (g_kind, g_aux), (e_kind, e_aux) = g, e
     if g_kind is not e_kind:
-        if not (
-            getattr(e_kind, "_aotkit_standin", False)
-            and is_namedtuple(g_kind)
-            and g_kind._fields == e_kind._fields
-            and serialized_name(g_kind) == e_kind._aotkit_name
-        ):
+        if not stands_for(e_kind, g_kind):
             return False
     elif g_aux != e_aux:
         return False
@@ -399,6 +522,60 @@ def encode(tree, where: str, what: str) -> object:
         return {"node": [entry.name, _encode_aux(entry, node, aux, where, label), items]}
 
     return encode_node(tree, "")
+
+
+def check_registered(where: str, trees) -> None:
+    """TypeError naming, at once, every custom node type of `trees` ((PyTreeDef, what) pairs,
+    `what` as `encode`'s) that is not registered for serialization, each with where it first
+    appears; nothing when all are (`encode` then writes them)."""
+    found: dict[type, str] = {}
+
+    def visit(node, path: str, what: str, top: bool) -> None:
+        data = node.node_data()
+        if data is None:
+            return
+        kind, aux = data
+        children = node.children()
+        plain = kind in _BUILTIN or kind in _JAX_MAPPINGS
+        if is_namedtuple(kind) and aux is None and len(children) == len(kind._fields):
+            plain = True
+        if not plain and kind not in found and registration_of(kind) is None:
+            found[kind] = f"argument {path}" if what == "argument" else f"result{path}"
+        keys = list(aux) if kind is dict else [None] * len(children)
+        for i, (key, child) in enumerate(zip(keys, children, strict=True)):
+            if top and what == "argument":
+                sub = ("args", "kwargs")[i]
+            elif kind is dict:
+                sub = f"{path}[{key!r}]"
+            elif is_namedtuple(kind) and i < len(kind._fields):
+                sub = f"{path}.{kind._fields[i]}"
+            else:
+                sub = f"{path}[{i}]"
+            visit(child, sub, what, False)
+
+    for tree, what in trees:
+        visit(tree, "", what, True)
+    if len(found) < 2:
+        return  # none, or one: `encode` names it as it names any node it cannot write
+    listed = ", ".join(f"{_qualified(kind)} ({label})" for kind, label in found.items())
+    libraries = sorted({lib for kind in found for lib in _libraries_of(kind)})
+    hint = "".join(
+        f", or aotkit.register_library_nodes({lib!r}) for every node type of {lib}"
+        for lib in libraries
+    )
+    raise TypeError(
+        f"{where}: {len(found)} custom pytree node types are not registered for "
+        f"serialization: {listed}; call aotkit.register_pytree_node_serialization(<class>) "
+        f"for each in the processes that save and load them{hint} (a namedtuple, or a type "
+        "registered with jax.export, needs no call)"
+    )
+
+
+def _libraries_of(kind: type) -> list[str]:
+    """The libraries of `LIBRARIES` whose classes `kind` derives from (by module name: no
+    library is imported to find out)."""
+    modules = [getattr(base, "__module__", "") or "" for base in kind.__mro__]
+    return [lib for lib in LIBRARIES if any(m == lib or m.startswith(lib + ".") for m in modules)]
 
 
 def _check_names(where: str, label: str, kind, name: str, fields) -> None:
@@ -699,11 +876,39 @@ def _rebuild(entry: Registration, aux, children: list, failed):
     if entry.from_children is not None and entry.origin == "aotkit":
         return _structure_of(entry.from_children, aux, children, kind, failed)
     try:
-        return _make(_registry, (kind, aux), children)
+        tree = _make(_registry, (kind, aux), children)
     except RuntimeError as e:  # "Could not find type": not registered with jax.tree_util
         if entry.from_children is None:
             raise failed(f"is not a pytree node type here ({e})") from None
-    return _structure_of(entry.from_children, aux, children, kind, failed)
+        return _structure_of(entry.from_children, aux, children, kind, failed)
+    _check_arity(tree, entry, len(children), failed)
+    return tree
+
+
+def _check_arity(tree, entry: Registration, n: int, failed) -> None:
+    """`failed` unless the registered type, unflattened from the file's `n` children (as a
+    call does with its results) and flattened again, has `n` children: a class registered
+    under the file's name that takes another number of children fails here, at load, not in
+    its `__init__` at the first call."""
+    here = _qualified(entry.nodetype)
+    fix = f"register under {entry.name!r} the class the artifact was saved with"
+    try:
+        back = tree_util.tree_structure(tree.unflatten([0] * tree.num_leaves))
+    except Exception as e:  # the type's own unflatten, on the file's children
+        raise failed(
+            f"has {n} children, which {here}'s unflatten refused ({type(e).__name__}: {e}): "
+            f"a class of another arity is registered under that name here; {fix}"
+        ) from None
+    node = back.node_data()
+    if node is None or node[0] is not entry.nodetype:
+        raise failed(
+            f"has {n} children, and {here} unflattened from them flattens to another node; {fix}"
+        )
+    if len(back.children()) != n:
+        raise failed(
+            f"has {n} children, but {here}, registered under that name here, has "
+            f"{len(back.children())}; {fix}"
+        )
 
 
 def _structure_of(from_children, aux, children: list, kind, failed):

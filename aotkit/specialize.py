@@ -20,7 +20,10 @@ arrays, it
    so a call of a shape already compiled costs what a static call costs.
 
 Sizes 0 and 1 are values like any other: the same symbolic program serves them (a program
-from jax.export states `b >= 1` for each of its dimensions, as JAX assumes).
+from jax.export states `b >= 1` for each of its dimensions, as JAX assumes). Sizes of 2**31
+and more are not, for a program that reads its arguments' sizes (`get_dimension_size` gives
+int32, and refined past it the sizes wrap): such an argument dimension is a ValueError
+naming it, before anything is refined or compiled.
 
 `Compiled.specialize(b=[1, 8])` compiles chosen values ahead of time; artifacts keep the
 symbolic program and every specialization compiled (aotkit/artifacts.py).
@@ -37,12 +40,14 @@ The symbolic signature (`Shapes`, `SymbolicSpec`) is aotkit/symbolic.py's.
 
 from __future__ import annotations
 
+import io
 import itertools
 import re
 import threading
 import warnings
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir, passmanager
 
@@ -52,13 +57,15 @@ from aotkit.backends import dynamic
 from aotkit.backends.base import Backend, Executable
 from aotkit.backends.dynamic import MAX_ASSERTION_TEXT, NotDynamic, inline_calls
 from aotkit.errors import ArtifactError, CompileError, printable
-from aotkit.program import Signature
+from aotkit.program import Program, Signature
 from aotkit.specs import ShapeDtype
 from aotkit.symbolic import Shapes, leaf_shape
 
 # --- refinement ----------------------------------------------------------------------------
 
 _SHAPE_ASSERTION = dynamic.SHAPE_ASSERTION
+# The sizes a symbolic program reads (`stablehlo.get_dimension_size` gives int32) stay below.
+MAX_READ_SIZE = 2**31
 _PLACEHOLDER = re.compile(r"\{(\d+)\}")
 
 
@@ -200,6 +207,7 @@ class Source:
         self._module = None
         self._portable = None
         self._digest = None
+        self._reads_sizes: bool | None = None
         self._lock = threading.Lock()
 
     def module(self) -> tuple:
@@ -220,6 +228,24 @@ class Source:
             module, lc = self.module()
             self._digest = cache.program_digest(module, lc)
         return self._digest
+
+    def reads_sizes(self) -> bool:
+        """Whether the program reads a dimension size (`stablehlo.get_dimension_size`, whose
+        result is int32: such a program runs only for sizes below `MAX_READ_SIZE`)."""
+        if self._reads_sizes is None:
+            module, lc = self.module()
+            found = []
+
+            def visit(op: ir.Operation) -> ir.WalkResult:
+                if op.name == "stablehlo.get_dimension_size":
+                    found.append(op)
+                    return ir.WalkResult.INTERRUPT
+                return ir.WalkResult.ADVANCE
+
+            with lc:
+                module.operation.walk(visit)
+            self._reads_sizes = bool(found)
+        return self._reads_sizes
 
 
 class SymbolicExecutable(Executable):
@@ -317,6 +343,7 @@ class SymbolicExecutable(Executable):
     def _compile(self, values: dict[str, int]) -> Executable:
         in_specs, out_specs = self.shapes.concrete(values)
         where = f"{self._where}: specializing to {self.shapes.text(values)}"
+        self._check_sizes(in_specs, where)
         backend, options = self.backend, self.options
         # What the persistent cache reads of a compile: the specialization's signature.
         entry = Signature.flat(self.name, in_specs, out_specs, donated=self.donated)
@@ -333,6 +360,22 @@ class SymbolicExecutable(Executable):
                 cache.put(cache_key, entry, executable, options, portable=_portable(refined))
         self.check(executable, values, where)
         return executable
+
+    def _check_sizes(self, in_specs: Sequence[ShapeDtype], where: str) -> None:
+        """ValueError for an argument dimension the program cannot read (see `reads_sizes`),
+        before anything is refined or compiled: past int32, its sizes would wrap (negative
+        shapes, or a program refined to other shapes than the arguments')."""
+        for i, (symbolic, spec) in enumerate(zip(self.in_specs, in_specs, strict=True)):
+            for axis, (d, n) in enumerate(zip(symbolic.shape, spec.shape, strict=True)):
+                if isinstance(d, int) or n < MAX_READ_SIZE or not self.source.reads_sizes():
+                    continue
+                raise ValueError(
+                    f"{where}: dimension {axis} of argument {self._leaf_name(i)} ({d} in "
+                    f"{symbolic}) is {n}, but this program reads its arguments' sizes with "
+                    "stablehlo.get_dimension_size, whose result is int32, so it takes sizes "
+                    f"below 2**31 = {MAX_READ_SIZE} only; use smaller sizes (split the array "
+                    "along that dimension), or lower the program for those static shapes"
+                )
 
     def check(self, executable: Executable, values: dict[str, int], where: str) -> None:
         """CompileError unless `executable` has the specs `values` give the signature."""
@@ -378,20 +421,25 @@ class SymbolicExecutable(Executable):
         lists = []
         for name in self.shapes.symbols:
             given = sizes[name]
-            given = [given] if isinstance(given, int) else given
+            given = [given] if isinstance(given, int | np.integer) else given
             try:
                 given = list(given)
             except TypeError:
                 raise TypeError(
                     f"{where}: {name}={sizes[name]!r}; give a size or a list of sizes"
                 ) from None
-            lists.append(given)
+            lists.append([_size(where, name, n) for n in given])
         done = []
         for combination in itertools.product(*lists):
             values = dict(zip(self.shapes.symbols, combination, strict=True))
             self.shapes.check_values(values, where)
-            self.specialization(values)
+            self._check_sizes(
+                self.shapes.concrete(values)[0], f"{where}: {self.shapes.text(values)}"
+            )
             done.append(values)
+        # Every combination is checked before the first compiles.
+        for values in done:
+            self.specialization(values)
         return done
 
     # -- native dispatch
@@ -430,8 +478,64 @@ class SymbolicExecutable(Executable):
         return None
 
 
+def _size(where: str, name: str, n):
+    """A size given to `specialize`: a Python or NumPy integer (not a bool), as an int."""
+    if isinstance(n, bool | np.bool_):
+        raise ValueError(
+            f"{where}: {name} = {n!r} is a bool, not a size; give ints (such as {int(n)})"
+        )
+    if isinstance(n, np.integer):
+        return int(n)
+    return n  # anything else is for `Shapes.check_values` to refuse
+
+
 def _portable(module: ir.Module) -> bytes:
     return artifacts.module_portable_artifact(module)
+
+
+# --- a symbolic program made static (`Lowered.specialize`) ------------------------------------
+
+
+def specialize_program(program: Program, sizes: dict, where: str) -> Program:
+    """`program` (with symbolic shapes) refined to one concrete size per symbol (`sizes`):
+    a static program, its module the symbolic one refined as a compile for those sizes
+    refines it. ValueError for a static program, a symbol missing or unknown, or sizes that
+    break a constraint."""
+    sig = program.signature
+    shapes = Shapes.of(sig.flat_in_specs, sig.flat_out_specs, where=where)
+    if not shapes.symbols:
+        raise ValueError(
+            f"{where}: the program has static shapes, so it has nothing to specialize; "
+            "lower it with symbolic dimensions (aotkit.spec('f32[b,784]')) to specialize it"
+        )
+    unknown = sorted(set(sizes) - set(shapes.symbols))
+    if unknown:
+        raise ValueError(
+            f"{where}: {unknown[0]!r} is not a symbol of this program (its symbols: "
+            f"{', '.join(shapes.symbols)})"
+        )
+    missing = [s for s in shapes.symbols if s not in sizes]
+    if missing:
+        raise ValueError(
+            f"{where}: no size for {', '.join(missing)}; give one size per symbol: "
+            + ", ".join(f"{s}=..." for s in shapes.symbols)
+        )
+    values = {name: _size(where, name, sizes[name]) for name in shapes.symbols}
+    shapes.check_values(values, where)
+    in_specs, _ = shapes.concrete(values)
+    refined = refine(program.module, program.lc, in_specs, f"{where}: {shapes.text(values)}")
+    with program.lc:
+        # The refined copy is an op; the stages hold modules.
+        module = ir.Module.parse(_bytecode(refined))
+    flat_in, flat_out = modules.signature(module, where)
+    signature = sig.replace(flat_in_specs=flat_in, flat_out_specs=flat_out)
+    return program.replace(module=module, signature=signature, facts=frozenset())
+
+
+def _bytecode(op) -> bytes:
+    buffer = io.BytesIO()
+    op.write_bytecode(buffer)
+    return buffer.getvalue()
 
 
 # --- one executable for every shape -------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -161,19 +162,30 @@ def spec(text: str) -> ShapeDtype:
         raise TypeError(f"spec: expected a string such as 'f32[2,3]', got {type(text).__name__}")
     m = _SPEC_RE.match(text)
     if m is None:
-        raise ValueError(f"spec: cannot parse {text!r}; expected {SPEC_SYNTAX}")
+        raise ValueError(f"spec: cannot parse {short_text(text)}; expected {SPEC_SYNTAX}")
     name, dims = m.groups()
     try:
         dtype = dtypes.canonicalize(name)
     except TypeError:
+        names = [*dtypes.ALL_NAMES, *(dtypes.canonicalize(n).name for n in dtypes.ALL_NAMES)]
+        # Swapped letters first (`f23`, `i46`), then the closest spelling.
+        near = [n for n in names if sorted(n) == sorted(name)]
+        near = near or difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise ValueError(
-            f"spec: unknown dtype {name!r} in {text!r}; expected {SPEC_SYNTAX}"
+            f"spec: unknown dtype {name!r} in {text!r}{hint}; expected {SPEC_SYNTAX}"
         ) from None
     shape = []
     if dims.strip():
         for part in shapes.split_dims(dims):
             part = part.strip()
-            if part.isdigit():
+            if part.isascii() and part.isdigit():
+                if len(part.lstrip("0")) > len(str(MAX_DIM)):  # before int() reads it all
+                    raise ValueError(
+                        f"spec: dimension {short_text(part, 40)} ({len(part)} digits) in "
+                        f"{short_text(text)} does not fit in 64 bits (at most 2**63 - 1); use "
+                        "smaller dimensions"
+                    )
                 shape.append(int(part))
                 continue
             try:
@@ -182,10 +194,18 @@ def spec(text: str) -> ShapeDtype:
                 d = None
             if not isinstance(d, shapes.Dim):
                 raise ValueError(
-                    f"spec: bad dimension {part!r} in {text!r}; expected {SPEC_SYNTAX}"
+                    f"spec: bad dimension {short_text(part)} in {short_text(text)}; "
+                    f"expected {SPEC_SYNTAX}"
                 )
             shape.append(d)
     return ShapeDtype(tuple(shape), dtype)
+
+
+def short_text(text: str, limit: int = 80) -> str:
+    """`text` quoted, its middle cut when it is longer than `limit` characters."""
+    if len(text) <= limit:
+        return repr(text)
+    return repr(text[: limit // 2] + "..." + text[-limit // 4 :])
 
 
 def spec_of(x) -> ShapeDtype:

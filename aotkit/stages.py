@@ -27,8 +27,10 @@ for writing (`as_text()` prints it; `Lowered.module` returns a copy).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import operator
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -38,6 +40,7 @@ from jaxlib.mlir import ir
 from aotkit import artifacts, backends, dumps, modules, pytrees
 from aotkit._traceback import api_boundary, filter_exception
 from aotkit.arguments import (
+    flatten,
     format_signature,
     key_data,
     key_dtype,
@@ -310,8 +313,10 @@ class Lowered(ModuleStage):
         *,
         target: str | None = None,
         target_options: dict | None = None,
+        topology: str | None = None,
     ) -> Compiled:
-        """Compiles on `backend` (default: the one given to jit, else `cpu`) into `Compiled`.
+        """Compiles on `backend` (default: the one given to jit, else the default backend: the
+        accelerator JAX picks, else `cpu`; aotkit.backends.default_name) into `Compiled`.
 
         `options` are the backend compiler's flags (XLA's, e.g.
         `{"xla_cpu_enable_fast_math": True}`; iree-compile's for `iree`); an unknown one is a
@@ -320,8 +325,21 @@ class Lowered(ModuleStage):
         refuse them. A backend that rejects the module raises `aotkit.CompileError`.
         A sharded program is partitioned by XLA for its mesh's devices (a module file's
         mesh goes on the backend's first devices).
+
+        `topology` ("v5e:2x2", with `backend="tpu"`) compiles for that TPU slice on a machine
+        without one, through libtpu (`pip install 'aotkit[tpu]'`): the `Compiled` cannot run
+        here, but gives its optimized HLO, cost and memory analysis (per device, beside the
+        chip's HBM) and saves an artifact a TPU host of that topology runs without compiling
+        (aotkit/backends/tpu_topology.py).
         """
-        return self._compile(self, backend, options, target=target, target_options=target_options)
+        return self._compile(
+            self,
+            backend,
+            options,
+            target=target,
+            target_options=target_options,
+            topology=topology,
+        )
 
     @api_boundary
     def cost_analysis(self, backend: str | None = None) -> dict[str, float] | None:
@@ -397,6 +415,16 @@ class Lowered(ModuleStage):
             self, "vmap", in_axes=in_axes, out_axes=out_axes, axis_size=axis_size
         )
 
+    @api_boundary
+    def specialize(self, **sizes) -> Lowered:
+        """This program with one concrete size per symbol (`lowered.specialize(b=8)`): a
+        Lowered of static shapes, its module the symbolic one refined to those sizes, which
+        compiles and transforms (`grad`, `vmap`, ...) as any static program. A missing or
+        unknown symbol, or sizes that break a constraint, is a ValueError; so is a static
+        program. (`Compiled.specialize` compiles sizes of a symbolic program ahead of time
+        instead.)"""
+        return self._transform(self, "specialize", sizes=sizes)
+
     @property
     def dump_paths(self) -> tuple:
         """The files dumped for this lowering so far (its compiles add theirs), or ()."""
@@ -442,6 +470,7 @@ class Compiled(Stage):
         options=None,
         origin: str = "compiled",
         portable: bytes | None = None,
+        arg_names: tuple = (),
     ):
         n_in, n_out = len(executable.in_specs), len(executable.out_specs)
         if in_tree.num_leaves != n_in or out_tree.num_leaves != n_out:
@@ -464,6 +493,7 @@ class Compiled(Stage):
                 executable.partitioning,
                 keyed.in_keys if keyed is not None else (),
                 keyed.out_keys if keyed is not None else (),
+                keyed.arg_names if keyed is not None else tuple(arg_names),
             ),
             lowered=lowered,
             _executable=executable,
@@ -481,7 +511,7 @@ class Compiled(Stage):
         )
         if isinstance(executable, SymbolicExecutable):
             # Its errors name the other argument a symbol's size came from.
-            executable.set_leaf_names(lambda: _leaf_paths(in_tree))
+            executable.set_leaf_names(lambda: _leaf_paths(in_tree, self.signature.arg_names))
         # A backend may put a native dispatcher in front of the checked Python call; it
         # falls back to `_python_call` for every argument signature it has not cached.
         native = executable.dispatcher(self.name, self._python_call)
@@ -506,14 +536,16 @@ class Compiled(Stage):
                 except ArgumentMismatch as mismatch:
                     raise self._diagnose(args, kwargs, mismatch) from None
             else:
-                leaves, tree = tree_util.tree_flatten((args, kwargs))
+                leaves, tree = flatten(
+                    f"Compiled {self.name!r}", (args, kwargs), lambda: self.signature.arg_names
+                )
                 # A loaded artifact's namedtuple stand-ins take the real namedtuples too.
                 if tree != self.in_tree and not pytrees.conforms(tree, self.in_tree):
                     raise self._tree_error(tree)
                 try:
                     outs = self._execute(leaves)
                 except ArgumentMismatch as mismatch:
-                    raise self._argument_error(mismatch) from None
+                    raise self._argument_error(mismatch, leaves) from None
         except Exception as e:
             filter_exception(e)
             raise
@@ -526,27 +558,42 @@ class Compiled(Stage):
         try:
             return self._execute(leaves)
         except ArgumentMismatch as mismatch:
-            raise self._argument_error(mismatch) from None
+            raise self._argument_error(mismatch, leaves) from None
 
     def _diagnose(self, args, kwargs, mismatch: ArgumentMismatch) -> Exception:
         tree = tree_util.tree_structure((args, kwargs))
         if tree != self.in_tree:
             return self._tree_error(tree)
-        return self._argument_error(mismatch)
+        return self._argument_error(mismatch, tree_util.tree_leaves((args, kwargs)))
 
     def _tree_error(self, tree) -> TypeError:
         where, expected, given = _first_difference(self.in_tree, tree, ())
+        e_node, g_node = expected.node_data(), given.node_data()
+        hint = ""
+        if e_node is not None and g_node is not None:
+            hint = pytrees.same_name_hint(e_node[0], g_node[0])
         return TypeError(
             f"Compiled {self.name!r}: function compiled for {self.in_tree}, called with "
-            f"{tree}; first difference at {_path_text(where)}: expected {_node_text(expected)}, "
-            f"got {_node_text(given)}; call it with the structure it was compiled for: "
+            f"{tree}; first difference at {_path_text(where, self.signature.arg_names)}: "
+            f"expected {_node_text(expected)}, "
+            f"got {_node_text(given)}{hint}; call it with the structure it was compiled for: "
             f"{self._signature_text()}"
         )
 
-    def _argument_error(self, mismatch: ArgumentMismatch) -> Exception:
+    def _argument_error(self, mismatch: ArgumentMismatch, leaves=None) -> Exception:
         if self._paths is None:
-            self._init(_paths=_leaf_paths(self.in_tree))
+            self._init(_paths=_leaf_paths(self.in_tree, self.signature.arg_names))
         message = f"Compiled {self.name!r}: argument {self._paths[mismatch.index]} "
+        if leaves is not None and _is_traced(leaves[mismatch.index]):
+            # The shape and dtype match: what is wrong is that the value is traced.
+            return TypeError(
+                f"{message}is a traced value ({describe(leaves[mismatch.index])}): the "
+                "Compiled was called inside a function being traced (by aotkit.jit, "
+                "aotkit.grad, aotkit.vmap or another transform), and a Compiled runs on "
+                "concrete arrays only, so it cannot be called on traced values; inside the "
+                "traced function call the Python function itself (or its aotkit.jit), and "
+                "call the Compiled outside the trace"
+            )
         message += mismatch.reason
         if mismatch.kind is TypeError and not mismatch.says_fix:
             message += (
@@ -684,19 +731,31 @@ def _with_keys(execute, signature: Signature | None):
     return run
 
 
-def _leaf_paths(tree) -> list[str]:
+def _leaf_paths(tree, names=()) -> list[str]:
     dummy = tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
-    return [_path_text(_keys(path)) for path, _ in tree_util.tree_flatten_with_path(dummy)[0]]
+    flat = tree_util.tree_flatten_with_path(dummy)[0]
+    return [_path_text(_keys(path), names) for path, _ in flat]
 
 
 def _keys(path) -> tuple[str, ...]:
     return tuple(tree_util.keystr((k,)) for k in path)
 
 
-def _path_text(keys: tuple[str, ...]) -> str:
-    """`args[0]['w']`: the root pair `(args, kwargs)` is named, the rest is indexing."""
+def _path_text(keys: tuple[str, ...], names=()) -> str:
+    """`x['w']`: an argument is named by its parameter (`names`: the signature's
+    `arg_names`), a keyword argument by its keyword; else the root pair `(args, kwargs)` is
+    named (`args[0]['w']`) and the rest is indexing."""
     if not keys:
         return "the argument list"
+    if len(keys) > 1 and keys[0] in ("[0]", "[1]"):
+        try:
+            key = ast.literal_eval(keys[1][1:-1])
+        except (ValueError, SyntaxError):
+            key = None
+        if keys[0] == "[1]" and isinstance(key, str) and key.isidentifier():
+            return key + "".join(keys[2:])
+        if keys[0] == "[0]" and type(key) is int and key < len(names) and names[key]:
+            return names[key] + "".join(keys[2:])
     head = {"[0]": "args", "[1]": "kwargs"}.get(keys[0], keys[0])
     return head + "".join(keys[1:])
 
@@ -704,13 +763,18 @@ def _path_text(keys: tuple[str, ...]) -> str:
 def _first_difference(expected, given, where: tuple[str, ...]):
     """(path, expected subtree, given subtree) at the first place two PyTreeDefs differ."""
     e_node, g_node = expected.node_data(), given.node_data()
-    if e_node is None or g_node is None or e_node[0] is not g_node[0] or e_node[1] != g_node[1]:
+    if e_node is None or g_node is None:
+        return where, expected, given
+    # A loaded artifact's namedtuple stand-in takes the real namedtuple (`pytrees.conforms`).
+    if e_node[0] is not g_node[0] and not pytrees.stands_for(e_node[0], g_node[0]):
+        return where, expected, given
+    if e_node[0] is g_node[0] and e_node[1] != g_node[1]:
         return where, expected, given
     e_children, g_children = expected.children(), given.children()
     if len(e_children) != len(g_children):
         return where, expected, given
     for i, (e, g) in enumerate(zip(e_children, g_children)):
-        if e != g:
+        if not pytrees.conforms(g, e):
             return _first_difference(e, g, where + (_child_key(e_node, i),))
     return where, expected, given
 
@@ -737,3 +801,10 @@ def _node_text(tree) -> str:
     if kind is list:
         return f"a list of {n}"
     return f"a {kind.__name__} of {n}"
+
+
+def _is_traced(value) -> bool:
+    """Whether `value` is a tracer, without importing the tracer: loading an artifact must
+    not (where the tracer was never imported, no value can be one)."""
+    core = sys.modules.get("aotkit.lowering.core")
+    return core is not None and isinstance(value, core.Tracer)

@@ -88,7 +88,7 @@ def test_another_namedtuple_does_not_conform(pair_artifact):
     with pytest.raises(TypeError, match=(
         r"^Compiled 'swap': function compiled for PyTreeDef\(\(\(CustomNode\(namedtuple\[Pair\], "
         r"\[\*, \*\]\),\), \{\}\)\), called with PyTreeDef\(\(\(CustomNode\(namedtuple\[Swapped\], "
-        r"\[\*, \*\]\),\), \{\}\)\); first difference at args\[0\]: expected a Pair of 2, got "
+        r"\[\*, \*\]\),\), \{\}\)\); first difference at p: expected a Pair of 2, got "
         r"a Swapped of 2; call it with the structure"
     )):  # fmt: skip
         loaded(Swapped(X, X))
@@ -250,7 +250,7 @@ def test_static_arguments_and_static_fields_survive():
     out = loaded(Scaled(X, 3, "q"))  # the static arguments were baked in, as in `compiled`
     assert (out.factor, out.label) == (6, "q")
     np.testing.assert_array_equal(out.value, compiled(Scaled(X, 3, "q")).value)
-    with pytest.raises(TypeError, match=r"first difference at args\[0\]: expected a Scaled"):
+    with pytest.raises(TypeError, match=r"first difference at s: expected a Scaled"):
         loaded(Scaled(X, 4, "q"))  # another static field is another structure
 
 
@@ -334,7 +334,7 @@ def test_a_node_type_not_registered_at_load_is_named_with_how_to_register_it():
 
 def test_inspect_shows_an_artifact_whose_node_types_are_not_registered_here():
     text = artifacts.describe(unregistered_artifact(), "gone.aotx")
-    assert "function: lambda(args[0][0]: f32[3], args[0][1].child0: f32[3]) -> " in text
+    assert "function: lambda(xs[0]: f32[3], xs[1].child0: f32[3]) -> " in text
     assert text.endswith(
         "node types not registered here: 'tests.pytrees.Gone'; aotkit.load needs "
         "aotkit.register_pytree_node_serialization for each"

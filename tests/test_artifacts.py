@@ -15,6 +15,7 @@ import re
 import struct
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import jaxlib
@@ -181,7 +182,7 @@ def test_round_trip_in_a_fresh_process(round_trip, name, backend):
 def test_donated_argument_errors_are_the_originals(round_trip):
     _, results = round_trip
     assert results["donated-cpu"]["donated"].startswith(
-        "ValueError: Compiled 'donated': argument args[0] was deleted or donated to an earlier "
+        "ValueError: Compiled 'donated': argument x was deleted or donated to an earlier "
         "call; pass a live array"
     )
 
@@ -885,9 +886,7 @@ def test_cli_inspect(cli_artifact, run_cli, tmp_path):
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == f"{dest}: aotkit artifact, format 1, {dest.stat().st_size} bytes"
-    assert lines[1] == (
-        "function: affine(args[0]: f32[2,3], args[1]: f32[3,4], args[2]: f32[4]) -> (out: f32[2,4])"
-    )
+    assert lines[1] == "function: affine(x: f32[2,3], w: f32[3,4], b: f32[4]) -> (out: f32[2,4])"
     assert '  name: "affine"' in lines
     assert [line.split()[0] for line in lines if line.endswith("  ok")] == [
         "stablehlo",
@@ -940,3 +939,129 @@ def test_cli_run_of_an_artifact_in_a_fresh_process(cli_artifact):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("out: f32[2,4]\n") and proc.stderr == ""
+
+
+# --- fields aotkit fills itself hold any text (issue 42.1) ---------------------------------------
+
+_RAW = ("\x1b", "\u2028", "\x07", "\x9b", "\nFORGED")
+
+
+def _with_section_renamed(data: bytes, old: str, new: str) -> bytes:
+    art = artifacts.unpack(data)
+    header = {k: v for k, v in art.header.items() if k != "sections"}
+    sections = {(new if n == old else n): bytes(v) for n, v in art.sections.items()}
+    return artifacts.pack(header, sections)
+
+
+@pytest.mark.parametrize(
+    ("edit", "origin"),
+    [
+        (lambda d: other_target(d, platform_version="PJRT\nTPU\tß 東京\x1b[2J"), "recompiled"),
+        (lambda d: other_target(d, **{"\x1b[31mhost": "x"}), "recompiled"),
+        (lambda d: other_target(d, platform="cpu\nFORGED"), "recompiled"),
+        (lambda d: repack(d, stablehlo="1.17.0\u2028FORGED"), "artifact"),
+        (lambda d: repack(d, jaxlib="0.10.2\x9b2J"), "artifact"),
+        (lambda d: repack(d, executable_format="pjrt\x07"), "recompiled"),
+        (lambda d: _with_section_renamed(d, "text", "\x1b[31mtext"), "artifact"),
+    ],
+    ids=["platform-version", "target-key", "platform", "stablehlo", "jaxlib", "format", "section"],
+)
+def test_fields_aotkit_fills_are_data_whatever_their_characters(
+    mlp_artifact, edit, origin, tmp_path, run_cli
+):
+    compiled, data = mlp_artifact
+    path = tmp_path / "odd.aotx"
+    path.write_bytes(edit(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = aotkit.load(path)
+    assert loaded.origin == origin
+    np.testing.assert_array_equal(loaded(*mlp_inputs()), compiled(*mlp_inputs()))
+    code, out, err = run_cli("inspect", path)
+    assert code == 0, err
+    shown = [str(w.message) for w in caught] + [out, err, repr(loaded)]
+    assert [text for text in shown if any(raw in text for raw in _RAW)] == []
+    assert all("\n" not in str(w.message) for w in caught)
+
+
+def test_a_recompile_warning_prints_a_multiline_platform_version_escaped(mlp_artifact):
+    _, data = mlp_artifact
+    version = "PJRT C API\nTFRT TPU v5 lite\nBuilt on Dec  1 2026"
+    with pytest.raises(ArtifactError, match=(
+        r"^aotkit.load: <bytes> was compiled with platform_version 'PJRT C API\\nTFRT TPU v5 "
+        r"lite\\nBuilt on Dec  1 2026' \(here 'cpu'\); load it with recompile=True"
+    )):  # fmt: skip
+        aotkit.load(other_target(data, platform_version=version), recompile=False)
+
+
+# --- save errors name the user's path and the cause (issue 43.6) ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_compiled():
+    return aotkit.jit(lambda x: x + 1.0).lower(aotkit.spec("f32[4]")).compile()
+
+
+def test_save_into_a_missing_folder_names_it(small_compiled, tmp_path):
+    path = tmp_path / "nosuch" / "f.aotx"
+    with pytest.raises(FileNotFoundError) as e:
+        small_compiled.save(path)
+    assert str(e.value) == (
+        f"Compiled 'lambda': save: cannot write {str(path)!r}: the folder "
+        f"{str(tmp_path / 'nosuch')!r} does not exist; create it first, or save elsewhere"
+    )
+    assert e.value.errno == 2
+    assert ".tmp" not in str(e.value)
+
+
+def test_save_onto_a_folder_says_to_name_a_file(small_compiled, tmp_path):
+    with pytest.raises(IsADirectoryError) as e:
+        small_compiled.save(tmp_path)
+    assert str(e.value) == (
+        f"Compiled 'lambda': save: cannot write {str(tmp_path)!r}: it is a folder; name a file "
+        f"in it, e.g. {str(tmp_path / 'lambda.aotx')!r}"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+FILE_SIZE_LIMIT = """
+import os, resource, signal, sys
+import aotkit
+
+path = sys.argv[1]
+small = aotkit.jit(lambda x: x + 1.0).lower(aotkit.spec("f32[4]")).compile()
+small.save(path)
+before = open(path, "rb").read()
+big = aotkit.jit(lambda x: x * 100.0).lower(aotkit.spec("f32[4096]")).compile()
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of death by SIGXFSZ
+resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 100, resource.RLIM_INFINITY))
+try:
+    big.save(path)
+except OSError as e:
+    print(type(e).__name__, e.errno)
+    print(e)
+print(open(path, "rb").read() == before)
+print(sorted(os.listdir(os.path.dirname(path))))
+"""
+
+
+def test_save_under_a_file_size_limit_names_the_path_and_keeps_the_old_file(tmp_path):
+    path = tmp_path / "f.aotx"
+    proc = subprocess.run(
+        [sys.executable, "-c", FILE_SIZE_LIMIT, str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr  # no signal: SIGXFSZ is ignored
+    kind, message, intact, listed = proc.stdout.splitlines()
+    assert kind == "OSError 27"  # EFBIG
+    assert re.fullmatch(
+        rf"Compiled 'lambda': save: cannot write {re.escape(repr(str(path)))}: File too large "
+        r"\(the file-size limit of this process, RLIMIT_FSIZE or `ulimit -f`, is below the "
+        r"artifact's [\d,]+ bytes\); raise the limit; a file already there is left as it was",
+        message,
+    )
+    assert intact == "True"
+    assert listed == "['f.aotx']"  # no temporary file left behind

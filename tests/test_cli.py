@@ -472,7 +472,7 @@ def test_unknown_pass(run_cli, user):
         1,
     )
     assert err == (
-        "aotkit lower: error: pipeline 'builtin.module(canonicalise)': unknown pass "
+        "aotkit lower: error: --pipeline 'builtin.module(canonicalise)': unknown pass "
         "'canonicalise'; nearest registered: canonicalize\n"
     )
 
@@ -581,8 +581,10 @@ def test_opt_malformed_module_file(run_cli, tmp_path, content, message):
 
 def test_opt_missing_file(run_cli, tmp_path):
     err = fails(run_cli("opt", tmp_path / "nope.mlir"), 1)
-    assert err.startswith(
-        f"aotkit opt: error: load_module: no such file {str(tmp_path / 'nope.mlir')!r}; "
+    assert err == (
+        f"aotkit opt: error: {tmp_path / 'nope.mlir'}: no such file; the target is an artifact "
+        "(.aotx, written by `aotkit compile ... -o F.aotx`), a module file (.mlir, .mlirbc) or "
+        "FILE.py:FN\n"
     )
 
 
@@ -782,11 +784,16 @@ def test_compile_on_the_interpreter(run_cli, user):
 
 
 def test_unknown_backend(run_cli, user):
-    err = fails(run_cli("compile", f"{user}:double", "--shapes", "f32[3]", "--backend", "nope"), 1)
-    assert err.startswith(
-        "aotkit compile: error: backends.get: unknown backend 'nope'; available: cpu, interpreter"
+    # A usage error (exit 2), worded for the command line: no `backends.get:` prefix.
+    err = fails(run_cli("compile", f"{user}:double", "--shapes", "f32[3]", "--backend", "nope"), 2)
+    assert error_line(err).startswith(
+        "aotkit compile: error: argument --backend: unknown backend 'nope'; available here: "
+        "cpu, interpreter"
     )
-    assert err.count("\n") == 1
+    assert error_line(err).endswith("(`aotkit backends` lists them with their devices)")
+    assert "backends.get" not in err
+    err = fails(run_cli("compile", f"{user}:double", "--shapes", "f32[3]", "--backend", "cpux"), 2)
+    assert "unknown backend 'cpux'; did you mean 'cpu'? available here: cpu" in err
 
 
 def test_compile_module_file(run_cli, module_file, tmp_path):
@@ -930,11 +937,14 @@ def test_backends_lists_the_registry(run_cli):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["NAME", "PLATFORM", "VERSION", "DEVICES"]
-    for info in aotkit.backends.available():
-        row = next(line for line in lines[1:] if line.split()[0] == info.name)
-        assert row.split()[1] == info.platform
+    infos = aotkit.backends.available()
+    assert len(lines) == len(infos) + 2  # one line per backend, and the default's
+    for info in infos:
+        row = next(line for line in lines[1:] if line[3:].split()[0] == info.name)
+        assert row[3:].split()[1] == info.platform
         assert info.version in row
         assert row.split()[-1] == str(info.device_count)
+        assert row.startswith("*" if info.name == aotkit.backends.default_name()[0] else " ")
 
 
 # --- Subprocesses: compile, run, backends ------------------------------------------------------
@@ -962,25 +972,38 @@ def test_subprocess_backends():
     proc = run_process([str(AOTKIT_SCRIPT), "backends"], text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].split() == ["NAME", "PLATFORM", "VERSION", "DEVICES"]
-    assert {line.split()[0] for line in proc.stdout.splitlines()[1:]} >= {"cpu", "interpreter"}
+    assert {line[3:].split()[0] for line in proc.stdout.splitlines()[1:-1]} >= {
+        "cpu",
+        "interpreter",
+    }
+    assert re.fullmatch(
+        r"\* the default backend is '\w+' \((no accelerator here|the accelerator JAX picks)\); "
+        r"--backend or AOTKIT_BACKEND chooses another",
+        proc.stdout.splitlines()[-1],
+    )
 
 
 @pytest.mark.parametrize(
-    "extra, last_line",
+    "extra, code, last_line",
     [
-        (["--backend", "nope"], "aotkit compile: error: backends.get: unknown backend 'nope';"),
+        (
+            ["--backend", "nope"],
+            2,
+            "aotkit compile: error: argument --backend: unknown backend 'nope';",
+        ),
         (
             ["--pipeline", "builtin.module(cse,frobnicate)"],
-            "aotkit compile: error: pipeline 'builtin.module(cse,frobnicate)': unknown pass "
+            1,
+            "aotkit compile: error: --pipeline 'builtin.module(cse,frobnicate)': unknown pass "
             "'frobnicate'",
         ),
     ],
     ids=["unknown-backend", "unknown-pass"],
 )
-def test_subprocess_compile_bad_options(user, extra, last_line):
+def test_subprocess_compile_bad_options(user, extra, code, last_line):
     argv = [str(AOTKIT_SCRIPT), "compile", f"{user}:double", "--shapes", "f32[3]", *extra]
     proc = run_process(argv, text=True)
-    assert proc.returncode == 1
+    assert proc.returncode == code
     assert proc.stdout == ""
     assert "Traceback" not in proc.stderr
     assert error_line(proc.stderr).startswith(last_line)
@@ -1470,3 +1493,198 @@ def test_platform_picks_the_lowering_of_a_multi_platform_jax_export(run_cli, tmp
         "--platform picks the lowering of a jax.export artifact exported for several "
         "platforms; a Python function is lowered for --backend",
     )
+
+
+# --- Issue 43: paths that start like MLIR text, --shapes limits, messages for the CLI -----------
+
+
+@pytest.mark.parametrize("stem", ["module", "#x", "func.func", "plain"])
+def test_targets_named_like_mlir_text_are_files(run_cli, stem, tmp_path, monkeypatch):
+    # A name that starts as MLIR text does (`module`, `#`, `func.func`) is a file name here.
+    monkeypatch.chdir(tmp_path)
+    x = np.arange(3, dtype=np.float32)
+    aotkit.jit(lambda x: x * 2 + 1).lower(x).compile().save(f"{stem}.aotx")
+    Path(f"{stem}.mlir").write_text(aotkit.lower(lambda x: x - 5, x).as_text())
+    np.save("x.npy", x)
+    code, out, err = run_cli("run", f"{stem}.aotx", "--inputs", "x.npy", "-q")
+    assert code == 0, err
+    assert out == expected_outputs(x * 2 + 1)
+    code, out, err = run_cli("run", f"{stem}.mlir", "--inputs", "x.npy", "-q")
+    assert code == 0, err
+    assert out == expected_outputs(x - 5)
+    code, out, err = run_cli("compile", f"{stem}.mlir", "-o", "out.aotx")
+    assert (code, out) == (0, ""), err
+    got = aotkit.load(Path("out.aotx"))(x)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, x - 5)
+
+
+def test_a_missing_artifact_target_names_what_a_target_is(run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for target in ("nosuch.aotx", "module.aotx"):
+        err = fails(run_cli("run", target), 1)
+        assert err == (
+            f"aotkit run: error: {target}: no such file; the target is an artifact (.aotx, "
+            "written by `aotkit compile ... -o F.aotx`), a module file (.mlir, .mlirbc) or "
+            "FILE.py:FN\n"
+        )
+        assert "bytes" not in err
+    err = fails(run_cli("inspect", "nosuch.mlir"), 1)
+    assert err.startswith("aotkit inspect: error: nosuch.mlir: no such file; the target is")
+
+
+@pytest.mark.parametrize(
+    "content, what", [(b"", "it is empty"), (b"\n", "it does not start as an artifact does")]
+)
+@pytest.mark.parametrize("command", ["run", "compile", "inspect"])
+def test_an_aotx_that_is_no_artifact_is_told_so(run_cli, command, content, what, tmp_path):
+    path = tmp_path / "model.aotx"
+    path.write_bytes(content)
+    err = fails(run_cli(command, path), 1)
+    assert err == (
+        f"aotkit {command}: error: {path} is not an aotkit artifact: {what}; write one with "
+        f"`aotkit compile FILE.py:FN --shapes ... -o {path}` or Compiled.save\n"
+    )
+    assert "main" not in err
+
+
+def test_inspect_names_the_file_of_a_bad_module(run_cli, tmp_path):
+    path = tmp_path / "bad.mlir"
+    path.write_text("module {\n  func.func @main(%a: tensor<f32>) -> tensor<f32> {\n"
+                    "    return %zz : tensor<f32>\n  }\n}\n")  # fmt: skip
+    err = fails(run_cli("inspect", path), 1)
+    assert err.startswith(f"aotkit inspect: error: load_module: {path} is not valid MLIR text: ")
+    assert "<bytes>" not in err
+
+
+def test_unknown_pass_points_to_list_passes(run_cli, user):
+    err = fails(
+        run_cli("compile", f"{user}:double", "--shapes", "f32[3]", "--pipeline", "nosuch"), 1
+    )
+    assert err == (
+        "aotkit compile: error: --pipeline 'nosuch': unknown pass 'nosuch'; `aotkit opt "
+        "--list-passes` lists the pipelines and passes\n"
+    )
+    code, out, _ = run_cli("opt", "--list-passes")
+    assert code == 0 and "Named pipelines" in out
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_run_without_specs_mentions_inputs(run_cli, user, command):
+    err = fails(run_cli(command, f"{user}:double"), 1)
+    assert err == (
+        f"aotkit {command}: error: --shapes or --inputs: {user}:double takes 1 array "
+        "argument(s) (x) but got neither; give x a spec with --shapes or values with --inputs "
+        "FILE.npy (or --static NAME=VALUE)\n"
+    )
+    # compile has no --inputs: it asks for --shapes only.
+    err = fails(run_cli("compile", f"{user}:double"), 1)
+    assert "--inputs" not in err and "add a spec for x" in err
+
+
+KEYWORD_ONLY_CODE = "def f(*, x):\n    return x + 1\n\ndef g(x, *, y):\n    return x + y\n"
+
+
+def test_keyword_only_parameters_say_why_they_take_no_spec(run_cli, tmp_path):
+    path = tmp_path / "kw.py"
+    path.write_text(KEYWORD_ONLY_CODE)
+    err = fails(run_cli("lower", f"{path}:f", "--shapes", "f32[3]"), 1)
+    assert err == (
+        f"aotkit lower: error: --shapes: {path}:f takes 0 array argument(s) (none) but got 1 "
+        "spec(s): f32[3]; give one spec per array argument ('x' is keyword-only, which takes "
+        "no spec: make it positional, or give it with --static NAME=VALUE)\n"
+    )
+    err = fails(run_cli("lower", f"{path}:f"), 1)
+    assert err == (
+        f"aotkit lower: error: {path}:f: its parameter 'x' is keyword-only, which takes no "
+        "spec; make it positional, or give it with --static NAME=VALUE\n"
+    )
+    err = fails(run_cli("lower", f"{path}:g", "--shapes", "f32[3]", "f32[3]"), 1)
+    assert err.endswith(
+        "give one spec per array argument ('y' is keyword-only, which takes no spec: make it "
+        "positional, or give it with --static NAME=VALUE)\n"
+    )
+    # With y given by --static, g lowers: the oracle is the Python API.
+    code, out, err = run_cli("lower", f"{path}:g", "--shapes", "f32[3]", "--static", "y=2.0")
+    assert code == 0, err
+    oracle = aotkit.lower(load(path).g, aotkit.spec("f32[3]"), y=2.0, static_argnames="y")
+    assert out == oracle.as_text()
+
+
+@pytest.mark.parametrize(
+    "argv, whole",
+    [
+        (["f32[3,", "4]"], "f32[3, 4]"),
+        (["f32[", "3,", "4", "]"], "f32[ 3, 4 ]"),
+        (['{"w":', "f32[3]}"], '{"w": f32[3]}'),
+    ],
+)
+def test_a_spec_split_by_the_shell_says_to_quote_it(run_cli, user, argv, whole):
+    err = fails(run_cli("lower", f"{user}:double", "--shapes", *argv), 2)
+    assert error_line(err) == (
+        f"aotkit lower: error: argument --shapes: cannot parse {argv[0]!r}: the shell split "
+        f"{whole!r} at its spaces; quote it (--shapes '{whole}') or write it without spaces "
+        f"({''.join(whole.split())})"
+    )
+    # Quoted, the same text is one spec.
+    code, _, err = run_cli("lower", f"{user}:double", "--shapes", whole)
+    assert code in (0, 1) and "cannot parse" not in err
+
+
+@pytest.mark.parametrize("typo, meant", [("f23", "f32"), ("i46", "i64"), ("flaot32", "float32")])
+def test_an_unknown_dtype_suggests_the_nearest(run_cli, user, typo, meant):
+    err = fails(run_cli("lower", f"{user}:double", "--shapes", f"{typo}[3]"), 2)
+    assert error_line(err).startswith(
+        f"aotkit lower: error: argument --shapes: spec: unknown dtype {typo!r} in "
+        f"'{typo}[3]' (did you mean {meant!r}?); expected DTYPE[DIM,...]"
+    )
+
+
+def test_deep_shapes_are_a_usage_error(run_cli, user):
+    for text in ("[" * 3000 + "f32[1]" + "]" * 3000, '{"a":' * 500 + "f32[1]" + "}" * 500):
+        err = fails(run_cli("lower", f"{user}:double", "--shapes", text), 2)
+        assert "the pytree nests deeper than 64 levels; give each argument a flatter pytree" in err
+        assert "Recursion" not in err and "Traceback" not in err
+    # 64 levels are read.
+    text = "[" * 63 + "f32[1]" + "]" * 63
+    code, _, err = run_cli("lower", f"{user}:double", "--shapes", text)
+    assert "nests deeper" not in err
+
+
+def test_deep_shapes_in_a_child_process(user):
+    text = "[" * 3000 + "f32[1]" + "]" * 3000
+    proc = run_process(
+        [sys.executable, "-m", "aotkit", "lower", f"{user}:double", "--shapes", text]
+    )
+    assert proc.returncode == 2
+    stderr = proc.stderr.decode()
+    assert "the pytree nests deeper than 64 levels" in error_line(stderr)
+    assert "Traceback" not in stderr and "RecursionError" not in stderr
+
+
+@pytest.mark.parametrize("wrap", ["{}", "[{}]"])
+def test_a_dimension_of_thousands_of_digits_is_refused(run_cli, user, wrap):
+    text = wrap.format("f32[" + "9" * 5000 + "]")
+    err = fails(run_cli("lower", f"{user}:double", "--shapes", text), 2)
+    assert "(5000 digits) in 'f32[" in error_line(err)
+    assert error_line(err).endswith(
+        "does not fit in 64 bits (at most 2**63 - 1); use smaller dimensions"
+    )
+    assert "int" not in error_line(err) and "4300" not in err
+    assert len(error_line(err)) < 400
+
+
+def test_compile_o_says_what_it_wrote(run_cli, user, tmp_path):
+    out_path = tmp_path / "double.aotx"
+    code, out, err = run_cli("compile", f"{user}:double", "--shapes", "f32[3]", "-o", out_path)
+    assert (code, out) == (0, "")
+    size = out_path.stat().st_size
+    assert err == f"aotkit compile: wrote {out_path} (an aotkit artifact, {size:,} bytes)\n"
+    x = np.arange(3, dtype=np.float32)
+    got = aotkit.load(out_path)(x)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, x + x)
+    hlo = tmp_path / "double.hlo"
+    code, out, err = run_cli("compile", f"{user}:double", "--shapes", "f32[3]", "-o", hlo, "-q")
+    assert (code, out, err) == (0, "", "")
+    assert hlo.read_text().startswith("HloModule")

@@ -16,6 +16,7 @@ An HTML comment on the line before a block changes what happens to it:
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib.util
 import os
@@ -179,3 +180,64 @@ def test_directives_are_known():
 def test_console_error_lines_are_read():
     commands = _console_commands("$ a\nout\n$ b\naotkit b: error: no\n")
     assert commands == [("a", None), ("b", "aotkit b: error: no")]
+
+
+# --- What the README shows (issue 43) ----------------------------------------------------------
+
+README = ROOT / "README.md"
+
+
+def _readme_block(containing: str) -> Block:
+    return next(b for b in blocks_of(README) if containing in b.code)
+
+
+def test_readme_starts_with_the_two_commands_then_says_what_they_need():
+    text = README.read_text()
+    first = blocks_of(README)[0]
+    commands = first.code.strip().splitlines()
+    assert first.language == "bash" and len(commands) == 2
+    assert commands[0].startswith("pip install -e . && aotkit lower examples/mlp.py:predict")
+    assert commands[1].startswith("pip install -e '.[test]' && ruff check .")
+    # Nothing but the title and the block's directive comes first.
+    head = text[: text.index("```")].strip().splitlines()
+    assert head[0] == "# aotkit" and all(DIRECTIVE.match(line) for line in head[1:] if line)
+    # The first paragraph after the commands says what they need.
+    after = text[text.index("```\n", text.index("```") + 3) + 4 :].strip().split("\n\n")[0]
+    assert "Python 3.11 to 3.13" in after and "Linux" in after and "#requirements" in after
+
+
+def test_readme_dumps_example_prints_the_files_it_shows(tmp_path):
+    block = _readme_block("os.listdir(dumps)")
+    lines = block.code.rstrip("\n").split("\n")
+    shown = [line for line in lines if line.startswith("#")]
+    code = "\n".join(line for line in lines if not line.startswith("#"))
+    proc = _run([sys.executable, "-c", code], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    expected = ast.literal_eval(" ".join(line.lstrip("# ") for line in shown))
+    assert ast.literal_eval(proc.stdout) == expected
+    assert len(expected) == 5
+
+
+def test_readme_tutorial_repr_is_what_lowering_prints(tmp_path):
+    (tmp_path / "rbf.py").write_text(_readme_block("def rbf_kernel").code)
+    block = _readme_block("print(repr(lowered))")
+    line = next(ln for ln in block.code.splitlines() if ln.startswith("print(repr(lowered))"))
+    shown = line.split("# ", 1)[1].removesuffix("...")
+    code = (
+        "import aotkit\nfrom rbf import rbf_kernel\n"
+        + next(ln for ln in block.code.splitlines() if ln.startswith("lowered = "))
+        + "\nprint(repr(lowered))\n"
+    )
+    proc = _run([sys.executable, "-c", code], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(shown)
+    assert "args[0]" not in proc.stdout
+
+
+def test_the_tutorial_announces_its_failing_command():
+    block = _readme_block("$ aotkit lower rbf.py:rbf_kernel --shapes 'f32[128,3]'\n")
+    text = README.read_text()
+    before = text[: text.index(block.code)].rsplit("\n\n", 2)[-2]
+    assert "fails on purpose" in before
+    failing = [c for c, error in _console_commands(block.code) if error is not None]
+    assert failing == ["aotkit lower rbf.py:rbf_kernel --shapes 'f32[128,3]'"]

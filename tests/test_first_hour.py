@@ -202,7 +202,7 @@ def test_user_errors_show_the_users_frames_and_none_of_aotkits(entry):
 
 def test_errors_of_a_compiled_call_show_no_aotkit_frame():
     compiled = aotkit.lower(lambda x: x, X4).compile()
-    with pytest.raises(TypeError, match=r"argument args\[0\] expected f32\[4\]") as e:
+    with pytest.raises(TypeError, match=r"argument x expected f32\[4\]") as e:
         compiled(np.ones(3, np.float32))
     assert _aotkit_frames(e.value) == []
 
@@ -278,7 +278,7 @@ def test_an_unusable_donation_warns_naming_the_leaf():
         UserWarning,
         match="^"
         + re.escape(
-            "Some donated buffers were not usable: args[0]['w']: f32[4]; lowering 'count': no "
+            "Some donated buffers were not usable: params['w']: f32[4]; lowering 'count': no "
             "result left has that shape and dtype for XLA to write into (results: out: i32[]); "
             "drop them from donate_argnums, or return a value of their shape and dtype"
         )
@@ -289,7 +289,7 @@ def test_an_unusable_donation_warns_naming_the_leaf():
 
 
 def test_a_donation_of_another_shape_warns():
-    with pytest.warns(UserWarning, match=r"^Some donated buffers were not usable: args\[0\]: f32"):
+    with pytest.warns(UserWarning, match=r"^Some donated buffers were not usable: x: f32"):
         aotkit.lower(lambda x: x[:2], X4, donate_argnums=0)
 
 
@@ -313,19 +313,18 @@ LAYER_ARGS = ({"w": np.ones((4, 3), np.float32)}, np.ones(3, np.float32))
 def test_lowered_repr_names_leaves_by_path():
     lowered = aotkit.lower(_layer, *LAYER_ARGS, scale=2.0)
     assert repr(lowered) == (
-        "<Lowered _layer(args[0]['w']: f32[4,3], args[1]: f32[3], scale: f32[]) -> "
-        "(out['y']: f32[4])>"
+        "<Lowered _layer(params['w']: f32[4,3], x: f32[3], scale: f32[]) -> (out['y']: f32[4])>"
     )
     assert repr(aotkit.jit(_layer).trace(*LAYER_ARGS, scale=2.0)) == (
-        "<Traced _layer(args[0]['w']: f32[4,3], args[1]: f32[3], scale: f32[]) -> "
+        "<Traced _layer(params['w']: f32[4,3], x: f32[3], scale: f32[]) -> "
         "(out['y']: f32[4]) from aotkit>"
     )
 
 
 def test_format_signature_takes_parameter_names():
     lowered = aotkit.lower(_layer, *LAYER_ARGS, scale=2.0)
-    assert arguments.format_signature(lowered, ["params", "x"]) == (
-        "_layer(params['w']: f32[4,3], x: f32[3], scale: f32[]) -> (out['y']: f32[4])"
+    assert arguments.format_signature(lowered, ["p", "v"]) == (
+        "_layer(p['w']: f32[4,3], v: f32[3], scale: f32[]) -> (out['y']: f32[4])"
     )
 
 
@@ -334,8 +333,8 @@ def test_a_pytree_mismatch_shows_the_compiled_signature():
     with pytest.raises(TypeError) as e:
         compiled(LAYER_ARGS[0], scale=2.0)
     assert str(e.value).endswith(
-        "; call it with the structure it was compiled for: _layer(args[0]['w']: f32[4,3], "
-        "args[1]: f32[3], scale: f32[]) -> (out['y']: f32[4])"
+        "; call it with the structure it was compiled for: _layer(params['w']: f32[4,3], "
+        "x: f32[3], scale: f32[]) -> (out['y']: f32[4])"
     )
 
 
@@ -344,3 +343,81 @@ def test_jax_pytree_utilities_do_not_choose_jax():
         return sum(tree_util.tree_leaves(tree_util.tree_map(np.sin, tree)))
 
     assert aotkit.lower(tree_sum, {"a": X4, "b": X4}).frontend == "aotkit"
+
+
+# --- 8. arguments named by the function's parameters (issue 43) ------------------------------
+
+
+def _affine(x, w, *rest, bias):
+    return x @ w + bias
+
+
+def test_stages_name_arguments_by_their_parameters():
+    x, w, b = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32), np.ones(4, np.float32)
+    lowered = aotkit.jit(_affine).lower(x, w, bias=b)
+    assert repr(lowered) == (
+        "<Lowered _affine(x: f32[2,3], w: f32[3,4], bias: f32[4]) -> (out: f32[2,4])>"
+    )
+    # Positions past the named parameters (into *rest) keep args[i].
+    lowered = aotkit.jit(_affine).lower(x, w, np.float32(1), bias=b)
+    assert "_affine(x: f32[2,3], w: f32[3,4], args[2]: f32[], bias: f32[4])" in repr(lowered)
+    # A keyword call names the keyword as JAX does: no args[0] next to y.
+    lowered = aotkit.jit(lambda x, y: x + y).lower(X4, y=X4)
+    assert repr(lowered) == "<Lowered lambda(x: f32[4], y: f32[4]) -> (out: f32[4])>"
+    compiled = lowered.compile()
+    assert repr(compiled) == "<Compiled lambda(x: f32[4], y: f32[4]) -> (out: f32[4]) on cpu>"
+    got = compiled(X4, y=X4)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, X4 + X4)
+
+
+def test_errors_name_arguments_by_their_parameters():
+    compiled = aotkit.jit(lambda x, y: x + y).lower(X4, X4).compile()
+    with pytest.raises(
+        TypeError, match=r"^Compiled 'lambda': argument y expected f32\[4\], got f32"
+    ):
+        compiled(X4, np.ones(5, np.float32))
+    with pytest.raises(TypeError, match=r"first difference at y: expected an array, got a list"):
+        compiled(X4, [X4])
+    with pytest.raises(TypeError, match=r"^f: argument y of type object is not an array"):
+
+        def f(x, y):
+            return x
+
+        aotkit.lower(f, X4, object())
+    with pytest.raises(TypeError, match=r"static argument shape = \[2\] is not hashable"):
+        aotkit.jit(lambda x, shape: x, static_argnums=1)(X4, [2])
+
+
+def test_a_loaded_artifact_keeps_the_names(tmp_path):
+    compiled = aotkit.jit(lambda x, y: x * y).lower(X4, X4).compile()
+    path = tmp_path / "mul.aotx"
+    compiled.save(path)
+    loaded = aotkit.load(path)
+    assert repr(loaded) == repr(compiled)
+    for bad in ((X4, np.ones(3, np.float32)),):
+        with pytest.raises(TypeError) as want:
+            compiled(*bad)
+        with pytest.raises(TypeError) as got:
+            loaded(*bad)
+        assert str(got.value) == str(want.value)
+        assert "argument y expected f32[4], got f32[3]" in str(got.value)
+    np.testing.assert_array_equal(loaded(X4, X4), X4 * X4)
+
+
+@pytest.mark.parametrize("names", [["x"], ["x", "y z"], "xy", [None, 3]])
+def test_an_artifact_with_bad_argument_names_is_refused(names):
+    from aotkit import artifacts
+
+    data = aotkit.jit(lambda x, y: x * y).lower(X4, X4).compile().serialize()
+    art = artifacts.unpack(data)
+    header = {k: v for k, v in art.header.items() if k != "sections"}
+    assert header["arg_names"] == ["x", "y"]
+    header["arg_names"] = names
+    rewritten = artifacts.pack(header, {n: bytes(v) for n, v in art.sections.items()})
+    with pytest.raises(
+        aotkit.ArtifactError,
+        match=r"^aotkit.load: <bytes>: header field 'arg_names' is .*, not a list of 2 parameter "
+        r"names \(identifiers or null\); ",
+    ):
+        aotkit.load(rewritten)

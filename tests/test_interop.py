@@ -157,11 +157,11 @@ def test_sharded_stages_are_refused():
 def test_calls_of_another_structure_or_spec_are_type_errors(embedded):
     with pytest.raises(TypeError, match=re.escape(
         "aotkit.to_jax('aotkit_kernel'): called with PyTreeDef(((*,), {})), but it takes "
-        "PyTreeDef(((*, *), {})): aotkit_kernel(args[0]: f32[4,8], args[1]: f32[8])"
+        "PyTreeDef(((*, *), {})): aotkit_kernel(x: f32[4,8], scale: f32[8])"
     )):  # fmt: skip
         embedded(X)
     with pytest.raises(TypeError, match=re.escape(
-        "aotkit.to_jax('aotkit_kernel'): argument args[0] is i32[4,8], but it takes f32[4,8]; "
+        "aotkit.to_jax('aotkit_kernel'): argument x is i32[4,8], but it takes f32[4,8]; "
         "pass an array of that shape and dtype, or lower the program for the new one"
     )):  # fmt: skip
         jax.jit(embedded)(X.astype(np.int32), SCALE)

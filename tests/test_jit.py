@@ -116,7 +116,7 @@ def test_x64_scalars_makes_python_scalar_arguments_64_bit():
 def test_python_int_arguments_out_of_int32_range_are_refused():
     with pytest.raises(
         OverflowError,
-        match=r"^f: argument args\[0\]: Python int 4294967296 does not fit int32, the dtype of "
+        match=r"^f: argument x: Python int 4294967296 does not fit int32, the dtype of "
         r"Python int arguments; pass np.int64\(...\) \(or set "
         r"aotkit.config.update\('x64_scalars', True\)\)$",
     ):
@@ -175,7 +175,7 @@ def test_unhashable_static_argument_is_a_clear_error():
     jitted = jit(lambda x, shape: x.reshape(shape), static_argnums=1)
     with pytest.raises(
         TypeError,
-        match=r"jit\(lambda\): static argument args\[1\] = \[2, 2\] is not hashable \(list\); "
+        match=r"jit\(lambda\): static argument shape = \[2, 2\] is not hashable \(list\); "
         r"pass a hashable value \(a tuple instead of a list\)",
     ):
         jitted(np.ones(4), [2, 2])
@@ -232,7 +232,7 @@ def test_donated_argument_aliases_a_result_and_is_consumed():
     new_state, _ = jitted(device_state, state)
     assert device_state.is_deleted()
     np.testing.assert_array_equal(np.asarray(new_state), 3 * np.arange(4.0))
-    with pytest.raises(ValueError, match=r"argument args\[0\] was deleted or donated"):
+    with pytest.raises(ValueError, match=r"argument state was deleted or donated"):
         jitted(device_state, state)
 
 
@@ -351,7 +351,7 @@ def test_concurrent_first_calls_trace_and_compile_once():
 
 def test_jitted_call_checks_arguments_like_compiled():
     jitted = jit(fresh_function())
-    with pytest.raises(TypeError, match=r"argument args\[0\] of type str is not an array"):
+    with pytest.raises(TypeError, match=r"argument x of type str is not an array"):
         jitted("text")
 
 

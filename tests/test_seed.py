@@ -75,7 +75,7 @@ def test_calling_with_a_list_is_the_pytree_type_error(lowered):
         match=re.escape(
             "function compiled for PyTreeDef(((*,), {})), called with PyTreeDef((([*],), {}))"
         )
-        + r"; first difference at args\[0\]: expected an array, got a list of 1",
+        + r"; first difference at x: expected an array, got a list of 1",
     ):
         f_exe([3.0])
 

@@ -85,7 +85,9 @@ def test_every_front_end_gives_a_program_that_the_stages_wrap(tmp_path):
         assert program.signature.flat_in_specs == (F4,)
     from_jax = aotkit.jit(lambda x: jax.numpy.sin(x), frontend="jax").trace(F4)
     assert isinstance(from_jax, Traced) and from_jax.frontend == "jax"
-    assert from_jax.signature == programs["jax"].signature.replace(name=from_jax.name)
+    # jit knows the function's parameter names; the front end alone does not.
+    named = programs["jax"].signature.replace(name=from_jax.name, arg_names=("x",))
+    assert from_jax.signature == named
     assert aotkit.load_module(path).pipeline == "none"  # a file runs as written by default
     assert from_jax.lower().pipeline == "none"  # so is a JAX module (jax.jit's, bit for bit)
 
@@ -151,14 +153,24 @@ def test_jit_called_inside_a_trace_is_traced_inline():
     assert "stablehlo.sine" in aotkit.lower(f, x).as_text()
 
 
-def test_jax_jit_inside_an_aotkit_trace_is_refused():
+def test_jax_jit_inside_an_aotkit_trace_is_lowered_by_jax_inline():
     g = aotkit.jit(lambda x: jax.numpy.sin(x), frontend="jax")
+    x = np.linspace(0, 1, 3, dtype=np.float32)
+    got = aotkit.jit(lambda x: g(x) * 2.0, frontend="aotkit")(x)
+    want = jax.jit(lambda x: jax.numpy.sin(x) * 2.0)(x)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert g.cache_info().compiles == 0  # nothing compiled for the inner function
+
+
+def test_jax_jit_with_statics_inside_an_aotkit_trace_is_refused():
+    g = aotkit.jit(lambda x, n: jax.numpy.sin(x) * n, frontend="jax", static_argnums=1)
     with pytest.raises(
         TypeError,
-        match=r"a JAX function \(frontend='jax'\) was called inside a function aotkit is "
-        r"tracing; JAX cannot trace aotkit's arrays",
+        match=r"a JAX function \(frontend='jax'\) with static arguments was called inside a "
+        r"function aotkit is tracing, which passes it traced arrays only; close over",
     ):
-        aotkit.lower(lambda x: g(x), F4)
+        aotkit.lower(lambda x: g(x, 2), F4, frontend="aotkit")
 
 
 # --- tracing is per thread (defect 4) -----------------------------------------------------------

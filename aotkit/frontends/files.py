@@ -117,29 +117,17 @@ def _with_trees(adopted: Program, in_tree, out_tree) -> Program:
 
 
 def _read(source) -> tuple[bytes, str]:
-    if isinstance(source, bytes | bytearray | memoryview):
-        return bytes(source), "<bytes>"
-    if not isinstance(source, str | os.PathLike):
-        raise TypeError(
-            f"load_module: expected a path or bytes, got {type(source).__name__}; pass the "
-            "file's path or its contents as bytes"
-        )
-    if _files.looks_like_mlir_text(source):
-        raise TypeError(
-            "load_module: got a str of MLIR text; a str is a path: pass the module's text as "
-            "bytes (load_module(text.encode())) or the path of a file holding it"
-        )
-    label = str(source)
-    where = f"load_module: {label}"
-    try:
-        with _files.opened(source, where=where, fix=f"pass a file holding {FORMATS}") as f:
-            artifacts.check_length(f, label, "load_module")
-            return f.read(), label
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"load_module: no such file {label!r}; pass the path of a file holding {FORMATS}, "
-            "or its contents as bytes"
-        ) from None
+    return _files.read_source(
+        source,
+        where="load_module",
+        what="the file's path",
+        fix=f"pass a file holding {FORMATS}",
+        text="; a str is a path: pass the module's text as bytes (load_module(text.encode())) "
+        "or the path of a file holding it",
+        text_fix="pass it as bytes (load_module(text.encode()))",
+        not_found=f"pass the path of a file holding {FORMATS}, or its contents as bytes",
+        check=lambda f, label: artifacts.check_length(f, label, "load_module"),
+    )
 
 
 def sniff(data: bytes, label: str = "<bytes>") -> str:

@@ -108,7 +108,12 @@ def trace(
         where, args, kwargs, options.static_argnums, options.static_argnames
     )
     leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
-    specs = arguments.specs_of_leaves(name, (dyn_args, dyn_kwargs), leaves)
+    specs = arguments.specs_of_leaves(
+        name,
+        (dyn_args, dyn_kwargs),
+        leaves,
+        names=lambda: arguments.parameter_names(fn, len(args), static_pos),
+    )
     static = _static(specs)
     if not static:
         specs = unify_scopes(specs)  # symbolic dimensions: one scope (issue 25)

@@ -3,7 +3,8 @@
 Every reduction is one `stablehlo.reduce` whose body is a single binary op; argmax and
 argmin are a variadic reduce over (value, index) pairs, and complex max/min/argmax reduce
 (real, imag) keys in NumPy's lexicographic order. Cumulative ops are one
-`stablehlo.reduce_window` with a window as long as the axis, padded in front.
+`stablehlo.reduce_window` with a window as long as the axis, padded in front; along a
+symbolic axis, whose length no window can have, a Hillis-Steele scan in one while loop.
 
 Result dtypes follow NumPy 2: `sum`/`prod`/`cumsum`/`cumprod` widen bool and integers
 narrower than 64 bits to int64/uint64, `mean`/`var`/`std` of integers are float64, float16
@@ -20,7 +21,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes, shapes
-from aotkit.lowering.control import fori_loop
+from aotkit.lowering.control import fori_loop, while_loop
 from aotkit.lowering.core import (
     RuleContext,
     Tracer,
@@ -32,7 +33,7 @@ from aotkit.lowering.core import (
     where,
 )
 from aotkit.lowering.creation import iota
-from aotkit.lowering.elementwise import asarray, divide, subtract
+from aotkit.lowering.elementwise import asarray, divide, maximum, subtract
 from aotkit.lowering.hlo import (
     broadcast_shapes,
     broadcast_to_shape,
@@ -43,6 +44,7 @@ from aotkit.lowering.hlo import (
     reshape_to,
     to_operand,
 )
+from aotkit.lowering.indexing import take
 from aotkit.lowering.outputs import accepts_out
 from aotkit.lowering.shape import concatenate
 
@@ -658,12 +660,33 @@ def count_nonzero(a, axis=None, *, keepdims=False):
 
 def cumulative(x: Tracer, axis: int, monoid: str) -> Tracer:
     """The inclusive scan of `x` along `axis` with `monoid`, in `x`'s dtype."""
-    if x.shape[axis] == 0:
-        return x
     if x.dtype == _BOOL:
         monoid = _LOGICAL.get(monoid, monoid)
+    if shapes.is_symbolic(x.shape[axis]):
+        return _cumulative_symbolic(x, axis, monoid)
+    if x.shape[axis] == 0:
+        return x
     init = full((), _identity(monoid, x.dtype), x.dtype)
     return bind1("cumulative", x, init, axis=axis, monoid=monoid)
+
+
+def _cumulative_symbolic(x: Tracer, axis: int, monoid: str) -> Tracer:
+    """`cumulative` along an axis of symbolic size n, where reduce_window's window (as long
+    as the axis) cannot be: a Hillis-Steele scan in a loop, whose step k combines each
+    element with the one k before it (k = 1, 2, 4, ... while k < n: ceil(log2(n)) steps)."""
+    n = x.shape[axis]
+    edge = full(x.shape[:axis] + (1,) + x.shape[axis + 1 :], _identity(monoid, x.dtype), x.dtype)
+    position = iota((n,), _INT64)
+    size = cast(asarray(n), _INT64)
+
+    def step(carry):
+        y, k = carry
+        # Element 0 of `padded` is the identity: element i reads i - k + 1 there, or 0.
+        padded = concatenate([edge, y], axis=axis)
+        source = maximum(position - (k - 1), 0)
+        return bind1(monoid, y, take(padded, source, axis=axis)), k * 2
+
+    return while_loop(lambda c: c[1] < size, step, (x, full((), 1, _INT64)))[0]
 
 
 def _cumulative(op, monoid, a, axis, dtype, out) -> Tracer:

@@ -141,6 +141,10 @@ class LoopPolicy:
 DEFAULT_POLICY = LoopPolicy()
 
 
+# Reverse mode's loop counter is int32.
+MAX_TRIP_COUNT = 2**31 - 1
+
+
 def check_policy(where: str, checkpoint_loops, max_trip_count) -> LoopPolicy:
     """The checked loop policy of a transform's options (see `LoopPolicy`)."""
     ok = checkpoint_loops is None or checkpoint_loops == "sqrt"
@@ -158,6 +162,13 @@ def check_policy(where: str, checkpoint_loops, max_trip_count) -> LoopPolicy:
     ):
         raise ValueError(
             f"{where}: max_trip_count must be None or an int >= 1, got {max_trip_count!r}"
+        )
+    if max_trip_count is not None and max_trip_count > MAX_TRIP_COUNT:
+        raise ValueError(
+            f"{where}: max_trip_count={max_trip_count} is above {MAX_TRIP_COUNT} (2**31 - 1): "
+            "the differentiated loop counts its iterations in int32; give a bound below "
+            "2**31 (its carries are stored once per iteration, or once per checkpoint with "
+            "checkpoint_loops)"
         )
     if checkpoint_loops is None and max_trip_count is None:
         return DEFAULT_POLICY

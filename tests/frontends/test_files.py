@@ -753,3 +753,68 @@ def test_a_busy_worker_ends_when_its_process_is_killed():
     finally:
         if _running(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+# --- A str is a path when it names a file, whatever it starts with (issue 43, item 5) -----
+
+_STARTS_AS_TEXT = ["module.aotx", "#x.aotx", "func.func.aotx", "// x.aotx", "a\nb.aotx"]
+
+
+@pytest.mark.parametrize("name", _STARTS_AS_TEXT)
+def test_a_str_naming_a_file_is_a_path_whatever_it_starts_with(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    x = np.arange(4, dtype=np.float32)
+    aotkit.jit(lambda x: x * 3 + 1).lower(x).compile().save(name)
+    got = aotkit.load(name)(x)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, x * 3 + 1)
+    module_name = name.removesuffix(".aotx") + ".mlir"
+    Path(module_name).write_text(aotkit.jit(lambda x: x - 2).lower(x).as_text())
+    got = load_module(module_name).compile()(x)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, x - 2)
+    # Its artifact reads as a module too (the portable StableHLO inside it).
+    np.testing.assert_array_equal(load_module(name).compile()(x), x * 3 + 1)
+
+
+@pytest.mark.parametrize("name", ["module.aotx", "func.func.mlir", "#x.mlir", "//no/such.aotx"])
+def test_a_missing_file_that_reads_as_text_too_names_both_readings(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    both = rf"^{{}}: no such file '{re.escape(name)}', which could be a path or MLIR text; as a "
+    both += r"path, check it \(a pathlib.Path is always read as a path\); as MLIR text, "
+    with pytest.raises(FileNotFoundError, match=(
+        both.format("load_module") + r"pass it as bytes \(load_module\(text.encode\(\)\)\)$"
+    )):  # fmt: skip
+        load_module(name)
+    with pytest.raises(FileNotFoundError, match=(
+        both.format("aotkit.load") + r"load it with aotkit.load_module\(text.encode\(\)\) and "
+        r"compile it$"
+    )):  # fmt: skip
+        aotkit.load(name)
+    # A pathlib.Path is a path: the plain missing-file message.
+    with pytest.raises(
+        FileNotFoundError, match=rf"^load_module: no such file '{re.escape(name)}'; pass"
+    ):
+        load_module(Path(name))
+
+
+@pytest.mark.parametrize("text", ["module {}", "#map = affine_map<(d0) -> (d0)>", "module\n"])
+def test_a_str_of_text_that_names_no_file_is_text(text, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError, match=r"^load_module: got a str of MLIR text; "):
+        load_module(text)
+    with pytest.raises(TypeError, match=r"^aotkit.load: got a str of MLIR text, which is a "):
+        aotkit.load(text)
+
+
+def test_str_reading_decides_once_for_both_readers(tmp_path, monkeypatch):
+    from aotkit import _files
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "module.mlir").write_text("module {}\n")
+    assert _files.str_reading("module.mlir") == "path"
+    assert _files.str_reading("module.aotx") == "either"
+    assert _files.str_reading("module {}") == "text"
+    assert _files.str_reading("module {\n}") == "text"
+    assert _files.str_reading("absent.aotx") == "path"
+    assert _files.str_reading("x" * 5000) == "path"  # too long a name: the reader says so

@@ -33,7 +33,7 @@ def test_module_is_named_after_the_function():
     lowered = aotkit.lower(predict, F32)
     assert lowered.name == "predict"
     assert str(lowered.module.operation.attributes["sym_name"]) == '"predict"'
-    assert repr(lowered) == "<Lowered predict(args[0]: f32[]) -> (out: f32[])>"
+    assert repr(lowered) == "<Lowered predict(x: f32[]) -> (out: f32[])>"
 
 
 def test_tracer_properties_and_methods():
@@ -212,10 +212,11 @@ def test_len_of_0d_tracer():
 @pytest.mark.parametrize(
     "arg, what",
     [
-        ("hello", r"argument args\[0\] of type str is not an array"),
-        (object(), r"argument args\[0\] of type object is not an array"),
+        # A str is read as a spec (issue 43): one that is none says so.
+        ("hello", r"argument x is the str 'hello', which is not a spec \(cannot parse 'hello'"),
+        (object(), r"argument x of type object is not an array"),
         (np.zeros(2, np.float128) if hasattr(np, "float128") else np.array(["a"]),
-         r"argument args\[0\] of type ndarray is not an array \(ShapeDtype: unsupported dtype"),
+         r"argument x of type ndarray is not an array \(ShapeDtype: unsupported dtype"),
     ],
     ids=["str", "object", "unsupported-dtype"],
 )  # fmt: skip
@@ -227,8 +228,10 @@ def test_non_array_arguments_are_refused(arg, what):
 
 
 def test_non_array_kwarg_names_its_path():
-    with pytest.raises(TypeError, match=r"argument kwargs\['opts'\]\['mode'\] of type str"):
+    with pytest.raises(TypeError, match=r"argument opts\['mode'\] is the str 'fast', which is not"):
         aotkit.lower(lambda x, opts: x, F32, opts={"mode": "fast"})
+    with pytest.raises(TypeError, match=r"argument opts\['mode'\] of type object is not an array"):
+        aotkit.lower(lambda x, opts: x, F32, opts={"mode": object()})
 
 
 def test_non_array_output_is_refused():
@@ -341,10 +344,10 @@ def test_a_refused_leaf_is_named_by_its_path_in_the_tree():
 
     params = {"w": np.ones(2, np.float32), "b": [np.ones(2, np.float32), "bias"]}
     with pytest.raises(
-        TypeError, match=r"^f: argument args\[0\]\['b'\]\[1\] of type str is not an array \("
+        TypeError, match=r"^f: argument params\['b'\]\[1\] is the str 'bias', which is not a spec"
     ):
         aotkit.lower(f, params)
-    with pytest.raises(OverflowError, match=r"^f: argument kwargs\['n'\]: Python int 2147483648 "):
+    with pytest.raises(OverflowError, match=r"^f: argument n: Python int 2147483648 "):
         aotkit.lower(f, {"w": params["w"]}, n=2**31)
 
 

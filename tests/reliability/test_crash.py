@@ -297,7 +297,7 @@ def test_reusing_a_donated_sharded_array_is_an_error_not_a_segfault(kind):
     assert done.returncode == 0, f"rc {done.returncode}: {done.stderr[-2000:]}"
     first, error = done.stdout.splitlines()
     assert first == "[1.0, 1.0, 1.0, 1.0]"
-    leaf = "args[0]['x']" if kind == "pytree" else "args[0]"
+    leaf = "t['x']" if kind == "pytree" else "x"
     assert error == (
         f"Compiled 'lambda': argument {leaf} was deleted or donated to an earlier call; pass a "
         "live array"

@@ -129,7 +129,7 @@ def test_a_compiled_traced_by_jax_names_the_tracer(transform):
     with pytest.raises(TypeError) as e:
         call()
     assert str(e.value) == (
-        "Compiled 'lambda': argument args[0] expected f32[4,4], got a JAX tracer of f32[4,4] "
+        "Compiled 'lambda': argument x expected f32[4,4], got a JAX tracer of f32[4,4] "
         "(the Compiled was called inside jax.jit, jax.grad or jax.vmap, or with a value leaked "
         "from one); a Compiled runs on concrete arrays and JAX cannot trace into it: call it "
         "outside JAX's transformations, or give JAX the Python function itself"

@@ -356,7 +356,7 @@ def test_specialize_a_static_program_is_an_error():
     with pytest.raises(ValueError) as e:
         compiled.specialize(b=[1])
     assert str(e.value) == (
-        "Compiled 'add_one': specialize: the program has static shapes (add_one(args[0]: "
+        "Compiled 'add_one': specialize: the program has static shapes (add_one(x: "
         "f32[3]) -> (out: f32[3])), so it has nothing to specialize; lower it with symbolic "
         "dimensions (aotkit.spec('f32[b,784]')) to compile it per shape"
     )

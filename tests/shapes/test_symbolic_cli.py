@@ -101,7 +101,7 @@ def test_specialize_of_a_static_program(run_cli, tmp_path):
     )
     assert code == 1
     assert err == (
-        "aotkit compile: error: --specialize: f has static shapes (f(args[0]: f32[3]) -> (out: "
+        "aotkit compile: error: --specialize: f has static shapes (f(x: f32[3]) -> (out: "
         "f32[3])); it applies to programs lowered with symbolic --shapes such as f32[b,784]\n"
     )
 

@@ -17,9 +17,7 @@ def mlp(x, w):
 
 def test_the_signature_shows_the_symbols():
     low = aotkit.jit(mlp).lower(aotkit.spec("f32[b,784]"), aotkit.ShapeDtype((784, 10), "float32"))
-    assert repr(low) == (
-        "<Lowered mlp(args[0]: f32[b,784], args[1]: f32[784,10]) -> (out: f32[b,10])>"
-    )
+    assert repr(low) == "<Lowered mlp(x: f32[b,784], w: f32[784,10]) -> (out: f32[b,10])>"
     assert [str(s) for s in low.flat_out_specs] == ["f32[b,10]"]
     text = low.as_text()
     assert "%arg0: tensor<?x784xf32>" in text and "-> tensor<?x10xf32>" in text
@@ -124,5 +122,5 @@ def test_jax_shape_dtype_structs_with_symbolic_dims():
 
     b, t = jax.export.symbolic_shape("b, t", constraints=("t >= 1",))
     low = aotkit.jit(lambda x: x[:, 0]).lower(jax.ShapeDtypeStruct((b, t), np.float32))
-    assert repr(low) == "<Lowered lambda(args[0]: f32[b,t]) -> (out: f32[b])>"
+    assert repr(low) == "<Lowered lambda(x: f32[b,t]) -> (out: f32[b])>"
     assert low.flat_in_specs[0].shape[1] >= 1

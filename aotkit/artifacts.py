@@ -444,10 +444,29 @@ def _unique_keys(pairs):
     return out
 
 
+def _refuse_unregistered(header, where: str, fix: str, label: str, names: list) -> None:
+    """ArtifactError naming every node type of the header's pytrees that is not registered
+    here (one: where it is, from a strict read of the trees)."""
+    if len(names) == 1:
+        decode_tree(header["in_tree"], where, "in_tree", fix, label)
+        decode_tree(header["out_tree"], where, "out_tree", fix, label)
+    listed = ", ".join(map(repr, names))
+    raise ArtifactError(
+        f"{where}: the artifact's pytrees have {len(names)} node types that are not "
+        f"registered for serialization in this process: {listed}; import the modules that "
+        "define them and call aotkit.register_pytree_node_serialization(<its class>, "
+        "serialized_name=<its name>) for each (aotkit.register_library_nodes for a "
+        "library's) before loading (aotkit never imports a module a file names)",
+        path=label,
+    )
+
+
 def _check_header(header, label: str, where: str, fix: str, lenient: bool = False) -> Artifact:
     """Validates every field aotkit reads; returns the Artifact with them decoded. `lenient`
     (inspection) reads node types not registered here as placeholders."""
-    unregistered = [] if lenient else None
+    # Every node type not registered here is collected, so that loading names them all at
+    # once; inspection (`lenient`) reads them as placeholders.
+    unregistered: list = []
 
     def bad(field: str, detail: str) -> ArtifactError:
         return ArtifactError(f"{where}: header field {field!r} {detail}; {fix}", path=label)
@@ -529,6 +548,8 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
     out_tree = decode_tree(
         header["out_tree"], where, "out_tree", fix, label, unregistered=unregistered
     )
+    if unregistered and not lenient:
+        _refuse_unregistered(header, where, fix, label, sorted(set(unregistered)))
     args_kwargs = tree_util.tree_structure(((0,), {}))
     node = in_tree.node_data()
     children = in_tree.children()

@@ -1,11 +1,13 @@
 """Function transforms with JAX's names and semantics: `grad`, `value_and_grad`, `vjp`, `jvp`,
 `vmap`, `jacfwd`, `jacrev`, `hessian`.
 
-Each is aotkit's own: the function is traced to StableHLO by aotkit's tracer and the
-StableHLO is rewritten by aotkit's rules (`aotkit.transforms`); JAX is only the oracle of
-the tests. Inside a function aotkit is tracing, a transformed function is emitted into
-the program being traced, like any op; called on concrete arrays, it compiles itself with
-`aotkit.jit` (once per argument signature) and runs. They compose with each other
+Each is aotkit's own: the function is traced to StableHLO by aotkit's tracer, or, written
+with JAX, lowered by JAX (`frontend=`, chosen as `jit`'s `frontend="auto"` chooses, or
+given), and the StableHLO is rewritten by aotkit's rules (`aotkit.transforms`); JAX's own
+transforms are only the oracle of the tests. Inside a function aotkit is tracing, a
+transformed function is emitted into the program being traced, like any op; called on
+concrete arrays, it compiles itself with `aotkit.jit` (once per argument signature) and
+runs. They compose with each other
 (`vmap(grad(f))`, `grad(grad(f))`, `jvp(grad(f), ...)`) and with `jit`, `lower`,
 `compile`, `save`/`load` and sharding.
 """
@@ -19,7 +21,7 @@ import numpy as np
 from jax import dtypes as jax_dtypes
 from jax import tree_util
 
-from aotkit import api, dtypes
+from aotkit import api, dtypes, frontends
 from aotkit.arguments import function_name
 from aotkit.lowering import core
 from aotkit.transforms import _hlo as H
@@ -47,32 +49,67 @@ def _check_callable(where: str, fun) -> None:
 class _Transformed:
     """A transformed function: traced inline inside a trace, jitted outside one.
 
-    `restore(result, args)` puts back the float0 zeros (gradients of integer arguments) a
-    compiled program cannot return: the jitted program returns None in their place."""
+    `run(fun, args, kwargs)` emits the transform inside a trace, `fun` being the user's
+    function as `F.by_frontend` makes it for `frontend` (resolved at the first call, as
+    `jit` resolves its own). `restore(result, args)` puts back the float0 zeros (gradients
+    of integer arguments) a compiled program cannot return: the jitted program returns
+    None in their place."""
 
-    def __init__(self, fun: Callable, where: str, run: Callable, restore: Callable | None = None):
+    def __init__(
+        self,
+        fun: Callable,
+        where: str,
+        run: Callable,
+        restore: Callable | None = None,
+        frontend: str = "auto",
+    ):
+        frontends.check_frontend(where, frontend)
         self.fun = fun
+        self.frontend = frontend
         self._where = where
-        self._run = run  # run(args, kwargs) inside a trace
+        self._run = run
         self._restore = restore
         self._jitted = None
+        self._traced_fun = None
         functools.update_wrapper(self, fun, updated=())
         self.__name__ = where
 
+    def with_frontend(self, frontend: str) -> _Transformed:
+        """The same transform with `frontend` lowering its function (what
+        `jit(transform, frontend=...)` traces)."""
+        return _Transformed(self.fun, self._where, self._run, self._restore, frontend)
+
+    def _fun(self) -> Callable:
+        fun = self._traced_fun
+        if fun is None:
+            fun = self._traced_fun = F.by_frontend(self.fun, self.frontend, self._where)
+        return fun
+
     def __call__(self, *args, **kwargs):
         if core.is_tracing():
-            return self._run(args, kwargs)
+            return self._run(self._fun(), args, kwargs)
         if self._jitted is None:
-            self._jitted = api.jit(self._compiled_body, frontend="aotkit")
+            self._jitted = api.jit(_named(self._compiled_body, self.fun), frontend="aotkit")
         result = self._jitted(*args, **kwargs)
         return self._restore(result, args) if self._restore is not None else result
 
     def _compiled_body(self, *args, **kwargs):
-        result = self._run(args, kwargs)
+        result = self._run(self._fun(), args, kwargs)
         return F.drop_float0(result) if self._restore is not None else result
 
     def __repr__(self) -> str:
         return f"<aotkit.{self._where}>"
+
+
+def _named(body: Callable, fun: Callable) -> Callable:
+    """`body` under the name of the user's function `fun` (the name its jit, module and
+    errors carry)."""
+
+    def run(*args, **kwargs):
+        return body(*args, **kwargs)
+
+    run.__name__ = run.__qualname__ = function_name(fun)
+    return run
 
 
 def value_and_grad(
@@ -84,17 +121,18 @@ def value_and_grad(
     *,
     checkpoint_loops=None,
     max_trip_count: int | None = None,
+    frontend: str = "auto",
 ) -> Callable:
     """`fun`'s value and its gradient with respect to the arguments `argnums` (an int or a
     tuple of ints), as `jax.value_and_grad`: `fun` must return a float scalar (or
     `(scalar, aux)` with `has_aux=True`); the gradient has the structure of those
-    arguments. `checkpoint_loops` and `max_trip_count` are `grad`'s."""
+    arguments. `checkpoint_loops`, `max_trip_count` and `frontend` are `grad`'s."""
     where = f"value_and_grad({function_name(fun)})"
     _check_callable(where, fun)
     _no_holomorphic(where, holomorphic)
     loops = _loop_options(where, checkpoint_loops, max_trip_count)
 
-    def run(args, kwargs):
+    def run(fun, args, kwargs):
         return F.value_and_grad(
             fun,
             args,
@@ -109,7 +147,7 @@ def value_and_grad(
     def restore(result, args):
         return result[0], _float0_grads(result[1], args, argnums)
 
-    return _Transformed(fun, where, run, restore if allow_int else None)
+    return _Transformed(fun, where, run, restore if allow_int else None, frontend)
 
 
 def _float0_grads(grads, args: tuple, argnums):
@@ -135,6 +173,7 @@ def grad(
     *,
     checkpoint_loops=None,
     max_trip_count: int | None = None,
+    frontend: str = "auto",
 ) -> Callable:
     """The gradient of `fun` with respect to the arguments `argnums`, as `jax.grad`.
     Integer arguments among them are a TypeError (with `allow_int=True`, their gradient
@@ -143,13 +182,17 @@ def grad(
     Reverse mode keeps the carry of every iteration of a loop; `checkpoint_loops="sqrt"`
     keeps about sqrt(n) of them and recomputes the rest in the backward pass (an int k
     keeps every k-th). A loop whose trip count depends on the data needs
-    `max_trip_count=N` (its gradient is NaN if it runs longer)."""
+    `max_trip_count=N` (its gradient is NaN if it runs longer).
+
+    `frontend` says who lowers `fun`, as `jit`'s does: "auto" (JAX when `fun` uses JAX and
+    not aotkit), "aotkit" or "jax"; a function JAX lowers is differentiated by aotkit's
+    rules on the module JAX wrote (the same holds for every transform here)."""
     where = f"grad({function_name(fun)})"
     _check_callable(where, fun)
     _no_holomorphic(where, holomorphic)
     loops = _loop_options(where, checkpoint_loops, max_trip_count)
 
-    def run(args, kwargs):
+    def run(fun, args, kwargs):
         out = F.value_and_grad(
             fun,
             args,
@@ -168,7 +211,7 @@ def grad(
             return _float0_grads(result[0], args, argnums), result[1]
         return _float0_grads(result, args, argnums)
 
-    return _Transformed(fun, where, run, restore if allow_int else None)
+    return _Transformed(fun, where, run, restore if allow_int else None, frontend)
 
 
 def _loop_options(where: str, checkpoint_loops, max_trip_count) -> dict:
@@ -184,11 +227,13 @@ def _no_holomorphic(where: str, holomorphic: bool) -> None:
         )
 
 
-def jvp(fun: Callable, primals, tangents, has_aux: bool = False):
+def jvp(fun: Callable, primals, tangents, has_aux: bool = False, *, frontend: str = "auto"):
     """`(fun(*primals), the directional derivative along tangents)`, as `jax.jvp`:
-    `primals` and `tangents` are tuples with one entry per positional argument."""
+    `primals` and `tangents` are tuples with one entry per positional argument; `frontend`
+    is `grad`'s."""
     where = f"jvp({function_name(fun)})"
     _check_callable(where, fun)
+    fun = F.by_frontend(fun, frontend, where)
     if core.is_tracing():
         return F.jvp(fun, primals, tangents, has_aux=has_aux, where=where)
     F.check_jvp_arguments(where, primals, tangents)
@@ -210,15 +255,17 @@ def vjp(
     has_aux: bool = False,
     checkpoint_loops=None,
     max_trip_count: int | None = None,
+    frontend: str = "auto",
 ):
     """`(fun(*primals), vjp_fn)` (and `aux` with `has_aux=True`), as `jax.vjp`:
     `vjp_fn(cotangent)` gives one cotangent per primal. Inside a trace the backward
     program is emitted where `vjp_fn` is called; on concrete arrays `vjp_fn` is a
-    compiled program of its own (it recomputes the forward pass). `checkpoint_loops` and
-    `max_trip_count` are `grad`'s."""
+    compiled program of its own (it recomputes the forward pass). `checkpoint_loops`,
+    `max_trip_count` and `frontend` are `grad`'s."""
     where = f"vjp({function_name(fun)})"
     _check_callable(where, fun)
     loops = _loop_options(where, checkpoint_loops, max_trip_count)
+    fun = F.by_frontend(fun, frontend, where)
     if core.is_tracing():
         return F.vjp(fun, primals, has_aux=has_aux, where=where, **loops)
     forward = _eager(fun, where, lambda p: _forward_only(fun, p, has_aux, where))
@@ -282,28 +329,36 @@ def _restore_float0(float_cts: list, primals, float0) -> tuple:
     return tuple(out)
 
 
-def checkpoint(fun: Callable) -> Callable:
+def checkpoint(fun: Callable, *, frontend: str = "auto") -> Callable:
     """`fun`, whose intermediates reverse mode recomputes in the backward pass instead of
     storing them from the forward pass, as `jax.checkpoint` (remat): less memory for one
-    more evaluation of `fun`. Usable as a decorator; outside reverse mode it is `fun`."""
+    more evaluation of `fun`. Usable as a decorator; outside reverse mode it is `fun`.
+    `frontend` is `grad`'s."""
     where = f"checkpoint({function_name(fun)})"
     _check_callable(where, fun)
 
-    def run(args, kwargs):
+    def run(fun, args, kwargs):
         return F.checkpoint(fun, args, kwargs, where)
 
-    return _Transformed(fun, where, run)
+    return _Transformed(fun, where, run, frontend=frontend)
 
 
-def vmap(fun: Callable, in_axes=0, out_axes=0, axis_size: int | None = None) -> Callable:
+def vmap(
+    fun: Callable,
+    in_axes=0,
+    out_axes=0,
+    axis_size: int | None = None,
+    *,
+    frontend: str = "auto",
+) -> Callable:
     """`fun` mapped over an axis of its arguments, as `jax.vmap`: `in_axes` is an int, None
     or a tuple with one entry (a pytree prefix) per positional argument (keyword
     arguments are mapped over axis 0); `out_axes` the same for the outputs; `axis_size`
-    is needed when no argument is mapped."""
+    is needed when no argument is mapped. `frontend` is `grad`'s."""
     where = f"vmap({function_name(fun)})"
     _check_callable(where, fun)
 
-    def run(args, kwargs):
+    def run(fun, args, kwargs):
         return F.vmap(
             fun,
             args,
@@ -314,7 +369,7 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_size: int | None = None) -> 
             where=where,
         )
 
-    return _Transformed(fun, where, run)
+    return _Transformed(fun, where, run, frontend=frontend)
 
 
 # --- Jacobians --------------------------------------------------------------------------------
@@ -350,14 +405,21 @@ def _check_jacobian_inputs(where, leaves, holomorphic):
             )
 
 
-def jacfwd(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False):
+def jacfwd(
+    fun: Callable,
+    argnums=0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    *,
+    frontend: str = "auto",
+):
     """The Jacobian of `fun` with respect to `argnums` by forward mode (one JVP per input
     element, batched with vmap), as `jax.jacfwd`: for each output leaf of shape `o` and
-    input leaf of shape `i`, an array of shape `o + i`."""
+    input leaf of shape `i`, an array of shape `o + i`. `frontend` is `grad`'s."""
     where = f"jacfwd({function_name(fun)})"
     _check_callable(where, fun)
 
-    def run(args, kwargs):
+    def run(fun, args, kwargs):
         nums = F._argnums(where, argnums, len(args))
         dyn = [tree_util.tree_map(lambda x: F.as_tracer(where, x), args[a]) for a in nums]
         leaves, dyn_tree = tree_util.tree_flatten(tuple(dyn))
@@ -382,7 +444,7 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = 
         jac_tree = tree_util.tree_map(lambda yl, jl: _jacfwd_unravel(example, yl, jl), y, jac)
         return (jac_tree, res[2]) if has_aux else jac_tree
 
-    return _Transformed(fun, where, run)
+    return _Transformed(fun, where, run, frontend=frontend)
 
 
 def _jacfwd_unravel(example, y_leaf, jac_leaf):
@@ -401,14 +463,21 @@ def _jacfwd_unravel(example, y_leaf, jac_leaf):
 
 
 def jacrev(
-    fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False, allow_int=False
+    fun: Callable,
+    argnums=0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int=False,
+    *,
+    frontend: str = "auto",
 ):
     """The Jacobian of `fun` with respect to `argnums` by reverse mode (one VJP per output
-    element, batched with vmap), as `jax.jacrev`: shapes as `jacfwd`'s."""
+    element, batched with vmap), as `jax.jacrev`: shapes as `jacfwd`'s. `frontend` is
+    `grad`'s."""
     where = f"jacrev({function_name(fun)})"
     _check_callable(where, fun)
 
-    def run(args, kwargs):
+    def run(fun, args, kwargs):
         nums = F._argnums(where, argnums, len(args))
         dyn = [tree_util.tree_map(lambda x: F.as_tracer(where, x), args[a]) for a in nums]
         _check_jacobian_inputs(where, tree_util.tree_leaves(dyn), holomorphic)
@@ -446,7 +515,7 @@ def jacrev(
         jac_tree = tree_util.tree_unflatten(y_tree, blocks)
         return (jac_tree, res[2]) if has_aux else jac_tree
 
-    return _Transformed(fun, where, run)
+    return _Transformed(fun, where, run, frontend=frontend)
 
 
 def _jacrev_unravel(y_leaves, jac_leaf):
@@ -464,6 +533,15 @@ def _jacrev_unravel(y_leaves, jac_leaf):
     return out
 
 
-def hessian(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False):
-    """The Hessian of a scalar `fun`: `jacfwd(jacrev(fun))`, as `jax.hessian`."""
-    return jacfwd(jacrev(fun, argnums, has_aux, holomorphic), argnums, has_aux, holomorphic)
+def hessian(
+    fun: Callable,
+    argnums=0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    *,
+    frontend: str = "auto",
+):
+    """The Hessian of a scalar `fun`: `jacfwd(jacrev(fun))`, as `jax.hessian`; `frontend`
+    is `grad`'s."""
+    inner = jacrev(fun, argnums, has_aux, holomorphic, frontend=frontend)
+    return jacfwd(inner, argnums, has_aux, holomorphic)

@@ -21,11 +21,16 @@ PACKAGE = ROOT / "aotkit"
 # Lowest first. A module belongs to the first layer with a pattern that matches its name.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "base: errors, options, files; jax's private names; the optional C parts",
+        "base: errors, options, files; jax's private names; the optional C parts and the native "
+        "runner's build",
         (
             "aotkit._version",
             "aotkit._speedups",
             "aotkit._native",
+            "aotkit.native",
+            # C sources the native runner is built from (not Python extensions)
+            "aotkit.native.aotkit_run",
+            "aotkit.native.aotkit_runtime",
             "aotkit.errors",
             "aotkit.config",
             "aotkit._traceback",
@@ -97,6 +102,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "aotkit._cli_specs",
             "aotkit.cli",
             "aotkit.__main__",
+            "aotkit.native.__main__",
+            "aotkit.native.portable",
             "aotkit",
         ),
     ),

@@ -102,7 +102,7 @@ def check_frontend(where: str, frontend) -> str:
 def resolve(fn, frontend: str, where: str = "lower") -> Choice:
     """The front end to use for `fn`: `frontend` itself unless it is `auto`."""
     check_frontend(where, frontend)
-    if frontend == "auto":
+    if frontend == "auto" or is_transform(fn):
         return choose(fn)
     return Choice(frontend, f"frontend={frontend!r} was asked for")
 
@@ -113,6 +113,13 @@ def choose(fn) -> Choice:
     Looks first at the global names `fn`'s code refers to (nested functions included), then,
     when those settle nothing (say `fn` only calls helpers), at what its module imports.
     """
+    if _is_aotkit_object(fn):
+        label = getattr(fn, "__name__", None) or type(fn).__name__
+        return Choice(
+            "aotkit",
+            f"{label} is aotkit's {type(fn).__name__} (it lets the front end of its choice "
+            "lower its function)",
+        )
     target = _unwrap(fn)
     label = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(fn))
     if _is_jax(target):
@@ -138,6 +145,27 @@ def choose(fn) -> Choice:
                 "aotkit", f"module {module.__name__} imports {', '.join(module_aotkit)} from aotkit"
             )
     return Choice("aotkit", f"{label} uses neither JAX nor aotkit directly (NumPy code)")
+
+
+def _is_aotkit_object(fn) -> bool:
+    """Whether `fn` is an instance of one of aotkit's callables (`aotkit.jit(f)`,
+    `aotkit.grad(f)`, ...), which a trace of aotkit's calls as it is."""
+    return not inspect.isroutine(fn) and "aotkit" in _packages(type(fn))
+
+
+def is_transform(fn) -> bool:
+    """Whether `fn` is an aotkit transform (`aotkit.grad(f)`, `aotkit.vmap(f)`, ...): aotkit's
+    tracer runs it, and the transform lets the front end of its choice lower `f`."""
+    return callable(getattr(fn, "with_frontend", None)) and _is_aotkit(fn)
+
+
+def for_transform(fn, frontend: str):
+    """`fn`, or, when `fn` is an aotkit transform and `frontend` is not "auto", the same
+    transform with `frontend` lowering its function: `jit(grad(f), frontend="jax")` lets JAX
+    lower `f`, while aotkit traces the gradient."""
+    if frontend == "auto" or not is_transform(fn):
+        return fn
+    return fn.with_frontend(frontend)
 
 
 def _imports(values: dict) -> tuple[list[str], list[str]]:

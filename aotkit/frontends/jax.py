@@ -3,10 +3,13 @@
 This is the one place in aotkit where JAX traces (`jax.jit(fn).lower(...)`). JAX's StableHLO
 module lives in JAX's own MLIR context; it is written as bytecode and read back into a
 lowering context of aotkit's, then adopted (`_module.adopt`): `module @<fn name>` with a
-public `@main` whose arguments are the flat input leaves (static arguments removed; unused
-ones kept, so the calling convention is the tracer's), placement attributes dropped,
-donation kept. From there the module takes aotkit's pipeline, dumps, backends and
-`Compiled` like a traced one. `in_shardings`/`out_shardings` go to `jax.jit` as they are
+public `@main` whose arguments are the flat input leaves (static arguments removed),
+placement attributes dropped, donation kept. The module is jax.jit's: JAX prunes the
+arguments the program does not use (and with them dead loop carries); each pruned argument
+is put back as an unused argument of `@main`, so the calling convention stays one argument
+per input leaf (`Options.keep_unused` lowers with `jax.jit(fn, keep_unused=True)`
+instead). From there the module takes aotkit's pipeline, dumps, backends and `Compiled`
+like a traced one. `in_shardings`/`out_shardings` go to `jax.jit` as they are
 (PartitionSpecs made NamedShardings over the program's mesh): JAX writes the annotations,
 and the module keeps them.
 
@@ -38,10 +41,14 @@ def trace_jax(
     args: tuple,
     kwargs: dict,
     options: Options = DEFAULT_OPTIONS,
+    *,
+    lc: _context.LoweringContext | None = None,
+    where: str | None = None,
 ) -> Program:
     """Lowers `fn` with JAX for `args`/`kwargs` (values, `aotkit.ShapeDtype` or
-    `jax.ShapeDtypeStruct` specs): JAX's module, adopted in a lowering context, with the
-    input and output pytrees.
+    `jax.ShapeDtypeStruct` specs): JAX's module, adopted in a lowering context (`lc`, the
+    context of the trace the module is evaluated in, else a new lowering's), with the
+    input and output pytrees. Errors begin with `where` (default: `lower: <fn>`).
 
     The static and donated arguments and the shardings of `options` mean what they mean
     to `jax.jit`; a function wrapped in jax.jit keeps its own unless `options` names some.
@@ -51,7 +58,7 @@ def trace_jax(
     donate_argnums = options.donate_argnums
     in_shardings, out_shardings = options.in_shardings, options.out_shardings
     name = arguments.function_name(fn)
-    where = f"lower: {name} (frontend='jax')"
+    where = where or f"lower: {name} (frontend='jax')"
     static_argnums = _as_tuple(static_argnums)
     static_argnames = _as_tuple(static_argnames)
     wrapped = frontends.jax_jit_options(fn)
@@ -103,13 +110,19 @@ def trace_jax(
             in_shardings=tree_util.tree_unflatten(args_tree, flat_in[: args_tree.num_leaves]),
             out_shardings=_over_mesh(out_shardings, mesh),
         )
-    jax_lowered = _jitted(fn, static_argnums, static_argnames, donate_argnums, jit_shardings)
-    jax_lowered = jax_lowered.lower(*full_args, **full_kwargs)
+    # A sharded program keeps its arguments: its shardings are given per input leaf.
+    keep_unused = options.keep_unused or sharded
+    jitted = _jitted(
+        fn, static_argnums, static_argnames, donate_argnums, jit_shardings, keep_unused
+    )
+    jax_lowered = jitted.lower(*full_args, **full_kwargs)
     jax_module = jax_lowered.compiler_ir("stablehlo")
-    module, lc = _import_module(jax_module, where)
+    module, lc = _import_module(jax_module, where, lc)
     # JAX's own tree: it knows the statics of a function the user already wrapped in jax.jit.
     in_tree = jax_lowered.in_tree
     n_main = _main_arity(module)
+    if n_main != in_tree.num_leaves and _restore_pruned(module, jax_lowered):
+        n_main = in_tree.num_leaves
     if n_main != in_tree.num_leaves:
         raise ValueError(
             f"{where}: JAX's module takes {n_main} arguments for {in_tree.num_leaves} input "
@@ -163,11 +176,10 @@ def _over_mesh(shardings, mesh):
     return tree_util.tree_map(convert, shardings, is_leaf=spmd.is_sharding_leaf)
 
 
-def _jitted(fn, static_argnums, static_argnames, donate_argnums, shardings):
-    """`fn` under jax.jit with every argument kept (`keep_unused`: aotkit's calling
-    convention has one @main argument per input leaf). A function the user already jitted
-    is jitted again from its own function and options, since jax.jit drops the arguments
-    the program does not use; if this jax hides its options, it is lowered as it is."""
+def _jitted(fn, static_argnums, static_argnames, donate_argnums, shardings, keep_unused):
+    """`fn` under jax.jit (with `keep_unused`, every argument kept). A function the user
+    already jitted is jitted again from its own function and options (and aotkit's
+    `keep_unused`); if this jax hides its options, it is lowered as it is."""
     options = frontends.jax_jit_options(fn)
     if options is not None:
         fn = options.fun
@@ -178,9 +190,51 @@ def _jitted(fn, static_argnums, static_argnames, donate_argnums, shardings):
         static_argnums=static_argnums,
         static_argnames=static_argnames,
         donate_argnums=_as_tuple(donate_argnums),
-        keep_unused=True,
+        keep_unused=keep_unused,
         **shardings,
     )
+
+
+def _restore_pruned(module: ir.Module, jax_lowered) -> bool:
+    """Puts back, as unused arguments of `@main` at their places, the input leaves jax.jit
+    pruned from JAX's module (the rest of the module stays jax.jit's); False, leaving the
+    module as it is, when this jax does not say which it kept or a pruned leaf is a typed
+    PRNG key."""
+    kept = _compat.kept_arguments(jax_lowered)
+    avals = tree_util.tree_leaves(jax_lowered.in_avals)
+    if kept is None or any(not 0 <= i < len(avals) for i in kept):
+        return False
+    pruned = [i for i in range(len(avals)) if i not in set(kept)]
+    if any(arguments.key_dtype(avals[i]) is not None for i in pruned):
+        return False
+    with _context.of(module), ir.Location.unknown():
+        main = modules.main_function(module)
+        if main is None or len(main.regions[0].blocks[0].arguments) != len(kept):
+            return False
+        block = main.regions[0].blocks[0]
+        old = list(block.arguments)
+        where_kept = dict(zip(kept, old, strict=True))
+        fresh = []
+        for i, aval in enumerate(avals):
+            if i in where_kept:
+                arg = where_kept[i]
+                fresh.append(block.add_argument(arg.type, arg.location))
+                arg.replace_all_uses_with(fresh[-1])
+            else:
+                t = dtypes.tensor_type(tuple(aval.shape), np.dtype(aval.dtype))
+                fresh.append(block.add_argument(t, ir.Location.current))
+        for _ in old:
+            block.erase_argument(0)
+        results = modules.function_type(main).results
+        inputs = [a.type for a in fresh]
+        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, results))
+        if "arg_attrs" in main.attributes:
+            given = dict(zip(kept, ir.ArrayAttr(main.attributes["arg_attrs"]), strict=True))
+            empty = ir.DictAttr.get({})
+            main.attributes["arg_attrs"] = ir.ArrayAttr.get(
+                [given.get(i, empty) for i in range(len(avals))]
+            )
+    return True
 
 
 def _is_jax_jitted(fn) -> bool:
@@ -210,12 +264,15 @@ def _key_data_spec(leaf):
     return ShapeDtype(data.shape, data.dtype)
 
 
-def _import_module(jax_module: ir.Module, where: str):
+def _import_module(jax_module: ir.Module, where: str, lc: _context.LoweringContext | None = None):
     # Bytecode, not text: exact constants, locations kept, and no printing of large weights.
     buffer = io.BytesIO()
     jax_module.operation.write_bytecode(buffer)
     try:
-        return _module.parse(buffer.getvalue())
+        if lc is None:
+            return _module.parse(buffer.getvalue())
+        with lc:
+            return ir.Module.parse(buffer.getvalue(), context=lc.mlir), lc
     except ir.MLIRError as e:
         raise ValueError(
             f"{where}: aotkit's MLIR context cannot read JAX's module: "

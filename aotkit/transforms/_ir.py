@@ -27,7 +27,8 @@ def _aval_of_type(t: ir.Type) -> Aval:
     if not ranked.has_static_shape:
         raise NotImplementedError(
             f"a value of type {t} has a dynamic shape; aotkit's transforms need static "
-            "shapes: specialize the module to concrete shapes first"
+            "shapes: specialize the program to concrete sizes first (Lowered.specialize, "
+            "one size per symbol: lowered.specialize(b=8).grad())"
         )
     return tuple(ranked.shape), dtypes.dtype_of_ir_type(ranked.element_type)
 

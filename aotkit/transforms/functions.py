@@ -13,20 +13,28 @@ batch, captured by its loss). Nested transforms (`grad(grad(f))`, `vmap(grad(f))
 `aotkit.functional` wraps these in the public `aotkit.grad`, `aotkit.vmap`, ... (which,
 called outside a trace, jit themselves); `Lowered.grad` and friends apply them to a
 program called as a function (`call_program`).
+
+A function written with JAX (`by_frontend`: chosen as `jit`'s `frontend="auto"` chooses,
+or asked for) is lowered by JAX for the avals of the tracers it is called on, and JAX's
+module is evaluated inline (`call_jax`): the transforms then apply aotkit's rules to the
+ops JAX wrote, never JAX's own transforms.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
+import jax
 import numpy as np
 from jax import dtypes as jax_dtypes
 from jax import tree_util
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import autograph, dtypes, modules
+from aotkit import _context, autograph, dtypes, frontends, modules
 from aotkit.arguments import function_name
+from aotkit.frontends import jax as jax_frontend
 from aotkit.frontends.tracer import output_value
 from aotkit.lowering import control as tracer_control
 from aotkit.lowering import core
@@ -107,7 +115,13 @@ def trace_function(fun: Callable, leaves: list[Tracer], in_tree, where: str) -> 
             ]
             a, k = tree_util.tree_unflatten(in_tree, args)
             # Converted as the function being traced is (`jit`'s `autograph`).
-            out = (autograph.convert(fun) if autograph.active() else fun)(*a, **k)
+            try:
+                out = (autograph.convert(fun) if autograph.active() else fun)(*a, **k)
+            except TypeError as e:
+                error = _jax_on_tracers(where, fun, e)
+                if error is e:
+                    raise
+                raise error.with_traceback(e.__traceback__.tb_next) from e
             with_paths, out_tree = tree_util.tree_flatten_with_path(out)
             outs = [output_value(p, leaf) for p, leaf in with_paths]
             with core.user_location():
@@ -115,6 +129,74 @@ def trace_function(fun: Callable, leaves: list[Tracer], in_tree, where: str) -> 
     finally:
         core.pop_scope(scope)
     return Traced(block, {}, out_tree, scratch, where)
+
+
+# How JAX names a value it cannot take, when that value is one of aotkit's tracers.
+_TRACER_TYPE = f"<class '{Tracer.__module__}.{Tracer.__qualname__}'>"
+
+
+def _jax_on_tracers(where: str, fun, error: TypeError) -> TypeError:
+    """`error` itself, unless it is JAX refusing one of aotkit's tracers (`fun` calls
+    jax.numpy or jax.lax and aotkit's tracer ran it): then the error that says how to let
+    JAX lower `fun`."""
+    text = str(error)
+    if _TRACER_TYPE not in text or "frontend='jax'" in text:
+        return error
+    name = function_name(fun)
+    transform = where.partition("(")[0]
+    return TypeError(
+        f"{where}: {name} calls JAX (jax.numpy, jax.lax, ...) on aotkit's traced values, "
+        f"which JAX cannot take ({text.splitlines()[0]}); pass frontend='jax' to "
+        f"aotkit.{transform} to let JAX lower {name}, or write it with aotkit.numpy"
+    )
+
+
+# --- functions JAX lowers ------------------------------------------------------------------------
+
+
+def by_frontend(fun: Callable, frontend: str, where: str) -> Callable:
+    """`fun` as the transforms call it inside a trace: itself when aotkit's tracer runs it,
+    else a function that JAX lowers (`call_jax`). `frontend` is `jit`'s: "auto" lets
+    `aotkit.frontends.choose` decide (an aotkit transform or jit is aotkit's)."""
+    if frontends.is_transform(fun):  # traced by aotkit; `frontend` lowers its function
+        return frontends.for_transform(fun, frontend)
+    if frontends.resolve(fun, frontend, where).name == "aotkit":
+        return fun
+
+    def lowered_by_jax(*args, **kwargs):
+        return call_jax(fun, where, args, kwargs)
+
+    functools.update_wrapper(lowered_by_jax, fun, updated=())
+    return lowered_by_jax
+
+
+def call_jax(fun: Callable, where: str, args: tuple, kwargs: dict):
+    """`fun(*args, **kwargs)` inside a trace, `fun` being a JAX function: JAX lowers it for
+    the shapes and dtypes (and weak types) of the arguments, in the trace's MLIR context,
+    and its module is evaluated at the insertion point, its calls inlined."""
+    leaves, tree = tree_util.tree_flatten((args, kwargs))
+    tracers = [as_tracer(where, x) for x in leaves]
+    specs = [jax.ShapeDtypeStruct(t.shape, t.dtype, weak_type=bool(t.weak)) for t in tracers]
+    a, k = tree_util.tree_unflatten(tree, specs)
+    lc = _context.of(ir.InsertionPoint.current.block.owner)
+    name = function_name(fun)
+    try:
+        program = jax_frontend.trace_jax(fun, a, k, lc=lc, where=f"{where}: JAX lowering {name}")
+    except TypeError as e:
+        text = str(e)
+        if _TRACER_TYPE not in text and "JaxprTracer" not in text:
+            raise
+        # JAX met a value of the enclosing trace: the function closes over it.
+        raise TypeError(
+            f"{where}: JAX lowering {name}: {name} uses a value of the function aotkit is "
+            f"tracing that is not one of its arguments ({text.splitlines()[0]}); JAX lowers "
+            f"{name} on its arguments only: pass that value as an argument"
+        ) from e
+    src = _Program(program.module)
+    core.current_scope().emitted.unchecked = True  # its regions are copied as JAX wrote them
+    ev = JVPEvaluator(src.functions, Forward(), "call")
+    outs = ev.run_block(src.block, [(x, None) for x in tracers], Env())
+    return tree_util.tree_unflatten(program.signature.out_tree, [p for p, _ in outs])
 
 
 class _Program:

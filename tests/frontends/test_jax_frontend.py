@@ -358,11 +358,13 @@ def test_module_in_a_dialect_aotkit_does_not_load():
 
 
 def test_jitted_without_keep_unused_is_an_error_when_jax_hides_its_options(monkeypatch):
-    # With its options known, a jitted function is jitted again with keep_unused=True
-    # (tests/frontends/test_jax_programs.py); a jax that hides them leaves this error.
+    # With its options known, a jitted function is jitted again (with aotkit's keep_unused);
+    # with the arguments jax.jit kept known, the pruned ones are put back; a jax that hides
+    # both leaves this error.
     from aotkit import _compat
 
     monkeypatch.setattr(_compat, "jit_options", lambda fn: None)
+    monkeypatch.setattr(_compat, "kept_arguments", lambda lowered: None)
     jitted = jax.jit(lambda x, y: x * 2)
     with pytest.raises(ValueError, match=(
         r"^lower: lambda \(frontend='jax'\): JAX's module takes 1 arguments for 2 input "
@@ -371,6 +373,80 @@ def test_jitted_without_keep_unused_is_an_error_when_jax_hides_its_options(monke
         r"jax.jit\(fn, keep_unused=True\), and no effects$"
     )):  # fmt: skip
         aotkit.lower(jitted, normal(3), normal(3), frontend="jax")
+
+
+def test_jitted_whose_options_jax_hides_gets_its_pruned_arguments_back(monkeypatch):
+    from aotkit import _compat
+
+    monkeypatch.setattr(_compat, "jit_options", lambda fn: None)
+    jitted = jax.jit(lambda x, y: x * 2)
+    x, y = normal(3), normal(3)
+    lowered = aotkit.lower(jitted, x, y, frontend="jax")
+    assert [s.shape for s in lowered.in_specs[0]] == [(3,), (3,)]
+    assert_same(run_lowered("cpu", lowered, x, y), jitted(x, y), rtol=0, atol=0)
+
+
+# --- jax.jit's module: unused arguments and dead loop carries pruned (issue 44) ---------------
+
+
+def dead_carry_loop(x, y, unused):
+    """`y`'s carry is dead (the result does not use it) and `unused` is not used at all."""
+
+    def body(i, carry):
+        a, b, c = carry
+        return a + x, b * 2.0, c + 1.0
+
+    a, _, _ = jax.lax.fori_loop(0, 3, body, (x, y, x))
+    return a
+
+
+def test_module_is_jax_jits_with_unused_arguments_pruned():
+    args = (np.float32(1.5), np.float32(2.0), np.float32(3.0))
+    jax_text = jax.jit(dead_carry_loop).lower(*args).as_text()
+    assert "@main(%arg0: tensor<f32>) ->" in jax_text  # JAX pruned y and unused
+    lowered = aotkit.lower(dead_carry_loop, *args, frontend="jax")
+    # jax.jit's module, bit for bit, but for its name and the pruned arguments, which stay
+    # @main's (unused): the call takes every argument.
+    want = jax_text.replace("module @jit_dead_carry_loop", "module @dead_carry_loop").replace(
+        "@main(%arg0: tensor<f32>) ->",
+        "@main(%arg0: tensor<f32>, %arg1: tensor<f32>, %arg2: tensor<f32>) ->",
+    )
+    assert lowered.as_text() == want
+    assert "stablehlo.while(%iterArg = %arg0, %iterArg_0 = %c, %iterArg_1 = %arg0)" in want
+    compiled = lowered.compile()
+    assert_same(compiled(*args), jax.jit(dead_carry_loop)(*args), rtol=0, atol=0)
+    jitted = aotkit.jit(dead_carry_loop, frontend="jax")
+    assert_same(jitted(*args), jax.jit(dead_carry_loop)(*args), rtol=0, atol=0)
+
+
+def test_keep_unused_gives_jax_jits_module_with_keep_unused():
+    args = (np.float32(1.5), np.float32(2.0), np.float32(3.0))
+    kept = jax.jit(dead_carry_loop, keep_unused=True).lower(*args).as_text()
+    lowered = aotkit.lower(dead_carry_loop, *args, frontend="jax", keep_unused=True)
+    assert lowered.as_text() == kept.replace(
+        "module @jit_dead_carry_loop", "module @dead_carry_loop"
+    )
+    assert "%0:6 = stablehlo.while" in kept  # the dead carry (and the loop bounds) kept
+    jitted = aotkit.jit(dead_carry_loop, frontend="jax", keep_unused=True)
+    assert_same(jitted(*args), jax.jit(dead_carry_loop)(*args), rtol=0, atol=0)
+
+
+def test_pruned_argument_in_the_middle_keeps_its_place():
+    def f(x, unused, y):
+        return x * y
+
+    x, unused, y = normal(3), normal(2, 2), normal(3)
+    lowered = aotkit.lower(f, x, unused, y, frontend="jax")
+    assert "@main(%arg0: tensor<3xf32>, %arg1: tensor<2x2xf32>, %arg2: tensor<3xf32>)" in (
+        lowered.as_text()
+    )
+    assert "stablehlo.multiply %arg0, %arg2" in lowered.as_text()
+    assert_same(lowered.compile()(x, unused, y), jax.jit(f)(x, unused, y), rtol=0, atol=0)
+
+
+def test_keep_unused_must_be_a_bool():
+    with pytest.raises(TypeError, match=r"^jit\(mlp\): keep_unused must be True or False, got 1$"):
+        aotkit.jit(mlp, frontend="jax", keep_unused=1)
 
 
 def test_unknown_frontend_is_an_error():
@@ -683,7 +759,7 @@ def test_key_stage_views_are_jax_ones():
     assert (info.shape, info.dtype, info.donated) == ((), key.dtype, False)
     compiled = lowered.compile()
     assert repr(compiled) == (
-        "<Compiled _keys_tree(args[0]['key']: key<fry>[], args[0]['x']: f32[]) -> "
+        "<Compiled _keys_tree(state['key']: key<fry>[], state['x']: f32[]) -> "
         "(out[0]['key']: key<fry>[], out[0]['noise']: f32[3], out[1][0]: key<fry>[]) on cpu>"
     )
     # The module's own calling convention: the keys' uint32 data.
@@ -720,7 +796,7 @@ def test_key_argument_with_shardings_over_a_mesh():
 def test_key_argument_mismatch_says_what_was_expected(given, got):
     compiled = aotkit.jit(_keys_split, frontend="jax").lower(jax.random.key(0)).compile()
     message = (
-        f"Compiled '_keys_split': argument args[0] expected the typed PRNG key array "
+        f"Compiled '_keys_split': argument k expected the typed PRNG key array "
         f"key<fry>[], got {got}; pass a key array of that shape and implementation "
         "(jax.random.key, or jax.random.wrap_key_data of its data)"
     )
@@ -732,7 +808,7 @@ def test_key_program_artifact_is_refused():
     compiled = aotkit.jit(_keys_split, frontend="jax").lower(jax.random.key(0)).compile()
     message = (
         "Compiled '_keys_split': serialize: it takes or returns typed PRNG key arrays "
-        "(_keys_split(args[0]: key<fry>[]) -> (out: key<fry>[3])), which artifacts do not "
+        "(_keys_split(k: key<fry>[]) -> (out: key<fry>[3])), which artifacts do not "
         "hold; pass and return their uint32 data instead (jax.random.key_data, and "
         "jax.random.wrap_key_data after loading)"
     )
@@ -742,7 +818,7 @@ def test_key_program_artifact_is_refused():
 
 def test_key_argument_to_aotkits_tracer_is_refused():
     message = (
-        "ident: argument args[0] is a typed PRNG key array (key<fry>[]), which aotkit's "
+        "ident: argument k is a typed PRNG key array (key<fry>[]), which aotkit's "
         "tracer does not take; pass its data (jax.random.key_data(key), the uint32 key "
         "aotkit.random uses), or let JAX lower the function (frontend='jax')"
     )

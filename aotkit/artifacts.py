@@ -909,6 +909,11 @@ def option_fault(key: str, value) -> str | None:
         )
     if isinstance(value, int) and value not in _INT64:
         return f"{key!r} = {_short(value)}, an int outside the 64-bit range options take"
+    if backends.base.negative_size(key, value):
+        return (
+            f"{key!r} = {value}, a negative count or size, which XLA would read as a huge "
+            "unsigned size (aborting the process)"
+        )
     if isinstance(value, str) and not value.isprintable():
         return f"{key!r} = {_short(value)}, which holds {_UNPRINTABLE}"
     return None

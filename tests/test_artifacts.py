@@ -1065,3 +1065,34 @@ def test_save_under_a_file_size_limit_names_the_path_and_keeps_the_old_file(tmp_
     )
     assert intact == "True"
     assert listed == "['f.aotx']"  # no temporary file left behind
+
+
+def test_a_negative_count_option_is_refused_before_it_aborts_the_process(tmp_path):
+    """xla_cpu_parallel_codegen_split_count = -1 ended the process in std::length_error
+    (SIGABRT) while compiling, given by the user or carried by a file (aotkit.load with
+    recompile=True, aotkit-run): both are refused before anything compiles."""
+    from tests.reliability.header_fuzzing import Draft, encode
+
+    lowered = aotkit.jit(lambda x: x + 1).lower(np.ones(3, np.float32))
+    with pytest.raises(ValueError) as e:
+        lowered.compile(options={"xla_cpu_parallel_codegen_split_count": -1})
+    assert str(e.value) == (
+        "backend 'cpu': compile: option 'xla_cpu_parallel_codegen_split_count' has the negative "
+        "value -1, but it counts or sizes something and XLA would read it as a huge unsigned "
+        "size (aborting the process); give 0 or a positive value, or leave the option out"
+    )
+    path = tmp_path / "f.aotx"
+    lowered.compile().save(path)
+    draft = Draft(path.read_bytes())
+    draft.header["options"] = {"xla_cpu_parallel_codegen_split_count": -1}
+    path.write_bytes(encode(draft))
+    code = (
+        "import sys, aotkit\n"
+        "try:\n"
+        f"    aotkit.load({str(path)!r}, recompile=True)\n"
+        "except aotkit.ArtifactError as e:\n"
+        "    print(e)\n"
+    )
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "'xla_cpu_parallel_codegen_split_count' = -1, a negative count or size" in child.stdout

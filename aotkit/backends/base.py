@@ -36,6 +36,7 @@ import abc
 import functools
 import hashlib
 import platform
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -325,6 +326,23 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<aotkit backend {self.name!r} platform={self.platform!r}>"
+
+
+# Words of the names of options that count or size something. XLA reads some of these as
+# unsigned sizes: xla_cpu_parallel_codegen_split_count = -1 ends the process in
+# std::length_error (SIGABRT) during the compile, from a user's options or a file's alike.
+_SIZE_WORDS = re.compile(r"(^|_)(count|counts|size|sizes|split|threads|num|bytes|limit)(_|$)")
+
+
+def negative_size(key: str, value) -> bool:
+    """Whether option `key` = `value` is a negative count or size (refused before compiling:
+    see `_SIZE_WORDS`)."""
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value < 0
+        and _SIZE_WORDS.search(key) is not None
+    )
 
 
 @functools.cache

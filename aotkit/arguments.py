@@ -266,13 +266,21 @@ def _named_leaf_path(tree_in, index: int, names: Sequence) -> str:
     return _leaf_name(tree_util.tree_flatten_with_path(tree_in)[0][index][0], names)
 
 
-def arg_path(path) -> str:
-    """`args[0]['w']` style path of a leaf in the `((args), {kwargs})` tree."""
+def arg_path(path, names=()) -> str:
+    """`x['w']` style path of a leaf in the `((args), {kwargs})` tree: a positional argument
+    named by its parameter where `names` (`parameter_names`) has one, a keyword argument by
+    its keyword, else `args[0]['w']` / `kwargs['k']`."""
     if not path:
         return "<root>"
     head, rest = path[0], path[1:]
-    prefix = "args" if getattr(head, "idx", None) == 0 else "kwargs"
-    return prefix + tree_util.keystr(tuple(rest))
+    positional = getattr(head, "idx", None) == 0
+    if rest:
+        key = getattr(rest[0], "idx", getattr(rest[0], "key", None))
+        if positional and type(key) is int and key < len(names) and names[key]:
+            return names[key] + tree_util.keystr(tuple(rest[1:]))
+        if not positional and isinstance(key, str) and key.isidentifier():
+            return key + tree_util.keystr(tuple(rest[1:]))
+    return ("args" if positional else "kwargs") + tree_util.keystr(tuple(rest))
 
 
 def donated_leaves(

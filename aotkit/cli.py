@@ -807,7 +807,11 @@ def _module_source(target: str):
         raise UserError(f"{target}: no such file; {_TARGETS}") from None
     except (OSError, ValueError):
         return path  # the reader words it (a name too long, a loop of links)
-    if target.endswith(ARTIFACT_SUFFIX) and _files.not_regular(st.st_mode) is None:
+    if (
+        target.endswith(ARTIFACT_SUFFIX)
+        and _files.not_regular(st.st_mode) is None
+        and not _is_artifact_file(target)  # `aotkit opt f.aotx` reads its module
+    ):
         what = "is empty" if st.st_size == 0 else "does not start as an artifact does"
         raise UserError(
             f"{target} is not an aotkit artifact: it {what}; write one with `aotkit compile "

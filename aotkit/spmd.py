@@ -497,10 +497,12 @@ def from_module(where: str, layout: ModuleLayout, in_specs, out_specs, mesh=None
 # --- naming leaves, and the flat input shardings of a call ---------------------------------
 
 
-def arg_labels(in_tree) -> list[str]:
-    """`args[0]`, `args[1]['w']`, `kwargs['x']`: each leaf of an `(args, kwargs)` tree."""
+def arg_labels(in_tree, names=()) -> list[str]:
+    """`x`, `params['w']`, `scale`: each leaf of an `(args, kwargs)` tree, named by its
+    parameter where `names` has it (`args[0]` where not)."""
     dummy = tree_util.tree_unflatten(in_tree, [0] * in_tree.num_leaves)
-    return [arguments.arg_path(path) for path, _ in tree_util.tree_flatten_with_path(dummy)[0]]
+    flat = tree_util.tree_flatten_with_path(dummy)[0]
+    return [arguments.arg_path(path, names) for path, _ in flat]
 
 
 def result_labels(out_tree) -> list[str]:
@@ -511,11 +513,12 @@ def result_labels(out_tree) -> list[str]:
     ]
 
 
-def flat_in_shardings(where: str, in_shardings, in_tree, specs, mesh) -> tuple:
+def flat_in_shardings(where: str, in_shardings, in_tree, specs, mesh, names=()) -> tuple:
     """One sharding per leaf of an `(args, kwargs)` tree: `in_shardings` is a pytree prefix
     of the positional arguments (as in jax.jit); keyword arguments are replicated, and
-    refused when `in_shardings` is given (jax.jit refuses them too)."""
-    labels = arg_labels(in_tree)
+    refused when `in_shardings` is given (jax.jit refuses them too). `names`: the
+    positional parameters' names, which errors call the arguments by."""
+    labels = arg_labels(in_tree, names)
     args_tree, kwargs_tree = in_tree.children()
     n_args = args_tree.num_leaves
     if in_shardings is not None and kwargs_tree.num_leaves:

@@ -237,7 +237,7 @@ def check_uneven_argument_is_refused():
     mesh = _mesh(data=4)
     x = np.zeros((10, 3), np.float32)
     with pytest.raises(ValueError, match=re.escape(
-        "trace(lambda): in_shardings for args[0] is P('data',): dimension 0 of f32[10,3] "
+        "trace(lambda): in_shardings for x is P('data',): dimension 0 of f32[10,3] "
         "(size 10) is split over 'data' (4 devices), which does not divide it; uneven shards "
         "are refused: pad the dimension to a multiple of 4 (e.g. 12) or split another dimension"
     )):  # fmt: skip
@@ -301,7 +301,7 @@ def check_call_takes_numpy_and_sharded_arrays_and_refuses_other_shardings():
     np.testing.assert_array_equal(np.asarray(compiled(same)), x.sum(1))
     other = jax.device_put(x, NamedSharding(mesh, P("model")))
     with pytest.raises(ValueError, match=re.escape(
-        "Compiled 'lambda': argument args[0] is sharded as P('model',) on mesh ('data': 4, "
+        "Compiled 'lambda': argument x is sharded as P('model',) on mesh ('data': 4, "
         "'model': 2), but the function was compiled for P('data',) on mesh ('data': 4, "
         "'model': 2); move it with jax.device_put(x, sharding) to the sharding in "
         "Compiled.in_shardings, or pass a NumPy array"
@@ -309,12 +309,12 @@ def check_call_takes_numpy_and_sharded_arrays_and_refuses_other_shardings():
         compiled(other)
     one_device = jax.device_put(x, jax.devices()[0])
     with pytest.raises(ValueError, match=(
-        r"^Compiled 'lambda': argument args\[0\] is sharded as SingleDeviceSharding\(.*\), but "
+        r"^Compiled 'lambda': argument x is sharded as SingleDeviceSharding\(.*\), but "
         r"the function was compiled for P\('data',\) on mesh"
     )):  # fmt: skip
         compiled(one_device)
     with pytest.raises(TypeError, match=re.escape(
-        "Compiled 'lambda': argument args[0] expected f32[8,4], got f32[4,8]; pass an array "
+        "Compiled 'lambda': argument x expected f32[8,4], got f32[4,8]; pass an array "
         "of the compiled shape and dtype, or lower and compile again for the new one"
     )):  # fmt: skip
         compiled(jax.device_put(x.T.copy(), rows))
@@ -329,7 +329,7 @@ def check_donated_sharded_argument():
     np.testing.assert_array_equal(np.asarray(out), np.full((16, 2), 3.0, np.float32))
     assert x.is_deleted()
     with pytest.raises(ValueError, match=re.escape(
-        "Compiled 'lambda': argument args[0] was deleted or donated to an earlier call; pass "
+        "Compiled 'lambda': argument x was deleted or donated to an earlier call; pass "
         "a live array"
     )):  # fmt: skip
         step.lower(x).compile()(x)
@@ -365,7 +365,7 @@ def check_fast_path_runs_sharded_calls_without_python():
     # transfer must not narrow it.
     for _ in range(2):
         jax.block_until_ready(compiled(params, x, y))
-    with pytest.raises(TypeError, match=r"argument args\[1\] expected f32\[32,16\], got f64"):
+    with pytest.raises(TypeError, match=r"argument x expected f32\[32,16\], got f64"):
         compiled(params, x.astype(np.float64), y)
 
 
@@ -488,7 +488,7 @@ def check_partitioning_is_described():
     compiled = aotkit.jit(lambda x: -x, in_shardings=NamedSharding(mesh, P("data")))
     compiled = compiled.lower(np.zeros((4, 2), np.float32)).compile()
     assert repr(compiled) == (
-        "<Compiled lambda(args[0]: f32[4,2]) -> (out: f32[4,2]) on cpu, "
+        "<Compiled lambda(x: f32[4,2]) -> (out: f32[4,2]) on cpu, "
         "mesh ('data': 4, 'model': 2)>"
     ), repr(compiled)
     text = spmd.sharding_text(compiled.in_shardings[0][0])

@@ -174,7 +174,7 @@ def lower_layer(**shardings):
 
 def test_partition_spec_without_a_mesh():
     with pytest.raises(ValueError, match=re.escape(
-        "trace(layer): in_shardings for args[0] is P('data',), a PartitionSpec without a mesh; "
+        "trace(layer): in_shardings for x is P('data',), a PartitionSpec without a mesh; "
         "pass NamedSharding(mesh, spec), or a NamedSharding for another argument or result, "
         "whose mesh the PartitionSpecs then use"
     )):  # fmt: skip
@@ -191,7 +191,7 @@ def test_partition_spec_in_out_shardings_without_a_mesh():
 def test_sharding_that_is_not_named():
     single = jax.sharding.make_single_device_sharding(jax.devices("cpu")[0])
     with pytest.raises(TypeError, match=(
-        r"^trace\(layer\): in_shardings for args\[1\] is SingleDeviceSharding\(.*\), not a "
+        r"^trace\(layer\): in_shardings for w is SingleDeviceSharding\(.*\), not a "
         r"NamedSharding; aotkit shards over named meshes: pass NamedSharding\(mesh, "
         r"PartitionSpec\(...\)\), a PartitionSpec or None$"
     )):  # fmt: skip
@@ -230,7 +230,7 @@ def test_shardings_that_do_not_match_the_arguments():
 def test_keyword_arguments_with_in_shardings():
     with pytest.raises(ValueError, match=re.escape(
         "trace(<lambda>): in_shardings covers positional arguments (as in jax.jit), but "
-        "kwargs['y'] is passed by keyword; pass it positionally"
+        "y is passed by keyword; pass it positionally"
     ).replace("<lambda>", "lambda")):  # fmt: skip
         aotkit.jit(lambda x, y: x + y, in_shardings=NamedSharding(ONE, P())).lower(
             aotkit.spec("f32[2]"), y=aotkit.spec("f32[2]")
@@ -245,7 +245,7 @@ def lower_layer_over_eight(spec, shape=F32_16x8):
 
 def test_sharding_with_more_entries_than_dimensions():
     with pytest.raises(ValueError, match="^" + re.escape(
-        "trace(layer): in_shardings for args[0] is P('data', None, None), with 3 entries for "
+        "trace(layer): in_shardings for x is P('data', None, None), with 3 entries for "
         "f32[16,8] (2 dimensions); give at most one entry per dimension"
     )):  # fmt: skip
         lower_layer_over_eight(P("data", None, None))
@@ -253,7 +253,7 @@ def test_sharding_with_more_entries_than_dimensions():
 
 def test_uneven_sharding():
     with pytest.raises(ValueError, match="^" + re.escape(
-        "trace(layer): in_shardings for args[0] is P(('data', 'model'), None): dimension 0 of "
+        "trace(layer): in_shardings for x is P(('data', 'model'), None): dimension 0 of "
         "f32[12,8] (size 12) is split over 'data' x 'model' (8 devices), which does not divide "
         "it; uneven shards are refused: pad the dimension to a multiple of 8 (e.g. 16) or "
         "split another dimension"
@@ -271,7 +271,7 @@ def test_uneven_sharding():
 )
 def test_partition_spec_that_does_not_fit_the_mesh(spec, message):
     with pytest.raises(ValueError, match="^" + re.escape(
-        f"trace(layer): in_shardings for args[0] is {spec}, which does not fit mesh ('data': 4, "
+        f"trace(layer): in_shardings for x is {spec}, which does not fit mesh ('data': 4, "
         f"'model': 2): {message}"
     )):  # fmt: skip
         lower_layer_over_eight(spec)
@@ -285,7 +285,7 @@ def test_unreduced_axes():
     )
     spec = P(None, unreduced={"x"})  # newer JAX spells it with unreduced_kind=sum
     with pytest.raises(ValueError, match="^" + re.escape(
-        f"trace(lambda): in_shardings for args[0] is {spec}, with unreduced or "
+        f"trace(lambda): in_shardings for x is {spec}, with unreduced or "
         "reduced axes; aotkit shards arrays, it does not keep partial values: drop unreduced= "
         "and reduced="
     )):  # fmt: skip

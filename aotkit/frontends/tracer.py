@@ -130,7 +130,8 @@ def trace(
     mesh = flat_in = None
     if in_shardings is not None or out_shardings is not None:
         mesh = spmd.find_mesh(where, in_shardings, out_shardings)
-        flat_in = spmd.flat_in_shardings(where, in_shardings, in_tree, specs, mesh)
+        names = arguments.parameter_names(fn, len(args), static_pos)
+        flat_in = spmd.flat_in_shardings(where, in_shardings, in_tree, specs, mesh, names)
         if mesh is None:
             spmd.refuse_bare_specs(where, "out_shardings", out_shardings)
     partitioning = None

@@ -146,7 +146,7 @@ def test_a_pass_option_mlir_only_prints_about_is_an_error(user):
     )  # fmt: skip
     assert (out.returncode, out.stdout) == (1, "")
     assert out.stderr == (
-        "aotkit lower: error: pipeline 'builtin.module(inline{default-pipeline=bogus})': MLIR "
+        "aotkit lower: error: --pipeline 'builtin.module(inline{default-pipeline=bogus})': MLIR "
         "rejected 'inline{default-pipeline=bogus}': 'bogus' does not refer to a registered "
         "pass or pass pipeline; check the pass options\n"
     )

@@ -2,7 +2,11 @@
 (`autograph=False`, Python loops run at trace time) against converted (`autograph=True`,
 loops and branches become StableHLO control flow), measured in the same run. The prefix
 kernels (`PREFIX_KERNELS`: slices whose bounds are the loop index, `L[i, :i] @ x[:i]`)
-follow, at n = 10, 30 and 60 (unrolled only up to --max-unrolled, 30 by default).
+follow, at n = 10, 30 and 60 (unrolled only up to --max-unrolled, 30 by default). A second
+table has the networks written as loops over output positions (tests/programs/
+loop_networks.py: a convolution, LeNet, a residual block), converted, against NumPy running
+the same source (their unrolled forms take minutes to compile: LeNet's 34,365 ops took 479 s;
+--networks-unrolled measures them too).
 
 For each: ops in the lowered module (constants excluded), trace + default pipeline time
 (best of --rounds), XLA compile time on the CPU backend (best of 2), and run time per call
@@ -28,6 +32,7 @@ import jax  # noqa: E402
 
 import aotkit  # noqa: E402
 from tests.programs.kernels import KERNELS, PREFIX_KERNELS  # noqa: E402
+from tests.programs.loop_networks import NETWORKS  # noqa: E402
 
 SIZES = {
     "forward_substitution": (8, 24),
@@ -92,6 +97,45 @@ def measure(name: str, n: int, autograph: bool, rounds: int, calls: int) -> dict
     return {"ops": count_ops(lowered), "lower": lower_s, "compile": compile_s, "run": best}
 
 
+def measure_network(name: str, autograph: bool, rounds: int, calls: int) -> dict:
+    fn, make, _ = NETWORKS[name]
+    args = make(np.random.default_rng(0))
+    lower_s, lowered = _timed(lambda: aotkit.lower(fn, *args, autograph=autograph))
+    compile_s, compiled = _timed(lowered.compile)
+    want = fn(*args)
+    got = np.asarray(compiled(*args))
+    if got.dtype != want.dtype or not np.allclose(got, want, rtol=2e-5, atol=2e-5):
+        raise AssertionError(f"{name} autograph={autograph}: result differs from NumPy")
+    run = numpy = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            compiled(*args).block_until_ready()
+        run = min(run, (time.perf_counter() - start) / calls)
+        numpy = min(numpy, _timed(lambda: fn(*args))[0])
+    ops = count_ops(lowered)
+    return {"ops": ops, "lower": lower_s, "compile": compile_s, "run": run, "numpy": numpy}
+
+
+def networks(rounds: int, calls: int, unrolled: bool) -> None:
+    header = (
+        f"{'network':<16} {'form':<9} {'ops':>6} {'lower ms':>9} {'compile ms':>11} "
+        f"{'run us':>9} {'numpy us':>10} {'numpy/aotkit':>13}"
+    )
+    print()
+    print(header)
+    print("-" * len(header))
+    for name in NETWORKS:
+        for autograph in (True, False) if unrolled else (True,):
+            r = measure_network(name, autograph, rounds, calls)
+            print(
+                f"{name:<16} {'rolled' if autograph else 'unrolled':<9} {r['ops']:>6} "
+                f"{r['lower'] * 1e3:>9.1f} {r['compile'] * 1e3:>11.0f} {r['run'] * 1e6:>9.1f} "
+                f"{r['numpy'] * 1e6:>10.0f} {r['numpy'] / r['run']:>12.1f}x",
+                flush=True,
+            )
+
+
 def _timed(fn):
     start = time.perf_counter()
     out = fn()
@@ -117,6 +161,12 @@ def main(argv=None) -> int:
         default=MAX_UNROLLED,
         help="largest n measured unrolled (larger: converted only)",
     )
+    parser.add_argument(
+        "--networks-unrolled",
+        action="store_true",
+        help="also lower and compile the loop networks unrolled (minutes each)",
+    )
+    parser.add_argument("--networks-only", action="store_true", help="only the networks table")
     args = parser.parse_args(argv)
     # Every compile is the compiler's: the persistent cache would answer the second one.
     aotkit.cache.configure(dir="off")
@@ -126,6 +176,9 @@ def main(argv=None) -> int:
         f"{'compile ms unr':>14} {'conv':>7} {'ratio':>6} "
         f"{'run us unr':>10} {'conv':>8} {'ratio':>6}"
     )
+    if args.networks_only:
+        networks(args.rounds, args.calls, args.networks_unrolled)
+        return 0
     print(header)
     print("-" * len(header))
     for name in args.only or ALL:
@@ -146,6 +199,7 @@ def main(argv=None) -> int:
                 f"{_ratio(u, c, 'run'):>6}",
                 flush=True,
             )
+    networks(args.rounds, args.calls, args.networks_unrolled)
     return 0
 
 

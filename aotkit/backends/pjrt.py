@@ -62,6 +62,25 @@ _OPTION_VALUE_TYPES = (bool, int, float, str)
 _BAD_OPTION_MARKERS = ("No such compile option", "While setting option")
 
 
+def verified(module: ir.Module, where: str, backend: str) -> tuple[str, tuple, tuple]:
+    """(name, in specs, out specs) of a module a PJRT backend is about to compile, which
+    must verify (a CompileError naming the first diagnostic, not a crash in XLA)."""
+    name = modules.module_name(module)
+    in_specs, out_specs = modules.signature(module, f"{where}: module {name!r}")
+    with _context.of(module):
+        try:
+            module.operation.verify()
+        except ir.MLIRError as e:
+            raise CompileError(
+                f"{where} rejected module {name!r}: it does not verify: "
+                f"{modules.diagnostic(e)}; build modules with aotkit.lower or check them "
+                "with Lowered.as_text()",
+                backend=backend,
+                module_name=name,
+            ) from e
+    return name, in_specs, out_specs
+
+
 def check_options(options: Mapping[str, object] | None, where: str) -> dict[str, object]:
     """Validates XLA option names and values as far as Python can (types); XLA checks names."""
     if options is None:
@@ -254,19 +273,7 @@ class PjrtBackend(Backend):
     def _prepare(self, module: ir.Module, options, where: str):
         """(checked options, name, in specs, out specs, bytecode) of a module to compile."""
         overrides = check_options(options, f"{where}: compile")
-        name = modules.module_name(module)
-        in_specs, out_specs = modules.signature(module, f"{where}: module {name!r}")
-        with _context.of(module):
-            try:
-                module.operation.verify()
-            except ir.MLIRError as e:
-                raise CompileError(
-                    f"{where} rejected module {name!r}: it does not verify: "
-                    f"{modules.diagnostic(e)}; build modules with aotkit.lower or check them "
-                    "with Lowered.as_text()",
-                    backend=self.name,
-                    module_name=name,
-                ) from e
+        name, in_specs, out_specs = verified(module, where, self.name)
         data = modules.bytecode(module)
         if self.platform == "cpu" and b"lapack_" in data:
             # LAPACK custom calls (aotkit.numpy.linalg, or a JAX module read from a file)

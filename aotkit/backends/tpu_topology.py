@@ -29,7 +29,7 @@ from jaxlib.mlir import ir
 from aotkit import _compat, _context, modules, spmd
 from aotkit.backends import pjrt_spmd
 from aotkit.backends.base import Backend, Executable, MemoryAnalysis
-from aotkit.backends.pjrt import _aliased_parameters, _module_head, check_options
+from aotkit.backends.pjrt import _aliased_parameters, _module_head, check_options, verified
 from aotkit.backends.tpu_chips import CHIPS, GIB, Chip
 from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
@@ -253,20 +253,7 @@ class TopologyBackend(Backend):
         return DevicelessExecutable(self, name, exe, in_specs, out_specs, bound)
 
     def _check(self, module: ir.Module):
-        where = f"backend 'tpu' (topology {self.topology.name!r})"
-        name = modules.module_name(module)
-        in_specs, out_specs = modules.signature(module, f"{where}: module {name!r}")
-        with _context.of(module):
-            try:
-                module.operation.verify()
-            except ir.MLIRError as e:
-                raise CompileError(
-                    f"{where} rejected module {name!r}: it does not verify: "
-                    f"{modules.diagnostic(e)}",
-                    backend=self.name,
-                    module_name=name,
-                ) from e
-        return name, in_specs, out_specs
+        return verified(module, f"backend 'tpu' (topology {self.topology.name!r})", self.name)
 
     def _compile(self, module, options, devices, shardy: bool | None, name: str):
         where = f"backend 'tpu' (topology {self.topology.name!r})"

@@ -198,8 +198,8 @@ def test_specialize_compiles_nothing(built, compiles):
 def test_views_of_the_dynamic_executable(built):
     lowered, on_iree, _ = built("numpy-mlp")
     assert repr(on_iree) == (
-        "<Compiled numpy_mlp(args[0]: f32[b,784], args[1]: f32[b,10], args[2]: f32[784,32], "
-        "args[3]: f32[32,10]) -> (out[0]: f32[b,10], out[1]: f32[b]) on iree>"
+        "<Compiled numpy_mlp(x: f32[b,784], y: f32[b,10], w1: f32[784,32], "
+        "w2: f32[32,10]) -> (out[0]: f32[b,10], out[1]: f32[b]) on iree>"
     )
     assert on_iree.as_text().startswith(
         "// symbolic program 'numpy_mlp', compiled once for every shape by backend 'iree'\n"
@@ -240,7 +240,7 @@ def test_sizes_that_disagree(built, compiles):
         (
             "numpy-block",
             (2, 0, D),
-            "Compiled 'aotkit_block': argument args[0] has shape (2, 0, 16) for f32[b,t,16], "
+            "Compiled 'aotkit_block': argument x has shape (2, 0, 16) for f32[b,t,16], "
             "giving t = 0, which breaks the constraint t >= 1; pass shapes for which it holds",
         ),
     ],

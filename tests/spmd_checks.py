@@ -488,8 +488,7 @@ def check_partitioning_is_described():
     compiled = aotkit.jit(lambda x: -x, in_shardings=NamedSharding(mesh, P("data")))
     compiled = compiled.lower(np.zeros((4, 2), np.float32)).compile()
     assert repr(compiled) == (
-        "<Compiled lambda(x: f32[4,2]) -> (out: f32[4,2]) on cpu, "
-        "mesh ('data': 4, 'model': 2)>"
+        "<Compiled lambda(x: f32[4,2]) -> (out: f32[4,2]) on cpu, mesh ('data': 4, 'model': 2)>"
     ), repr(compiled)
     text = spmd.sharding_text(compiled.in_shardings[0][0])
     assert text == "P('data',) on mesh ('data': 4, 'model': 2)", text

@@ -62,6 +62,23 @@ _OPTION_VALUE_TYPES = (bool, int, float, str)
 _BAD_OPTION_MARKERS = ("No such compile option", "While setting option")
 
 
+def cost_of(exe) -> dict[str, float] | None:
+    """XLA's cost analysis of a PJRT executable (the first device's, where it gives one per
+    device), with the three keys every backend reports; None where the plugin has none."""
+    try:
+        raw = exe.cost_analysis()
+    except Exception:  # noqa: BLE001 - plugins may not implement it: the view is absent
+        return None
+    if isinstance(raw, list | tuple):
+        raw = raw[0] if raw else None
+    if raw is None:
+        return None
+    cost = {k: float(v) for k, v in dict(raw).items()}
+    for key in ("flops", "bytes accessed", "transcendentals"):
+        cost.setdefault(key, 0.0)
+    return cost
+
+
 def verified(module: ir.Module, where: str, backend: str) -> tuple[str, tuple, tuple]:
     """(name, in specs, out specs) of a module a PJRT backend is about to compile, which
     must verify (a CompileError naming the first diagnostic, not a crash in XLA)."""
@@ -1091,18 +1108,7 @@ class PjrtExecutable(Executable):
         return _aliased_parameters(self._exe, head)
 
     def cost_analysis(self) -> dict[str, float] | None:
-        try:
-            raw = self._exe.cost_analysis()
-        except Exception:  # plugins may not implement it; the view is then absent
-            return None
-        if isinstance(raw, list | tuple):
-            raw = raw[0] if raw else None
-        if raw is None:
-            return None
-        cost = {k: float(v) for k, v in dict(raw).items()}
-        for key in ("flops", "bytes accessed", "transcendentals"):
-            cost.setdefault(key, 0.0)
-        return cost
+        return cost_of(self._exe)
 
     def memory_analysis(self) -> MemoryAnalysis | None:
         try:

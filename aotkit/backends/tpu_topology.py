@@ -29,7 +29,7 @@ from jaxlib.mlir import ir
 from aotkit import _compat, _context, modules, spmd
 from aotkit.backends import pjrt_spmd
 from aotkit.backends.base import Backend, Executable, MemoryAnalysis
-from aotkit.backends.pjrt import _aliased_parameters, _module_head, check_options, verified
+from aotkit.backends.pjrt import _aliased_parameters, _module_head, check_options, cost_of, verified
 from aotkit.backends.tpu_chips import CHIPS, GIB, Chip
 from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
@@ -318,18 +318,8 @@ class DevicelessExecutable(Executable):
 
     def cost_analysis(self) -> dict[str, float] | None:
         """XLA:TPU's estimate for the program one device runs (`devices`: how many run it)."""
-        try:
-            raw = self._exe.cost_analysis()
-        except Exception:  # noqa: BLE001 - libtpu may not give one: the view is absent
-            return None
-        if isinstance(raw, list | tuple):
-            raw = raw[0] if raw else None
-        if raw is None:
-            return None
-        cost = {k: float(v) for k, v in dict(raw).items()}
-        for key in ("flops", "bytes accessed", "transcendentals"):
-            cost.setdefault(key, 0.0)
-        if self.partitioning is not None:
+        cost = cost_of(self._exe)
+        if cost is not None and self.partitioning is not None:
             cost["devices"] = float(self.partitioning.num_devices)
         return cost
 

@@ -2252,6 +2252,63 @@ int aotkit_artifact_runnable(const aotkit_artifact *artifact, char *err, size_t 
   return AOTKIT_OK;
 }
 
+/* jaxlib's PJRT C API client reports a plugin's platform version with "PJRT C API\n" put in
+   front (measured: libtpu's "TFRT TPU v5 lite\nBuilt on ..." reads "PJRT C API\nTFRT TPU
+   v5 lite\nBuilt on ..." in jaxlib 0.10.2); the plugin itself reports it without. */
+static const char C_API_PREFIX[] = "PJRT C API\n";
+
+static bool same_platform_version(const char *artifact, const char *plugin) {
+  size_t n = sizeof C_API_PREFIX - 1;
+  if (!strcmp(artifact, plugin)) return true;
+  return !strncmp(artifact, C_API_PREFIX, n) && !strcmp(artifact + n, plugin);
+}
+
+/* A protobuf varint at data[*at] (below end): its value, *at moved past it; false where the
+   bytes end first or it is longer than 10 bytes. */
+static bool read_varint(const unsigned char *data, size_t end, size_t *at, uint64_t *value) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 70 && *at < end; shift += 7) {
+    unsigned char c = data[(*at)++];
+    v |= (uint64_t)(c & 0x7f) << shift;
+    if (!(c & 0x80)) {
+      *value = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* jaxlib writes an executable of a PJRT C API plugin wrapped by IFRT: a length-prefixed
+   record naming "pjrt_ifrt" (with the program's layouts), then what the plugin's
+   PJRT_Executable_Serialize wrote. Where `data` has that form (its first record names
+   "pjrt_ifrt"), gives the bytes after that record: all of them (cand 0), or the
+   length-prefixed record they start with (cand 1); false where there is no such candidate. */
+static bool ifrt_unwrap(const unsigned char *data, size_t size, int cand,
+                        const unsigned char **inner, size_t *size_out) {
+  size_t at = 0;
+  uint64_t first, second;
+  static const char tag[] = "\x12\x09pjrt_ifrt"; /* field 2, a 9-byte string */
+  if (!read_varint(data, size, &at, &first) || first > size - at) return false;
+  bool named = false;
+  for (size_t i = at; i + sizeof tag - 1 <= at + first; i++)
+    if (!memcmp(data + i, tag, sizeof tag - 1)) {
+      named = true;
+      break;
+    }
+  if (!named) return false;
+  at += (size_t)first;
+  if (at >= size) return false;
+  if (cand == 0) {
+    *inner = data + at;
+    *size_out = size - at;
+    return true;
+  }
+  if (!read_varint(data, size, &at, &second) || second == 0 || second > size - at) return false;
+  *inner = data + at;
+  *size_out = (size_t)second;
+  return true;
+}
+
 int aotkit_program_load(aotkit_runtime *runtime, const aotkit_artifact *artifact,
                         aotkit_program **out, char *err, size_t errlen) {
   if (out == NULL)
@@ -2296,7 +2353,7 @@ int aotkit_program_load(aotkit_runtime *runtime, const aotkit_artifact *artifact
               "its executable was compiled by %s's own CPU client, another XLA build than the "
               "plugin",
               runtime_name);
-  } else if (pversion == NULL || strcmp(pversion, runtime->platform_version) != 0) {
+  } else if (pversion == NULL || !same_platform_version(pversion, runtime->platform_version)) {
     sbuf r1 = {0}, r2 = {0};
     sb_repr(&r1, pversion ? pversion : "?", pversion ? strlen(pversion) : 1);
     sb_repr(&r2, runtime->platform_version, strlen(runtime->platform_version));
@@ -2311,10 +2368,28 @@ int aotkit_program_load(aotkit_runtime *runtime, const aotkit_artifact *artifact
         .client = runtime->client,
         .serialized_executable = (const char *)exec->data,
         .serialized_executable_size = exec->size};
-    PJRT_Error *e = api->PJRT_Executable_DeserializeAndLoad(&d);
+    const unsigned char *inner;
+    size_t inner_size;
+    bool wrapped = false;
+    for (int cand = 0; cand < 2 && ifrt_unwrap(exec->data, exec->size, cand, &inner, &inner_size);
+         cand++) {
+      PJRT_Executable_DeserializeAndLoad_Args t = d;
+      t.serialized_executable = (const char *)inner;
+      t.serialized_executable_size = inner_size;
+      PJRT_Error *te = api->PJRT_Executable_DeserializeAndLoad(&t);
+      if (te == NULL) {
+        d = t;
+        wrapped = true;
+        break;
+      }
+      PJRT_Error_Destroy_Args de = {.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE, .error = te};
+      api->PJRT_Error_Destroy(&de);
+    }
+    PJRT_Error *e = wrapped ? NULL : api->PJRT_Executable_DeserializeAndLoad(&d);
     if (e == NULL) {
       exe = d.loaded_executable;
-      sb_printf(&how, "loaded the executable section as it is (platform '%s')", platform);
+      sb_printf(&how, "loaded the executable section%s (platform '%s')",
+                wrapped ? ", unwrapped from jaxlib's IFRT record," : " as it is", platform);
     } else {
       pjrt_message(api, e, msg, sizeof msg);
       for (char *p = msg; *p; p++)
@@ -2583,8 +2658,20 @@ int aotkit_program_call(aotkit_program *program, const void *const *inputs, size
       goto done;
     }
     if (l->nbytes == 0) continue;
+    /* Row-major on the host, whatever layout the device chose: without a host layout PJRT
+       copies the device's, and a TPU executable can give a result column-major (measured:
+       an f32[64,16] matmul result of jaxlib 0.10.2 on a v5e, minor_to_major {0,1}). */
+    int64_t minor_to_major[64]; /* a spec has at most 64 dimensions (parse_spec) */
+    for (int k = 0; k < l->rank; k++) minor_to_major[k] = l->rank - 1 - k;
+    PJRT_Buffer_MemoryLayout host = {
+        .struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE,
+        .tiled = {.struct_size = PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE,
+                  .minor_to_major = minor_to_major,
+                  .minor_to_major_size = (size_t)l->rank},
+        .type = PJRT_Buffer_MemoryLayout_Type_Tiled};
     PJRT_Buffer_ToHostBuffer_Args th = {.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE,
-                                        .src = outb[i]};
+                                        .src = outb[i],
+                                        .host_layout = l->rank > 1 ? &host : NULL};
     e = api->PJRT_Buffer_ToHostBuffer(&th); /* dst NULL: asks the size */
     if (e == NULL && th.dst_size != l->nbytes) {
       rc = fail(err, errlen, AOTKIT_RUNTIME_ERROR,

@@ -93,6 +93,53 @@ def test_mlp_equals_python(runner, tmp_path):
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def plugin_backend():
+    """The CPU plugin loaded into this process as backend `xcpu`: jaxlib serializes its
+    executables as it does libtpu's (an IFRT record around the plugin's bytes)."""
+    from aotkit import backends
+
+    return backends.load_plugin("xcpu", str(native.cpu_plugin()))
+
+
+def test_a_plugins_executable_is_unwrapped_and_loaded_not_compiled(
+    runner, plugin_backend, tmp_path
+):
+    args = mlp_args()
+    model, compiled = save(tmp_path, mlp, *args, jit={"backend": "xcpu"})
+    exe = artifacts.unpack(model.read_bytes()).section("executable")
+    assert b"pjrt_ifrt" in exe[:16]  # jaxlib's wrapping, which the runner takes off
+    for i, a in enumerate(args):
+        np.save(tmp_path / f"a{i}.npy", a)
+    inputs = [x for i in range(4) for x in ("--input", tmp_path / f"a{i}.npy")]
+    result = run(runner, model, *inputs, "-o", tmp_path, "-v")
+    assert result.returncode == 0, result.stderr
+    assert (
+        "aotkit-run: loaded the executable section, unwrapped from jaxlib's IFRT record, "
+        "(platform 'cpu')"
+    ) in result.stderr
+    out, want = np.load(tmp_path / "out.npy"), np.asarray(compiled(*args))
+    assert out.dtype == want.dtype == np.float32 and out.shape == (3, 4)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_a_wrapper_of_another_kind_is_not_unwrapped(runner, plugin_backend, tmp_path):
+    # The first record renamed: not jaxlib's IFRT record, so the plugin gets the bytes as they
+    # are (the CPU plugin reads them all the same; libtpu does not).
+    args = mlp_args()
+    model, compiled = save(tmp_path, mlp, *args, jit={"backend": "xcpu"})
+    art = artifacts.unpack(model.read_bytes())
+    sections = {name: bytes(data) for name, data in art.sections.items()}
+    sections["executable"] = sections["executable"].replace(b"pjrt_ifrt", b"pjrt_xxxx", 1)
+    header = {k: v for k, v in art.header.items() if k != "sections"}
+    model.write_bytes(artifacts.pack(header, sections))
+    np.savez(tmp_path / "in.npz", **{n: a for n, a in zip(("w1", "b1", "w2", "x"), args)})
+    result = run(runner, model, "--inputs", tmp_path / "in.npz", "-o", tmp_path, "-v")
+    assert result.returncode == 0, result.stderr
+    assert "aotkit-run: loaded the executable section as it is (platform 'cpu')" in result.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.asarray(compiled(*args)))
+
+
 def test_pytree_signature_names_leaves(runner, tmp_path):
     def tree(params, xs, *, scale):
         h = xs[0] @ params["w"] + params["b"]

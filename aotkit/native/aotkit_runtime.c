@@ -2348,7 +2348,10 @@ int aotkit_program_load(aotkit_runtime *runtime, const aotkit_artifact *artifact
     sb_printf(&how, "its executable is for platform '%s', the plugin's is '%s'",
               platform ? platform : "?", runtime->platform);
   } else if (!strcmp(platform, "cpu") && runtime_name != NULL &&
-             !strncmp(runtime_name, "jaxlib", 6)) {
+             !strncmp(runtime_name, "jaxlib", 6) &&
+             (pversion == NULL || strncmp(pversion, C_API_PREFIX, sizeof C_API_PREFIX - 1))) {
+    /* jaxlib's own CPU client; one of a plugin (aotkit.backends.load_plugin) reports its
+       version with the C API's prefix */
     sb_printf(&how,
               "its executable was compiled by %s's own CPU client, another XLA build than the "
               "plugin",

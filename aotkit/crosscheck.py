@@ -42,13 +42,16 @@ TOLERANCES: dict[np.dtype, tuple[float, float]] = {
     np.dtype(np.complex128): (1e-12, 1e-14),
 }
 # (rtol, atol) by platform and dtype where a platform's arithmetic is looser than
-# `TOLERANCES` (docs/backends.md has the table). A TPU v5e's float32 tanh and exp were
-# measured 4.2e-6 absolute (1,750 ULP) from cpu's; GPUs' fast transcendental functions are
-# a few ULP apart (not measured here: no GPU to run on).
+# `TOLERANCES` (docs/backends.md has the table). On a TPU v5e, float32 tanh and exp were
+# measured 4.2e-6 absolute (1,750 ULP) from cpu's, and compositions further:
+# `exp(sin(x)) * log1p(x * x) + tanh(x)` 2.0e-4 absolute (2.6e-4 relative), `tanh(x @ w1) @ w2`
+# at 'highest' 5.7e-5 absolute on results near zero, each from the same executable the chip
+# compiles itself (bit for bit). GPUs' fast transcendental functions are a few ULP apart (not
+# measured: no GPU to run on).
 PLATFORM_TOLERANCES: dict[str, dict[np.dtype, tuple[float, float]]] = {
     "tpu": {
-        np.dtype(np.float32): (1e-4, 1e-5),
-        np.dtype(np.complex64): (1e-4, 1e-5),
+        np.dtype(np.float32): (5e-4, 1e-4),
+        np.dtype(np.complex64): (5e-4, 1e-4),
     },
     **dict.fromkeys(
         ("cuda", "rocm"),

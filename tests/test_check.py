@@ -315,9 +315,9 @@ def _tpu_like(register, error: float):
     ("dtype", "platforms", "expected"),
     [
         ("float32", ("cpu", "cpu"), (2e-5, 1e-6)),
-        ("float32", ("cpu", "tpu"), (1e-4, 1e-5)),
-        ("float32", ("tpu", "cpu"), (1e-4, 1e-5)),
-        ("complex64", ("cpu", "tpu"), (1e-4, 1e-5)),
+        ("float32", ("cpu", "tpu"), (5e-4, 1e-4)),
+        ("float32", ("tpu", "cpu"), (5e-4, 1e-4)),
+        ("complex64", ("cpu", "tpu"), (5e-4, 1e-4)),
         ("float32", ("cpu", "cuda"), (5e-5, 5e-6)),
         ("float64", ("cpu", "tpu"), (1e-12, 1e-14)),
         ("float16", ("cpu", "tpu"), (2e-3, 1e-3)),
@@ -345,8 +345,8 @@ def test_a_wrong_tpu_result_still_differs(register):
     report = check(tanh_again, aotkit.spec("f32[64]"), backends=["tpu"])
     assert report.disagreeing == ["tpu"]
     (row,) = [r for r in report.rows if r.backend == "tpu"]
-    assert row.note == "DIFFERS (rtol 0.0001, atol 1e-05)"
-    assert report.table().splitlines()[-1].endswith("DIFFERS (rtol 0.0001, atol 1e-05)")
+    assert row.note == "DIFFERS (rtol 0.0005, atol 0.0001)"
+    assert report.table().splitlines()[-1].endswith("DIFFERS (rtol 0.0005, atol 0.0001)")
 
 
 @pytest.fixture
@@ -375,5 +375,5 @@ def test_cli_check_a_wrong_tpu_differs_unless_widened(register, tanh_user, capsy
     _tpu_like(register, 1e-3)
     argv = ["check", f"{tanh_user}:small_tanh", "--shapes", "f32[64]", "--backends", "tpu"]
     assert cli.main(argv) == 1
-    assert "DIFFERS (rtol 0.0001, atol 1e-05)" in capsys.readouterr().out
+    assert "DIFFERS (rtol 0.0005, atol 0.0001)" in capsys.readouterr().out
     assert cli.main([*argv, "--atol", "1e-2"]) == 0

@@ -16,6 +16,7 @@ import aotkit
 from aotkit import _context
 from aotkit.backends import iree
 from aotkit.errors import CompileError
+from tests import lane
 
 
 @contextlib.contextmanager
@@ -30,8 +31,12 @@ _IREE = pytest.param(
     "iree", marks=pytest.mark.skipif(not iree.installed(), reason=IREE_MISSING), id="iree"
 )
 # Every backend the differential tests run a program on; PEERS are compared against cpu.
-BACKENDS = ["cpu", "interpreter", _IREE]
-PEERS = ["interpreter", _IREE]
+# AOTKIT_TEST_BACKEND adds an accelerator to both (tests/lane.py).
+BACKENDS = lane.with_lane(["cpu", "interpreter", _IREE])
+PEERS = lane.with_lane(["interpreter", _IREE])
+# The backend of the running test's `backend` parameter (tests/conftest.py sets it), whose
+# tolerances `assert_matches` uses.
+CURRENT_BACKEND: list[str | None] = [None]
 
 
 def compile_on(backend: str, lowered):
@@ -75,16 +80,22 @@ TOLERANCES = {
 }
 
 
-def assert_matches(got, want, label="", *, rtol=None, atol=None, tolerances=None):
+def assert_matches(
+    got, want, label="", *, rtol=None, atol=None, tolerances=None, backend=None
+):
     """A result equals NumPy's: same dtype and shape; exact for bool and integers, close
-    (NaN equal to NaN) for inexact dtypes, with `TOLERANCES` unless overridden."""
+    (NaN equal to NaN) for inexact dtypes, with `TOLERANCES` unless overridden, loosened
+    for an accelerator's arithmetic where `backend` (default: the running test's) is the
+    lane's (tests/lane.py)."""
     got, want = np.asarray(got), np.asarray(want)
     assert got.dtype == want.dtype, f"{label}: dtype {got.dtype}, NumPy gives {want.dtype}"
     assert got.shape == want.shape, f"{label}: shape {got.shape}, NumPy gives {want.shape}"
     if want.dtype.kind in "biu":
         np.testing.assert_array_equal(got, want, err_msg=label)
         return
-    default_rtol, default_atol = {**TOLERANCES, **(tolerances or {})}[want.dtype]
+    backend = CURRENT_BACKEND[0] if backend is None else backend
+    table = lane.tolerances(backend, {**TOLERANCES, **(tolerances or {})})
+    default_rtol, default_atol = table[want.dtype]
     wide = np.complex128 if want.dtype.kind == "c" else np.float64
     np.testing.assert_allclose(
         got.astype(wide),

@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 
 import aotkit
 import aotkit.numpy as anp
+from tests import lane
 from tests.helpers import assert_matches, run_on
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-BACKENDS = ["cpu", "interpreter"]
+BACKENDS = lane.with_lane(["cpu", "interpreter"])
 SORT_DTYPES = [
     np.dtype(d)
     for d in ("float32", "float64", "float16", "int8", "int32", "int64", "uint8", "uint32")

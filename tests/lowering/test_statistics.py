@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 import aotkit
 import aotkit.numpy as anp
+from tests import lane
 from tests.helpers import assert_matches, run_on
 
-BACKENDS = ["cpu", "interpreter"]
+BACKENDS = lane.with_lane(["cpu", "interpreter"])
 RNG = np.random.default_rng(3)
 
 

@@ -18,6 +18,7 @@ from jaxlib.mlir import ir, passmanager
 
 import aotkit
 from aotkit import _context, dtypes, shapes
+from tests import lane
 from tests.helpers import assert_matches
 
 # The sizes each symbol takes: 0 and 1 too, which one symbolic program must serve.
@@ -101,13 +102,14 @@ def check(fn, specs, *, sizes=SIZES, symbol: str = "b", values=None, make_inputs
         want = _compile(aotkit.jit(fn).lower(*args), reference)(*args)
         want = tree_util.tree_map(np.asarray, want)
         text = refine(lowered, concrete(specs, vals))
-        for backend in BACKENDS if small else BACKENDS[:1]:
+        # The lane's accelerator (tests/lane.py) runs every size, as cpu does.
+        for backend in (*(BACKENDS if small else BACKENDS[:1]), *lane.running()):
             got = _compile(_loaded(text), backend)(*args)
             got_leaves = [np.asarray(g) for g in tree_util.tree_leaves(got)]
             want_leaves = tree_util.tree_leaves(want)
             assert len(got_leaves) == len(want_leaves)
             for g, w in zip(got_leaves, want_leaves, strict=True):
-                assert_matches(g, w, f"{backend}, {vals}", **tol)
+                assert_matches(g, w, f"{backend}, {vals}", backend=backend, **tol)
     return lowered
 
 

@@ -8,7 +8,8 @@ costs two programs per dtype however many ops it holds; the tests then check eac
 its own (`check_*`), so a failure names the op and dtype. When the family's program cannot
 be built (a rule raises), each case runs alone, and only the failing ones fail.
 
-Both programs run on the StableHLO reference interpreter by default (`backend=`): XLA
+Both programs run on the StableHLO reference interpreter by default (`backend=`; the
+accelerator AOTKIT_TEST_BACKEND names, where it names one: tests/lane.py): XLA
 would spend tens of seconds compiling programs that run once on arrays of a dozen
 elements. JAX's program is the one `jax.jit` lowers (aotkit's JAX front end keeps it as
 it is); families with complex values, which the interpreter does not carry, run on `cpu`
@@ -33,6 +34,7 @@ import numpy as np
 from jax import tree_util
 
 import aotkit
+from tests import lane
 
 BATCH = 3
 FD_STEP = 1e-6
@@ -110,12 +112,13 @@ class Family:
         self,
         cases: dict[str, Case],
         seed: int = 0,
-        backend: str = "interpreter",
+        backend: str | None = None,
         autograph: bool = False,
     ):
         self.cases = cases
         self.seed = seed
-        self.backend = backend
+        # The interpreter, or the lane's accelerator where AOTKIT_TEST_BACKEND names one.
+        self.backend = backend or (lane.NAME if lane.ON else "interpreter")
         self.autograph = autograph  # whether aotkit's program converts Python control flow
         self._results: dict = {}
         self._single: dict = {}
@@ -221,7 +224,8 @@ class Family:
             vm = jax.vmap(g, in_axes=(inp.axes,))(batched)
             return {"out": out, "tan": tan, "ct": ct, "vm": vm}
 
-        with jax.enable_x64(True):
+        # 'highest': aotkit's default precision, which an accelerator's default is not.
+        with jax.enable_x64(True), jax.default_matmul_precision("highest"):
             a = (inp.diff, inp.const, inp.tangents, inp.cotangents, inp.batched)
             if self.backend == "cpu":
                 found = jax.jit(program).lower(*a).compile(_options("cpu"))(*a)
@@ -255,7 +259,9 @@ class Family:
 
     def tolerance(self, name, dtype):
         case = self.cases[name]
-        return case.tol if case.tol is not None else TOLERANCES[np.dtype(dtype)]
+        if case.tol is not None:
+            return case.tol
+        return lane.tolerances(self.backend, TOLERANCES)[np.dtype(dtype)]
 
     def check_primal(self, name, dtype):
         _, got, want = self.result(name, dtype)

@@ -1,0 +1,135 @@
+"""The accelerator lane: the differential tests run on a backend named by the environment.
+
+    AOTKIT_TEST_BACKEND=tpu pytest -n 0 -o addopts="" -m lane
+    AOTKIT_TEST_BACKEND=tpu pytest -n 0 -o addopts="" -m lane_children
+
+With `AOTKIT_TEST_BACKEND=NAME` set, NAME joins the backends of the op-family tests
+(tests/lowering, tests/shapes, the transform families, artifacts, and tests/test_lane.py's
+seed transcript, artifacts and cache); each of those cases carries the mark `lane`, so the
+first line above runs them alone. Values are compared with the tests' tolerances, loosened to
+aotkit.crosscheck's for NAME's platform (a TPU's float32 transcendental functions are some
+thousand ULP from the CPU's). Where NAME does not start (no such backend, or no device), the
+lane's cases skip with the reason.
+
+One process at a time can hold an accelerator. So where the lane is on:
+- this pytest process holds it, and every process a test starts stays off it
+  (JAX_PLATFORMS=cpu and AOTKIT_BACKEND=cpu in the environment children inherit; this process
+  read the original JAX_PLATFORMS when it imported jax, here, first);
+- this process's default backend stays `cpu` (AOTKIT_BACKEND), so that the tests outside the
+  lane compare what they always compare;
+- the cases that load an artifact or hit the cache in a fresh process on NAME (the mark
+  `lane_children`) need the accelerator free: they run in a pytest of their own (the second
+  line above), which stays off the accelerator itself and lets its children on it; in the
+  first they skip, saying so.
+
+Without the variable nothing changes, except that on a host with an accelerator the suite
+runs on the CPU (JAX_PLATFORMS=cpu unless it is set), children included.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+
+ENV = "AOTKIT_TEST_BACKEND"
+NAME = os.environ.get(ENV, "").strip() or None
+# The backends every test has anyway; naming one of them runs no separate lane.
+_OWN = ("cpu", "interpreter", "iree")
+ON = NAME is not None and NAME not in _OWN
+MARK = "lane"
+CHILDREN_MARK = "lane_children"
+# The environment variables as this process found them, for children that go on the chip.
+_ORIGINAL = {k: os.environ.get(k) for k in ("JAX_PLATFORMS", "AOTKIT_BACKEND")}
+_children_only: list[bool] = [False]
+
+
+def configure(children_only: bool) -> None:
+    """Sets up this process for the lane (conftest's pytest_configure calls it, before any
+    test module imports jax). `children_only`: this run selects `lane_children` alone, so
+    this process stays off the accelerator and its children go on it."""
+    if not ON:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        return
+    _children_only[0] = children_only
+    if children_only:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    else:
+        import jax  # noqa: F401 (reads JAX_PLATFORMS now: this process may use the accelerator)
+
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["AOTKIT_BACKEND"] = "cpu"
+
+
+def chip_env() -> dict[str, str]:
+    """The environment of a child that runs on the lane's backend: this one, with
+    JAX_PLATFORMS and AOTKIT_BACKEND as the user had them."""
+    env = dict(os.environ)
+    for key, value in _ORIGINAL.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why the lane's backend does not start in this process, or None where it does."""
+    from aotkit import backends
+
+    try:
+        backends.get(NAME)
+    except (RuntimeError, ValueError) as e:
+        return f"{ENV}={NAME}: the backend does not start here: {e}"
+    return None
+
+
+def skip_unless_available() -> None:
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def skip_unless_children_may_use_it() -> None:
+    """Skips a `lane_children` case unless this run is the one its children may use the
+    lane's backend in (the lane on, this process off the accelerator)."""
+    if not ON:
+        pytest.skip(f"{ENV} names no accelerator backend: nothing for a child to run on")
+    if not _children_only[0]:
+        pytest.skip(
+            f"this pytest process holds {NAME}, which one process at a time can use; run "
+            f"these cases in a pytest of their own: -m {CHILDREN_MARK}"
+        )
+
+
+def params() -> list:
+    """The lane's backend as a pytest parameter (marked `lane`), or nothing when it is off."""
+    return [pytest.param(NAME, marks=pytest.mark.lane, id=NAME)] if ON else []
+
+
+def with_lane(names) -> list:
+    """`names` (backends or pytest params) and the lane's backend."""
+    return [*names, *params()]
+
+
+def running() -> tuple[str, ...]:
+    """The lane's backend where it is on and starts here (for loops over backends)."""
+    return (NAME,) if ON and unavailable() is None else ()
+
+
+def tolerances(backend: str | None, table: dict) -> dict:
+    """`table` ((rtol, atol) by dtype), loosened to aotkit.crosscheck's entries for
+    `backend`'s platform where that is an accelerator's."""
+    if backend is None or backend in _OWN:
+        return table
+    from aotkit import crosscheck
+
+    looser = crosscheck.PLATFORM_TOLERANCES.get(backend, {})
+    return {
+        dtype: (max(r, looser[dtype][0]), max(a, looser[dtype][1]))
+        if dtype in looser
+        else (r, a)
+        for dtype, (r, a) in table.items()
+    }

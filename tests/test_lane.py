@@ -1,0 +1,178 @@
+"""The seed transcript, artifacts and the persistent cache on the lane's backend (tests/lane.py).
+
+The accelerator's results are compared with the CPU's of the same program, with the lane's
+tolerances. Cases marked `lane` run in the pytest process, which holds the accelerator; those
+marked `lane_children` save, load and hit the cache in fresh processes on it, in a pytest of
+their own. Without AOTKIT_TEST_BACKEND every case skips, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from jax import tree_util
+
+import aotkit
+import aotkit.numpy as anp
+from aotkit import cache
+from tests import artifact_child, lane
+from tests.helpers import assert_matches
+from tests.test_artifacts import PROGRAMS, compile_program, program_args
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = lane.NAME
+
+pytestmark = pytest.mark.skipif(
+    not lane.ON, reason=f"{lane.ENV} names no accelerator backend (tests/lane.py)"
+)
+
+
+def assert_tree_matches(got, want, label: str) -> None:
+    got_leaves, want_leaves = tree_util.tree_leaves(got), tree_util.tree_leaves(want)
+    assert tree_util.tree_structure(got) == tree_util.tree_structure(want), label
+    for i, (g, w) in enumerate(zip(got_leaves, want_leaves, strict=True)):
+        assert_matches(np.asarray(g), np.asarray(w), f"{label}[{i}]", backend=NAME)
+
+
+# --- in this process ---------------------------------------------------------------------------
+
+
+@pytest.mark.lane
+def test_the_seed_transcript_on_the_lane():
+    f = lambda x: anp.sqrt(x**2) + 1.0  # noqa: E731  (the seed's own line)
+    f_exe = aotkit.jit(f, backend=NAME).lower(1.0).compile()
+    assert repr(f_exe).endswith(f" on {NAME}>")
+    assert re.search(r"\bfusion", f_exe.as_text()), f_exe.as_text()
+    out = f_exe(3.0)
+    assert isinstance(out, jax.Array) and out.dtype == np.float32 and out.shape == ()
+    assert float(out) == 4.0 and repr(out) == "Array(4., dtype=float32)"
+    assert {d.platform for d in out.devices()} == {NAME}
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "function compiled for PyTreeDef(((*,), {})), called with PyTreeDef((([*],), {}))"
+        ),
+    ):
+        f_exe([3.0])
+
+
+@pytest.mark.lane
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_an_artifact_saved_on_the_lane_loads_its_executable_and_equals_the_cpus(name, tmp_path):
+    args, kwargs = program_args(name)
+    compiled = compile_program(name, NAME)
+    path = tmp_path / f"{name}.aotx"
+    compiled.save(path)
+    loaded = aotkit.load(path, recompile=False)
+    assert loaded.origin == "artifact" and repr(loaded).endswith(f" on {NAME}>")
+    want = tree_util.tree_map(np.asarray, compile_program(name, "cpu")(*args, **kwargs))
+    got = loaded(*args, **kwargs)
+    assert_tree_matches(got, want, name)
+    assert (
+        artifact_child.call_record(loaded, args, kwargs, False)["errors"]
+        == (artifact_child.call_record(compiled, args, kwargs, False)["errors"])
+    )
+
+
+@pytest.mark.lane
+def test_a_second_compile_on_the_lane_is_a_persistent_hit(tmp_path):
+    def make():
+        def f(x):
+            return anp.tanh(x) * 3.0 + 1.0
+
+        return f
+
+    x = np.linspace(-2, 2, 128, dtype=np.float32)
+    cache.configure(dir=tmp_path / "cache")
+    try:
+        first = aotkit.jit(make(), backend=NAME).lower(x).compile()
+        second = aotkit.jit(make(), backend=NAME).lower(x).compile()
+        assert (first.origin, second.origin) == ("compiled", "persistent cache")
+        want = np.tanh(x) * np.float32(3) + np.float32(1)
+        assert_matches(np.asarray(second(x)), want, "tanh", backend=NAME)
+    finally:
+        cache.configure(dir=None, max_bytes=cache.DEFAULT_MAX_BYTES)
+
+
+# --- in fresh processes on the accelerator (-m lane_children) -----------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import aotkit, aotkit.numpy as anp
+
+    def f(x, y):
+        return {"h": anp.tanh(x @ y) * 2.0, "s": anp.sum(anp.exp(x), axis=0)}
+
+    mode, path = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    y = rng.standard_normal((32, 16)).astype(np.float32)
+    if mode == "save":
+        compiled = aotkit.jit(f, backend=sys.argv[3]).lower(x, y).compile()
+        compiled.save(path)
+    elif mode == "load":
+        compiled = aotkit.load(path, recompile=False)
+    else:
+        compiled = aotkit.jit(f, backend=sys.argv[3]).lower(x, y).compile()
+    out = compiled(x, y)
+    print(json.dumps({
+        "origin": compiled.origin,
+        "repr": repr(compiled),
+        "platforms": sorted({d.platform for v in out.values() for d in v.devices()}),
+        "h": np.asarray(out["h"]).tolist(),
+        "s": np.asarray(out["s"]).tolist(),
+    }))
+    """
+)
+
+
+def run_child(*argv) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=lane.chip_env(),
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def cpu_reference() -> dict:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    y = rng.standard_normal((32, 16)).astype(np.float32)
+    h = np.tanh(x.astype(np.float64) @ y) * 2.0
+    return {"h": h.astype(np.float32), "s": np.exp(x).sum(axis=0, dtype=np.float32)}
+
+
+def check_child(record: dict, origin: str) -> None:
+    assert record["origin"] == origin
+    assert record["platforms"] == [NAME] and record["repr"].endswith(f" on {NAME}>")
+    for key, want in cpu_reference().items():
+        assert_matches(np.asarray(record[key], np.float32), want, key, backend=NAME)
+
+
+@pytest.mark.lane_children
+def test_an_artifact_saved_by_one_process_runs_in_another_without_compiling(tmp_path):
+    path = tmp_path / "f.aotx"
+    check_child(run_child("save", path, NAME), "compiled")
+    check_child(run_child("load", path), "artifact")
+
+
+@pytest.mark.lane_children
+def test_the_persistent_cache_is_hit_by_a_fresh_process_on_the_lane(tmp_path, monkeypatch):
+    monkeypatch.setenv("AOTKIT_CACHE_DIR", str(tmp_path / "cache"))
+    check_child(run_child("cache", tmp_path / "unused", NAME), "compiled")
+    check_child(run_child("cache", tmp_path / "unused", NAME), "persistent cache")

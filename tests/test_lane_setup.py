@@ -1,0 +1,122 @@
+"""The accelerator lane's machinery (tests/lane.py): which process may use the accelerator,
+what its children inherit, the tolerances, and the skips where the backend does not start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import lane
+from tests.helpers import TOLERANCES, assert_matches
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETUP = textwrap.dedent(
+    """
+    import json, os, sys
+    from tests import lane
+    lane.configure(children_only=sys.argv[1] == "children")
+    import jax
+    print(json.dumps({
+        "env": [os.environ.get("JAX_PLATFORMS"), os.environ.get("AOTKIT_BACKEND")],
+        "jax": jax.config.jax_platforms,
+        "child": [lane.chip_env().get("JAX_PLATFORMS"), lane.chip_env().get("AOTKIT_BACKEND")],
+    }))
+    """
+)
+
+
+def setup_in_child(mode: str, **env) -> dict:
+    base = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "AOTKIT_BACKEND")}
+    base.pop(lane.ENV, None)
+    proc = subprocess.run(
+        [sys.executable, "-c", SETUP, mode],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**base, **env},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_without_the_lane_the_suite_and_its_children_stay_on_the_cpu():
+    got = setup_in_child("all")
+    assert got["env"] == ["cpu", None] and got["jax"] == "cpu"
+
+
+def test_a_users_jax_platforms_is_kept_without_the_lane():
+    assert setup_in_child("all", JAX_PLATFORMS="cpu,tpu")["jax"] == "cpu,tpu"
+
+
+def test_with_the_lane_this_process_may_use_the_accelerator_and_children_may_not():
+    got = setup_in_child("all", AOTKIT_TEST_BACKEND="tpu")
+    # jax read JAX_PLATFORMS before it was set for the children; defaults stay cpu.
+    assert got["jax"] is None
+    assert got["env"] == ["cpu", "cpu"]
+    assert got["child"] == [None, None]  # a child that tests the chip gets the user's settings
+
+
+def test_the_children_run_stays_off_the_accelerator_and_lets_its_children_on():
+    got = setup_in_child("children", AOTKIT_TEST_BACKEND="tpu", JAX_PLATFORMS="tpu,cpu")
+    assert got["jax"] == "cpu" and got["env"] == ["cpu", "cpu"]
+    assert got["child"] == ["tpu,cpu", None]
+
+
+def test_naming_a_backend_every_test_has_runs_no_lane():
+    got = setup_in_child("all", AOTKIT_TEST_BACKEND="interpreter")
+    assert got["env"] == ["cpu", None] and got["jax"] == "cpu"
+
+
+def test_the_lanes_tolerances_are_the_looser_of_the_tests_and_the_platforms():
+    from aotkit import crosscheck
+
+    f32 = np.dtype(np.float32)
+    assert lane.tolerances("cpu", TOLERANCES) is TOLERANCES
+    loosened = lane.tolerances("tpu", TOLERANCES)
+    assert loosened[f32] == crosscheck.PLATFORM_TOLERANCES["tpu"][f32]
+    assert loosened[np.dtype(np.float64)] == TOLERANCES[np.dtype(np.float64)]
+    got, want = np.float32([1.0 + 3e-4]), np.float32([1.0])
+    assert_matches(got, want, backend="tpu")
+    with pytest.raises(AssertionError, match="Not equal to tolerance"):
+        assert_matches(got, want, backend="cpu")
+
+
+def test_a_lane_backend_that_does_not_start_skips_its_cases_saying_why():
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env[lane.ENV] = "nosuch"
+    argv = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-rs", "-m"]
+    argv += [
+        lane.MARK,
+        "tests/test_lane.py",
+        "tests/lowering/test_sorting.py::test_lexsort_matches_numpy",
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "AOTKIT_TEST_BACKEND=nosuch: the backend does not start here: backends.get: unknown "
+        "backend 'nosuch'"
+    ) in proc.stdout
+    assert " passed" not in proc.stdout and " skipped" in proc.stdout
+
+
+def test_cases_whose_children_use_the_lane_skip_where_this_process_holds_it():
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env[lane.ENV] = "nosuch"
+    argv = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-rs"]
+    argv += ["-m", f"{lane.CHILDREN_MARK} or not {lane.CHILDREN_MARK}", "tests/test_lane.py"]
+    argv += ["-k", "fresh_process or another"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "this pytest process holds nosuch, which one process at a time can use; run these "
+        "cases in a pytest of their own: -m lane_children"
+    ) in proc.stdout

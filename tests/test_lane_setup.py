@@ -90,33 +90,34 @@ def test_the_lanes_tolerances_are_the_looser_of_the_tests_and_the_platforms():
         assert_matches(got, want, backend="cpu")
 
 
-def test_a_lane_backend_that_does_not_start_skips_its_cases_saying_why():
+def pytest_in_child(*args) -> str:
+    """The output of `pytest ARGS` in a child with AOTKIT_TEST_BACKEND=nosuch (exit 0)."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     env[lane.ENV] = "nosuch"
-    argv = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-rs", "-m"]
-    argv += [
+    argv = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-rs", *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_a_lane_backend_that_does_not_start_skips_its_cases_saying_why():
+    out = pytest_in_child(
+        "-m",
         lane.MARK,
         "tests/test_lane.py",
         "tests/lowering/test_sorting.py::test_lexsort_matches_numpy",
-    ]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    )
     assert (
         "AOTKIT_TEST_BACKEND=nosuch: the backend does not start here: backends.get: unknown "
         "backend 'nosuch'"
-    ) in proc.stdout
-    assert " passed" not in proc.stdout and " skipped" in proc.stdout
+    ) in out
+    assert " passed" not in out and " skipped" in out
 
 
 def test_cases_whose_children_use_the_lane_skip_where_this_process_holds_it():
-    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-    env[lane.ENV] = "nosuch"
-    argv = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-rs"]
-    argv += ["-m", f"{lane.CHILDREN_MARK} or not {lane.CHILDREN_MARK}", "tests/test_lane.py"]
-    argv += ["-k", "fresh_process or another"]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    marks = f"{lane.CHILDREN_MARK} or not {lane.CHILDREN_MARK}"
+    out = pytest_in_child("-m", marks, "tests/test_lane.py", "-k", "fresh_process or another")
     assert (
         "this pytest process holds nosuch, which one process at a time can use; run these "
         "cases in a pytest of their own: -m lane_children"
-    ) in proc.stdout
+    ) in out

@@ -80,9 +80,7 @@ TOLERANCES = {
 }
 
 
-def assert_matches(
-    got, want, label="", *, rtol=None, atol=None, tolerances=None, backend=None
-):
+def assert_matches(got, want, label="", *, rtol=None, atol=None, tolerances=None, backend=None):
     """A result equals NumPy's: same dtype and shape; exact for bool and integers, close
     (NaN equal to NaN) for inexact dtypes, with `TOLERANCES` unless overridden, loosened
     for an accelerator's arithmetic where `backend` (default: the running test's) is the

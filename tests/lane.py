@@ -22,6 +22,10 @@ One process at a time can hold an accelerator. So where the lane is on:
   line above), which stays off the accelerator itself and lets its children on it; in the
   first they skip, saying so.
 
+AOTKIT_TEST_PLUGIN=PATH makes NAME a PJRT plugin library loaded by path: with the CPU plugin
+of `aotkit[native]` (aotkit.native.cpu_plugin()) the lane runs on any machine, a second PJRT
+backend beside jaxlib's own CPU client.
+
 Without the variable nothing changes, except that on a host with an accelerator the suite
 runs on the CPU (JAX_PLATFORMS=cpu unless it is set), children included.
 """
@@ -74,12 +78,20 @@ def chip_env() -> dict[str, str]:
     return env
 
 
+PLUGIN_ENV = "AOTKIT_TEST_PLUGIN"
+
+
 @functools.cache
 def unavailable() -> str | None:
-    """Why the lane's backend does not start in this process, or None where it does."""
+    """Why the lane's backend does not start in this process, or None where it does. With
+    AOTKIT_TEST_PLUGIN=PATH the backend is that PJRT plugin library, loaded under NAME (the
+    CPU plugin of `aotkit[native]` runs the lane on a machine without an accelerator)."""
     from aotkit import backends
 
     try:
+        plugin = os.environ.get(PLUGIN_ENV, "").strip()
+        if plugin and not backends.known(NAME):
+            backends.load_plugin(NAME, plugin)
         backends.get(NAME)
     except (RuntimeError, ValueError) as e:
         return f"{ENV}={NAME}: the backend does not start here: {e}"
@@ -128,8 +140,6 @@ def tolerances(backend: str | None, table: dict) -> dict:
 
     looser = crosscheck.PLATFORM_TOLERANCES.get(backend, {})
     return {
-        dtype: (max(r, looser[dtype][0]), max(a, looser[dtype][1]))
-        if dtype in looser
-        else (r, a)
+        dtype: (max(r, looser[dtype][0]), max(a, looser[dtype][1])) if dtype in looser else (r, a)
         for dtype, (r, a) in table.items()
     }

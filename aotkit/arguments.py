@@ -15,6 +15,7 @@ arguments into their data and wraps key results back into keys of the same imple
 from __future__ import annotations
 
 import array
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 
@@ -399,6 +400,42 @@ def key_data(leaf, spec):
     if tuple(leaf.shape) != spec.shape:
         return None
     return jax.random.key_data(leaf)
+
+
+# The implementations `jax.random.key(seed, impl=NAME)` takes by name; an artifact records a
+# key leaf's implementation by that name.
+KEY_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+
+
+@functools.cache
+def _impl_dtype(name: str):
+    return jax.eval_shape(functools.partial(jax.random.key, impl=name), 0).dtype
+
+
+def key_impl_name(dtype) -> str | None:
+    """The name (`KEY_IMPLS`) of the implementation of keys of `dtype`; None for one that
+    jax.random.key does not take by name (a custom PRNG implementation)."""
+    for name in KEY_IMPLS:
+        if _impl_dtype(name) == dtype:
+            return name
+    return None
+
+
+def key_spec(impl: str, shape) -> jax.ShapeDtypeStruct:
+    """The `jax.ShapeDtypeStruct` of keys of implementation `impl` (a name of `KEY_IMPLS`) and
+    `shape`; ValueError for another name."""
+    if impl not in KEY_IMPLS:
+        raise ValueError(
+            f"names PRNG implementation {impl!r}, which is none of jax.random.key's "
+            f"({', '.join(KEY_IMPLS)})"
+        )
+    return jax.ShapeDtypeStruct(tuple(shape), _impl_dtype(impl))
+
+
+def key_data_spec(key: jax.ShapeDtypeStruct) -> ShapeDtype:
+    """The spec of the uint32 data of keys `key` (the module's argument or result)."""
+    data = jax.eval_shape(jax.random.key_data, key)
+    return ShapeDtype(data.shape, data.dtype)
 
 
 def wrap_key(data, spec):

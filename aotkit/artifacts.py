@@ -43,7 +43,17 @@ from jax import tree_util
 from jax.sharding import NamedSharding
 from jaxlib.mlir import ir
 
-from aotkit import _compat, _context, _files, backends, modules, pytrees, shapes, symbolic
+from aotkit import (
+    _compat,
+    _context,
+    _files,
+    arguments,
+    backends,
+    modules,
+    pytrees,
+    shapes,
+    symbolic,
+)
 from aotkit._version import __version__
 from aotkit.arguments import format_signature
 from aotkit.errors import ArtifactError, printable
@@ -612,6 +622,9 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
     artifact.specializations = specializations
     artifact.partitioning = layout
     artifact.unregistered = sorted(set(unregistered or ()))
+    in_keys, out_keys = (), ()
+    if header.get(KEYS) is not None:
+        in_keys, out_keys = _check_keys(header[KEYS], flat["in_specs"], flat["out_specs"], bad)
     artifact.signature = Signature(
         printable(header["name"]),  # shown in reprs and `aotkit inspect`
         in_tree,
@@ -619,6 +632,8 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
         flat["in_specs"],
         flat["out_specs"],
         tuple(donated),
+        in_keys=in_keys,
+        out_keys=out_keys,
         arg_names=arg_names,
     )
     artifact.options = dict(options)
@@ -630,6 +645,76 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
 # The header field naming the positional arguments by the function's parameters (None where
 # it has none), as reprs and errors name them (`Signature.arg_names`); optional.
 ARG_NAMES = "arg_names"
+
+# The header field saying which leaves are typed PRNG key arrays (optional; written only when
+# one is): {"in": [...], "out": [...]}, each list empty or one entry per flat leaf, null or
+# {"impl": NAME, "shape": [...]} (NAME one of `arguments.KEY_IMPLS`). The module's argument or
+# result is the key's uint32 data, which its spec must be. A reader without this field (an
+# older aotkit, the native runner) takes and gives that data.
+KEYS = "keys"
+
+
+def keys_field(in_keys: tuple, out_keys: tuple, where: str) -> dict | None:
+    """The `keys` header field of a signature's key leaves; None when it has none."""
+    if not (in_keys or out_keys):
+        return None
+
+    def entry(key):
+        if key is None:
+            return None
+        impl = arguments.key_impl_name(key.dtype)
+        if impl is None:
+            raise ValueError(
+                f"{where}: a typed PRNG key leaf ({arguments.spec_text(key)}) has an "
+                "implementation jax.random.key does not take by name, which an artifact "
+                f"cannot name; use one of {', '.join(arguments.KEY_IMPLS)}, or pass the key's "
+                "uint32 data (jax.random.key_data)"
+            )
+        return {"impl": impl, "shape": list(key.shape)}
+
+    return {"in": [entry(k) for k in in_keys], "out": [entry(k) for k in out_keys]}
+
+
+def _check_keys(data, in_specs, out_specs, bad) -> tuple[tuple, tuple]:
+    """The signature's `in_keys` and `out_keys` from the `keys` header field."""
+    if not isinstance(data, dict) or set(data) != {"in", "out"}:
+        raise bad(KEYS, f"is {_short(data)}, not an object with lists 'in' and 'out'")
+    found = []
+    for side, specs in (("in", in_specs), ("out", out_specs)):
+        entries = data[side]
+        if not isinstance(entries, list) or (entries and len(entries) != len(specs)):
+            raise bad(KEYS, f"{side!r} must list no leaf or every one ({len(specs)})")
+        keys = []
+        for i, (entry, module_spec) in enumerate(zip(entries, specs)):
+            if entry is None:
+                keys.append(None)
+                continue
+            shape = entry.get("shape") if isinstance(entry, dict) else None
+            if not (
+                isinstance(entry, dict)
+                and set(entry) == {"impl", "shape"}
+                and isinstance(entry["impl"], str)
+                and isinstance(shape, list)
+                and len(shape) <= 64
+                and all(type(d) is int and 0 <= d < 2**62 for d in shape)
+            ):
+                raise bad(
+                    KEYS, f'has an entry {_short(entry)}, not {{"impl": NAME, "shape": [...]}}'
+                )
+            try:
+                key = arguments.key_spec(entry["impl"], shape)
+            except ValueError as e:
+                raise bad(KEYS, str(e)) from None
+            want = arguments.key_data_spec(key)
+            if want != module_spec:
+                raise bad(
+                    KEYS,
+                    f"says {side}put leaf {i} is {arguments.spec_text(key)}, whose data is "
+                    f"{want}, but the module's is {module_spec}",
+                )
+            keys.append(key)
+        found.append(tuple(keys) if any(k is not None for k in keys) else ())
+    return found[0], found[1]
 
 
 def _check_arg_names(names, count: int, bad) -> tuple:
@@ -932,11 +1017,13 @@ def pack_compiled(
     text: bool,
     cache_key: str | None = None,
     arg_names: tuple = (),
+    keys: dict | None = None,
 ) -> bytes:
     """The container of one executable: `serialized` is `executable.serialize()`,
     `in_tree`/`out_tree` are `encode_tree` data. A sharded executable (its `partitioning`
     bound to devices) records its mesh, device placement and shardings. A persistent cache
-    entry records the key it is stored under (`cache_key`), which the cache checks on read."""
+    entry records the key it is stored under (`cache_key`), which the cache checks on read.
+    `keys` is the `keys` field (`keys_field`) of typed PRNG key leaves, if any."""
     backend = executable.backend
     sections = {PORTABLE: bytes(portable)}
     data = serialized
@@ -960,6 +1047,8 @@ def pack_compiled(
     }
     if any(n is not None for n in arg_names):
         header[ARG_NAMES] = list(arg_names)
+    if keys is not None:
+        header[KEYS] = keys
     if cache_key is not None:
         header[CACHE_KEY] = cache_key
     if executable.partitioning is not None:
@@ -978,15 +1067,11 @@ def pack_compiled(
 def serialize(compiled, *, text: bool = True) -> bytes:
     """`Compiled.serialize()`: the artifact of `compiled` (with its program text if `text`)."""
     where = f"Compiled {compiled.name!r}: serialize"
-    if compiled.signature.in_keys or compiled.signature.out_keys:
-        raise ValueError(
-            f"{where}: it takes or returns typed PRNG key arrays ({compiled._signature_text()}), "
-            "which artifacts do not hold; pass and return their uint32 data instead "
-            "(jax.random.key_data, and jax.random.wrap_key_data after loading)"
-        )
+    keys = keys_field(compiled.signature.in_keys, compiled.signature.out_keys, where)
     # Every node type it cannot write, named at once (issue 44).
     pytrees.check_registered(where, ((compiled.in_tree, "argument"), (compiled.out_tree, "result")))
     if symbolic.is_symbolic(compiled.flat_in_specs):
+        # (The JAX front end, which alone takes typed keys, lowers no symbolic program.)
         return pack_symbolic(compiled, text=text)
     in_tree = encode_tree(compiled.in_tree, where, "argument")
     out_tree = encode_tree(compiled.out_tree, where, "result")
@@ -1010,6 +1095,7 @@ def serialize(compiled, *, text: bool = True) -> bytes:
         options=compiled.options,
         text=text,
         arg_names=compiled.signature.arg_names,
+        keys=keys,
     )
 
 

@@ -1551,8 +1551,10 @@ def _leaf_names(args, stage) -> list[str]:
 
 
 def cmd_run(args) -> int:
+    import jax
     from jax import tree_util
 
+    from aotkit import arguments
     from aotkit.specs import spec_of
     from aotkit.symbolic import is_symbolic
 
@@ -1575,6 +1577,11 @@ def cmd_run(args) -> int:
         given = ", ".join(f"{n}: {s}" for n, s in zip(names, flat_specs, strict=True))
         _say(args, f"random inputs, seed {args.seed}: {given or 'none'}")
     compiled = lowered if loaded else _compile(args, lowered)
+    # A typed PRNG key leaf's input is its uint32 data (the spec the module has), given as
+    # a key of the program's implementation; its result is saved and printed as its data.
+    for i, key in enumerate(lowered.signature.in_keys):
+        if key is not None:
+            leaves[i] = arguments.wrap_key(np.asarray(leaves[i]), key)
     call_args, call_kwargs = tree_util.tree_unflatten(lowered.in_tree, leaves)
     times = []
     for _ in range(args.repeat):
@@ -1584,7 +1591,7 @@ def cmd_run(args) -> int:
         times.append(time.perf_counter() - start)
     outputs = {}
     for path, leaf in tree_util.tree_flatten_with_path(out)[0]:
-        x = np.asarray(leaf)
+        x = np.asarray(leaf if arguments.key_dtype(leaf) is None else jax.random.key_data(leaf))
         name = f"out{tree_util.keystr(path)}"
         outputs[name] = x
         if compiled.partitioning is not None:

@@ -453,6 +453,7 @@ def _symbolic_compiled(
         origin=origin,
         portable=artifact.section(artifacts.PORTABLE),
         arg_names=signature.arg_names,
+        keys=(signature.in_keys, signature.out_keys),
     )
 
 
@@ -568,6 +569,7 @@ def _compiled(artifact: Artifact, executable, origin: str, place: str) -> Compil
         origin=origin,
         portable=artifact.section(artifacts.PORTABLE),
         arg_names=signature.arg_names,
+        keys=(signature.in_keys, signature.out_keys),
     )
 
 

@@ -471,6 +471,7 @@ class Compiled(Stage):
         origin: str = "compiled",
         portable: bytes | None = None,
         arg_names: tuple = (),
+        keys: tuple = ((), ()),
     ):
         n_in, n_out = len(executable.in_specs), len(executable.out_specs)
         if in_tree.num_leaves != n_in or out_tree.num_leaves != n_out:
@@ -479,8 +480,11 @@ class Compiled(Stage):
                 f"outputs do not fit executable {executable.name!r} ({n_in} arguments, "
                 f"{n_out} results); build Compiled through Lowered.compile"
             )
-        # Typed PRNG key leaves (aotkit/arguments.py) are the Lowered stage's to say.
-        keyed = lowered.signature if lowered is not None else None
+        # Typed PRNG key leaves (aotkit/arguments.py): the Lowered stage's, or an artifact's
+        # (`keys`, its header's).
+        in_keys, out_keys = (
+            (lowered.signature.in_keys, lowered.signature.out_keys) if lowered is not None else keys
+        )
         self._init(
             # A sharded executable's partitioning has its compiled shardings (aotkit/spmd.py).
             signature=Signature(
@@ -491,13 +495,13 @@ class Compiled(Stage):
                 executable.out_specs,
                 donated,
                 executable.partitioning,
-                keyed.in_keys if keyed is not None else (),
-                keyed.out_keys if keyed is not None else (),
-                keyed.arg_names if keyed is not None else tuple(arg_names),
+                in_keys,
+                out_keys,
+                lowered.signature.arg_names if lowered is not None else tuple(arg_names),
             ),
             lowered=lowered,
             _executable=executable,
-            _execute=_with_keys(executable.execute, keyed),
+            _execute=_with_keys(executable.execute, in_keys, out_keys),
             _n_args=n_in,
             _positional=in_tree == tree_util.tree_structure(((0,) * n_in, {})),
             _single_out=out_tree == tree_util.tree_structure(0),
@@ -700,13 +704,14 @@ class Compiled(Stage):
         return f"<Compiled {self._signature_text()} on {self.backend.name}{over}>"
 
 
-def _with_keys(execute, signature: Signature | None):
-    """`execute(leaves)` for a program with typed PRNG key leaves: key arguments go in as
-    their uint32 data, key results come back as keys of their implementation."""
-    if signature is None or not (signature.in_keys or signature.out_keys):
+def _with_keys(execute, in_keys: tuple, out_keys: tuple):
+    """`execute(leaves)` for a program with typed PRNG key leaves (`in_keys`, `out_keys`, as
+    a Signature holds them): key arguments go in as their uint32 data, key results come back
+    as keys of their implementation."""
+    if not (in_keys or out_keys):
         return execute
-    ins = [(i, k) for i, k in enumerate(signature.in_keys) if k is not None]
-    outs = [(i, k) for i, k in enumerate(signature.out_keys) if k is not None]
+    ins = [(i, k) for i, k in enumerate(in_keys) if k is not None]
+    outs = [(i, k) for i, k in enumerate(out_keys) if k is not None]
 
     def run(leaves):
         leaves = list(leaves)

@@ -140,6 +140,22 @@ def test_a_wrapper_of_another_kind_is_not_unwrapped(runner, plugin_backend, tmp_
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.asarray(compiled(*args)))
 
 
+def test_typed_key_leaves_are_their_uint32_data(runner, tmp_path):
+    import jax
+
+    def step(k, x):
+        k1, k2 = jax.random.split(k)
+        return k1, jax.random.normal(k2, x.shape) * x
+
+    key, x = jax.random.key(0), np.linspace(-1, 1, 4, dtype=np.float32)
+    model, compiled = save(tmp_path, step, key, x)
+    got = run_npz(runner, tmp_path, model, {"k": np.asarray(jax.random.key_data(key)), "x": x})
+    want_key, want = compiled(key, x)
+    assert got["out[0]"].dtype == np.uint32
+    np.testing.assert_array_equal(got["out[0]"], jax.random.key_data(want_key))
+    np.testing.assert_array_equal(got["out[1]"], want)
+
+
 def test_pytree_signature_names_leaves(runner, tmp_path):
     def tree(params, xs, *, scale):
         h = xs[0] @ params["w"] + params["b"]

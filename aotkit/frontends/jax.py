@@ -260,8 +260,7 @@ def _key_data_spec(leaf):
     """The spec of a typed PRNG key leaf's uint32 data; any other leaf as it is."""
     if arguments.key_dtype(leaf) is None:
         return leaf
-    data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(leaf.shape, leaf.dtype))
-    return ShapeDtype(data.shape, data.dtype)
+    return arguments.key_data_spec(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype))
 
 
 def _import_module(jax_module: ir.Module, where: str, lc: _context.LoweringContext | None = None):

@@ -804,18 +804,6 @@ def test_key_argument_mismatch_says_what_was_expected(given, got):
         compiled(given())
 
 
-def test_key_program_artifact_is_refused():
-    compiled = aotkit.jit(_keys_split, frontend="jax").lower(jax.random.key(0)).compile()
-    message = (
-        "Compiled '_keys_split': serialize: it takes or returns typed PRNG key arrays "
-        "(_keys_split(k: key<fry>[]) -> (out: key<fry>[3])), which artifacts do not "
-        "hold; pass and return their uint32 data instead (jax.random.key_data, and "
-        "jax.random.wrap_key_data after loading)"
-    )
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        compiled.serialize()
-
-
 def test_key_argument_to_aotkits_tracer_is_refused():
     message = (
         "ident: argument k is a typed PRNG key array (key<fry>[]), which aotkit's "

@@ -230,13 +230,9 @@ def specs_of_leaves(
                 "compiled function could not be called with it; pass a NumPy array "
                 "(np.asarray(x), or np.frombuffer(x, dtype) for raw bytes)"
             )
-        if key_dtype(leaf) is not None:
-            raise TypeError(
-                f"{fn_name}: argument {path(i)} is a typed PRNG key array "
-                f"({spec_text(leaf)}), which aotkit's tracer does not take; pass its data "
-                "(jax.random.key_data(key), the uint32 key aotkit.random uses), or let JAX "
-                "lower the function (frontend='jax')"
-            )
+        if key_dtype(leaf) is not None:  # a typed key: the module takes its data
+            specs.append(key_data_spec(jax.ShapeDtypeStruct(tuple(leaf.shape), leaf.dtype)))
+            continue
         try:
             specs.append(spec_of(leaf))
         except OverflowError as e:

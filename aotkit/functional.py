@@ -21,9 +21,9 @@ import numpy as np
 from jax import dtypes as jax_dtypes
 from jax import tree_util
 
-from aotkit import api, dtypes, frontends
+from aotkit import api, arguments, dtypes, frontends
 from aotkit.arguments import function_name
-from aotkit.lowering import core
+from aotkit.lowering import core, keys
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import functions as F
 from aotkit.transforms.core import check_policy
@@ -270,7 +270,11 @@ def vjp(
         return F.vjp(fun, primals, has_aux=has_aux, where=where, **loops)
     forward = _eager(fun, where, lambda p: _forward_only(fun, p, has_aux, where))
     result = forward(tuple(primals))
-    float0 = [not dtypes.is_inexact(np.result_type(x)) for x in tree_util.tree_leaves(primals)]
+    # (a typed key's cotangent is float0 too)
+    float0 = [
+        arguments.key_dtype(x) is not None or not dtypes.is_inexact(np.result_type(x))
+        for x in tree_util.tree_leaves(primals)
+    ]
 
     def cotangents(p, ct):
         # Only the float cotangents leave the compiled program (it cannot return float0).
@@ -280,7 +284,7 @@ def vjp(
     backward = _eager(fun, where, cotangents)
 
     def vjp_fn(ct):
-        return _restore_float0(backward(tuple(primals), ct), primals, float0)
+        return _restore_float0(backward(tuple(primals), _no_float0(ct)), primals, float0)
 
     if has_aux:
         out, aux = result
@@ -394,15 +398,25 @@ def _std_basis(leaves):
     return out
 
 
-def _check_jacobian_inputs(where, leaves, holomorphic):
-    _no_holomorphic(where, holomorphic)
-    for x in leaves:
+def _not_float(tree) -> str | None:
+    """The dtype's name of the first leaf of `tree` that is not a real float (a typed key
+    named as such: `key<fry>`), or None."""
+    for x in tree_util.tree_leaves(tree, is_leaf=keys.is_key):
+        if keys.is_key(x):
+            return x.dtype.name
         if not dtypes.is_float(x.dtype):
-            raise TypeError(
-                f"{where}: Jacobians need real float inputs, but an argument has dtype "
-                f"{dtypes.short_name(x.dtype)}; convert it to a float dtype, or leave it out "
-                "of argnums"
-            )
+            return dtypes.short_name(x.dtype)
+    return None
+
+
+def _check_jacobian_inputs(where, dyn, holomorphic):
+    _no_holomorphic(where, holomorphic)
+    found = _not_float(dyn)
+    if found is not None:
+        raise TypeError(
+            f"{where}: Jacobians need real float inputs, but an argument has dtype {found}; "
+            "convert it to a float dtype, or leave it out of argnums"
+        )
 
 
 def jacfwd(
@@ -423,13 +437,15 @@ def jacfwd(
         nums = F._argnums(where, argnums, len(args))
         dyn = [tree_util.tree_map(lambda x: F.as_tracer(where, x), args[a]) for a in nums]
         leaves, dyn_tree = tree_util.tree_flatten(tuple(dyn))
-        _check_jacobian_inputs(where, leaves, holomorphic)
+        _check_jacobian_inputs(where, dyn, holomorphic)
 
         def partial(*d):
             full = list(args)
             for a, v in zip(nums, d, strict=True):
                 full[a] = v
             return fun(*full, **kwargs)
+
+        partial.__name__ = partial.__qualname__ = function_name(fun)  # what errors name
 
         def pushfwd(*basis_leaves):
             tangents = tree_util.tree_unflatten(dyn_tree, list(basis_leaves))
@@ -480,7 +496,7 @@ def jacrev(
     def run(fun, args, kwargs):
         nums = F._argnums(where, argnums, len(args))
         dyn = [tree_util.tree_map(lambda x: F.as_tracer(where, x), args[a]) for a in nums]
-        _check_jacobian_inputs(where, tree_util.tree_leaves(dyn), holomorphic)
+        _check_jacobian_inputs(where, dyn, holomorphic)
 
         def partial(*d):
             full = list(args)
@@ -488,15 +504,16 @@ def jacrev(
                 full[a] = v
             return fun(*full, **kwargs)
 
+        partial.__name__ = partial.__qualname__ = function_name(fun)  # what errors name
+
         res = F.vjp(partial, tuple(dyn), has_aux=has_aux, where=where)
         y, pullback = res[0], res[1]
         y_leaves, y_tree = tree_util.tree_flatten(y)
-        for leaf in y_leaves:
-            if not dtypes.is_float(leaf.dtype):
-                raise TypeError(
-                    f"{where}: Jacobians need real float outputs, but an output has dtype "
-                    f"{dtypes.short_name(leaf.dtype)}"
-                )
+        found = _not_float(y)
+        if found is not None:
+            raise TypeError(
+                f"{where}: Jacobians need real float outputs, but an output has dtype {found}"
+            )
         basis = _std_basis(y_leaves)
 
         def pull(*basis_leaves):

@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import math
 
+import jax
 import ml_dtypes
 import numpy as np
 
 import aotkit.numpy as anp
 from aotkit import dtypes
+from aotkit.arguments import key_dtype, key_impl_name, spec_text
 from aotkit.lowering.core import Tracer, bind1, full, is_tracing, where
 from aotkit.lowering.creation import iota
 from aotkit.lowering.hlo import broadcast_to_shape, cast, normalize_axis
+from aotkit.lowering.keys import KeyTracer, is_key
 from aotkit.lowering.nn import erf_inv, sort_key_val
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "fold_in",
     "gumbel",
     "key",
+    "key_data",
     "normal",
     "permutation",
     "randint",
@@ -102,7 +106,16 @@ def _check_traced_call(op: str) -> None:
 
 
 def _key_parts(op: str, key):
-    """(k1, k2, traced) of a uint32[2] key; a concrete key in a trace stays concrete."""
+    """(k1, k2, traced) of a uint32[2] key (or a typed Threefry key's data); a concrete key
+    in a trace stays concrete."""
+    if is_key(key):
+        if key.shape != () or key_impl_name(key.dtype) != "threefry2x32":
+            raise TypeError(
+                f"{where('aotkit.random.' + op)}: a typed key must be one Threefry key "
+                f"(key<fry>[]), got {spec_text(key.spec)}; split a batch of keys with "
+                "aotkit.vmap, or let JAX lower the function (frontend='jax')"
+            )
+        key = key.data
     if isinstance(key, Tracer):
         if key.shape == (2,) and key.dtype == _U32:
             return key[0], key[1], True
@@ -188,12 +201,28 @@ def _shape(op: str, shape) -> tuple[int, ...]:
     return tuple(int(d) for d in out)
 
 
+def _like(key, data):
+    """New key data as `key` is: typed keys of its dtype for a typed key, else the data."""
+    return KeyTracer(data, key.dtype) if is_key(key) else data
+
+
+def key_data(key):
+    """The uint32 data of a typed key (`jax.random.key`, traced or concrete); a raw
+    uint32 key as it is."""
+    if is_key(key):
+        return key.data
+    if key_dtype(key) is not None:
+        return jax.random.key_data(key)
+    return key
+
+
 def split(key, num=2):
-    """`num` new keys (an int or a shape) from `key`: an array of shape (*num, 2)."""
+    """`num` new keys (an int or a shape) from `key`: an array of shape (*num, 2) (typed
+    keys of shape `num` from a typed key)."""
     k1, k2, traced = _key_parts("split", key)
     shape = _shape("split", num)
     b1, b2 = _hash(k1, k2, shape, traced)
-    return _from_parts(b1, b2, traced)
+    return _like(key, _from_parts(b1, b2, traced))
 
 
 def fold_in(key, data):
@@ -207,7 +236,7 @@ def fold_in(key, data):
             )
         k1, k2 = _as_traced(k1, k2, traced)
         b1, b2 = _threefry(k1, k2, full((), 0, _U32), cast(data, _U32))
-        return _from_parts(b1, b2, True)
+        return _like(key, _from_parts(b1, b2, True))
     arr = np.asarray(data)
     if arr.shape != () or arr.dtype.kind not in "iu" or not 0 <= int(arr) < 2**32:
         raise ValueError(
@@ -220,7 +249,7 @@ def fold_in(key, data):
     else:
         with np.errstate(over="ignore"):
             b1, b2 = _threefry(k1, k2, np.uint32(0), d)
-    return _from_parts(b1, b2, traced)
+    return _like(key, _from_parts(b1, b2, traced))
 
 
 # --- bits and samplers ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from jaxlib.mlir import ir
 
 from aotkit import _context, arguments, dtypes, modules, spmd
 from aotkit.errors import InPlaceWriteWarning, InvalidModuleError
+from aotkit.lowering import keys
 from aotkit.lowering.core import (
     Emitted,
     Tracer,
@@ -122,10 +123,16 @@ def trace(
     if donate_argnums:
         donated = arguments.donated_leaves(where, in_tree, args, set(static_pos), donate_argnums)
 
+    in_keys = arguments.key_leaves(leaves)
+    out_keys = ()
+
     def body(flat_tracers):
+        nonlocal out_keys
+        flat_tracers = keys.wrap(flat_tracers, in_keys)
         t_args, t_kwargs = tree_util.tree_unflatten(in_tree, flat_tracers)
         full_args, full_kwargs = arguments.merge_static(t_args, t_kwargs, static_pos, static_kw)
-        return fn(*full_args, **full_kwargs)
+        out, out_keys = keys.unwrap(fn(*full_args, **full_kwargs))
+        return out
 
     mesh = flat_in = None
     if in_shardings is not None or out_shardings is not None:
@@ -165,7 +172,9 @@ def trace(
         module, out_tree, out_specs, facts = trace_to_module(
             lc, body, name, specs, weak=weak, arg_names=paths, finish=annotate, static=static
         )
-    signature = Signature(name, in_tree, out_tree, specs, out_specs, donated, partitioning)
+    signature = Signature(
+        name, in_tree, out_tree, specs, out_specs, donated, partitioning, in_keys, out_keys
+    )
     return Program(module, lc, signature, "aotkit", facts)
 
 

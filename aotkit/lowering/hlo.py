@@ -26,6 +26,7 @@ from aotkit.lowering.core import (
     repoint,
     where,
 )
+from aotkit.lowering.keys import KeyTracer
 
 
 def _is_int(v) -> bool:
@@ -236,6 +237,8 @@ def _host_array(op: str, x) -> np.ndarray:
     try:
         arr = np.asarray(x)
     except Exception as e:  # ragged lists, tracers inside lists, ...
+        if isinstance(x, KeyTracer):  # its own message: what to do with a key
+            raise TypeError(f"{where(op)}: {e}") from None
         raise TypeError(
             f"{where(op)}: cannot make an array of {type(x).__name__} {x!r:.80}; "
             "use aotkit.numpy.stack for lists of traced arrays"

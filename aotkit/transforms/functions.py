@@ -32,12 +32,12 @@ from jax import tree_util
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import _context, autograph, dtypes, frontends, modules
+from aotkit import _context, arguments, autograph, dtypes, frontends, modules
 from aotkit.arguments import function_name
 from aotkit.frontends import jax as jax_frontend
 from aotkit.frontends.tracer import output_value
 from aotkit.lowering import control as tracer_control
-from aotkit.lowering import core
+from aotkit.lowering import core, keys
 from aotkit.lowering.core import Tracer
 from aotkit.specs import ShapeDtype
 from aotkit.transforms import _hlo as H
@@ -131,8 +131,11 @@ def trace_function(fun: Callable, leaves: list[Tracer], in_tree, where: str) -> 
     return Traced(block, {}, out_tree, scratch, where)
 
 
-# How JAX names a value it cannot take, when that value is one of aotkit's tracers.
-_TRACER_TYPE = f"<class '{Tracer.__module__}.{Tracer.__qualname__}'>"
+# How JAX names a value it cannot take, when that value is one of aotkit's tracers (or
+# traced keys).
+_TRACER_TYPES = tuple(
+    f"<class '{t.__module__}.{t.__qualname__}'>" for t in (Tracer, keys.KeyTracer)
+)
 
 
 def _jax_on_tracers(where: str, fun, error: TypeError) -> TypeError:
@@ -140,7 +143,7 @@ def _jax_on_tracers(where: str, fun, error: TypeError) -> TypeError:
     jax.numpy or jax.lax and aotkit's tracer ran it): then the error that says how to let
     JAX lower `fun`."""
     text = str(error)
-    if _TRACER_TYPE not in text or "frontend='jax'" in text:
+    if not any(t in text for t in _TRACER_TYPES) or "frontend='jax'" in text:
         return error
     name = function_name(fun)
     transform = where.partition("(")[0]
@@ -174,9 +177,13 @@ def call_jax(fun: Callable, where: str, args: tuple, kwargs: dict):
     """`fun(*args, **kwargs)` inside a trace, `fun` being a JAX function: JAX lowers it for
     the shapes and dtypes (and weak types) of the arguments, in the trace's MLIR context,
     and its module is evaluated at the insertion point, its calls inlined."""
-    leaves, tree = tree_util.tree_flatten((args, kwargs))
-    tracers = [as_tracer(where, x) for x in leaves]
-    specs = [jax.ShapeDtypeStruct(t.shape, t.dtype, weak_type=bool(t.weak)) for t in tracers]
+    # A typed key is one leaf to JAX (which lowers it as its data) and its data here.
+    leaves, tree = tree_util.tree_flatten(_concrete_keys((args, kwargs)), is_leaf=keys.is_key)
+    tracers = [x.data if keys.is_key(x) else as_tracer(where, x) for x in leaves]
+    specs = [
+        x.spec if keys.is_key(x) else jax.ShapeDtypeStruct(t.shape, t.dtype, weak_type=t.weak)
+        for x, t in zip(leaves, tracers, strict=True)
+    ]
     a, k = tree_util.tree_unflatten(tree, specs)
     lc = _context.of(ir.InsertionPoint.current.block.owner)
     name = function_name(fun)
@@ -184,7 +191,7 @@ def call_jax(fun: Callable, where: str, args: tuple, kwargs: dict):
         program = jax_frontend.trace_jax(fun, a, k, lc=lc, where=f"{where}: JAX lowering {name}")
     except TypeError as e:
         text = str(e)
-        if _TRACER_TYPE not in text and "JaxprTracer" not in text:
+        if not any(t in text for t in _TRACER_TYPES) and "JaxprTracer" not in text:
             raise
         # JAX met a value of the enclosing trace: the function closes over it.
         raise TypeError(
@@ -196,7 +203,8 @@ def call_jax(fun: Callable, where: str, args: tuple, kwargs: dict):
     core.current_scope().emitted.unchecked = True  # its regions are copied as JAX wrote them
     ev = JVPEvaluator(src.functions, Forward(), "call")
     outs = ev.run_block(src.block, [(x, None) for x in tracers], Env())
-    return tree_util.tree_unflatten(program.signature.out_tree, [p for p, _ in outs])
+    sig = program.signature
+    return tree_util.tree_unflatten(sig.out_tree, keys.wrap([p for p, _ in outs], sig.out_keys))
 
 
 class _Program:
@@ -225,9 +233,42 @@ def _split_aux(where: str, out_tree, has_aux: bool, short: str, noun: str):
     return main_tree, aux_tree
 
 
+def _concrete_keys(tree):
+    """`tree` with its concrete typed key arrays as `KeyTracer`s (constants of the trace)."""
+    return tree_util.tree_map(keys.from_concrete, tree)
+
+
 def _flatten(where: str, args: tuple, kwargs: dict):
-    leaves, in_tree = tree_util.tree_flatten((args, kwargs))
+    """(leaf tracers, tree) of a call's arguments, each typed key (concrete ones made
+    constants) a node whose leaf is its data."""
+    leaves, in_tree = tree_util.tree_flatten(_concrete_keys((args, kwargs)))
     return [as_tracer(where, x) for x in leaves], in_tree
+
+
+def _key_dims(tree) -> list[int]:
+    """Per leaf of `tree` as `_flatten` flattens it: how many trailing dimensions are a
+    typed key's own (those of its data), else 0."""
+    return [
+        len(keys.key_shape(x.dtype)) if keys.is_key(x) else 0
+        for x in tree_util.tree_leaves(_concrete_keys(tree), is_leaf=keys.is_key)
+    ]
+
+
+def _user_structure(tree):
+    """The structure of `tree` as its user sees it: each typed key one leaf."""
+    return tree_util.tree_structure(_concrete_keys(tree), is_leaf=keys.is_key)
+
+
+def _key_zeros(given, like):
+    """`given`, tangents or cotangents of `like` (one leaf per typed key of `like`, as JAX
+    takes them), with each key's entry as the key's node over float0 zeros of its data."""
+
+    def entry(x, t):
+        if not keys.is_key(x):
+            return t
+        return keys.KeyTracer(float0_zeros(x.data.shape), x.dtype)
+
+    return tree_util.tree_map(entry, _concrete_keys(like), given, is_leaf=keys.is_key)
 
 
 def _arg_leaf_ranges(in_tree) -> list[range]:
@@ -333,6 +374,7 @@ def value_and_grad(
     where = where or f"grad({function_name(fun)})"
     policy = check_policy(where, checkpoint_loops, max_trip_count)
     nums = _argnums(where, argnums, len(args))
+    args = _concrete_keys(args)
     leaves, in_tree = _flatten(where, args, kwargs)
     ranges = _arg_leaf_ranges(in_tree)
     diff = [False] * len(leaves)
@@ -340,11 +382,14 @@ def value_and_grad(
         for i in ranges[a]:
             diff[i] = True
             if not dtypes.is_inexact(leaves[i].dtype) and not allow_int:
+                key = [x for x in tree_util.tree_leaves(args[a], is_leaf=keys.is_key)]
+                key = [x for x in key if keys.is_key(x)]
+                got = key[0].dtype.name if key else dtypes.short_name(leaves[i].dtype)
                 raise TypeError(
                     f"{where}: grad requires real- or complex-valued inputs (a float or "
-                    f"complex dtype), but argument {a} has a leaf of dtype "
-                    f"{dtypes.short_name(leaves[i].dtype)}; pass allow_int=True for a float0 "
-                    "zero gradient, or leave the argument out of argnums"
+                    f"complex dtype), but argument {a} has a leaf of dtype {got}; pass "
+                    "allow_int=True for a float0 zero gradient, or leave the argument out "
+                    "of argnums"
                 )
     src = trace_function(fun, leaves, in_tree, where)
     try:
@@ -405,7 +450,8 @@ def vjp(
     per primal (float0 zeros for integer primals)."""
     where = where or f"vjp({function_name(fun)})"
     policy = check_policy(where, checkpoint_loops, max_trip_count)
-    leaves, in_tree = _flatten(where, tuple(primals), {})
+    primals = _concrete_keys(tuple(primals))
+    leaves, in_tree = _flatten(where, primals, {})
     src = trace_function(fun, leaves, in_tree, where)
     try:
         out_tree = src.out_tree
@@ -419,15 +465,17 @@ def vjp(
     ranges = _arg_leaf_ranges(in_tree)
 
     def vjp_fn(ct):
-        ct_leaves, ct_tree = tree_util.tree_flatten(ct)
-        if ct_tree != main_tree:
+        ct_tree, out_tree = _user_structure(ct), _user_structure(out)
+        if ct_tree != out_tree:
             raise TypeError(
                 f"{where}: the cotangent has structure {ct_tree}, but the function's output "
-                f"has {main_tree}; pass one cotangent per output leaf"
+                f"has {out_tree}; pass one cotangent per output leaf"
             )
+        ct_leaves = tree_util.tree_leaves(_key_zeros(ct, out))
         cts = []
         for c, p in zip(ct_leaves, main_outs, strict=True):
-            c = as_tracer(where, c)
+            if not (isinstance(c, np.ndarray) and c.dtype == jax_dtypes.float0):
+                c = as_tracer(where, c)
             if c.shape != p.shape:
                 raise ValueError(
                     f"{where}: a cotangent has shape {c.shape} where the output has "
@@ -468,13 +516,15 @@ def jvp(fun: Callable, primals, tangents, *, has_aux: bool = False, where: str |
     """(out, out_tangent) or (out, out_tangent, aux) inside a trace."""
     where = where or f"jvp({function_name(fun)})"
     check_jvp_arguments(where, primals, tangents)
-    leaves, in_tree = _flatten(where, tuple(primals), {})
-    t_leaves, t_tree = tree_util.tree_flatten(tuple(tangents))
-    if t_tree != tree_util.tree_structure(tuple(primals)):
+    primals = _concrete_keys(tuple(primals))
+    leaves, in_tree = _flatten(where, primals, {})
+    t_tree, p_tree = _user_structure(tuple(tangents)), _user_structure(primals)
+    if t_tree != p_tree:
         raise TypeError(
-            f"{where}: the tangents have structure {t_tree}, but the primals have "
-            f"{tree_util.tree_structure(tuple(primals))}; give tangents of the primals' structure"
+            f"{where}: the tangents have structure {t_tree}, but the primals have {p_tree}; "
+            "give tangents of the primals' structure"
         )
+    t_leaves = tree_util.tree_leaves(_key_zeros(tuple(tangents), primals))
     ts = []
     for p, t in zip(leaves, t_leaves, strict=True):
         if not dtypes.is_inexact(p.dtype):
@@ -581,24 +631,28 @@ def vmap(
             "(or one int for all)"
         )
     arg_axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+    args = _concrete_keys(tuple(args))
     leaves, in_tree = _flatten(where, args, kwargs)
     axes = _axes_for(where, "in_axes", tuple(arg_axes), tuple(args))
     axes += [0] * (len(leaves) - len(axes))  # keyword arguments are mapped over axis 0
+    key_dims = _key_dims((args, kwargs))
     sizes = {}
     normalized = []
     for i, (leaf, a) in enumerate(zip(leaves, axes, strict=True)):
         if a is None:
             normalized.append(None)
             continue
-        if not -leaf.ndim <= a < leaf.ndim:
+        # (a typed key's axes are those of its data but its own trailing ones)
+        rank, shape = leaf.ndim - key_dims[i], leaf.shape[: leaf.ndim - key_dims[i]]
+        if not -rank <= a < rank:
             raise ValueError(
-                f"{where}: in_axes {a} is out of range for an argument of rank {leaf.ndim} "
-                f"(shape {leaf.shape}); choose an axis in [-{leaf.ndim}, {leaf.ndim})"
-                if leaf.ndim
+                f"{where}: in_axes {a} is out of range for an argument of rank {rank} "
+                f"(shape {shape}); choose an axis in [-{rank}, {rank})"
+                if rank
                 else f"{where}: in_axes {a} maps over a scalar argument, which has no axis; "
                 "give None for it"
             )
-        a = int(a) % leaf.ndim
+        a = int(a) % rank
         normalized.append(a)
         sizes.setdefault(leaf.shape[a], []).append(i)
     if len(sizes) > 1:
@@ -641,8 +695,9 @@ def vmap(
     flags = [b for _, b in outs]
     out_struct = tree_util.tree_unflatten(out_tree, [0] * out_tree.num_leaves)
     o_axes = _axes_for(where, "out_axes", out_axes, out_struct)
+    out_key_dims = _key_dims(tree_util.tree_unflatten(out_tree, vals))
     results = []
-    for v, b, a in zip(vals, flags, o_axes, strict=True):
+    for v, b, a, kd in zip(vals, flags, o_axes, out_key_dims, strict=True):
         if a is None:
             if b:
                 raise ValueError(
@@ -653,7 +708,7 @@ def vmap(
             continue
         if not b:
             v = H.broadcast_in_dim(v, (size,) + v.shape, range(1, v.ndim + 1))
-        rank = v.ndim
+        rank = v.ndim - kd
         if not -rank <= a < rank:
             raise ValueError(
                 f"{where}: out_axes {a} is out of range for an output of rank {rank - 1}"
@@ -686,14 +741,16 @@ def call_program(program) -> Callable:
     src = _Program(program.module)
 
     def call(*args, **kwargs):
-        leaves, tree = tree_util.tree_flatten((args, kwargs))
+        # A typed key is one leaf of the program's tree, and its data one argument.
+        leaves, tree = tree_util.tree_flatten((args, kwargs), is_leaf=keys.is_key)
         if tree != sig.in_tree:
             raise TypeError(f"{sig.name}: called with {tree}, compiled for {sig.in_tree}")
+        leaves = [x.data if keys.is_key(x) else x for x in leaves]
         # The regions its ops hold are copied as they are, untested for aotkit-simplify.
         core.current_scope().emitted.unchecked = True
         ev = JVPEvaluator(src.functions, Forward(), "call")
         outs = ev.run_block(src.block, [(x, None) for x in leaves], Env())
-        return tree_util.tree_unflatten(sig.out_tree, [p for p, _ in outs])
+        return tree_util.tree_unflatten(sig.out_tree, keys.wrap([p for p, _ in outs], sig.out_keys))
 
     call.__name__ = sig.name
     call.__qualname__ = sig.name
@@ -703,10 +760,15 @@ def call_program(program) -> Callable:
 # --- the stages' transforms ------------------------------------------------------------------
 
 
+def _is_inexact_spec(x) -> bool:
+    """Whether a spec (or a typed key's) is of a float or complex dtype."""
+    return arguments.key_dtype(x) is None and dtypes.is_inexact(x.dtype)
+
+
 def _none_at_int(tree):
-    """The tree with None at its integer leaves: what a tangent or cotangent tree holds of
-    them."""
-    return tree_util.tree_map(lambda x: x if dtypes.is_inexact(x.dtype) else None, tree)
+    """The tree with None at its integer (and typed key) leaves: what a tangent or cotangent
+    tree holds of them."""
+    return tree_util.tree_map(lambda x: x if _is_inexact_spec(x) else None, tree)
 
 
 def _fill(where: str, given, like):
@@ -808,6 +870,9 @@ def batched_specs(where: str, args: tuple, kwargs: dict, in_axes, size: int):
             )
         a = int(a) % rank
         shape = tuple(spec.shape[:a]) + (size,) + tuple(spec.shape[a:])
-        out.append(ShapeDtype(shape, spec.dtype))
+        if arguments.key_dtype(spec) is not None:
+            out.append(jax.ShapeDtypeStruct(shape, spec.dtype))
+        else:
+            out.append(ShapeDtype(shape, spec.dtype))
     b_args, b_kwargs = tree_util.tree_unflatten(tree, out)
     return b_args, b_kwargs

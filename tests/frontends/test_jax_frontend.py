@@ -804,15 +804,11 @@ def test_key_argument_mismatch_says_what_was_expected(given, got):
         compiled(given())
 
 
-def test_key_argument_to_aotkits_tracer_is_refused():
-    message = (
-        "ident: argument k is a typed PRNG key array (key<fry>[]), which aotkit's "
-        "tracer does not take; pass its data (jax.random.key_data(key), the uint32 key "
-        "aotkit.random uses), or let JAX lower the function (frontend='jax')"
-    )
+def test_key_argument_to_aotkits_tracer_is_carried_through():
+    """aotkit's tracer takes typed keys as JAX does (tests/transforms/test_typed_keys.py)."""
 
     def ident(k):
         return k
 
-    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
-        aotkit.jit(ident, frontend="aotkit")(jax.random.key(0))
+    key = jax.random.key(3, impl="rbg")
+    assert_same_keys(aotkit.jit(ident, frontend="aotkit")(key), key)

@@ -2374,7 +2374,8 @@ int aotkit_program_load(aotkit_runtime *runtime, const aotkit_artifact *artifact
     const unsigned char *inner;
     size_t inner_size;
     bool wrapped = false;
-    for (int cand = 0; cand < 2 && ifrt_unwrap(exec->data, exec->size, cand, &inner, &inner_size);
+    int cand;
+    for (cand = 0; cand < 2 && ifrt_unwrap(exec->data, exec->size, cand, &inner, &inner_size);
          cand++) {
       PJRT_Executable_DeserializeAndLoad_Args t = d;
       t.serialized_executable = (const char *)inner;
@@ -2391,8 +2392,13 @@ int aotkit_program_load(aotkit_runtime *runtime, const aotkit_artifact *artifact
     PJRT_Error *e = wrapped ? NULL : api->PJRT_Executable_DeserializeAndLoad(&d);
     if (e == NULL) {
       exe = d.loaded_executable;
+      /* (-v names the form the plugin took: what follows the record, or the
+         length-prefixed record that follows it) */
       sb_printf(&how, "loaded the executable section%s (platform '%s')",
-                wrapped ? ", unwrapped from jaxlib's IFRT record," : " as it is", platform);
+                !wrapped ? " as it is"
+                : cand == 0 ? ", unwrapped from jaxlib's IFRT record (the bytes after it),"
+                            : ", unwrapped from jaxlib's IFRT record (the record after it),",
+                platform);
     } else {
       pjrt_message(api, e, msg, sizeof msg);
       for (char *p = msg; *p; p++)

@@ -514,6 +514,18 @@ def gather(x: Tracer, idx: Tracer, dims: _ir.GatherDims, slice_sizes, *, sorted_
     return wrap(out)
 
 
+def scatter_dimension_numbers(dims):
+    """The `#stablehlo.scatter<...>` attribute of a scatter dimension numbers record."""
+    return stablehlo.ScatterDimensionNumbers.get(
+        list(dims.update_window_dims),
+        list(dims.inserted_window_dims),
+        list(dims.input_batching_dims),
+        list(dims.scatter_indices_batching_dims),
+        list(dims.scatter_dims_to_operand_dims),
+        dims.index_vector_dim,
+    )
+
+
 def scatter(
     x: Tracer,
     idx: Tracer,
@@ -526,14 +538,7 @@ def scatter(
 ) -> Tracer:
     """stablehlo.scatter of `updates` into `x` combined with `kind` ("add" or "replace")."""
     attributes = {
-        "scatter_dimension_numbers": stablehlo.ScatterDimensionNumbers.get(
-            list(dims.update_window_dims),
-            list(dims.inserted_window_dims),
-            list(dims.input_batching_dims),
-            list(dims.scatter_indices_batching_dims),
-            list(dims.scatter_dims_to_operand_dims),
-            dims.index_vector_dim,
-        ),
+        "scatter_dimension_numbers": scatter_dimension_numbers(dims),
         "indices_are_sorted": ir.BoolAttr.get(sorted_),
         "unique_indices": ir.BoolAttr.get(unique),
     }

@@ -3,9 +3,9 @@
 The transforms read the ops of a verified module through the MLIR bindings: the op's
 name, operands, attributes and regions. This module decodes the attributes the rules use
 (integer arrays, dimension numbers, comparison directions, constants) and says what a
-region computes (`combiner`), which values a region captures from above (`captured`),
-and what a loop's trip count is when its ops say so (`trip_count`). Nothing here builds
-IR.
+region computes (`combiner`), which values a region captures from above (`captured`) and
+which of those its constants alone compute (`rematerializable`), and what a loop's trip
+count is when its ops say so (`trip_count`). Nothing here builds IR.
 """
 
 from __future__ import annotations
@@ -301,6 +301,11 @@ def _arg_index(value: ir.Value, args: list) -> int:
 def captured(op) -> list[ir.Value]:
     """The values the op's regions use that are defined outside the op, in first-use order
     (StableHLO regions are not isolated from above)."""
+    return captured_in(list(op.operation.regions))
+
+
+def captured_in(regions) -> list[ir.Value]:
+    """The values `regions` use that are defined outside them, in first-use order."""
     inside: set = set()
     found: list[ir.Value] = []
     seen: set = set()
@@ -320,9 +325,76 @@ def captured(op) -> list[ir.Value]:
                 for v in o.results:
                     inside.add(v)
 
-    for region in op.operation.regions:
+    for region in regions:
         walk_region(region)
     return found
+
+
+# Ops whose regions may use values from above where XLA runs them: the converter to HLO
+# passes those values in (a while's carries, a branch's operands). Every other region
+# becomes a computation of its own arguments alone.
+CAPTURING = frozenset({"stablehlo.while", "stablehlo.case", "stablehlo.if"})
+
+# Ops a value computed from constants may be built with, again, inside a region: no
+# regions, no effects, results fixed by their operands and attributes.
+_PURE = frozenset(
+    {
+        "stablehlo.constant",
+        "stablehlo.iota",
+        "stablehlo.broadcast_in_dim",
+        "stablehlo.reshape",
+        "stablehlo.transpose",
+        "stablehlo.slice",
+        "stablehlo.concatenate",
+        "stablehlo.convert",
+        "stablehlo.bitcast_convert",
+        "stablehlo.negate",
+        "stablehlo.abs",
+        "stablehlo.add",
+        "stablehlo.subtract",
+        "stablehlo.multiply",
+        "stablehlo.divide",
+        "stablehlo.maximum",
+        "stablehlo.minimum",
+        "stablehlo.compare",
+        "stablehlo.select",
+        "stablehlo.and",
+        "stablehlo.or",
+        "stablehlo.not",
+    }
+)
+
+# A chain longer than this is not copied into a region (it is threaded in, or refused).
+_REMAT_LIMIT = 16
+
+
+def rematerializable(value: ir.Value) -> list | None:
+    """The ops that compute `value` from constants alone, in the order they run (the
+    value's own op last), when there are at most a few of them and each is pure; None
+    otherwise (the value depends on an argument, a block argument, or an op with effects
+    or regions)."""
+    found: list = []
+    done: set = set()
+
+    def visit(v) -> bool:
+        if v in done:
+            return True
+        owner = v.owner
+        if not isinstance(owner, ir.OpView | ir.Operation):
+            return False  # a block argument
+        o = owner.operation
+        if o.name not in _PURE or len(o.regions):
+            return False
+        for w in o.operands:
+            if not visit(w):
+                return False
+        if len(found) >= _REMAT_LIMIT:
+            return False
+        found.append(o)
+        done.update(o.results)
+        return True
+
+    return found if visit(value) else None
 
 
 def block_ops(block: ir.Block) -> list:

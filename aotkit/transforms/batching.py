@@ -17,7 +17,6 @@ import re
 
 import numpy as np
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes
 from aotkit.lowering import control as tracer_control
@@ -69,7 +68,10 @@ class BatchEvaluator(Evaluator):
         values = [v for v, _ in ins]
         batched = [b for _, b in ins]
         if not any(batched) and (not len(o.regions) or not _captures_batched(op, env)):
-            return [(v, False) for v in replay(op, values)]
+            # A loop or branch that reads values from above is evaluated again by its rule,
+            # so the ops inside it that read them are replayed, each valid on its own.
+            if name not in _ir.CAPTURING or not _ir.captured(op):
+                return [(v, False) for v in replay(op, values)]
         rule = BATCH_RULES.get(name)
         if rule is None:
             raise no_rule("vmap", op, "batching")
@@ -284,29 +286,15 @@ def _reduce(ctx, values, batched):
     n = len(values) // 2
     if any(batched[n:]):
         raise TransformError(
-            f"vmap: {op_site(op)} reduces from an init value that is batched; aotkit batches "
-            "reductions whose init values are the same for every batch element"
+            f"vmap: {op_site(op)} reduces from an init value that is batched (a value its "
+            "region reads from outside it is passed in as one); aotkit batches reductions "
+            "whose init values, and the values their regions read from outside, are the same "
+            "for every batch element"
         )
     operands = [ctx.batch(v, b) for v, b in zip(values[:n], batched[:n], strict=True)]
     dims = _shifted(_ir.i64s(op, "dimensions"))
-    o = op.operation
-    new = H.create(
-        o.name,
-        operands + list(values[n:]),
-        ctx.out_avals(),
-        {"dimensions": H.i64_array(dims)},
-        regions=1,
-    )
-    _copy_regions(o, new)
-    return H.results(new), [True] * n
-
-
-def _copy_regions(src, dst) -> None:
-    copy = src.clone(ip=False)
-    for a, b in zip(copy.regions, dst.regions, strict=True):
-        for block in list(a.blocks):
-            block.append_to(b)
-    copy.erase()
+    attributes = {"dimensions": H.i64_array(dims)}
+    return replay(op, operands + list(values[n:]), ctx.out_avals(), attributes), [True] * n
 
 
 def _window_attrs(op, size_one_front: bool = True) -> dict:
@@ -338,10 +326,8 @@ def _reduce_window(ctx, values, batched):
             "batches window reductions whose init values are the same for every element"
         )
     operands = [ctx.batch(v, b) for v, b in zip(values[:n], batched[:n], strict=True)]
-    o = op.operation
-    new = H.create(o.name, operands + list(values[n:]), ctx.out_avals(), _window_attrs(op), 1)
-    _copy_regions(o, new)
-    return H.results(new), [True] * n
+    outs = replay(op, operands + list(values[n:]), ctx.out_avals(), _window_attrs(op))
+    return outs, [True] * n
 
 
 @defbatch("stablehlo.select_and_scatter")
@@ -353,29 +339,16 @@ def _select_and_scatter(ctx, values, batched):
             f"vmap: {op_site(op)} scatters from a batched init value; aotkit batches "
             "select_and_scatter whose init value is the same for every element"
         )
-    o = op.operation
-    new = H.create(
-        o.name,
-        [ctx.batch(operand, batched[0]), ctx.batch(source, batched[1]), init],
-        ctx.out_avals(),
-        _window_attrs(op),
-        2,
-    )
-    _copy_regions(o, new)
-    return H.results(new), [True]
+    operands = [ctx.batch(operand, batched[0]), ctx.batch(source, batched[1]), init]
+    return replay(op, operands, ctx.out_avals(), _window_attrs(op)), [True]
 
 
 @defbatch("stablehlo.sort")
 def _sort(ctx, values, batched):
     op = ctx.op
-    o = op.operation
     operands = [ctx.batch(v, b) for v, b in zip(values, batched, strict=True)]
-    attributes = {k: o.attributes[k] for k in o.attributes}
-    dim = _ir.int_attr(op, "dimension")
-    attributes["dimension"] = _i64(dim + 1)
-    new = H.create(o.name, operands, ctx.out_avals(), attributes, 1)
-    _copy_regions(o, new)
-    return H.results(new), [True] * len(values)
+    attributes = {"dimension": _i64(_ir.int_attr(op, "dimension") + 1)}
+    return replay(op, operands, ctx.out_avals(), attributes), [True] * len(values)
 
 
 def _i64(v: int):
@@ -426,7 +399,6 @@ def _gather(ctx, values, batched):
 @defbatch("stablehlo.scatter")
 def _scatter(ctx, values, batched):
     op = ctx.op
-    o = op.operation
     n = (len(values) - 1) // 2
     operands = [ctx.batch(v, b) for v, b in zip(values[:n], batched[:n], strict=True)]
     idx = ctx.batch(values[n], batched[n])
@@ -440,18 +412,8 @@ def _scatter(ctx, values, batched):
         _shifted(d.scatter_dims_to_operand_dims),
         d.index_vector_dim + 1,
     )
-    attributes = {k: o.attributes[k] for k in o.attributes}
-    attributes["scatter_dimension_numbers"] = stablehlo.ScatterDimensionNumbers.get(
-        list(dims.update_window_dims),
-        list(dims.inserted_window_dims),
-        list(dims.input_batching_dims),
-        list(dims.scatter_indices_batching_dims),
-        list(dims.scatter_dims_to_operand_dims),
-        dims.index_vector_dim,
-    )
-    new = H.create(o.name, operands + [idx] + updates, ctx.out_avals(), attributes, 1)
-    _copy_regions(o, new)
-    return H.results(new), [True] * n
+    attributes = {"scatter_dimension_numbers": H.scatter_dimension_numbers(dims)}
+    return replay(op, operands + [idx] + updates, ctx.out_avals(), attributes), [True] * n
 
 
 def _stack_starts(ctx, starts, batched):

@@ -23,6 +23,7 @@ of ops whose derivative is zero (comparisons, `floor`, `iota`, ...), carry no ta
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -350,6 +351,9 @@ class Evaluator:
         entry = self.entry
         lc = _context.active()
         saved = lc.location
+        walk = _WALK
+        outer_walk = walk.current
+        walk.current = (self, env)
         try:
             for op in block.operations:
                 o = op.operation
@@ -369,6 +373,7 @@ class Evaluator:
                     local[r] = out
         finally:
             lc.location = saved
+            walk.current = outer_walk
         raise AssertionError("a block without a terminator")
 
     def entry(self, env: Env, value):
@@ -403,9 +408,17 @@ class Evaluator:
 # --- replaying an op -----------------------------------------------------------------------------
 
 
-def replay(op, operands: list[Tracer], avals: list[tuple] | None = None) -> list[Tracer]:
-    """The op again, on `operands`: the same attributes and regions, results of `avals`
-    (default: the op's own result types)."""
+def replay(
+    op, operands: list[Tracer], avals: list[tuple] | None = None, attributes: dict | None = None
+) -> list[Tracer]:
+    """The op again, on `operands`: the same attributes (those in `attributes` replaced) and
+    regions, results of `avals` (default: the op's own result types).
+
+    A region that uses values defined outside the op gets them as the new op stays valid
+    where XLA runs it (`_carry_captures`): values computed from constants alone are built
+    again inside the region; others are the program's values of them, used from above in
+    a while or a branch, passed as extra operands to a sort, reduce, window reduction or
+    scatter (a scalar the region reads, broadcast to the operands' shape)."""
     o = op.operation
     scope = tracing.current_scope()
     emitted = scope.emitted
@@ -413,13 +426,9 @@ def replay(op, operands: list[Tracer], avals: list[tuple] | None = None) -> list
     if o.name.startswith("chlo."):
         emitted.chlo = True
     n_regions = len(o.regions)
-    if n_regions and _ir.captured(op):
-        raise TransformError(
-            f"{op_site(op)}: its region uses values defined outside it, which aotkit's "
-            "transforms do not carry into a copied region; pass them as operands"
-        )
+    captures = _ir.captured(op) if n_regions else ()
     loc = tracing.user_location()
-    if avals is None and loc == o.location:
+    if avals is None and attributes is None and not captures and loc == o.location:
         # The same op at its own location: a clone (attributes and regions copied in one
         # call, about half the cost of creating it).
         return _clone_onto(o, operands, scope)
@@ -427,15 +436,21 @@ def replay(op, operands: list[Tracer], avals: list[tuple] | None = None) -> list
         types = [r.type for r in o.results]
     else:
         types = [dtypes.tensor_type(tuple(s), d) for s, d in avals]
-    attributes = o.attributes
+    source_attributes = o.attributes
     try:
-        copied = {n: attributes[n] for n in attributes} if len(attributes) else None
+        copied = (
+            {n: source_attributes[n] for n in source_attributes} if len(source_attributes) else None
+        )
     except TypeError:
         # An attribute the bindings cannot hand to Python (a complex constant's dense
         # elements): the op is cloned as it is.
-        if n_regions or types != [r.type for r in o.results]:
+        if n_regions or attributes or types != [r.type for r in o.results]:
             raise
         return _clone_onto(o, operands, scope)
+    if attributes:
+        copied = {**(copied or {}), **attributes}
+    if captures:
+        return _carry_captures(op, operands, types, copied, captures, loc, scope)
     values = [t.value for t in operands]
     new = ir.Operation.create(
         o.name, results=types, operands=values, attributes=copied, regions=n_regions, loc=loc
@@ -448,6 +463,218 @@ def replay(op, operands: list[Tracer], avals: list[tuple] | None = None) -> list
                 block.append_to(dst)
         copy.erase()
     return [Tracer(r, *_ir.aval(r), scope) for r in new.results]
+
+
+class _Walk(threading.local):
+    """The block an evaluator walks now, on this thread: (evaluator, environment); where
+    `replay` finds the program's values of the values a region captures."""
+
+    current: tuple | None = None
+
+
+_WALK = _Walk()
+
+
+def _captured_value(op, v) -> Tracer:
+    """The program's value of `v`, a value `op`'s region captures."""
+    walk = _WALK.current
+    # Rules replay ops while an evaluator walks their block; transposes replay only ops
+    # whose regions capture constants.
+    assert walk is not None, f"{op_site(op)} replayed outside a walk with a captured value"
+    ev, env = walk
+    return ev.entry(env, v)[0]
+
+
+def _value_name(v) -> str:
+    shape, dtype = _ir.aval(v)
+    return f"a {dtypes.short_name(dtype)}{list(shape)} value"
+
+
+# Ops that take a captured scalar as one more operand (`_thread_operands`, `_thread_region`).
+_THREADED = frozenset(
+    {"stablehlo.sort", "stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter"}
+)
+
+
+def _check_threadable(op, v) -> None:
+    """Refuses a captured value `v` that `op` cannot take as one more operand."""
+    name = _ir.name(op)
+    if name not in _THREADED:
+        raise TransformError(
+            f"{op_site(op)}: its region uses {_value_name(v)} defined outside it, which is "
+            f"not computed from constants alone, and {name} has no operand to pass it in; "
+            "compute that value inside the region from constants, or write the op without it"
+        )
+    if _ir.aval(v)[0] != ():
+        raise TransformError(
+            f"{op_site(op)}: its region uses {_value_name(v)} defined outside it, which is "
+            "not computed from constants alone, and aotkit passes only scalars into such a "
+            "region (as one more operand); compute that value inside the region, or pass it "
+            "as an operand of the op"
+        )
+
+
+def _carry_captures(op, operands, types, attributes, captures, loc, scope) -> list[Tracer]:
+    """`replay` of an op whose regions use `captures`, values defined outside it."""
+    o = op.operation
+    name = o.name
+    remat = {}
+    outer = {}
+    for v in captures:
+        chain = _ir.rematerializable(v)
+        if chain is not None:
+            remat[v] = chain
+            continue
+        if name not in _ir.CAPTURING:
+            _check_threadable(op, v)
+        outer[v] = _captured_value(op, v)
+    threaded = []
+    if name not in _ir.CAPTURING:
+        for v, t in outer.items():
+            # A batched value (its batch dimensions in front) reaches here only from a
+            # block that still captures it: a program evaluated inline (call_program,
+            # JAX's modules) has its captures passed in before it is batched, where a
+            # reduction's batched init is refused.
+            assert t.shape == () or name in ("stablehlo.sort", "stablehlo.scatter"), name
+            threaded.append((v, t))
+        outer = {}
+    operands = list(operands)
+    extra_types = []
+    if threaded:
+        operands, extra_types = _thread_operands(name, operands, threaded, types)
+    values = [t.value for t in operands]
+    new = ir.Operation.create(
+        name,
+        results=types + extra_types,
+        operands=values,
+        attributes=attributes,
+        regions=len(o.regions),
+        loc=loc,
+    )
+    tracing.note_made(new, values)
+    copy = o.clone(ip=False)
+    for src, dst in zip(copy.regions, new.regions, strict=True):
+        if threaded:
+            mapping = _thread_region(name, src, dst, threaded)
+        else:
+            for block in list(src.blocks):
+                block.append_to(dst)
+            mapping = {}
+        for v, t in outer.items():
+            assert t.shape == _ir.aval(v)[0], f"{name}: a batched capture reached replay"
+            mapping[v] = t.value
+        _rebuild_inside(dst, remat, mapping)
+    copy.erase()
+    results = [Tracer(r, *_ir.aval(r), scope) for r in new.results]
+    return results[: len(types)]
+
+
+def _thread_operands(name, operands, threaded, types):
+    """The op's operands with one more per threaded capture `(v, t)` (two for a scatter),
+    and the types of the results they add."""
+    extra = []
+    extra_types = []
+    if name == "stablehlo.sort":
+        shape = operands[0].shape
+        for _, t in threaded:
+            extra.append(H.broadcast_in_dim(t, shape, range(t.ndim)))
+            extra_types.append(dtypes.tensor_type(shape, t.dtype))
+        return operands + extra, extra_types
+    out_shape = tuple(ir.RankedTensorType(types[0]).shape)
+    if name == "stablehlo.scatter":
+        # A batched capture: the batch dimension is the first of the inputs and of the
+        # updates, and lane i's updates go to lane i's inputs.
+        k = (len(operands) - 1) // 2
+        inputs, index, updates = operands[:k], operands[k], operands[k + 1 :]
+        more_inputs = [H.broadcast_in_dim(t, inputs[0].shape, range(t.ndim)) for _, t in threaded]
+        more_updates = [H.broadcast_in_dim(t, updates[0].shape, range(t.ndim)) for _, t in threaded]
+        extra_types = [dtypes.tensor_type(inputs[0].shape, t.dtype) for _, t in threaded]
+        return inputs + more_inputs + [index] + updates + more_updates, extra_types
+    # reduce, reduce_window: inputs, then their inits; the capture is its own init.
+    k = len(operands) // 2
+    inputs, inits = operands[:k], operands[k:]
+    more_inputs = [H.broadcast_in_dim(t, inputs[0].shape, ()) for _, t in threaded]
+    extra_types = [dtypes.tensor_type(out_shape, t.dtype) for _, t in threaded]
+    return inputs + more_inputs + inits + [t for _, t in threaded], extra_types
+
+
+def _thread_region(name, src, dst, threaded) -> dict:
+    """Fills `dst` with `src`'s block, given the arguments of the threaded operands;
+    returns the captured values by the argument that now holds each."""
+    (block,) = list(src.blocks)
+    old_args = list(block.arguments)
+    scalars = [dtypes.tensor_type((), t.dtype) for _, t in threaded]
+    k = len(threaded)
+    if name == "stablehlo.sort":
+        # (lhs, rhs) per operand; the comparator reads the capture from its lhs.
+        types = [a.type for a in old_args] + [ty for ty in scalars for _ in range(2)]
+        at = [len(old_args) + 2 * j for j in range(k)]
+        old_at = list(range(len(old_args)))
+    else:
+        # (accumulators..., elements...) for a reduce; (operands..., updates...) for a
+        # scatter: each half gets the capture's argument last.
+        half = len(old_args) // 2
+        types = (
+            [a.type for a in old_args[:half]]
+            + scalars
+            + [a.type for a in old_args[half:]]
+            + scalars
+        )
+        at = [half + j for j in range(k)]
+        old_at = list(range(half)) + [half + k + i for i in range(half)]
+    new_block = ir.Block.create_at_start(dst, types, [old_args[0].location] * len(types))
+    new_args = list(new_block.arguments)
+    for i, a in zip(old_at, old_args, strict=True):
+        a.replace_all_uses_with(new_args[i])
+    ip = ir.InsertionPoint(new_block)
+    ops = list(block.operations)
+    for inner in ops:
+        ip.insert(inner.operation.detach_from_parent())
+    if name != "stablehlo.sort":
+        ret = ops[-1].operation
+        returned = list(ret.operands) + [new_args[i] for i in at]
+        ir.Operation.create(
+            "stablehlo.return", operands=returned, loc=ret.location, ip=ir.InsertionPoint(ret)
+        )
+        ret.erase()
+    return {v: new_args[i] for (v, _), i in zip(threaded, at, strict=True)}
+
+
+def _rebuild_inside(region, remat: dict, mapping: dict) -> None:
+    """In `region`, nested regions too: each use of a value of `remat` (the ops that compute
+    it from constants) uses a copy of those ops made at the start of the use's own block,
+    so that no region reads it from above (XLA's computations cannot); each use of a key of
+    `mapping` uses its value."""
+    for block in region.blocks:
+        ops = list(block.operations)
+        ip = ir.InsertionPoint(ops[0])
+        made: dict = {}
+        for inner in ops:
+            o = inner.operation
+            for i, v in enumerate(o.operands):
+                chain = remat.get(v)
+                if chain is not None:
+                    o.operands[i] = _copy_chain(chain, ip, made)
+                    continue
+                found = mapping.get(v)
+                if found is not None:
+                    o.operands[i] = found
+            for r in o.regions:
+                _rebuild_inside(r, remat, mapping)
+
+
+def _copy_chain(chain: list, ip, made: dict) -> ir.Value:
+    """The value `chain`'s last op computes, from copies of its ops at `ip` (those `made`
+    holds already are reused)."""
+    for src in chain:
+        if src.results[0] in made:
+            continue
+        copy = src.clone(ip=ip)
+        for i, v in enumerate(src.operands):
+            copy.operands[i] = made[v]
+        for a, b in zip(src.results, copy.results, strict=True):
+            made[a] = b
+    return made[chain[-1].results[0]]
 
 
 def _clone_onto(o: ir.Operation, operands: list[Tracer], scope) -> list[Tracer]:

@@ -174,35 +174,6 @@ def test_cli_vmap_needs_an_axis_size(tmp_path, run_cli):
     assert "--transform vmap needs --axis-size N, the size of the new axis" in err
 
 
-_CAPTURING_SORT = b"""
-func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
-  %c = stablehlo.constant dense<0.0> : tensor<f32>
-  %0 = "stablehlo.sort"(%x) ({
-  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
-    %s = stablehlo.add %a, %c : tensor<f32>
-    %1 = stablehlo.compare LT, %s, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
-    stablehlo.return %1 : tensor<i1>
-  }) {dimension = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
-  return %0 : tensor<4xf32>
-}
-"""
-
-
-@pytest.mark.parametrize("transform", ["jvp", "vjp", "vmap"])
-def test_a_region_that_captures_an_outer_value_is_refused(transform):
-    lowered = aotkit.load_module(_CAPTURING_SORT)
-    with pytest.raises(
-        aotkit.transforms.core.TransformError,
-        match=r"^stablehlo\.sort at line 4, column 8: its region uses values defined outside "
-        r"it, which aotkit's transforms do not carry into a copied region; pass them as "
-        r"operands$",
-    ):
-        if transform == "vmap":
-            lowered.vmap(axis_size=2)
-        else:
-            getattr(lowered, transform)()
-
-
 # Functions whose jax 0.12.1 lowering holds ops of newer StableHLO (exp2, log2, fma) or
 # jaxlib's CPU math kernels (cpu_lgamma_ffi, cpu_digamma_ffi); older jax lowers them to
 # ops aotkit had rules for already, and the test runs all the same.

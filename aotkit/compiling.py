@@ -316,21 +316,7 @@ def to_compiled(
         if executable is not None:
             return _compiled(artifact, executable, "artifact", place)
     elif not same:
-        differences = artifacts.differences(saved, here)
-        if recompile is False:
-            raise ArtifactError(
-                f"{place} was compiled with {differences}; load it with recompile=True or "
-                "'auto' to compile its portable StableHLO here",
-                path=artifact.label,
-            )
-        if recompile == "auto" and not (explicit and saved["backend"] != target_backend.name):
-            warnings.warn(
-                f"{place} was compiled with {differences}; compiling its portable StableHLO "
-                f"for backend {target_backend.name!r} (recompile=True does so without this "
-                "warning)",
-                ArtifactWarning,
-                stacklevel=user_stacklevel(),
-            )
+        _check_recompile(artifact, saved, here, explicit, target_backend, recompile, place)
     executable = _compile_portable(
         artifact, target_backend, place, check=portable_only, layout=layout
     )
@@ -367,26 +353,10 @@ def _symbolic_compiled(
     # The one executable for every shape a backend with dynamic shapes compiled (iree).
     held = artifact.section(artifacts.EXECUTABLE) is not None
     if not same and (artifact.specializations or held):
-        differences = artifacts.differences(saved, here)
-        if recompile is False:
-            raise ArtifactError(
-                f"{place} was compiled with {differences}; load it with recompile=True or "
-                "'auto' to compile its portable StableHLO here",
-                path=artifact.label,
-            )
-        if recompile == "auto" and not (explicit and saved["backend"] != backend.name):
-            how = (
-                "once for every shape"
-                if backend.dynamic_shapes
-                else "for each shape it is called with"
-            )
-            warnings.warn(
-                f"{place} was compiled with {differences}; compiling its portable StableHLO "
-                f"for backend {backend.name!r} {how} "
-                "(recompile=True does so without this warning)",
-                ArtifactWarning,
-                stacklevel=user_stacklevel(),
-            )
+        how = (
+            "once for every shape" if backend.dynamic_shapes else "for each shape it is called with"
+        )
+        _check_recompile(artifact, saved, here, explicit, backend, recompile, place, how)
     loaded_dynamic = None
     if backend.dynamic_shapes:
         if held and same and not portable_only and recompile is not True:
@@ -455,6 +425,37 @@ def _symbolic_compiled(
         arg_names=signature.arg_names,
         keys=(signature.in_keys, signature.out_keys),
     )
+
+
+def _check_recompile(
+    artifact: Artifact,
+    saved: dict,
+    here: dict,
+    explicit: bool,
+    backend: Backend,
+    recompile,
+    place: str,
+    how: str = "",
+) -> None:
+    """The recompile policy for an artifact whose target (`saved`) is not this backend's
+    (`here`): `recompile=False` refuses, naming the differences; "auto" warns that the
+    portable StableHLO is compiled (`how`: when), unless the caller named another backend
+    than the saved one, which says so already."""
+    differences = artifacts.differences(saved, here)
+    if recompile is False:
+        raise ArtifactError(
+            f"{place} was compiled with {differences}; load it with recompile=True or "
+            "'auto' to compile its portable StableHLO here",
+            path=artifact.label,
+        )
+    if recompile == "auto" and not (explicit and saved["backend"] != backend.name):
+        warnings.warn(
+            f"{place} was compiled with {differences}; compiling its portable StableHLO "
+            f"for backend {backend.name!r} {how + ' ' if how else ''}"
+            "(recompile=True does so without this warning)",
+            ArtifactWarning,
+            stacklevel=user_stacklevel(),
+        )
 
 
 def _load_dynamic(artifact: Artifact, backend: Backend, recompile, place: str):

@@ -85,6 +85,22 @@ def _pairs(padding) -> ir.DenseIntElementsAttr:
     return ir.DenseIntElementsAttr.get(np.asarray(padding, np.int64).reshape(len(padding), 2))
 
 
+def conv_dimension_numbers_attr(lhs_perm, rhs_perm, out_perm):
+    """The `#stablehlo.conv<...>` attribute of JAX's permutations: (batch, feature, spatial...)
+    of the input and output, (output feature, input feature, spatial...) of the kernel."""
+    return stablehlo.ConvDimensionNumbers.get(
+        input_batch_dimension=lhs_perm[0],
+        input_feature_dimension=lhs_perm[1],
+        input_spatial_dimensions=list(lhs_perm[2:]),
+        kernel_input_feature_dimension=rhs_perm[1],
+        kernel_output_feature_dimension=rhs_perm[0],
+        kernel_spatial_dimensions=list(rhs_perm[2:]),
+        output_batch_dimension=out_perm[0],
+        output_feature_dimension=out_perm[1],
+        output_spatial_dimensions=list(out_perm[2:]),
+    )
+
+
 @register("convolution", shape=_conv_shape)
 def _lower_convolution(
     ctx: RuleContext,
@@ -100,20 +116,9 @@ def _lower_convolution(
     precision,
     dtype,
 ):
-    lhs_perm, rhs_perm, out_perm = dnums
     i64 = ir.IntegerType.get_signless(64)
     attrs = {
-        "dimension_numbers": stablehlo.ConvDimensionNumbers.get(
-            input_batch_dimension=lhs_perm[0],
-            input_feature_dimension=lhs_perm[1],
-            input_spatial_dimensions=list(lhs_perm[2:]),
-            kernel_input_feature_dimension=rhs_perm[1],
-            kernel_output_feature_dimension=rhs_perm[0],
-            kernel_spatial_dimensions=list(rhs_perm[2:]),
-            output_batch_dimension=out_perm[0],
-            output_feature_dimension=out_perm[1],
-            output_spatial_dimensions=list(out_perm[2:]),
-        ),
+        "dimension_numbers": conv_dimension_numbers_attr(*dnums),
         "feature_group_count": ir.IntegerAttr.get(i64, groups[0]),
         "batch_group_count": ir.IntegerAttr.get(i64, groups[1]),
         "precision_config": precision_attr(precision),

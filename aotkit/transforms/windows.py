@@ -37,6 +37,7 @@ from jaxlib.mlir.dialects import stablehlo
 from aotkit import dtypes
 from aotkit.lowering import core as tracing
 from aotkit.lowering.core import Tracer
+from aotkit.lowering.nn import conv_dimension_numbers_attr
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import _ir
 from aotkit.transforms import linear as L
@@ -147,19 +148,8 @@ def conv_params(op) -> tuple[ConvParams, tuple[int, ...]]:
 
 
 def convolution(lhs: Tracer, rhs: Tracer, p: ConvParams, dtype) -> Tracer:
-    ls, rs, os_ = p.lhs_spec, p.rhs_spec, p.out_spec
     attributes = {
-        "dimension_numbers": stablehlo.ConvDimensionNumbers.get(
-            input_batch_dimension=ls[0],
-            input_feature_dimension=ls[1],
-            input_spatial_dimensions=list(ls[2:]),
-            kernel_input_feature_dimension=rs[1],
-            kernel_output_feature_dimension=rs[0],
-            kernel_spatial_dimensions=list(rs[2:]),
-            output_batch_dimension=os_[0],
-            output_feature_dimension=os_[1],
-            output_spatial_dimensions=list(os_[2:]),
-        ),
+        "dimension_numbers": conv_dimension_numbers_attr(p.lhs_spec, p.rhs_spec, p.out_spec),
         "feature_group_count": _i64(p.feature_groups),
         "batch_group_count": _i64(p.batch_groups),
     }

@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
+import pytest
 from jax import tree_util
 
 import aotkit
@@ -352,3 +353,52 @@ def assert_close(got, want, tol, what: str, *, dtypes: bool = True) -> None:
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=label)
         else:
             np.testing.assert_array_equal(g, w, err_msg=label)
+
+
+# --- the tests every family runs ---------------------------------------------------------------
+
+
+def rule_tests(families, cases, fd_cases, reverse=None):
+    """The five tests of a family's rules, for its test module to bind to these names:
+
+        test_jvp, test_vjp, test_vmap, test_transpose, test_central_differences = rule_tests(...)
+
+    `families` is a Family, or a dict of them (then each case starts with its key); `cases`
+    are (name, dtype) pairs or pytest.params of them, which jvp and vmap check; `reverse`
+    the cases vjp and the transpose identity check (default: `cases`); `fd_cases` those the
+    central differences check."""
+
+    def param(p):
+        values, given = (p.values, p.id) if hasattr(p, "values") else (tuple(p), None)
+        return pytest.param(values, id=given or "-".join(map(str, values)))
+
+    def check(kind: str, case: tuple) -> None:
+        family, rest = (
+            (families[case[0]], case[1:]) if isinstance(families, dict) else (families, case)
+        )
+        getattr(family, f"check_{kind}")(*rest)
+
+    forward = [param(p) for p in cases]
+    backward = [param(p) for p in (cases if reverse is None else reverse)]
+
+    @pytest.mark.parametrize("case", forward)
+    def test_jvp(case):
+        check("jvp", case)
+
+    @pytest.mark.parametrize("case", backward)
+    def test_vjp(case):
+        check("vjp", case)
+
+    @pytest.mark.parametrize("case", forward)
+    def test_vmap(case):
+        check("vmap", case)
+
+    @pytest.mark.parametrize("case", backward)
+    def test_transpose(case):
+        check("transpose", case)
+
+    @pytest.mark.parametrize("case", [param(p) for p in fd_cases])
+    def test_central_differences(case):
+        check("fd", case)
+
+    return test_jvp, test_vjp, test_vmap, test_transpose, test_central_differences

@@ -19,7 +19,7 @@ import pytest
 
 import aotkit
 import aotkit.numpy as anp
-from tests.transforms.oracle import Case, Family
+from tests.transforms.oracle import Case, Family, rule_tests
 
 FLOATS = ["float32", "float64"]
 
@@ -222,29 +222,9 @@ CASES = [pytest.param(name, dtype, id=f"{name}-{dtype}") for name in CONTROL for
 REVERSE = [p for p in CASES if CONTROL[p.values[0]].vjp]
 
 
-@pytest.mark.parametrize(("name", "dtype"), CASES)
-def test_jvp(name, dtype):
-    FAMILY.check_jvp(name, dtype)
-
-
-@pytest.mark.parametrize(("name", "dtype"), REVERSE)
-def test_vjp(name, dtype):
-    FAMILY.check_vjp(name, dtype)
-
-
-@pytest.mark.parametrize(("name", "dtype"), CASES)
-def test_vmap(name, dtype):
-    FAMILY.check_vmap(name, dtype)
-
-
-@pytest.mark.parametrize(("name", "dtype"), REVERSE)
-def test_transpose_identity(name, dtype):
-    FAMILY.check_transpose(name, dtype)
-
-
-@pytest.mark.parametrize("name", list(CONTROL))
-def test_central_differences(name):
-    FAMILY.check_fd(name, "float64")
+test_jvp, test_vjp, test_vmap, test_transpose, test_central_differences = rule_tests(
+    FAMILY, CASES, [(n, "float64") for n in CONTROL], reverse=REVERSE
+)
 
 
 def test_batched_lanes_take_both_branches_and_run_different_trip_counts():

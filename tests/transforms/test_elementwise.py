@@ -20,7 +20,7 @@ from hypothesis.extra import numpy as hnp
 import aotkit
 import aotkit.numpy as anp
 from aotkit.lowering.core import bind1
-from tests.transforms.oracle import Case, Family, assert_close
+from tests.transforms.oracle import Case, Family, assert_close, rule_tests
 
 FLOATS = ["float32", "float64"]
 SHAPE = (3, 4)
@@ -292,36 +292,15 @@ COMPLEXES = _params("complex", ["complex64", "complex128"])
 ALL = REAL + ZERO + COMPLEXES
 
 
-@pytest.mark.parametrize(("family", "name", "dtype"), ALL)
-def test_jvp(family, name, dtype):
-    FAMILIES[family].check_jvp(name, dtype)
-
-
-@pytest.mark.parametrize(("family", "name", "dtype"), ALL)
-def test_vjp(family, name, dtype):
-    FAMILIES[family].check_vjp(name, dtype)
-
-
-@pytest.mark.parametrize(("family", "name", "dtype"), ALL)
-def test_vmap(family, name, dtype):
-    FAMILIES[family].check_vmap(name, dtype)
-
-
-@pytest.mark.parametrize(("family", "name", "dtype"), ALL)
-def test_transpose_identity(family, name, dtype):
-    FAMILIES[family].check_transpose(name, dtype)
-
-
-FD = [
-    p
-    for p in REAL + ZERO + COMPLEXES
-    if p.values[2] in ("float64", "complex128") and FAMILIES[p.values[0]].cases[p.values[1]].fd
-]
-
-
-@pytest.mark.parametrize(("family", "name", "dtype"), FD)
-def test_central_differences(family, name, dtype):
-    FAMILIES[family].check_fd(name, dtype)
+test_jvp, test_vjp, test_vmap, test_transpose, test_central_differences = rule_tests(
+    FAMILIES,
+    ALL,
+    [
+        p
+        for p in ALL
+        if p.values[2] in ("float64", "complex128") and FAMILIES[p.values[0]].cases[p.values[1]].fd
+    ],
+)
 
 
 FLAT = ["sign", "floor", "ceil", "round", "trunc"]

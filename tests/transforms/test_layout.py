@@ -18,7 +18,7 @@ import pytest
 
 import aotkit
 import aotkit.numpy as anp
-from tests.transforms.oracle import Case, Family
+from tests.transforms.oracle import Case, Family, rule_tests
 
 FLOATS = ["float32", "float64"]
 
@@ -239,29 +239,9 @@ FAMILY = Family(LAYOUT)
 CASES = [pytest.param(name, dtype, id=f"{name}-{dtype}") for name in LAYOUT for dtype in FLOATS]
 
 
-@pytest.mark.parametrize(("name", "dtype"), CASES)
-def test_jvp(name, dtype):
-    FAMILY.check_jvp(name, dtype)
-
-
-@pytest.mark.parametrize(("name", "dtype"), CASES)
-def test_vjp(name, dtype):
-    FAMILY.check_vjp(name, dtype)
-
-
-@pytest.mark.parametrize(("name", "dtype"), CASES)
-def test_vmap(name, dtype):
-    FAMILY.check_vmap(name, dtype)
-
-
-@pytest.mark.parametrize(("name", "dtype"), CASES)
-def test_transpose_identity(name, dtype):
-    FAMILY.check_transpose(name, dtype)
-
-
-@pytest.mark.parametrize("name", [n for n, c in LAYOUT.items() if c.fd])
-def test_central_differences(name):
-    FAMILY.check_fd(name, "float64")
+test_jvp, test_vjp, test_vmap, test_transpose, test_central_differences = rule_tests(
+    FAMILY, CASES, [(n, "float64") for n, c in LAYOUT.items() if c.fd]
+)
 
 
 # --- sharding constraints -------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from jax import tree_util
 
 import aotkit
 from aotkit.transforms import TransformError
-from tests.transforms.oracle import BATCH, FD_STEP, Case, Family, assert_close
+from tests.transforms.oracle import BATCH, FD_STEP, Case, Family, assert_close, rule_tests
 
 DTYPES = ["float32", "float64", "complex128"]
 EXACT = ("float64", "complex128")
@@ -230,35 +230,11 @@ class _Family(Family):
 FAMILY = _Family(CASES, backend="cpu")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", CASES)
-def test_jvp(name, dtype):
-    FAMILY.check_jvp(name, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", CASES)
-def test_vjp(name, dtype):
-    FAMILY.check_vjp(name, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", CASES)
-def test_vmap(name, dtype):
-    FAMILY.check_vmap(name, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", CASES)
-def test_transpose(name, dtype):
-    FAMILY.check_transpose(name, dtype)
-
-
-@pytest.mark.parametrize("dtype", EXACT)
-@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.fd])
-def test_central_differences(name, dtype):
-    FAMILY.check_fd(name, dtype)
-
+test_jvp, test_vjp, test_vmap, test_transpose, test_central_differences = rule_tests(
+    FAMILY,
+    [(n, d) for n in CASES for d in DTYPES],
+    [(n, d) for n, c in CASES.items() if c.fd for d in EXACT],
+)
 
 # --- Householder vectors: numpy's qr(mode="raw") -------------------------------------------------
 

@@ -221,9 +221,12 @@ def constant_of(value: ir.Value) -> np.ndarray | None:
         "stablehlo.constant"
     ):
         return None
-    a = ir.DenseElementsAttr(owner.operation.attributes["value"])
     shape, dtype = aval(value)
     if dtype == dtypes.bfloat16 or dtypes.is_low_precision(dtype):
+        return None
+    try:
+        a = ir.DenseElementsAttr(owner.operation.attributes["value"])
+    except TypeError:  # a complex constant, which the bindings cannot hand to Python
         return None
     if a.is_splat:
         v = a.get_splat_value()

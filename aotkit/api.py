@@ -121,7 +121,8 @@ class _Transitions:
         if pipeline is None and dump_dir is None:
             if self.link is not None:
                 cache, key = self.link
-                return _cached_lowering(cache, key, lambda: _lower(traced, self, consume))
+                build = lambda: _lower(traced, self, consume)  # noqa: E731
+                return _cached_lowering(cache, key, build, self.options.backend)
             return _lower(traced, self, consume)
         options = self.options
         changed = dataclasses.replace(
@@ -220,17 +221,29 @@ class _Transitions:
 # --- Traced -> Lowered ---------------------------------------------------------------------------
 
 
-def _cached_lowering(cache: _FunctionCache, key: tuple, build) -> Lowered:
+def _cached_lowering(cache: _FunctionCache, key: tuple, build, backend: str | None) -> Lowered:
+    """The lowering of `key` from the function's cache, else `build()`'s. The key holds no
+    backend: one trace serves every backend, and the `Lowered` given out defaults to
+    compiling on `backend` (the asking jit's)."""
     with cache.lock:
         lowered = cache.lowered.get(key)
         if lowered is not None:
             cache.hits += 1
-            return lowered
-        cache.misses += 1
-        lowered = build()
-        cache.lowerings += 1
-        cache.put(cache.lowered, key, lowered)
-    return lowered
+        else:
+            cache.misses += 1
+            lowered = build()
+            cache.lowerings += 1
+            cache.put(cache.lowered, key, lowered)
+    if lowered.backend == backend:
+        return lowered
+    return Lowered(
+        lowered._program,
+        pipeline=lowered.pipeline,
+        backend=backend,
+        compile=lowered._compile,
+        transform=lowered._transform,
+        dumper=lowered._dumper,
+    )
 
 
 def _lower(traced: Traced, transitions: _Transitions, consume: bool) -> Lowered:
@@ -711,12 +724,12 @@ class Jitted(_native.Dispatching):
         self._resolved: Options | None = None
         self._where = where
         self._has_statics = bool(options.static_argnums or options.static_argnames)
-        # What the lowering cache key holds of the options (the dumps change no program).
+        # What the lowering cache key holds of the options (the dumps change no program, and
+        # a program serves every backend: a compile's key names its backend).
         self._config = (
             options.static_argnums,
             options.static_argnames,
             options.donate_argnums,
-            options.backend,
             options.pipeline,
             options.frontend,
             options.autograph,
@@ -843,6 +856,7 @@ class Jitted(_native.Dispatching):
             self._cache,
             key,
             lambda: _lower(self._trace(args, kwargs, transitions), transitions, True),
+            self.options.backend,
         )
 
     def _python_call(self, *args, **kwargs):

@@ -38,6 +38,26 @@ def test_lower_compile_then_call_is_one_trace_and_one_compile():
     assert info.misses == 2  # the lowering and the compile
 
 
+def test_one_trace_serves_every_backend():
+    """A program does not depend on the backend: jits of one function on cpu and on the
+    interpreter (and a Lowered compiled for both) trace and lower it once, compile it once
+    per backend, and each lowering defaults to its own jit's backend."""
+
+    def f(x):  # (a program of its own: no other test's compile is in the persistent cache)
+        return x * 3.0 - 0.5
+
+    x = np.arange(3, dtype=np.float32)
+    on_cpu, on_interpreter = jit(f, backend="cpu"), jit(f, backend="interpreter")
+    for jitted in (on_cpu, on_interpreter, on_cpu, on_interpreter):
+        np.testing.assert_array_equal(np.asarray(jitted(x)), x * 3 - 0.5)
+    assert on_interpreter.lower(x).backend == "interpreter"
+    assert on_cpu.lower(x).backend == "cpu"
+    assert on_interpreter.lower(x).compile().backend.name == "interpreter"
+    assert jit(f).lower(x).compile(backend="interpreter").backend.name == "interpreter"
+    info = on_cpu.cache_info()
+    assert (info.traces, info.lowerings, info.compiles) == (1, 1, 2)
+
+
 def test_call_then_lower_compile_is_one_trace_and_one_compile():
     f = fresh_function()
     x = np.ones(3, np.float32)

@@ -366,16 +366,30 @@ def native_dispatcher(name: str, python_call, run):
         finally:
             restore(forced)
 
+    # Whether this dispatcher's programs take a Python scalar as x64 mode's 64-bit value, as
+    # a JAX function lowered in x64 mode does (aotkit's tracer takes a 32-bit one): learnt
+    # from its first call in x64 mode with a float, int or complex; None until then.
+    scalars_64 = [None]
+
     native = {}
     for x64 in (True, False):
 
         def cache_miss(*args, _x64=x64, **kwargs):
             if not _x64 and thread_x64.value:
                 # The C front calls `narrow` with Python scalars without reading the mode
-                # (a read costs as much as the rest of the front). In x64 mode the call
-                # switches it off here, and jaxlib forgets this signature (x64 mode's) again.
+                # (a read costs as much as the rest of the front). In x64 mode the call runs
+                # in `wide` where its programs take 64-bit scalars (the first such call tries
+                # it); otherwise it switches x64 off here, and jaxlib forgets this signature
+                # (x64 mode's) again.
+                if scalars_64[0] is not False:
+                    try:
+                        return wide(*args, **kwargs), None, True
+                    except (runtime_error, ValueError):
+                        return _after_failure(args, kwargs), None, True
                 return in_mode(False, narrow, args, kwargs), None, True
             out, fastpath = as_caller(run, _x64, args, kwargs)
+            if _x64 and scalars_64[0] is None and _mode_scalars((args, kwargs)):
+                scalars_64[0] = fastpath is not None
             return out, fastpath, False
 
         native[x64] = _compat.cpp_dispatcher(
@@ -388,7 +402,7 @@ def native_dispatcher(name: str, python_call, run):
     runtime_error = _compat.runtime_error_type()
     array_type = _compat.array_type()
 
-    exact, exact_scalars = _EXACT_NUMPY, _EXACT_NUMPY_SCALARS
+    exact, exact_scalars, wide_scalars = _EXACT_NUMPY, _EXACT_NUMPY_SCALARS, _WIDE_NUMPY_SCALARS
     in_place_from, staged_from = IN_PLACE_FROM, STAGED_FROM
 
     def call(*args, **kwargs):
@@ -414,13 +428,16 @@ def native_dispatcher(name: str, python_call, run):
                         return narrow(arg)
                     except (runtime_error, ValueError):
                         return _after_failure(args, kwargs)
-            narrow_mode = wait = False
+            narrow_mode = wait = wide_only = False
             for arg in args:
                 t = type(arg)
                 if t is array_type:
                     continue
                 if t is np.ndarray:
-                    if arg.dtype in exact:
+                    exact_dtype = arg.dtype in exact
+                    if exact_dtype or (arg.dtype.isnative and thread_x64.value is True):
+                        # In x64 mode a 64-bit array keys as itself, in `wide` only.
+                        wide_only = wide_only or not exact_dtype
                         n = arg.nbytes
                         if n < in_place_from:
                             continue
@@ -429,6 +446,9 @@ def native_dispatcher(name: str, python_call, run):
                             continue
                     break
                 if t in exact_scalars:
+                    continue
+                if t in wide_scalars and thread_x64.value is True:
+                    wide_only = True  # as a 64-bit array
                     continue
                 if t in python_scalars:
                     narrow_mode = True
@@ -439,8 +459,11 @@ def native_dispatcher(name: str, python_call, run):
                     # Device arrays, NumPy values of dtypes x64 mode does not narrow (under
                     # `STAGED_FROM` bytes) and Python scalars: the common calls, in as few
                     # steps as jax.jit's.
-                    if not narrow_mode:
-                        # These key and transfer alike in either x64 mode: no switch.
+                    if not narrow_mode or wide_only:
+                        # These key and transfer alike in either x64 mode: no switch. With
+                        # 64-bit arrays (`wide_only`) the thread is in x64 mode, where a
+                        # Python scalar keys as jax.jit's do there (a float as a weak
+                        # float64): a JAX function's signature, cached in `wide`.
                         try:
                             out = wide(*args)
                         except (runtime_error, ValueError):
@@ -467,11 +490,17 @@ def native_dispatcher(name: str, python_call, run):
         found = _host_leaves(args, array_type)
         if kwargs:
             found |= _host_leaves(kwargs, array_type)
-        if found & _NON_NATIVE or found & _NARROWING and found & _PYTHON_SCALAR:
+        both = found & _NARROWING and found & _PYTHON_SCALAR
+        if found & _NON_NATIVE or both and thread_x64.value is not True:
             # Read as native bytes, or narrowed into an x64-off signature: the checked call.
             return python_call(*args, **kwargs)
-        # A Python scalar anywhere runs the call with x64 off (see above).
-        mode, dispatch = (False, narrow) if found & _PYTHON_SCALAR else (True, wide)
+        # A Python scalar anywhere runs the call with x64 off (see above), unless the thread
+        # is in x64 mode and 64-bit NumPy values come with it or the programs take 64-bit
+        # scalars (`scalars_64`; the first such call tries it): those run as under jax.jit
+        # in that mode.
+        wide_mode = thread_x64.value is True and (both or scalars_64[0] is not False)
+        narrowed = found & _PYTHON_SCALAR and not wide_mode
+        mode, dispatch = (False, narrow) if narrowed else (True, wide)
         # Leaves that key and transfer alike in either mode: no switch.
         exact_only = mode and not found & (_NARROWING | _OTHER)
         if found & _LARGE:
@@ -620,6 +649,15 @@ def _host_leaves(tree, array_type) -> int:
         else:
             found |= _OTHER
     return found
+
+
+def _mode_scalars(tree) -> bool:
+    """Whether a call's arguments hold a Python scalar whose dtype x64 mode sets (a float,
+    an int or a complex: not a bool)."""
+    try:
+        return any(type(x) in (float, int, complex) for x in tree_util.tree_leaves(tree))
+    except ValueError:  # a dict whose keys do not sort: nothing learnt
+        return False
 
 
 def _block(out, array_type) -> None:
@@ -856,6 +894,8 @@ _EXACT_NUMPY = frozenset(
     )
 )  # fmt: skip
 _EXACT_NUMPY_SCALARS = frozenset(d.type for d in _EXACT_NUMPY)
+# The NumPy scalar types of the dtypes x64-off mode narrows (they key as themselves in x64 mode).
+_WIDE_NUMPY_SCALARS = frozenset((np.float64, np.int64, np.uint64, np.complex128))
 # The dtype jaxlib's C++ transfer gives a Python scalar, indexed by x64 mode.
 _CPP_SCALAR_DTYPES = {
     bool: (np.dtype(np.bool_), np.dtype(np.bool_)),

@@ -1040,10 +1040,16 @@ def _index_dtype(parts: list) -> np.dtype:
 
 
 def _wrapped(t: Tracer, n: int, dtype: np.dtype) -> Tracer:
-    """A traced index in `dtype`, negative values wrapped once as NumPy does."""
+    """A traced index in `dtype`, negative values wrapped once as NumPy does (none when the
+    index is known not to be negative: a loop index, whose reads and writes then use one
+    value, which XLA needs to see that a read after a write is the written box)."""
     t = cast(t, dtype)
     if dtypes.is_unsigned_int(t.dtype) or n == 0:
         return t
+    if t.ndim == 0:
+        span = value_range(t.value)
+        if span is not None and span[0] >= 0:
+            return t
     negative = bind1("compare", t, full(t.shape, 0, dtype), direction="LT")
     return bind1("select", negative, bind1("add", t, full(t.shape, n, dtype)), t)
 
@@ -1200,9 +1206,26 @@ def getitem(x: Tracer, idx, op: str = "getitem") -> Tracer | _Selection:
         ):
             raise _traced_mask_error(op)
         return MaskedSelection(x, mask, user_site())
+    scalars = [d for d, e in enumerate(p.entries) if e[0] == "scalar"]
+    if scalars and not p.advanced and not symbolic_trace() and _unit_box(p):
+        # `a[i, 1:-1]`: one `dynamic_slice` of the box. Slicing first and then picking the
+        # row reads as a copy of every sliced array in XLA's CPU code when the slice is used
+        # more than once (three 60x58 copies per row of a 60x60 stencil, in a loop).
+        dtype = _index_dtype([p.entries[d][1] for d in scalars])
+        if max(p.shape) >= 2**31:  # static starts past int32
+            dtype = np.dtype(np.int64)
+        y = reshape_to(x, p.shape)
+        starts = [
+            _wrapped(e[1], n, dtype) if e[0] == "scalar" else full((), e[1], dtype)
+            for e, n in zip(p.entries, y.shape, strict=True)
+        ]
+        sizes = tuple(e[2] if e[0] == "slice" else 1 for e in p.entries)
+        y = bind1("dynamic_slice", y, *starts, sizes=sizes)
+        return reshape_to(
+            y, tuple(n for n, e in zip(sizes, p.entries, strict=True) if e[0] == "slice")
+        )
     y = _apply_slices(reshape_to(x, p.shape), p, keep_ints=not p.advanced)
     if not p.advanced:
-        scalars = [d for d, e in enumerate(p.entries) if e[0] == "scalar"]
         if scalars:
             dtype = _index_dtype([p.entries[d][1] for d in scalars])
             starts = [
@@ -1353,6 +1376,8 @@ def update(x: Tracer, idx, v, mode: str, op: str) -> Tracer:
     basic = all(e[0] == "int" or (e[0] == "slice" and e[3] in (1, -1)) for e in p.entries)
     if basic and not p.advanced:
         new = _update_window(y, p, value, mode)
+    elif _scalar_window(p, y):
+        new = _update_scalar_window(y, p, value, mode)
     else:
         new = _scatter(y, p, dims, value, mode, window, indexed, op)
     return reshape_to(new, x.shape)
@@ -1385,6 +1410,59 @@ def _update_window(y: Tracer, p: _Parsed, value: Tracer, mode: str) -> Tracer:
     return bind1(
         "dynamic_update_slice", y, value, *(full((), s, np.dtype(np.int64)) for s in starts)
     )
+
+
+def _unit_box(p: _Parsed) -> bool:
+    """Whether every entry of an index is an int, a traced scalar or a static unit-step
+    slice that is not empty: one box."""
+    return all(e[0] in ("int", "scalar") or (e[0] == "slice" and e[3] == 1 and e[2] > 0)
+               for e in p.entries)  # fmt: skip
+
+
+def _scalar_window(p: _Parsed, y: Tracer) -> bool:
+    """Whether an index is one box with traced scalar starts (`a[i, j] = v`, `a[i, 1:-1] +=
+    v`: traced scalars, ints and static unit-step slices, no arrays) in an array of static
+    shape."""
+    return not p.advanced and _unit_box(p) and all(isinstance(n, int) for n in y.shape)
+
+
+def _update_scalar_window(y: Tracer, p: _Parsed, value: Tracer, mode: str) -> Tracer:
+    """`a[i, j] = v` with traced scalars: one `dynamic_update_slice` of the box, rather than
+    a scatter, which XLA's CPU backend turns into a select over the whole array (a full copy
+    per update, in a loop per iteration). A traced index out of range after wrapping drops
+    the update, as a scatter does: the box then writes back what the clamped box holds. An
+    index known to be in range (a loop index over the axis) needs neither."""
+    dtype = np.dtype(np.int64)
+    starts, sizes, inside = [], [], None
+    for e, n in zip(p.entries, y.shape, strict=True):
+        if e[0] == "scalar":
+            start = _wrapped(e[1], n, dtype)
+            span = value_range(start.value)
+            if span is None or span[0] < 0 or span[1] >= n:
+                ok = bind1(
+                    "and",
+                    bind1("compare", start, full((), 0, dtype), direction="GE"),
+                    bind1("compare", start, full((), n, dtype), direction="LT"),
+                )
+                inside = ok if inside is None else bind1("and", inside, ok)
+            starts.append(start)
+            sizes.append(1)
+        elif e[0] == "int":
+            starts.append(full((), e[1], dtype))
+            sizes.append(1)
+        else:
+            starts.append(full((), e[1], dtype))
+            sizes.append(e[2])
+    sizes = tuple(sizes)
+    new = reshape_to(value, sizes)
+    if mode == "set" and inside is None:
+        return bind1("dynamic_update_slice", y, new, *starts)
+    old = bind1("dynamic_slice", y, *starts, sizes=sizes)
+    new = _combine(mode, old, new)
+    if inside is not None:
+        keep = bind1("broadcast_in_dim", inside, shape=sizes, dims=())
+        new = bind1("select", keep, new, old)
+    return bind1("dynamic_update_slice", y, new, *starts)
 
 
 def _scatter(y, p, dims, value, mode, window, indexed, op) -> Tracer:

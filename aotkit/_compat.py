@@ -414,6 +414,20 @@ def array_type() -> type:
     return found
 
 
+def key_array_type() -> type:
+    """The class of typed PRNG key arrays (`jax.random.key`), which jaxlib's C++ dispatch
+    flattens into their uint32 data.
+
+    Private: `jax._src.random.prng.PRNGKeyArray`. Fallback: the type of `jax.random.key(0)`.
+    """
+    found = _private("jax._src.random.prng", "PRNGKeyArray")
+    if found is None:
+        import jax  # (the fallback only: a key is made on the default device)
+
+        found = type(jax.random.key(0))
+    return found
+
+
 @functools.cache
 def _public_array_type() -> type:
     import jax
@@ -697,6 +711,15 @@ def fastpath_data(executable, out, n_args: int, in_sharding, out_sharding):
     )
 
 
+def dispatch_leaves(tree) -> list | None:
+    """The leaves of `tree` as jaxlib's C++ dispatch flattens a call's arguments (a typed PRNG
+    key array is a node whose leaf is its uint32 data), or None without that dispatch."""
+    names = _dispatch_names()
+    if names is None:
+        return None
+    return names[2].flatten(tree, None)[0]
+
+
 def fast_paths() -> dict[str, bool]:
     """Which entry points run on jaxlib's private names in this process (True) and which on
     their public fallbacks (False). On jaxlib 0.10 to 0.12 all are True."""
@@ -715,6 +738,7 @@ def fast_paths() -> dict[str, bool]:
         "result handler": has_aval and _result_handler_names() is not None,
         "x64 switch": _x64_names() is not None,
         "C++ dispatch": _dispatch_names() is not None,
+        "key arrays": _private("jax._src.random.prng", "PRNGKeyArray") is not None,
         "sharded results": _private("jaxlib._jax", "GSPMDSharding") is not None,
         "mesh specs": _private("jax._src.sharding_impls", "parse_flatten_op_sharding") is not None,
         "backend state": _private("jax._src.xla_bridge", "backends_are_initialized") is not None,

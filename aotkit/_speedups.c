@@ -58,6 +58,7 @@ typedef struct {
     PyObject *slow;           /* the Python `call`: every call this front does not take */
     PyObject *failed;         /* failed(error, args): recovers or raises */
     PyObject *array_type;     /* jaxlib's device array type */
+    PyObject *key_type;       /* JAX's typed PRNG key arrays (device data, keyed alike) */
     PyObject *ndarray_type;   /* numpy.ndarray */
     PyObject *exact_scalars;  /* frozenset: NumPy scalar types of exact dtypes */
     PyObject *exact_dtypes;   /* tuple: NumPy dtypes x64 mode does not narrow */
@@ -144,14 +145,14 @@ members(PyObject *set, PyObject **out, Py_ssize_t capacity, Py_ssize_t *n, const
 
 /* The objects a `Front` holds, in `__init__`'s keyword order: the one list that setting,
  * visiting and clearing them go through. */
-#define N_HELD 11
+#define N_HELD 12
 
 static void
 held(Front *self, PyObject **slots[N_HELD])
 {
     PyObject **all[N_HELD] = {
         &self->wide, &self->narrow, &self->slow, &self->failed, &self->array_type,
-        &self->ndarray_type, &self->exact_scalars, &self->exact_dtypes,
+        &self->key_type, &self->ndarray_type, &self->exact_scalars, &self->exact_dtypes,
         &self->python_scalars, &self->clear_cache, &self->settle,
     };
     memcpy(slots, all, sizeof(all));
@@ -224,7 +225,7 @@ static int
 takes(Front *self, PyObject *arg, int depth, int *python_scalar, int *in_place)
 {
     PyObject *type = (PyObject *)Py_TYPE(arg);
-    if (type == self->array_type) {
+    if (type == self->array_type || type == self->key_type) {
         return 1;
     }
     if (type == self->ndarray_type) {
@@ -500,16 +501,17 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
 {
     Front *self = (Front *)op;
     static char *names[] = {
-        "wide", "narrow", "slow", "failed", "array_type", "ndarray_type", "exact_scalars",
-        "exact_dtypes", "python_scalars", "clear_cache", "settle", "in_place_from",
-        "staged_from", NULL,
+        "wide", "narrow", "slow", "failed", "array_type", "key_type", "ndarray_type",
+        "exact_scalars", "exact_dtypes", "python_scalars", "clear_cache", "settle",
+        "in_place_from", "staged_from", NULL,
     };
-    PyObject *wide, *narrow, *slow, *failed, *array_type, *ndarray_type, *exact_scalars,
-        *exact_dtypes, *python_scalars, *clear_cache, *settle;
+    PyObject *wide, *narrow, *slow, *failed, *array_type, *key_type, *ndarray_type,
+        *exact_scalars, *exact_dtypes, *python_scalars, *clear_cache, *settle;
     Py_ssize_t in_place_from, staged_from;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOO!O!O!OOnn", names, &wide, &narrow, &slow, &failed,
-            &array_type, &ndarray_type, &PyFrozenSet_Type, &exact_scalars, &PyTuple_Type,
+            args, kwargs, "$OOOOOOOO!O!O!OOnn", names, &wide, &narrow, &slow, &failed,
+            &array_type, &key_type, &ndarray_type, &PyFrozenSet_Type, &exact_scalars,
+            &PyTuple_Type,
             &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &clear_cache, &settle,
             &in_place_from, &staged_from)) {
         return -1;
@@ -570,8 +572,8 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     PyObject **slots[N_HELD];
     held(self, slots);
     PyObject *values[N_HELD] = {
-        wide, narrow, slow, failed, array_type, ndarray_type, exact_scalars, exact_dtypes,
-        python_scalars, clear_cache, settle,
+        wide, narrow, slow, failed, array_type, key_type, ndarray_type, exact_scalars,
+        exact_dtypes, python_scalars, clear_cache, settle,
     };
     /* The old objects are let go only once the new ones are all in place (letting one go
      * may run Python code, which may call this front). */

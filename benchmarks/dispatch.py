@@ -111,6 +111,16 @@ def main(argv=None) -> int:
     layers_ours(params, batch)
     layers_theirs(params, batch)
 
+    # A typed PRNG key and an array in, a key and an array out (a training step's RNG).
+    def keyed(k, v):
+        return jax.random.fold_in(k, 1), v + 1
+
+    key = jax.random.key(0)
+    keyed_ours, keyed_theirs = jit(keyed, frontend="jax"), jax.jit(keyed)
+    keyed_compiled = keyed_ours.lower(key, v_dev).compile()
+    for fn in (keyed_ours, keyed_theirs, keyed_compiled):
+        fn(key, v_dev)
+
     groups = [
         (
             "device array",
@@ -184,6 +194,20 @@ def main(argv=None) -> int:
             {
                 "aotkit": lambda: layers_ours(params, batch),
                 "jax": lambda: layers_theirs(params, batch),
+            },
+        ),
+        (
+            "jit(f)(key, x), typed key",
+            {
+                "aotkit": lambda: keyed_ours(key, v_dev),
+                "jax": lambda: keyed_theirs(key, v_dev),
+            },
+        ),
+        (
+            "Compiled(key, x)",
+            {
+                "aotkit": lambda: keyed_compiled(key, v_dev),
+                "jax": lambda: keyed_theirs(key, v_dev),
             },
         ),
     ]

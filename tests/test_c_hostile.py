@@ -51,7 +51,8 @@ def parts(**changes):
     made = dict(
         wide=note("wide"), narrow=note("narrow"), slow=note("slow"), failed=note("failed"),
         clear_cache=note("clear_cache"), settle=note("settle"),
-        array_type=type(jax.device_put(1.0)), ndarray_type=np.ndarray,
+        array_type=type(jax.device_put(1.0)), key_type=type(jax.random.key(0)),
+        ndarray_type=np.ndarray,
         exact_scalars=pjrt._EXACT_NUMPY_SCALARS,
         exact_dtypes=tuple(np.dtype(d.type) for d in pjrt._EXACT_NUMPY),
         python_scalars=pjrt._PYTHON_SCALARS, in_place_from=pjrt.IN_PLACE_FROM,
@@ -290,7 +291,8 @@ def test_a_front_refuses_tables_it_cannot_read_safely(change, error, message):
 
     parts = dict(
         wide=id, narrow=id, slow=id, failed=id, clear_cache=id, settle=id,
-        array_type=type(jax.device_put(1.0)), ndarray_type=np.ndarray,
+        array_type=type(jax.device_put(1.0)), key_type=type(jax.random.key(0)),
+        ndarray_type=np.ndarray,
         exact_scalars=pjrt._EXACT_NUMPY_SCALARS,
         exact_dtypes=tuple(np.dtype(d.type) for d in pjrt._EXACT_NUMPY),
         python_scalars=pjrt._PYTHON_SCALARS, in_place_from=pjrt.IN_PLACE_FROM,

@@ -52,6 +52,7 @@ PRIVATE = {
     ("jax._src.interpreters.pxla", "cc_shard_arg"): "C++ dispatch",
     ("jax._src.interpreters.pxla", "MeshExecutableFastpathData"): "C++ dispatch",
     ("jax._src.tree_util", "dispatch_registry"): "C++ dispatch",
+    ("jax._src.random.prng", "PRNGKeyArray"): "key arrays",
     ("jaxlib._jax", "GSPMDSharding"): "sharded results",
     ("jax._src.sharding_impls", "parse_flatten_op_sharding"): "mesh specs",
     ("jax._src.xla_bridge", "backends_are_initialized"): "backend state",

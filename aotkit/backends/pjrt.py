@@ -400,7 +400,7 @@ def native_dispatcher(name: str, python_call, run):
     wide, narrow = native[True], native[False]
     python_scalars = _PYTHON_SCALARS
     runtime_error = _compat.runtime_error_type()
-    array_type = _compat.array_type()
+    array_type, key_type = _compat.array_type(), _compat.key_array_type()
 
     exact, exact_scalars, wide_scalars = _EXACT_NUMPY, _EXACT_NUMPY_SCALARS, _WIDE_NUMPY_SCALARS
     in_place_from, staged_from = IN_PLACE_FROM, STAGED_FROM
@@ -431,7 +431,7 @@ def native_dispatcher(name: str, python_call, run):
             narrow_mode = wait = wide_only = False
             for arg in args:
                 t = type(arg)
-                if t is array_type:
+                if t is array_type or t is key_type:  # (a key: its data, a device array)
                     continue
                 if t is np.ndarray:
                     exact_dtype = arg.dtype in exact
@@ -587,6 +587,7 @@ def native_dispatcher(name: str, python_call, run):
             slow=call,
             failed=failed,
             array_type=array_type,
+            key_type=key_type,
             ndarray_type=np.ndarray,
             exact_scalars=exact_scalars,
             # NumPy's own instances of these dtypes, which its arrays hold (compared by identity).
@@ -615,6 +616,9 @@ _CONTAINERS = frozenset((list, tuple, dict))
 _NON_NATIVE, _LARGE, _NARROWING, _PYTHON_SCALAR, _OTHER = 1, 2, 4, 8, 16
 
 
+_KEY_ARRAY = _compat.key_array_type()
+
+
 def _host_leaves(tree, array_type) -> int:
     """What the leaves of a call's arguments (`tree`: its tuple of positional arguments, its
     dict of keywords, or a list, tuple or dict in them) are, as far as the C++ transfer and
@@ -628,7 +632,7 @@ def _host_leaves(tree, array_type) -> int:
     found = 0
     for x in tree.values() if type(tree) is dict else tree:
         t = type(x)
-        if t is array_type or t in _EXACT_NUMPY_SCALARS or x is None:
+        if t is array_type or t in _EXACT_NUMPY_SCALARS or x is None or t is _KEY_ARRAY:
             continue
         if t is np.ndarray:
             if not x.dtype.isnative:
@@ -1135,8 +1139,10 @@ class PjrtExecutable(Executable):
             # An array: the checked call has seen its spec, device and liveness.
             return type(leaf) is array_type or host_transfer_exact(leaf, spec, x64)
 
-        leaves = tree_util.tree_leaves((args, kwargs))
-        if len(leaves) != len(specs) or not all(map(exact, leaves, specs)):
+        # (flattened as the dispatch flattens them: a typed key's leaf is its data, the
+        # module's argument, and its implementation part of the cached signature)
+        leaves = _compat.dispatch_leaves((args, kwargs))
+        if leaves is None or len(leaves) != len(specs) or not all(map(exact, leaves, specs)):
             return None
         return _compat.fastpath_data(self._exe, out, len(specs), self._sharding, self._sharding)
 

@@ -53,8 +53,20 @@ class KeyTracer:
     def __repr__(self) -> str:
         return f"KeyTracer({arguments.spec_text(self.spec)})"
 
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError(f"len() of a single key ({arguments.spec_text(self.spec)})")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
     def __getitem__(self, index):
         # An index of the key's own axes: the data's, keeping the key's trailing ones.
+        if not self.shape:
+            raise IndexError(
+                f"a single key ({arguments.spec_text(self.spec)}) has no axis to index"
+            )
         index = index if isinstance(index, tuple) else (index,)
         if any(i is Ellipsis for i in index):
             index += (slice(None),) * len(key_shape(self.dtype))

@@ -110,7 +110,8 @@ def _front_parts(**changes) -> dict:
     """Keyword arguments of a C `Front` (stand-in callables), with `changes`."""
     parts = dict(
         wide=id, narrow=id, slow=id, failed=id, clear_cache=id, settle=id,
-        array_type=type(jax.device_put(1.0)), ndarray_type=np.ndarray,
+        array_type=type(jax.device_put(1.0)), key_type=type(jax.random.key(0)),
+        ndarray_type=np.ndarray,
         exact_scalars=pjrt._EXACT_NUMPY_SCALARS,
         exact_dtypes=tuple(np.dtype(d.type) for d in pjrt._EXACT_NUMPY),
         python_scalars=pjrt._PYTHON_SCALARS, in_place_from=pjrt.IN_PLACE_FROM,

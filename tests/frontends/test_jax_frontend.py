@@ -812,3 +812,29 @@ def test_key_argument_to_aotkits_tracer_is_carried_through():
 
     key = jax.random.key(3, impl="rbg")
     assert_same_keys(aotkit.jit(ident, frontend="aotkit")(key), key)
+
+
+def test_key_calls_take_the_native_fast_path(monkeypatch):
+    """Once a signature with typed keys ran, its calls stay in jaxlib's C++ dispatch (the
+    key's data is the cached argument), as jax.jit's do: the checked Python call is not
+    run again, and the results are still keys."""
+    ran = []
+    original = aotkit.stages.Compiled._python_call
+
+    def counted(self, *args, **kwargs):
+        ran.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(aotkit.stages.Compiled, "_python_call", counted)
+    key, x = jax.random.key(6), jax.device_put(np.arange(3, dtype=np.float32))
+    jitted = aotkit.jit(_keys_fold_in_and_add, frontend="jax")
+    compiled = jitted.lower(key, x).compile()
+    for fn in (jitted, compiled):
+        ran.clear()
+        for _ in range(5):
+            assert_same_keys(fn(key, x), jax.jit(_keys_fold_in_and_add)(key, x))
+        assert len(ran) == 1
+
+
+def _keys_fold_in_and_add(k, x):
+    return jax.random.fold_in(k, 1), x + 1

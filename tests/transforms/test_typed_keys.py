@@ -332,3 +332,32 @@ def test_aotkit_random_refuses_a_batch_or_another_implementation():
         )
         with pytest.raises(TypeError, match=re.escape(message)):
             aotkit.jit(sample, frontend="aotkit")(key)
+
+
+def test_a_batch_of_traced_keys_indexes_and_iterates_as_keys():
+    keys = jax.random.split(jax.random.key(30), 3)
+
+    def pick(ks):
+        first, *rest = ks
+        return ks[1], ks[::2], ks[..., -1], first, len(rest)
+
+    got = aotkit.jit(lambda ks: pick(ks)[:4], frontend="aotkit")(keys)
+    same(got, pick(keys)[:4])
+
+
+@pytest.mark.parametrize(
+    "use, error, message",
+    [
+        (lambda k: k[0], IndexError, "a single key (key<fry>[]) has no axis to index"),
+        (lambda k: len(k), TypeError, "len() of a single key (key<fry>[])"),
+        (
+            lambda k: 1 if k else 0,
+            TypeError,
+            "a typed PRNG key array (key<fry>[]) is not an array of numbers",
+        ),
+    ],
+    ids=["index", "len", "bool"],
+)
+def test_a_single_traced_key_refuses_what_a_key_cannot_do(use, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        aotkit.jit(lambda k: use(k) and k, frontend="aotkit")(jax.random.key(0))

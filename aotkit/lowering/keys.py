@@ -63,11 +63,11 @@ class KeyTracer:
 
     def __getitem__(self, index):
         # An index of the key's own axes: the data's, keeping the key's trailing ones.
-        if not self.shape:
+        index = index if isinstance(index, tuple) else (index,)
+        if not self.shape and any(i is not None and i is not Ellipsis for i in index):
             raise IndexError(
                 f"a single key ({arguments.spec_text(self.spec)}) has no axis to index"
             )
-        index = index if isinstance(index, tuple) else (index,)
         if any(i is Ellipsis for i in index):
             index += (slice(None),) * len(key_shape(self.dtype))
         return KeyTracer(self.data[index], self.dtype)

@@ -293,8 +293,57 @@ def transpose(tape: list[Equation], cts: dict) -> dict:
             if g.dtype != a.dtype:
                 g = H.convert(g, a.dtype)
             prev = ct.get(a)
-            ct[a] = g if prev is None else H.add(prev, g)
+            ct[a] = g if prev is None else _sum_cotangents(prev, g)
     return ct
+
+
+def _sum_cotangents(a: Tracer, b: Tracer) -> Tracer:
+    """a + b, where two slices' cotangents (zeros padding adjacent pieces along one
+    dimension, the transpose of a split) are concatenated instead, as JAX's transpose of a
+    split gives: XLA fuses a sum of pads with the ops that make each piece, and computes
+    every piece again for each piece of the result."""
+    pa, pb = _pad_piece(a), _pad_piece(b)
+    if pa is None or pb is None or pa[1] != pb[1] or a.shape != b.shape:
+        return H.add(a, b)
+    d = pa[1]
+    if pa[2] + pa[0].shape[d] == pb[2]:
+        first, second = pa, pb
+    elif pb[2] + pb[0].shape[d] == pa[2]:
+        first, second = pb, pa
+    else:
+        return H.add(a, b)
+    pieces = _pieces(first[0], d) + _pieces(second[0], d)
+    low, high = [0] * a.ndim, [0] * a.ndim
+    low[d], high[d] = first[2], second[3]
+    return H.pad(H.concatenate(pieces, d), H.scalar(0, a.dtype), low, high)
+
+
+def _pad_piece(x: Tracer):
+    """(operand, dim, low, high) when x is its operand padded with zeros along one dimension
+    (no interior padding), else None."""
+    o = x.value.owner
+    if not isinstance(o, ir.OpView | ir.Operation) or o.operation.name != "stablehlo.pad":
+        return None
+    o = o.operation
+    if not dtypes.is_float(x.dtype):  # the bindings give no complex constants to Python
+        return None
+    zero = _ir.constant_of(o.operands[1])
+    if zero is None or zero.any() or any(_ir.i64s(o, "interior_padding")):
+        return None
+    low, high = _ir.i64s(o, "edge_padding_low"), _ir.i64s(o, "edge_padding_high")
+    dims = [d for d, (lo, hi) in enumerate(zip(low, high, strict=True)) if lo or hi]
+    if len(dims) != 1 or low[dims[0]] < 0 or high[dims[0]] < 0:
+        return None
+    return H.wrap(o.operands[0]), dims[0], low[dims[0]], high[dims[0]]
+
+
+def _pieces(x: Tracer, d: int) -> list[Tracer]:
+    """x's operands when x concatenates them along d (one flat concatenate), else [x]."""
+    o = x.value.owner
+    if isinstance(o, ir.OpView | ir.Operation) and o.operation.name == "stablehlo.concatenate":
+        if _ir.int_attr(o, "dimension", -1) == d:
+            return [H.wrap(v) for v in o.operation.operands]
+    return [x]
 
 
 # --- environments and the walk -------------------------------------------------------------------

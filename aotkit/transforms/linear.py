@@ -38,9 +38,37 @@ def _same(a, *_, **__):
 
 # --- arithmetic ----------------------------------------------------------------------------------
 
+
+def _negated(g, depth: int = 4):
+    """-g; where g is a product one of whose factors is a negation, a few products deep
+    (`(-x * a) * b`, the cotangent of a chain such as `1 / (1 + exp(-x))`), that product
+    without the two negations: the same number (a negation is exact), and a chain XLA
+    fuses like JAX's rather than into every reduction that reads it."""
+    found = _unnegated(g, depth)
+    return found if found is not None else H.neg(g)
+
+
+def _unnegated(g, depth: int):
+    """The product g with one negated factor taken positive (so -g), or None."""
+    owner = g.value.owner
+    if not isinstance(owner, ir.OpView | ir.Operation):
+        return None
+    o = owner.operation
+    if o.name == "stablehlo.negate":
+        return H.wrap(o.operands[0])
+    if o.name != "stablehlo.multiply" or depth == 0:
+        return None
+    a, b = H.wrap(o.operands[0]), H.wrap(o.operands[1])
+    found = _unnegated(a, depth - 1)
+    if found is not None:
+        return H.mul(found, b)
+    found = _unnegated(b, depth - 1)
+    return None if found is None else H.mul(a, found)
+
+
 ADD = _prim("add", (0, 1), H.add, lambda g, a, b: [g, g], _same)
-SUB = _prim("sub", (0, 1), H.sub, lambda g, a, b: [g, H.neg(g)], _same)
-NEG = _prim("neg", (0,), H.neg, lambda g, a: [H.neg(g)], _same)
+SUB = _prim("sub", (0, 1), H.sub, lambda g, a, b: [g, _negated(g)], _same)
+NEG = _prim("neg", (0,), H.neg, lambda g, a: [_negated(g)], _same)
 MUL = _prim("mul", (0,), H.mul, lambda g, t, p: [H.mul(g, p)], _same)
 DIV = _prim("div", (0,), H.div, lambda g, t, p: [H.div(g, p)], _same)
 

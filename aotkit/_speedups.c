@@ -63,6 +63,10 @@ typedef struct {
     PyObject *exact_scalars;  /* frozenset: NumPy scalar types of exact dtypes */
     PyObject *exact_dtypes;   /* tuple: NumPy dtypes x64 mode does not narrow */
     PyObject *python_scalars; /* frozenset: bool, int, float, complex */
+    PyObject *wide_dtypes;    /* tuple: NumPy dtypes x64 mode keeps and x64-off narrows */
+    PyObject *wide_scalars;   /* frozenset: NumPy scalar types of `wide_dtypes` */
+    PyObject *x64;            /* its `value`: JAX's x64 mode on this thread */
+    PyObject *scalars_64;     /* [True] once the programs take x64 mode's Python scalars */
     PyObject *clear_cache;    /* forgets the C++ dispatch's cached signatures */
     PyObject *settle;         /* settle(out): waits until every result in `out` is ready */
     Py_ssize_t in_place_from; /* NumPy arrays this large the transfer may read in place */
@@ -72,10 +76,15 @@ typedef struct {
     Py_ssize_t n_exact;
     PyObject *exact[MAX_EXACT];
     Py_ssize_t itemsize[MAX_EXACT];
-    /* The members of `exact_scalars` and `python_scalars` (types: compared by identity, as
-     * set membership compares them, without hashing). */
-    Py_ssize_t n_exact_scalars, n_python_scalars;
+    /* `wide_dtypes` likewise. */
+    Py_ssize_t n_wide;
+    PyObject *wide_dtype[MAX_EXACT];
+    Py_ssize_t wide_itemsize[MAX_EXACT];
+    /* The members of `exact_scalars`, `wide_scalars` and `python_scalars` (types: compared
+     * by identity, as set membership compares them, without hashing). */
+    Py_ssize_t n_exact_scalars, n_wide_scalars, n_python_scalars;
     PyObject *exact_scalar_types[MAX_EXACT];
+    PyObject *wide_scalar_types[MAX_EXACT];
     PyObject *python_scalar_types[MAX_PYTHON];
     char ready; /* 1 once an `__init__` ran to its end: until then every entry refuses */
 } Front;
@@ -86,8 +95,12 @@ typedef struct {
     Py_ssize_t n_exact;
     PyObject *exact[MAX_EXACT];
     Py_ssize_t itemsize[MAX_EXACT];
-    Py_ssize_t n_exact_scalars, n_python_scalars;
+    Py_ssize_t n_wide;
+    PyObject *wide_dtype[MAX_EXACT];
+    Py_ssize_t wide_itemsize[MAX_EXACT];
+    Py_ssize_t n_exact_scalars, n_wide_scalars, n_python_scalars;
     PyObject *exact_scalar_types[MAX_EXACT];
+    PyObject *wide_scalar_types[MAX_EXACT];
     PyObject *python_scalar_types[MAX_PYTHON];
 } FrontTables;
 
@@ -145,7 +158,7 @@ members(PyObject *set, PyObject **out, Py_ssize_t capacity, Py_ssize_t *n, const
 
 /* The objects a `Front` holds, in `__init__`'s keyword order: the one list that setting,
  * visiting and clearing them go through. */
-#define N_HELD 12
+#define N_HELD 16
 
 static void
 held(Front *self, PyObject **slots[N_HELD])
@@ -153,7 +166,8 @@ held(Front *self, PyObject **slots[N_HELD])
     PyObject **all[N_HELD] = {
         &self->wide, &self->narrow, &self->slow, &self->failed, &self->array_type,
         &self->key_type, &self->ndarray_type, &self->exact_scalars, &self->exact_dtypes,
-        &self->python_scalars, &self->clear_cache, &self->settle,
+        &self->python_scalars, &self->wide_dtypes, &self->wide_scalars, &self->x64,
+        &self->scalars_64, &self->clear_cache, &self->settle,
     };
     memcpy(slots, all, sizeof(all));
 }
@@ -167,12 +181,13 @@ held(Front *self, PyObject **slots[N_HELD])
 #define IN_PLACE 2
 
 static int
-exact_array(Front *self, PyObject *arg)
+array_kind(Front *self, PyObject *arg, PyObject *const *dtypes, const Py_ssize_t *itemsize,
+           Py_ssize_t n)
 {
     const ArrayHead *head = (const ArrayHead *)arg;
-    for (Py_ssize_t i = 0; i < self->n_exact; i++) {
-        if (head->descr == self->exact[i]) {
-            Py_ssize_t nbytes = self->itemsize[i];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (head->descr == dtypes[i]) {
+            Py_ssize_t nbytes = itemsize[i];
             for (int d = 0; d < head->nd && nbytes < self->staged_from; d++) {
                 nbytes *= head->dimensions[d];
             }
@@ -182,6 +197,12 @@ exact_array(Front *self, PyObject *arg)
         }
     }
     return 0;
+}
+
+static int
+exact_array(Front *self, PyObject *arg)
+{
+    return array_kind(self, arg, self->exact, self->itemsize, self->n_exact);
 }
 
 /* Reads the head of an array made here against what NumPy says of it; -1 (an error set)
@@ -222,7 +243,7 @@ check_array_head(PyObject *ndarray_type, PyObject *dtype)
  * of such. Reads no attribute and runs no Python code, so the containers cannot change
  * while it looks. */
 static int
-takes(Front *self, PyObject *arg, int depth, int *python_scalar, int *in_place)
+takes(Front *self, PyObject *arg, int depth, int *python_scalar, int *in_place, int *wide)
 {
     PyObject *type = (PyObject *)Py_TYPE(arg);
     if (type == self->array_type || type == self->key_type) {
@@ -234,9 +255,22 @@ takes(Front *self, PyObject *arg, int depth, int *python_scalar, int *in_place)
             *in_place = 1;
             return 1;
         }
+        if (kind == 0) {
+            kind = array_kind(self, arg, self->wide_dtype, self->wide_itemsize, self->n_wide);
+            if (kind == SMALL || (kind == IN_PLACE && depth == 0)) {
+                *wide = 1; /* keys as itself in x64 mode only */
+                *in_place |= kind == IN_PLACE;
+                return 1;
+            }
+            return 0;
+        }
         return kind == SMALL;
     }
     if (is_one_of(self->exact_scalar_types, self->n_exact_scalars, type)) {
+        return 1;
+    }
+    if (is_one_of(self->wide_scalar_types, self->n_wide_scalars, type)) {
+        *wide = 1;
         return 1;
     }
     if (is_one_of(self->python_scalar_types, self->n_python_scalars, type)) {
@@ -251,7 +285,7 @@ takes(Front *self, PyObject *arg, int depth, int *python_scalar, int *in_place)
     }
     if (PyTuple_CheckExact(arg)) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arg); i++) {
-            if (!takes(self, PyTuple_GET_ITEM(arg, i), depth + 1, python_scalar, in_place)) {
+            if (!takes(self, PyTuple_GET_ITEM(arg, i), depth + 1, python_scalar, in_place, wide)) {
                 return 0;
             }
         }
@@ -259,7 +293,7 @@ takes(Front *self, PyObject *arg, int depth, int *python_scalar, int *in_place)
     }
     if (PyList_CheckExact(arg)) {
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(arg); i++) {
-            if (!takes(self, PyList_GET_ITEM(arg, i), depth + 1, python_scalar, in_place)) {
+            if (!takes(self, PyList_GET_ITEM(arg, i), depth + 1, python_scalar, in_place, wide)) {
                 return 0;
             }
         }
@@ -269,7 +303,7 @@ takes(Front *self, PyObject *arg, int depth, int *python_scalar, int *in_place)
         Py_ssize_t position = 0;
         PyObject *key, *value;
         while (PyDict_Next(arg, &position, &key, &value)) {
-            if (!takes(self, value, depth + 1, python_scalar, in_place)) {
+            if (!takes(self, value, depth + 1, python_scalar, in_place, wide)) {
                 return 0;
             }
         }
@@ -402,22 +436,44 @@ static PyObject *
 front_call(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    int python_scalar = 0, in_place = 0;
+    int python_scalar = 0, in_place = 0, wide = 0;
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
         goto slow;
     }
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        if (!takes(self, args[i], 0, &python_scalar, &in_place)) {
+        if (!takes(self, args[i], 0, &python_scalar, &in_place, &wide)) {
             goto slow;
         }
     }
-    if (python_scalar && in_place) {
+    /* In x64 mode a 64-bit NumPy value keys as itself, in `wide`, and a Python scalar with
+     * it keys as x64 mode's (as under jax.jit); so does a Python scalar alone where the
+     * programs take x64 mode's scalars (JAX functions: `scalars_64`). With x64 off the
+     * Python front switches the mode around a call of 64-bit values. */
+    int in_wide = !python_scalar;
+    if (wide || python_scalar) {
+        int x64_scalars = PyList_CheckExact(self->scalars_64) &&
+                          PyList_GET_SIZE(self->scalars_64) > 0 &&
+                          PyList_GET_ITEM(self->scalars_64, 0) == Py_True;
+        if (wide || x64_scalars) {
+            PyObject *mode = PyObject_GetAttrString(self->x64, "value");
+            if (mode == NULL) {
+                return NULL;
+            }
+            in_wide = mode == Py_True;
+            Py_DECREF(mode);
+            if (wide && !in_wide) {
+                goto slow;
+            }
+        }
+    }
+    if (!in_wide && in_place) {
         goto slow;  /* the Python front switches the x64 mode around such a call */
     }
-    /* A Python scalar is the weakly typed 32-bit value of x64 off: `narrow` keys and runs
-     * calls in that mode, and switches a call made in x64 mode on its own (its cache miss).
-     * Each callable is held while it runs: Python code in it may set this front up again. */
-    PyObject *dispatch = Py_NewRef(python_scalar ? self->narrow : self->wide);
+    /* A Python scalar is otherwise the weakly typed 32-bit value of x64 off: `narrow` keys
+     * and runs calls in that mode, and switches a call made in x64 mode on its own (its
+     * cache miss). Each callable is held while it runs: Python code in it may set this front
+     * up again. */
+    PyObject *dispatch = Py_NewRef(in_wide ? self->wide : self->narrow);
     PyObject *out = PyObject_Vectorcall(dispatch, args, nargsf, NULL);
     Py_DECREF(dispatch);
     if (out == NULL) {
@@ -496,32 +552,67 @@ front_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *k
     return out;
 }
 
+/* The dtypes of a tuple (`least` to MAX_EXACT of them) and their item sizes into `dtypes` and
+ * `itemsize` (borrowed: the tuple holds them); -1 on error. */
+static int
+dtype_table(PyObject *tuple, Py_ssize_t least, PyObject **dtypes, Py_ssize_t *itemsize,
+            Py_ssize_t *n, const char *name)
+{
+    Py_ssize_t size = PyTuple_GET_SIZE(tuple);
+    if (size < least || size > MAX_EXACT) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd to %d dtypes, got %zd", name, least, MAX_EXACT,
+                     size);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *dtype = PyTuple_GET_ITEM(tuple, i);
+        PyObject *bytes = PyObject_GetAttrString(dtype, "itemsize");
+        if (bytes == NULL) {
+            return -1;
+        }
+        itemsize[i] = PyLong_AsSsize_t(bytes);
+        Py_DECREF(bytes);
+        if (itemsize[i] == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (itemsize[i] < 1) {
+            PyErr_Format(PyExc_ValueError, "%s: %R has item size %zd", name, dtype, itemsize[i]);
+            return -1;
+        }
+        dtypes[i] = dtype;
+    }
+    *n = size;
+    return 0;
+}
+
 static int
 front_init(PyObject *op, PyObject *args, PyObject *kwargs)
 {
     Front *self = (Front *)op;
     static char *names[] = {
         "wide", "narrow", "slow", "failed", "array_type", "key_type", "ndarray_type",
-        "exact_scalars", "exact_dtypes", "python_scalars", "clear_cache", "settle",
-        "in_place_from", "staged_from", NULL,
+        "exact_scalars", "exact_dtypes", "python_scalars", "wide_dtypes", "wide_scalars", "x64",
+        "scalars_64", "clear_cache", "settle", "in_place_from", "staged_from", NULL,
     };
     PyObject *wide, *narrow, *slow, *failed, *array_type, *key_type, *ndarray_type,
-        *exact_scalars, *exact_dtypes, *python_scalars, *clear_cache, *settle;
+        *exact_scalars, *exact_dtypes, *python_scalars, *wide_dtypes, *wide_scalars, *x64,
+        *scalars_64, *clear_cache, *settle;
     Py_ssize_t in_place_from, staged_from;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOOO!O!O!OOnn", names, &wide, &narrow, &slow, &failed,
+            args, kwargs, "$OOOOOOOO!O!O!O!O!OO!OOnn", names, &wide, &narrow, &slow, &failed,
             &array_type, &key_type, &ndarray_type, &PyFrozenSet_Type, &exact_scalars,
-            &PyTuple_Type,
-            &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &clear_cache, &settle,
-            &in_place_from, &staged_from)) {
+            &PyTuple_Type, &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &PyTuple_Type,
+            &wide_dtypes, &PyFrozenSet_Type, &wide_scalars, &x64, &PyList_Type, &scalars_64,
+            &clear_cache, &settle, &in_place_from, &staged_from)) {
         return -1;
     }
     /* Read with the set's own iteration, which runs no Python code (a subclass's might
      * hand out types the set does not hold). */
-    if (!PyFrozenSet_CheckExact(exact_scalars) || !PyFrozenSet_CheckExact(python_scalars)) {
+    if (!PyFrozenSet_CheckExact(exact_scalars) || !PyFrozenSet_CheckExact(python_scalars) ||
+        !PyFrozenSet_CheckExact(wide_scalars)) {
         PyErr_SetString(PyExc_TypeError,
-                        "Front: exact_scalars and python_scalars must be frozensets (not of a "
-                        "subclass)");
+                        "Front: exact_scalars, wide_scalars and python_scalars must be "
+                        "frozensets (not of a subclass)");
         return -1;
     }
     if (in_place_from < 0 || staged_from < in_place_from) {
@@ -531,40 +622,20 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
                      in_place_from, staged_from);
         return -1;
     }
-    Py_ssize_t n_exact = PyTuple_GET_SIZE(exact_dtypes);
-    if (n_exact < 1 || n_exact > MAX_EXACT) {
-        PyErr_Format(PyExc_ValueError, "exact_dtypes: 1 to %d dtypes, got %zd", MAX_EXACT,
-                     n_exact);
-        return -1;
-    }
     /* Everything is read and checked first, and set only once all of it is at hand (the
      * call's arguments hold the objects meanwhile): a front whose `__init__` fails keeps
      * what it had, whole, or stays refusing. */
     FrontTables t;
-    t.n_exact = n_exact;
     if (members(exact_scalars, t.exact_scalar_types, MAX_EXACT, &t.n_exact_scalars,
                 "exact_scalars") < 0 ||
+        members(wide_scalars, t.wide_scalar_types, MAX_EXACT, &t.n_wide_scalars,
+                "wide_scalars") < 0 ||
         members(python_scalars, t.python_scalar_types, MAX_PYTHON, &t.n_python_scalars,
-                "python_scalars") < 0) {
+                "python_scalars") < 0 ||
+        dtype_table(exact_dtypes, 1, t.exact, t.itemsize, &t.n_exact, "exact_dtypes") < 0 ||
+        dtype_table(wide_dtypes, 0, t.wide_dtype, t.wide_itemsize, &t.n_wide, "wide_dtypes") <
+            0) {
         return -1;
-    }
-    for (Py_ssize_t i = 0; i < n_exact; i++) {
-        PyObject *dtype = PyTuple_GET_ITEM(exact_dtypes, i);
-        PyObject *size = PyObject_GetAttrString(dtype, "itemsize");
-        if (size == NULL) {
-            return -1;
-        }
-        t.itemsize[i] = PyLong_AsSsize_t(size);
-        Py_DECREF(size);
-        if (t.itemsize[i] == -1 && PyErr_Occurred()) {
-            return -1;
-        }
-        if (t.itemsize[i] < 1) {
-            PyErr_Format(PyExc_ValueError, "exact_dtypes: %R has item size %zd", dtype,
-                         t.itemsize[i]);
-            return -1;
-        }
-        t.exact[i] = dtype; /* held by `exact_dtypes` */
     }
     if (check_array_head(ndarray_type, t.exact[0]) < 0) {
         return -1;
@@ -573,7 +644,8 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     held(self, slots);
     PyObject *values[N_HELD] = {
         wide, narrow, slow, failed, array_type, key_type, ndarray_type, exact_scalars,
-        exact_dtypes, python_scalars, clear_cache, settle,
+        exact_dtypes, python_scalars, wide_dtypes, wide_scalars, x64, scalars_64, clear_cache,
+        settle,
     };
     /* The old objects are let go only once the new ones are all in place (letting one go
      * may run Python code, which may call this front). */
@@ -587,9 +659,14 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     self->n_exact = t.n_exact;
     memcpy(self->exact, t.exact, sizeof(t.exact));
     memcpy(self->itemsize, t.itemsize, sizeof(t.itemsize));
+    self->n_wide = t.n_wide;
+    memcpy(self->wide_dtype, t.wide_dtype, sizeof(t.wide_dtype));
+    memcpy(self->wide_itemsize, t.wide_itemsize, sizeof(t.wide_itemsize));
     self->n_exact_scalars = t.n_exact_scalars;
+    self->n_wide_scalars = t.n_wide_scalars;
     self->n_python_scalars = t.n_python_scalars;
     memcpy(self->exact_scalar_types, t.exact_scalar_types, sizeof(t.exact_scalar_types));
+    memcpy(self->wide_scalar_types, t.wide_scalar_types, sizeof(t.wide_scalar_types));
     memcpy(self->python_scalar_types, t.python_scalar_types, sizeof(t.python_scalar_types));
     self->ready = 1;
     for (int i = 0; i < N_HELD; i++) {

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 
-import jax
 import numpy as np
 import pytest
 
@@ -51,12 +50,7 @@ def parts(**changes):
     made = dict(
         wide=note("wide"), narrow=note("narrow"), slow=note("slow"), failed=note("failed"),
         clear_cache=note("clear_cache"), settle=note("settle"),
-        array_type=type(jax.device_put(1.0)), key_type=type(jax.random.key(0)),
-        ndarray_type=np.ndarray,
-        exact_scalars=pjrt._EXACT_NUMPY_SCALARS,
-        exact_dtypes=tuple(np.dtype(d.type) for d in pjrt._EXACT_NUMPY),
-        python_scalars=pjrt._PYTHON_SCALARS, in_place_from=pjrt.IN_PLACE_FROM,
-        staged_from=pjrt.STAGED_FROM,
+        scalars_64=[None], **pjrt.front_tables(),
     )
     return {**made, **changes}
 """
@@ -275,7 +269,8 @@ def test_a_front_whose_init_fails_again_keeps_what_it_had():
         (
             {"exact_scalars": "subclass"},
             TypeError,
-            r"^Front: exact_scalars and python_scalars must be frozensets \(not of a subclass\)$",
+            r"^Front: exact_scalars, wide_scalars and python_scalars must be frozensets \(not of a "
+            r"subclass\)$",
         ),
         ({"exact_dtypes": "itemsize 0"}, ValueError, r"^exact_dtypes: .* has item size 0$"),
     ],
@@ -291,12 +286,7 @@ def test_a_front_refuses_tables_it_cannot_read_safely(change, error, message):
 
     parts = dict(
         wide=id, narrow=id, slow=id, failed=id, clear_cache=id, settle=id,
-        array_type=type(jax.device_put(1.0)), key_type=type(jax.random.key(0)),
-        ndarray_type=np.ndarray,
-        exact_scalars=pjrt._EXACT_NUMPY_SCALARS,
-        exact_dtypes=tuple(np.dtype(d.type) for d in pjrt._EXACT_NUMPY),
-        python_scalars=pjrt._PYTHON_SCALARS, in_place_from=pjrt.IN_PLACE_FROM,
-        staged_from=pjrt.STAGED_FROM,
+        scalars_64=[None], **pjrt.front_tables(),
     )  # fmt: skip
     if "exact_scalars" in change:
         parts["exact_scalars"] = Frozen(pjrt._EXACT_NUMPY_SCALARS)

@@ -586,21 +586,34 @@ def native_dispatcher(name: str, python_call, run):
             narrow=narrow,
             slow=call,
             failed=failed,
-            array_type=array_type,
-            key_type=key_type,
-            ndarray_type=np.ndarray,
-            exact_scalars=exact_scalars,
-            # NumPy's own instances of these dtypes, which its arrays hold (compared by identity).
-            exact_dtypes=tuple(np.dtype(d.type) for d in exact),
-            python_scalars=python_scalars,
             clear_cache=clear_cache,
             settle=functools.partial(_block, array_type=array_type),
-            in_place_from=in_place_from,
-            staged_from=staged_from,
+            scalars_64=scalars_64,
+            **front_tables(),
         )
     except RuntimeError as e:  # it cannot read this NumPy's arrays
         warnings.warn(f"{e}; calls take the Python front", RuntimeWarning, stacklevel=2)
         return call
+
+
+def front_tables() -> dict:
+    """The C `Front`'s keyword arguments other than its callables: which types and dtypes it
+    passes straight to the C++ dispatch (as `native_dispatcher`'s `call` does), the x64 mode
+    it reads for 64-bit NumPy values, and the sizes it hands to the Python front."""
+    return dict(
+        array_type=_compat.array_type(),
+        key_type=_compat.key_array_type(),
+        ndarray_type=np.ndarray,
+        exact_scalars=_EXACT_NUMPY_SCALARS,
+        # NumPy's own instances of these dtypes, which its arrays hold (compared by identity).
+        exact_dtypes=tuple(np.dtype(d.type) for d in _EXACT_NUMPY),
+        python_scalars=_PYTHON_SCALARS,
+        wide_dtypes=tuple(np.dtype(t) for t in _WIDE_NUMPY_SCALARS),
+        wide_scalars=_WIDE_NUMPY_SCALARS,
+        x64=_compat.x64_state(),
+        in_place_from=IN_PLACE_FROM,
+        staged_from=STAGED_FROM,
+    )
 
 
 def live(index: int, x):

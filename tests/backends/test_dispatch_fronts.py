@@ -110,12 +110,7 @@ def _front_parts(**changes) -> dict:
     """Keyword arguments of a C `Front` (stand-in callables), with `changes`."""
     parts = dict(
         wide=id, narrow=id, slow=id, failed=id, clear_cache=id, settle=id,
-        array_type=type(jax.device_put(1.0)), key_type=type(jax.random.key(0)),
-        ndarray_type=np.ndarray,
-        exact_scalars=pjrt._EXACT_NUMPY_SCALARS,
-        exact_dtypes=tuple(np.dtype(d.type) for d in pjrt._EXACT_NUMPY),
-        python_scalars=pjrt._PYTHON_SCALARS, in_place_from=pjrt.IN_PLACE_FROM,
-        staged_from=pjrt.STAGED_FROM,
+        scalars_64=[None], **pjrt.front_tables(),
     )  # fmt: skip
     return {**parts, **changes}
 
@@ -155,9 +150,24 @@ HEAD = r"^aotkit\._speedups: NumPy's array head is not the one this build reads$
         ),
         ({"ndarray_type": _Reversed}, RuntimeError, HEAD),
         ({"ndarray_type": _Small}, RuntimeError, HEAD),
+        (
+            {"wide_dtypes": (np.dtype(np.float64),) * 33},
+            ValueError,
+            r"^wide_dtypes: 0 to 32 dtypes, got 33$",
+        ),
+        (
+            {"wide_scalars": type("Frozen", (frozenset,), {})()},
+            TypeError,
+            r"^Front: exact_scalars, wide_scalars and python_scalars must be frozensets \(not "
+            r"of a subclass\)$",
+        ),
+        ({"scalars_64": (None,)}, TypeError, r"must be list, not tuple"),
     ],
-    ids=["no dtypes", "too many scalar types", "bounds", "another array type", "a small object"],
-)
+    ids=[
+        "no dtypes", "too many scalar types", "bounds", "another array type", "a small object",
+        "too many wide dtypes", "a frozenset subclass", "scalars_64 not a list",
+    ],
+)  # fmt: skip
 def test_the_c_front_refuses_what_it_cannot_read(changes, error, message):
     with pytest.raises(error, match=message):
         BUILT(**_front_parts(**changes))
@@ -222,6 +232,53 @@ def test_what_the_c_front_takes_and_waits_for(args, expected):
         assert out is args[0]
     if "settle" in expected:
         assert calls[-1] == ("settle", 1)
+
+
+@needs_c
+@pytest.mark.parametrize(
+    ("args", "x64", "scalars_64", "expected"),
+    [
+        ((np.ones(4, np.float64),), True, None, ["wide"]),
+        ((np.ones(600, np.float64),), True, None, ["wide", "settle"]),  # read in place
+        ((np.ones(4, np.float64),), False, None, ["slow"]),  # x64 switched around it
+        ((np.float64(2.0),), True, None, ["wide"]),
+        ((np.ones(4, np.float64), 0.5), True, None, ["wide"]),  # a scalar keys as x64's
+        ((np.ones(4, np.float32), 0.5), True, True, ["wide"]),  # programs take x64 scalars
+        ((np.ones(4, np.float32), 0.5), True, False, ["narrow"]),  # they take 32-bit ones
+        ((np.ones(4, np.float32), 0.5), False, True, ["narrow"]),
+        ((np.ones(600, np.float32), 0.5), True, True, ["wide", "settle"]),
+        (([np.ones(4, np.float64)],), True, None, ["wide"]),
+    ],
+    ids=[
+        "f64 x64", "f64 in place x64", "f64 x64 off", "f64 scalar x64", "f64 and a scalar",
+        "scalar, 64-bit programs", "scalar, 32-bit programs", "scalar x64 off",
+        "in place with a scalar, 64-bit programs", "f64 in a list",
+    ],
+)  # fmt: skip
+def test_where_the_c_front_sends_64_bit_values_and_python_scalars(args, x64, scalars_64, expected):
+    """A 64-bit NumPy value keys as itself in x64 mode only: there the call goes to `wide`
+    (a Python scalar with it keyed as x64 mode's, as jax.jit's), else to the Python front,
+    which switches the mode; a Python scalar alone goes to `wide` in x64 mode where the
+    programs take x64 mode's scalars (`scalars_64`, learnt by the dispatcher)."""
+
+    class Mode:
+        value = x64
+
+    calls = []
+    out = _recording_front(calls, x64=Mode(), scalars_64=[scalars_64])(*args)
+    assert [name for name, _ in calls] == expected
+    assert out is args[0] or (type(args[0]) is list and out == args[0])
+
+
+@needs_c
+def test_an_x64_mode_that_cannot_be_read_is_the_calls_error():
+    class Broken:
+        @property
+        def value(self):
+            raise RuntimeError("no mode")
+
+    with pytest.raises(RuntimeError, match="^no mode$"):
+        _recording_front([], x64=Broken())(np.ones(4, np.float64))
 
 
 @needs_c

@@ -377,7 +377,7 @@ def switch(index, branches: Sequence[Callable], *operands):
 # --- loops --------------------------------------------------------------------------------------
 
 
-class _Carry:
+class Carry:
     """One leaf of a loop carry: its type, and the init it starts from."""
 
     __slots__ = ("shape", "dtype", "weak", "init", "name")
@@ -393,8 +393,8 @@ class _Carry:
     def aval(self):
         return (self.shape, self.dtype)
 
-    def promoted(self, dtype: np.dtype) -> _Carry:
-        return _Carry(self.shape, dtype, self.weak, self.init, self.name)
+    def promoted(self, dtype: np.dtype) -> Carry:
+        return Carry(self.shape, dtype, self.weak, self.init, self.name)
 
     def materialize(self, op: str) -> Tracer:
         if isinstance(self.init, Tracer):
@@ -426,20 +426,20 @@ class _Probed(Exception):
         self.found = found
 
 
-def _carry_leaves(op: str, init, root: str = "carry") -> tuple[list[_Carry], object]:
+def _carry_leaves(op: str, init, root: str = "carry") -> tuple[list[Carry], object]:
     leaves_with_paths, tree = tree_util.tree_flatten_with_path(init)
     carry = []
     for path, leaf in leaves_with_paths:
         name = _leaf_name(root, path)
         if isinstance(leaf, Tracer):
             _live(leaf, op)
-            carry.append(_Carry(leaf.shape, leaf.dtype, None, leaf, name))
+            carry.append(Carry(leaf.shape, leaf.dtype, None, leaf, name))
         elif (kind := dtypes.weak_kind(leaf)) is not None:
-            carry.append(_Carry((), dtypes.result_type(kind), kind, leaf, name))
+            carry.append(Carry((), dtypes.result_type(kind), kind, leaf, name))
         elif isinstance(leaf, np.ndarray | np.generic):
             arr = np.asarray(leaf)
             dtype = dtypes.canonicalize(arr.dtype, where=where(op))
-            carry.append(_Carry(arr.shape, dtype, None, arr, name))
+            carry.append(Carry(arr.shape, dtype, None, arr, name))
         else:
             raise TypeError(
                 f"{where(op)}: {name} is a {type(leaf).__name__}, not an array; a loop carry "
@@ -449,7 +449,7 @@ def _carry_leaves(op: str, init, root: str = "carry") -> tuple[list[_Carry], obj
 
 
 def _check_carry(
-    op: str, fn_name: str, carry: Sequence[_Carry], tree, out, *, offset: int = 0, probe=False
+    op: str, fn_name: str, carry: Sequence[Carry], tree, out, *, offset: int = 0, probe=False
 ) -> list[Tracer]:
     """The body's new carry as tracers of the carry's types; raises `_Retrace` when a
     Python-scalar init must be promoted, and TypeError for any other mismatch. In a probe
@@ -505,7 +505,7 @@ class _LoopBody:
     """What a loop body builder sees: the carry's types in this attempt, and a way to add
     carries whose types the body decides (scan's stacked outputs)."""
 
-    def __init__(self, block: ir.Block, scope, carry: list[_Carry], probe: bool = False):
+    def __init__(self, block: ir.Block, scope, carry: list[Carry], probe: bool = False):
         self.block = block
         self.scope = scope
         self.carry = carry
@@ -519,7 +519,7 @@ class _LoopBody:
         return Tracer(arg, shape, dtype, self.scope)
 
 
-def _probe(op: str, carry: list[_Carry], body_fn) -> list[_Carry]:
+def _probe(op: str, carry: list[Carry], body_fn) -> list[Carry]:
     """The carry with each Python-scalar init typed as NumPy's first iteration would type
     it: that iteration sees the scalar itself (`c = 0; c = c + x` is x's dtype), so the
     body is traced once with the scalars in place. A body that cannot run on a Python
@@ -538,12 +538,12 @@ def _probe(op: str, carry: list[_Carry], body_fn) -> list[_Carry]:
     return carry
 
 
-def _while(
+def carried_while(
     op: str,
-    carry: list[_Carry],
+    carry: list[Carry],
     cond_fn: Callable[[list[Tracer]], Tracer],
     body_fn: Callable[[list[Tracer], _LoopBody], list[Tracer]],
-) -> tuple[list[Tracer], list[_Carry]]:
+) -> tuple[list[Tracer], list[Carry]]:
     """One `stablehlo.while` over `carry` (plus carries the body adds); returns its results
     and the carry as finally typed."""
     if any(c.weak is not None for c in carry):
@@ -589,7 +589,7 @@ def _while(
     )
 
 
-def _weak_results(outs: list[Tracer], carry: list[_Carry]) -> list[Tracer]:
+def _weak_results(outs: list[Tracer], carry: list[Carry]) -> list[Tracer]:
     """A carry that started as a Python scalar and kept that kind's default dtype is weakly
     typed after the loop, as the Python scalar a Python loop would leave behind."""
     return [
@@ -635,7 +635,7 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init):
     def cond(args):
         return _check_pred("while_loop", "cond_fn", cond_fn(tree_util.tree_unflatten(tree, args)))
 
-    outs, final = _while("while_loop", carry, cond, body)
+    outs, final = carried_while("while_loop", carry, cond, body)
     return tree_util.tree_unflatten(tree, _weak_results(outs, final))
 
 
@@ -682,7 +682,7 @@ def fori_loop(lower, upper, body_fn: Callable, init):
                 f"dtype {dtypes.short_name(index_dtype)}"
             )
     carry, tree = _carry_leaves("fori_loop", init)
-    counter = _Carry((), index_dtype, None, _as_index(lower, index_dtype), "i")
+    counter = Carry((), index_dtype, None, _as_index(lower, index_dtype), "i")
     upper_t = cast(upper, index_dtype) if isinstance(upper, Tracer) else None
 
     span = _index_span(lower, upper)
@@ -703,7 +703,7 @@ def fori_loop(lower, upper, body_fn: Callable, init):
         stop = upper_t if upper_t is not None else full((), upper, index_dtype)
         return bind1("compare", args[0], stop, direction="LT")
 
-    outs, final = _while("fori_loop", [counter] + carry, cond, body)
+    outs, final = carried_while("fori_loop", [counter] + carry, cond, body)
     return tree_util.tree_unflatten(tree, _weak_results(outs[1:], final[1:]))
 
 
@@ -797,7 +797,7 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
     k = _unroll(op, unroll, length)
     n_loop = length // k * k
 
-    def step(t: Tracer, cs: list, types: list[_Carry], *, promote: bool, probe=False):
+    def step(t: Tracer, cs: list, types: list[Carry], *, promote: bool, probe=False):
         idx = bind1("subtract", full((), length - 1, _INDEX), t) if reverse else t
         x = tree_util.tree_unflatten(x_tree, [_take_row(xl, idx) for xl in x_leaves])
         out = f(tree_util.tree_unflatten(tree, cs), x)
@@ -856,8 +856,8 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
     def cond(args):
         return bind1("compare", args[0], full((), n_loop, _INDEX), direction="LT")
 
-    counter = _Carry((), _INDEX, None, np.array(0, _INDEX), "i")
-    outs, final = _while(op, [counter] + carry, cond, body)
+    counter = Carry((), _INDEX, None, np.array(0, _INDEX), "i")
+    outs, final = carried_while(op, [counter] + carry, cond, body)
     cs, bufs = outs[1 : 1 + len(carry)], outs[1 + len(carry) :]
     for t in range(n_loop, length) if not isinstance(length, Dim) else ():
         cs, y_tree, ys, idx = step(full((), t, _INDEX), cs, final[1:], promote=False)

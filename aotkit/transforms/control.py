@@ -280,9 +280,7 @@ def _while_reverse(ctx, primals, tangents):
             new_st.append(_store(stack, row, slot))
         return new_ps + [H.add(i, 1)] + new_st
 
-    carry = [tracer_control._Carry(p.shape, p.dtype, None, p, "carry") for p in primals]
-    carry.append(tracer_control._Carry((), _I32, None, H.scalar(0, _I32), "i"))
-    result, _ = tracer_control._while("while_loop", carry, cond_fn, body_fn)
+    result = _counted_loop(primals, cond_fn, body_fn)
     outs, count = result[:n], result[n]
     stacks = [None] * n
     for k, stack in zip(kept, result[n + 1 :], strict=True):
@@ -307,6 +305,15 @@ def _while_reverse(ctx, primals, tangents):
     return _bind_linear_loop(
         ctx, _WHILE_REVERSE_PRIMS, _while_transpose, args, params, primals, outs, floats
     )
+
+
+def _counted_loop(primals, cond, body) -> list:
+    """One while loop over `primals` and an int32 count from 0, whose `body(carry, loop)`
+    may add carries (`loop.add_carry`, stacks of what it stores): its results, in order."""
+    carry = [tracer_control.Carry(p.shape, p.dtype, None, p, "carry") for p in primals]
+    carry.append(tracer_control.Carry((), _I32, None, H.scalar(0, _I32), "i"))
+    result, _ = tracer_control.carried_while("while_loop", carry, cond, body)
+    return result
 
 
 def _bind_linear_loop(ctx, prims: dict, transpose, args, params, primals, outs, floats):
@@ -635,9 +642,7 @@ def _while_reverse_stored(ctx, primals, tangents, captured, trips, rows):
         stored.cap_vars = cap_vars
         return new_ps + [H.add(i, 1)] + stacks
 
-    carry = [tracer_control._Carry(p.shape, p.dtype, None, p, "carry") for p in primals]
-    carry.append(tracer_control._Carry((), _I32, None, H.scalar(0, _I32), "i"))
-    result, _ = tracer_control._while("while_loop", carry, cond, body)
+    result = _counted_loop(primals, cond, body)
     outs, count, stacks = result[:n], result[n], result[n + 1 :]
     params = {
         "stored": stored,

@@ -851,7 +851,9 @@ class HostInputs:
         for _, nbytes, entry in sorted(free, key=lambda item: item[0]):
             if needed <= 0:
                 break
-            self._entries[nbytes].remove(entry)
+            # (by identity: `list.remove` compares entries, and so their arrays, with ==)
+            bucket = self._entries[nbytes]
+            del bucket[next(i for i, e in enumerate(bucket) if e is entry)]
             self._owners.discard(id(entry[0]))
             self._held -= nbytes
             needed -= nbytes

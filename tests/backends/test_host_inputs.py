@@ -184,6 +184,20 @@ def test_staging_keeps_at_most_its_limit():
     assert staging.held_bytes() <= 3 * 1024 * KIB
 
 
+def test_evicting_a_free_buffer_behind_a_held_one_of_its_size():
+    """The buffer evicted is found by identity: comparing entries (and so their arrays) with
+    == raised NumPy's "truth value of an array is ambiguous" ValueError from a call."""
+    staging = pjrt.HostInputs(limit=3 * 1024 * KIB)
+    x = host_array(1024 * KIB, offset=16)
+    held = staging.copy(x)
+    freed = staging.copy(x)
+    del freed  # the second buffer of its size is free, the first still held
+    big = staging.copy(host_array(2 * 1024 * KIB, offset=16))  # evicts the free one
+    assert staging.held_bytes() == 3 * 1024 * KIB
+    np.testing.assert_array_equal(held, host_array(1024 * KIB))
+    np.testing.assert_array_equal(big, host_array(2 * 1024 * KIB))
+
+
 @pytest.mark.parametrize("container", ["list", "dict"])
 def test_large_arrays_inside_containers(container):
     a = host_array(STAGED, offset=16, fill=1.0)

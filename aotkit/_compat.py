@@ -901,7 +901,7 @@ def portable_artifact_with_shardy(bytecode: bytes, target_version: str) -> bytes
 
 
 # --- jax.export symbolic dimensions (issue 25) -----------------------------------------------
-# Used by aotkit/shapes.py only: a `jax.ShapeDtypeStruct` whose shape holds
+# Used by aotkit/symbolic/algebra.py only: a `jax.ShapeDtypeStruct` whose shape holds
 # `jax.export.symbolic_shape(...)` dimensions becomes aotkit's own symbolic dimensions.
 
 

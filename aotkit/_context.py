@@ -25,7 +25,7 @@ for each other. A trace holds its context for as long as the user's function run
 lowering never waits for another thread's trace: `for_lowering` gives it a context no other
 thread holds (one of a small pool, or a fresh one), and a traced function that waits on a
 thread which lowers something cannot deadlock. What a thread is tracing (its scope stack,
-in `lowering/core.py`) and which context it builds in are thread-local.
+in `tracing/core.py`) and which context it builds in are thread-local.
 """
 
 from __future__ import annotations

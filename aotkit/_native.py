@@ -7,7 +7,7 @@ where it does not; the results are the same either way, only calls take longer:
   None, and the dispatcher's Python front takes every call;
 - `Dispatching`: the base class of `jit(f)` objects, whose call is their `_dispatch`
   attribute: in C, the call goes straight to it; in Python, through a property;
-- `Binder`: the tracer's `bind` for the common op (`aotkit.lowering.core`), or None, and
+- `Binder`: the tracer's `bind` for the common op (`aotkit.tracing.core`), or None, and
   the Python `bind` takes every op.
 
 `snapshot` is what the C front does first with a call's containers, for the Python paths.

@@ -20,7 +20,7 @@
  *
  * `Dispatching` is the base class of `jit(f)` objects: calling one calls its `_dispatch`.
  *
- * `Binder` is `aotkit.lowering.core.bind` where it can be: the tracer's hot path, the
+ * `Binder` is `aotkit.tracing.core.bind` where it can be: the tracer's hot path, the
  * common case of making one StableHLO op, without a Python frame (see below).
  *
  * Every entry of every type refuses an object its `__init__` did not set up (made by
@@ -886,7 +886,7 @@ static PyType_Spec dispatching_spec = {
     .slots = dispatching_slots,
 };
 
-/* `Binder`: the common case of `aotkit.lowering.core.bind` (the Python function it is built
+/* `Binder`: the common case of `aotkit.tracing.core.bind` (the Python function it is built
  * with, `fallback`) without a Python frame: an op that is one StableHLO op
  * (`register_direct`) on tracers of the innermost open scope, whose result type the
  * lowering context already holds (an elementwise op's, by its operands' type; any other's
@@ -894,7 +894,7 @@ static PyType_Spec dispatching_spec = {
  * the line that called the caller). It checks all of that before it changes anything; every
  * other call goes to `fallback` as it came, which holds the full rules and fills the caches
  * this one reads. What it does with a call it takes is what `fallback` does, step by step
- * (tests/lowering/test_binder.py lowers programs with both and compares the modules). */
+ * (tests/tracing/test_binder.py lowers programs with both and compares the modules). */
 
 /* The slots of aotkit's classes that `Binder` reads and writes, by offset: their
  * `__slots__` member descriptors say where. */
@@ -1709,7 +1709,7 @@ static PyMemberDef binder_members[] = {
 };
 
 static PyType_Slot binder_slots[] = {
-    {Py_tp_doc, "The common case of aotkit.lowering.core.bind (see aotkit/_speedups.c)."},
+    {Py_tp_doc, "The common case of aotkit.tracing.core.bind (see aotkit/_speedups.c)."},
     {Py_tp_new, binder_new},
     {Py_tp_init, binder_init},
     {Py_tp_call, PyVectorcall_Call},

@@ -25,7 +25,7 @@ from aotkit import config
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 _PREFIXES = tuple({_PACKAGE + os.sep, os.path.realpath(_PACKAGE) + os.sep})
-_CLI = tuple(os.path.join(p, "cli.py") for p in _PREFIXES)
+_CLI = tuple(os.path.join(p, "cli") + os.sep for p in _PREFIXES)  # the aotkit.cli package
 
 
 @functools.lru_cache(maxsize=1024)
@@ -56,7 +56,7 @@ def filter_exception(error: BaseException) -> None:
         return
     caller = tb.tb_frame.f_back
     while caller is not None:
-        if os.path.abspath(caller.f_code.co_filename) in _CLI:
+        if os.path.abspath(caller.f_code.co_filename).startswith(_CLI):
             return
         caller = caller.f_back
     seen = set()

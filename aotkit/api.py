@@ -38,25 +38,25 @@ from aotkit import (
     dtypes,
     dumps,
     frontends,
-    lowering,
     modules,
     passes,
-    specialize,
     spmd,
+    tracing,
 )
 from aotkit._traceback import api_boundary, filter_exception, user_stacklevel
 from aotkit.errors import InvalidModuleError
 from aotkit.frontends import files
-from aotkit.frontends.tracer import trace
-from aotkit.lowering import core
 from aotkit.program import Options, Program
 from aotkit.specs import ShapeDtype
 from aotkit.stages import Compiled, Lowered, Traced
+from aotkit.symbolic import specialize
+from aotkit.tracing import core
+from aotkit.tracing.trace import trace
 from aotkit.transforms import functions as transform_functions
 
 # The tracer dispatches plain NumPy calls through the op families' registry: load them all
 # (`import aotkit` alone does not; see aotkit/__init__.py).
-lowering.load_families()
+tracing.load_families()
 
 # --- options -------------------------------------------------------------------------------------
 

@@ -51,14 +51,13 @@ from aotkit import (
     backends,
     modules,
     pytrees,
-    shapes,
-    symbolic,
 )
 from aotkit._version import __version__
 from aotkit.arguments import format_signature
 from aotkit.errors import ArtifactError, printable
 from aotkit.program import Signature
 from aotkit.specs import spec
+from aotkit.symbolic import algebra, signatures
 
 MAGIC = b"\x89AOT\r\n\x1a\n"
 # Version 2 added namedtuples and registered pytree nodes in the trees, and sharded programs
@@ -536,10 +535,10 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
                 raise TypeError("specs are strings such as 'f32[2,3]'")
             if scope is None:
                 flat[name] = tuple(spec(t) for t in texts)
-                if symbolic.is_symbolic(flat[name]):
+                if signatures.is_symbolic(flat[name]):
                     raise ValueError("a symbolic dimension in a header without a symbolic field")
-            else:  # dimensions such as `b` or `2*b`: data, read by aotkit/shapes.py
-                flat[name] = tuple(symbolic.parse_spec(t, scope) for t in texts)
+            else:  # dimensions such as `b` or `2*b`: data, read by aotkit/symbolic/algebra.py
+                flat[name] = tuple(signatures.parse_spec(t, scope) for t in texts)
         except (TypeError, ValueError) as e:
             raise bad(name, f"holds a bad spec ({e})") from None
     donated = field("donated", (list,), "a list of booleans")
@@ -748,9 +747,9 @@ MAX_CONSTRAINTS = 64
 MAX_SIZE = 2**63 - 1
 
 
-def _symbolic_scope(data, bad) -> shapes.Scope:
-    """The constraints of the `symbolic` header field as a `shapes.Scope` (each text parsed
-    by aotkit/shapes.py's bounded parser: data, never code)."""
+def _symbolic_scope(data, bad) -> algebra.SymbolicScope:
+    """The constraints of the `symbolic` header field as a `algebra.SymbolicScope` (each text parsed
+    by aotkit/symbolic/algebra.py's bounded parser: data, never code)."""
     if not isinstance(data, dict) or set(data) != {"symbols", "constraints", "specializations"}:
         raise bad(
             "symbolic", f"is {_short(data)}, not an object of symbols, constraints, specializations"
@@ -766,7 +765,7 @@ def _symbolic_scope(data, bad) -> shapes.Scope:
             f"has constraints {_short(texts)}, not a list of at most {MAX_CONSTRAINTS} texts",
         )
     try:
-        return shapes.Scope(tuple(texts))
+        return algebra.SymbolicScope(tuple(texts))
     except (TypeError, ValueError, RecursionError) as e:
         raise bad("symbolic", f"has a constraint that does not parse ({e})") from None
 
@@ -786,7 +785,7 @@ def _check_symbolic(data, scope, in_specs, out_specs, sections: set, fmt, bad):
             f"has symbols {_short(symbols)}, not a list of 1 to {MAX_SYMBOLS} distinct names",
         )
     try:
-        sig = symbolic.Shapes.of(in_specs, out_specs, scope, where="its program")
+        sig = signatures.Shapes.of(in_specs, out_specs, scope, where="its program")
     except ValueError as e:
         raise bad("symbolic", f"describes no program aotkit can call ({e})") from None
     if list(sig.symbols) != symbols:
@@ -849,7 +848,7 @@ def _check_symbolic(data, scope, in_specs, out_specs, sections: set, fmt, bad):
 
 def pack_symbolic(compiled, *, text: bool = True) -> bytes:
     """The container of a `Compiled` of a symbolic program (its executable an
-    `aotkit.specialize.SymbolicExecutable`): its
+    `aotkit.symbolic.specialize.SymbolicExecutable`): its
     portable StableHLO (the symbolic program), its symbols and constraints, and one
     executable section per specialization compiled so far, or the one executable that
     serves every shape (`executable`) where the backend compiled it so."""
@@ -1053,9 +1052,9 @@ def pack_compiled(
         header[CACHE_KEY] = cache_key
     if executable.partitioning is not None:
         header["partitioning"] = layout_data(executable)
-    if symbolic.is_symbolic(executable.in_specs):
+    if signatures.is_symbolic(executable.in_specs):
         # One executable for every shape (a persistent cache entry of one).
-        sig = symbolic.Shapes.of(executable.in_specs, executable.out_specs)
+        sig = signatures.Shapes.of(executable.in_specs, executable.out_specs)
         header["symbolic"] = {
             "symbols": list(sig.symbols),
             "constraints": list(sig.constraints),
@@ -1070,7 +1069,7 @@ def serialize(compiled, *, text: bool = True) -> bytes:
     keys = keys_field(compiled.signature.in_keys, compiled.signature.out_keys, where)
     # Every node type it cannot write, named at once (issue 44).
     pytrees.check_registered(where, ((compiled.in_tree, "argument"), (compiled.out_tree, "result")))
-    if symbolic.is_symbolic(compiled.flat_in_specs):
+    if signatures.is_symbolic(compiled.flat_in_specs):
         # (The JAX front end, which alone takes typed keys, lowers no symbolic program.)
         return pack_symbolic(compiled, text=text)
     in_tree = encode_tree(compiled.in_tree, where, "argument")

@@ -355,7 +355,7 @@ def program_digest(module, lc) -> str:
 
 
 def shape_key(program_digest, in_specs, backend, options, donated) -> str | None:
-    """The entry name for one specialization of a symbolic program (aotkit/specialize.py):
+    """The entry name for one specialization of a symbolic program (aotkit/symbolic/specialize.py):
     the program (`program_digest()`, called only when the cache is on) and the concrete
     argument specs `in_specs`, with what `key` holds of the backend and options. None when
     the cache is off or the backend's executables do not serialize."""
@@ -465,7 +465,7 @@ def _read_entry(path: Path) -> bytes | None:
 def put(cache_key: str, lowered, executable, options, *, portable: bytes | None = None) -> None:
     """Stores `executable` (compiled from `lowered`) under `cache_key`, then evicts.
     `portable` is the program's portable StableHLO where `lowered` is no Lowered stage
-    (a specialization: aotkit/specialize.py)."""
+    (a specialization: aotkit/symbolic/specialize.py)."""
     folder = _usable_directory()
     if folder is None:
         return

@@ -18,13 +18,14 @@ import warnings
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from aotkit import artifacts, backends, cache, dumps, specialize, spmd, symbolic
+from aotkit import artifacts, backends, cache, dumps, spmd
 from aotkit._traceback import api_boundary, user_stacklevel
 from aotkit.artifacts import Artifact
 from aotkit.backends.base import Backend
 from aotkit.errors import ArtifactError, ArtifactWarning, CompileError, printable
 from aotkit.frontends import trust
 from aotkit.stages import Compiled, Lowered
+from aotkit.symbolic import signatures, specialize
 
 # --- a lowering ------------------------------------------------------------------------------
 
@@ -81,7 +82,7 @@ def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None)
     """`lowered` compiled by `backend` with `options` (checked by `options_key`) and the
     target keywords `targeting` (from `targeting`): from the persistent cache when another
     process compiled it, else by the backend's compiler; then the compile's dumps."""
-    if symbolic.is_symbolic(lowered.flat_in_specs):
+    if signatures.is_symbolic(lowered.flat_in_specs):
         return _compile_symbolic(lowered, backend, options, targeting)
     dumper = lowered._dumper
     # The persistent cache (aotkit/cache.py) first: an executable another process compiled.
@@ -130,7 +131,7 @@ def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) ->
     """The `Compiled` of a symbolic lowering: on a backend with dynamic shapes (iree), a
     `DynamicExecutable` that compiles the program once for every shape; on the others, a
     `SymbolicExecutable` that compiles one executable per distinct shape it is called with
-    (aotkit/specialize.py)."""
+    (aotkit/symbolic/specialize.py)."""
     where = f"Lowered.compile({lowered.name})"
     if not backend.runs_here:
         raise ValueError(
@@ -150,7 +151,7 @@ def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) ->
             f"({lowered.partitioning.describe()}); aotkit specializes one-device programs: "
             "lower it with concrete shapes"
         )
-    shapes = symbolic.Shapes.of(lowered.flat_in_specs, lowered.flat_out_specs, where=where)
+    shapes = signatures.Shapes.of(lowered.flat_in_specs, lowered.flat_out_specs, where=where)
     program = lowered._program
     source = specialize.Source(
         lambda: (program.module, program.lc), lambda: artifacts.portable_artifact(lowered)

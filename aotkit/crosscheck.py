@@ -29,7 +29,7 @@ from aotkit import dtypes, dumps
 from aotkit.api import lower
 from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
-from aotkit.symbolic import Shapes, is_symbolic
+from aotkit.symbolic.signatures import Shapes, is_symbolic
 
 # (rtol, atol) by result dtype: XLA, the interpreter and IREE each have their own
 # transcendental approximations and summation orders.
@@ -255,7 +255,7 @@ SAMPLES = 4
 
 def sample_sizes(shapes, count: int = SAMPLES) -> list[dict[str, int]]:
     """Up to `count` sets of symbol values that meet the constraints of `shapes` (an
-    `aotkit.symbolic.Shapes`): the smallest sizes allowed (0 and 1 where they are), then
+    `aotkit.symbolic.signatures.Shapes`): the smallest sizes allowed (0 and 1 where they are), then
     larger ones, the symbols told apart where there are several."""
     found: list[dict[str, int]] = []
 

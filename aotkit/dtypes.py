@@ -26,7 +26,8 @@ import ml_dtypes
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import _context, config, shapes
+from aotkit import _context, config
+from aotkit.symbolic import algebra
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -384,7 +385,7 @@ def weak_kind(x) -> type | None:
         return float
     if isinstance(x, complex) and not isinstance(x, np.complexfloating):
         return complex
-    if isinstance(x, shapes.Dim):  # a symbolic dimension is a Python int (issue 25)
+    if isinstance(x, algebra.Dim):  # a symbolic dimension is a Python int (issue 25)
         return int
     _NOT_WEAK.add(t)
     return None
@@ -437,18 +438,18 @@ def tensor_type(shape: tuple[int, ...], dtype: np.dtype) -> ir.RankedTensorType:
     key = (shape, dtype)
     t = cache.get(key)
     if t is None:
-        if not shapes.is_static(shape):
+        if not algebra.is_static(shape):
             return dynamic_tensor_type(shape, dtype)
         t = cache[key] = ir.RankedTensorType.get(shape, ir_element_type(dtype))
     return t
 
 
 def dynamic_tensor_type(shape: tuple, dtype: np.dtype) -> ir.RankedTensorType:
-    """`tensor<?x784xf32>` for a shape with symbolic dimensions (`aotkit.shapes.Dim`), each
-    a `?`. Not cached: the context outlives the trace whose symbols these are."""
+    """`tensor<?x784xf32>` for a shape with symbolic dimensions (`aotkit.symbolic.algebra.Dim`),
+    each a `?`. Not cached: the context outlives the trace whose symbols these are."""
     dynamic = ir.ShapedType.get_dynamic_size()
     return ir.RankedTensorType.get(
-        [dynamic if isinstance(d, shapes.Dim) else d for d in shape], ir_element_type(dtype)
+        [dynamic if isinstance(d, algebra.Dim) else d for d in shape], ir_element_type(dtype)
     )
 
 

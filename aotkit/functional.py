@@ -23,7 +23,7 @@ from jax import tree_util
 
 from aotkit import api, arguments, dtypes, frontends
 from aotkit.arguments import function_name
-from aotkit.lowering import core, keys
+from aotkit.tracing import core, keys
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import functions as F
 from aotkit.transforms.core import check_policy

@@ -30,10 +30,11 @@ import jax
 import jax.numpy as jnp
 from jax import export, tree_util
 
-from aotkit import api, artifacts, symbolic
+from aotkit import api, artifacts
 from aotkit.arguments import format_signature, leaf_names
 from aotkit.specs import ShapeDtype
 from aotkit.stages import Compiled, Lowered
+from aotkit.symbolic import signatures
 
 __all__ = ["to_jax"]
 
@@ -59,7 +60,7 @@ def to_jax(stage):
         )
     lowered = _lowered_of(stage, where)
     sig = lowered.signature
-    if symbolic.is_symbolic(sig.flat_in_specs) or symbolic.is_symbolic(sig.flat_out_specs):
+    if signatures.is_symbolic(sig.flat_in_specs) or signatures.is_symbolic(sig.flat_out_specs):
         raise ValueError(
             f"{where}: {stage.name!r} has symbolic shapes ({format_signature(sig)}); to_jax "
             "embeds programs of static shapes: lower the function for the shapes the JAX "

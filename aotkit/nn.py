@@ -24,10 +24,10 @@ import numpy as np
 import aotkit.numpy as anp
 from aotkit import dtypes
 from aotkit import random as _random
-from aotkit.lowering.core import Tracer, bind1, full, where
-from aotkit.lowering.creation import iota
-from aotkit.lowering.hlo import cast, normalize_axis
-from aotkit.lowering.nn import conv, conv_general_dilated, conv_transpose, window_reduce
+from aotkit.tracing.core import Tracer, bind1, full, where
+from aotkit.tracing.creation import iota
+from aotkit.tracing.hlo import cast, normalize_axis
+from aotkit.tracing.nn import conv, conv_general_dilated, conv_transpose, window_reduce
 
 __all__ = [
     "avg_pool",

@@ -30,11 +30,11 @@ import numpy as np
 import aotkit.numpy as anp
 from aotkit import dtypes
 from aotkit.arguments import key_dtype, key_impl_name, spec_text
-from aotkit.lowering.core import Tracer, bind1, full, is_tracing, where
-from aotkit.lowering.creation import iota
-from aotkit.lowering.hlo import broadcast_to_shape, cast, normalize_axis
-from aotkit.lowering.keys import KeyTracer, is_key
-from aotkit.lowering.nn import erf_inv, sort_key_val
+from aotkit.tracing.core import Tracer, bind1, full, is_tracing, where
+from aotkit.tracing.creation import iota
+from aotkit.tracing.hlo import broadcast_to_shape, cast, normalize_axis
+from aotkit.tracing.keys import KeyTracer, is_key
+from aotkit.tracing.nn import erf_inv, sort_key_val
 
 __all__ = [
     "PRNGKey",

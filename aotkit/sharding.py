@@ -48,7 +48,7 @@ def constrain(x, sharding):
     """
     # lazy: a constraint exists only inside a trace, and the tracer is not imported with
     # `aotkit.sharding` (which `aotkit.load` of a sharded program needs)
-    from aotkit.lowering.sharding import constrain as bind_constraint
+    from aotkit.tracing.sharding import constrain as bind_constraint
 
     return bind_constraint(x, sharding)
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aotkit import dtypes, shapes
+from aotkit import dtypes
+from aotkit.symbolic import algebra
 
 SPEC_SYNTAX = (
     "DTYPE[DIM,...] with DTYPE one of "
@@ -27,7 +28,7 @@ MAX_BYTES = 2**63 - 1
 class ShapeDtype:
     """The abstract value of an array: a shape and a dtype. Hashable; usable as an argument.
 
-    A dimension may be symbolic (issue 25): a `aotkit.shapes.Dim`, its text (`"b"`,
+    A dimension may be symbolic (issue 25): a `aotkit.symbolic.algebra.Dim`, its text (`"b"`,
     `"2*t"`), or a `jax.export.symbolic_shape` dimension; `ShapeDtype(("b", 784), "float32")`
     prints `f32[b,784]`. Two specs are equal when their dimensions are the same expressions
     in scopes with the same constraints.
@@ -57,7 +58,7 @@ class ShapeDtype:
             return NotImplemented
         try:
             return self.shape == other.shape and self.dtype == other.dtype
-        except shapes.InconclusiveDimensionError:  # different symbolic expressions
+        except algebra.InconclusiveDimensionError:  # different symbolic expressions
             return False
 
     def __hash__(self) -> int:
@@ -91,19 +92,19 @@ def _symbolic_shape(shape: tuple) -> tuple:
     one scope; ValueError for anything else."""
     scope = None
     for d in shape:
-        if isinstance(d, shapes.Dim):
+        if isinstance(d, algebra.Dim):
             scope = d.scope
             break
     out = []
     for d in shape:
         if isinstance(d, str):
             try:
-                d = shapes.parse_dim(d, scope)
+                d = algebra.parse_dim(d, scope)
             except ValueError as e:
                 raise ValueError(f"ShapeDtype: shape {shape!r}: {e}") from None
-        elif shapes.is_jax_dim(d):
-            d = shapes.from_jax(d)
-        if isinstance(d, shapes.Dim):
+        elif algebra.is_jax_dim(d):
+            d = algebra.from_jax(d)
+        if isinstance(d, algebra.Dim):
             out.append(d)
             continue
         if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
@@ -119,18 +120,18 @@ def unify_scopes(specs) -> tuple[ShapeDtype, ...]:
     """`specs` with every symbolic dimension in one scope: the one they share, or one that
     holds the constraints of all of theirs (symbols are the same by name). Static specs are
     returned as they are."""
-    scopes: list[shapes.Scope] = []
+    scopes: list[algebra.SymbolicScope] = []
     for s in specs:
         for d in s.shape:
-            if isinstance(d, shapes.Dim) and d.scope not in scopes:
+            if isinstance(d, algebra.Dim) and d.scope not in scopes:
                 scopes.append(d.scope)
     if len(scopes) <= 1:
         return tuple(specs)
-    merged = shapes.merge_scopes(scopes)
+    merged = algebra.merge_scopes(scopes)
     return tuple(
         s
-        if shapes.is_static(s.shape)
-        else ShapeDtype(tuple(shapes.rehome(d, merged) for d in s.shape), s.dtype)
+        if algebra.is_static(s.shape)
+        else ShapeDtype(tuple(algebra.rehome(d, merged) for d in s.shape), s.dtype)
         for s in specs
     )
 
@@ -177,7 +178,7 @@ def spec(text: str) -> ShapeDtype:
         ) from None
     shape = []
     if dims.strip():
-        for part in shapes.split_dims(dims):
+        for part in algebra.split_dims(dims):
             part = part.strip()
             if part.isascii() and part.isdigit():
                 if len(part.lstrip("0")) > len(str(MAX_DIM)):  # before int() reads it all
@@ -189,10 +190,10 @@ def spec(text: str) -> ShapeDtype:
                 shape.append(int(part))
                 continue
             try:
-                d = shapes.parse_dim(part)
+                d = algebra.parse_dim(part)
             except (TypeError, ValueError):
                 d = None
-            if not isinstance(d, shapes.Dim):
+            if not isinstance(d, algebra.Dim):
                 raise ValueError(
                     f"spec: bad dimension {short_text(part)} in {short_text(text)}; "
                     f"expected {SPEC_SYNTAX}"

@@ -50,9 +50,9 @@ from aotkit.arguments import (
 )
 from aotkit.backends.base import ArgumentMismatch, Backend, Executable, MemoryAnalysis, describe
 from aotkit.program import Program, Signature
-from aotkit.specialize import SymbolicExecutable
 from aotkit.specs import ShapeDtype
-from aotkit.symbolic import is_symbolic
+from aotkit.symbolic.signatures import is_symbolic
+from aotkit.symbolic.specialize import SymbolicExecutable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -606,7 +606,7 @@ class Compiled(Stage):
             )
         return mismatch.kind(message)
 
-    # -- symbolic shapes (aotkit/specialize.py)
+    # -- symbolic shapes (aotkit/symbolic/specialize.py)
 
     @api_boundary
     def specialize(self, **sizes) -> Compiled:
@@ -811,5 +811,5 @@ def _node_text(tree) -> str:
 def _is_traced(value) -> bool:
     """Whether `value` is a tracer, without importing the tracer: loading an artifact must
     not (where the tracer was never imported, no value can be one)."""
-    core = sys.modules.get("aotkit.lowering.core")
+    core = sys.modules.get("aotkit.tracing.core")
     return core is not None and isinstance(value, core.Tracer)

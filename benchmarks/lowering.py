@@ -32,7 +32,7 @@ import numpy as np
 import aotkit
 import aotkit.numpy as anp
 from aotkit import _native, passes
-from aotkit.lowering import core
+from aotkit.tracing import core
 
 CHAIN_OPS = 5000
 MLP_LAYERS = 32

@@ -1,5 +1,5 @@
 """Serving a symbolic program (issue 25), side by side in one run, on a transformer block
-with symbolic batch and sequence length (tests/shapes/programs.py, exported by jax.export):
+with symbolic batch and sequence length (tests/symbolic/programs.py, exported by jax.export):
 
 First call of a shape not compiled before (milliseconds, persistent cache off):
   aotkit symbolic   a loaded symbolic artifact called with the new shape: refinement of its
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import aotkit  # noqa: E402
 from aotkit import cache  # noqa: E402
 from aotkit.backends import iree as iree_backend  # noqa: E402
-from tests.shapes import programs  # noqa: E402
+from tests.symbolic import programs  # noqa: E402
 
 IREE = iree_backend.installed()
 

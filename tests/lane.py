@@ -4,7 +4,7 @@
     AOTKIT_TEST_BACKEND=tpu pytest -n 0 -o addopts="" -m lane_children
 
 With `AOTKIT_TEST_BACKEND=NAME` set, NAME joins the backends of the op-family tests
-(tests/lowering, tests/shapes, the transform families, artifacts, and tests/test_lane.py's
+(tests/tracing, tests/symbolic, the transform families, artifacts, and tests/test_lane.py's
 seed transcript, artifacts and cache); each of those cases carries the mark `lane`, so the
 first line above runs them alone. Values are compared with the tests' tolerances, loosened to
 aotkit.crosscheck's for NAME's platform (a TPU's float32 transcendental functions are some

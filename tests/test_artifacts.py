@@ -215,7 +215,7 @@ def test_lapack_custom_calls_run_after_a_fresh_load(tmp_path):
 def test_loading_imports_neither_the_tracer_nor_the_passes(round_trip):
     _, results = round_trip
     loaded = set(results["modules"])
-    for heavy in ("aotkit.lowering", "aotkit.passes", "aotkit.api", "aotkit.numpy"):
+    for heavy in ("aotkit.tracing", "aotkit.passes", "aotkit.api", "aotkit.numpy"):
         assert heavy not in loaded
 
 

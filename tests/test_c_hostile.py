@@ -23,7 +23,7 @@ import aotkit.numpy as anp
 from aotkit import _native
 from aotkit.backends import pjrt
 from aotkit.errors import InPlaceWriteWarning
-from aotkit.lowering import core
+from aotkit.tracing import core
 
 BUILT = _native.Front is not None
 needs_c = pytest.mark.skipif(not BUILT, reason="aotkit._speedups is not built (no C compiler)")
@@ -735,7 +735,7 @@ def test_without_the_c_part_traced_arrays_take_shape_and_refuse_the_rest():
         import numpy as np
         import aotkit
         from aotkit import _native
-        from aotkit.lowering import core
+        from aotkit.tracing import core
         assert _native.Binder is None and core._fill is core._python_fill
 
         def f(x):

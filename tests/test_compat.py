@@ -424,11 +424,11 @@ make_context = real.make_context
 def test_sandbox_parses_files_with_the_fallback_context(monkeypatch, tmp_path):
     # The sandbox process loads _compat by path, without aotkit: a stand-in that takes the
     # dialect registration away there shows the fallback works in that process too.
-    from aotkit.frontends import files
+    from aotkit.frontends import sandbox
 
     stand_in = tmp_path / "compat_stand_in.py"
     stand_in.write_text(SANDBOX_COMPAT.format(real=_compat.__file__))
-    monkeypatch.setattr(files, "_compat", types.SimpleNamespace(__file__=str(stand_in)))
+    monkeypatch.setattr(sandbox, "_compat", types.SimpleNamespace(__file__=str(stand_in)))
     text = b"func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
     text += b"  %0 = stablehlo.add %a, %a : tensor<2xf32>\n  return %0 : tensor<2xf32>\n}\n"
     out = aotkit.load_module(text).compile()(np.array([1.0, 2.0], np.float32))

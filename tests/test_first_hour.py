@@ -69,7 +69,7 @@ def test_jax_called_on_tracers_says_to_pass_frontend_jax(frontend):
         + re.escape(
             "trace(calls_a_jax_helper): calls_a_jax_helper calls JAX (jax.numpy, jax.lax, ...) "
             "on aotkit's traced values, which JAX cannot take (Argument 'Tracer<f32[4]>' of "
-            "type <class 'aotkit.lowering.core.Tracer'> is not a valid JAX type.); pass "
+            "type <class 'aotkit.tracing.core.Tracer'> is not a valid JAX type.); pass "
             "frontend='jax' to let JAX lower calls_a_jax_helper, or write it with aotkit.numpy"
         )
         + "$",

@@ -105,7 +105,7 @@ def test_a_lane_backend_that_does_not_start_skips_its_cases_saying_why():
         "-m",
         lane.MARK,
         "tests/test_lane.py",
-        "tests/lowering/test_sorting.py::test_lexsort_matches_numpy",
+        "tests/tracing/test_sorting.py::test_lexsort_matches_numpy",
     )
     assert (
         "AOTKIT_TEST_BACKEND=nosuch: the backend does not start here: backends.get: unknown "

@@ -36,12 +36,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "aotkit._traceback",
             "aotkit._files",
             "aotkit._compat",
-            "aotkit.shapes",
+            # the package itself imports nothing; its modules sit at three layers
+            "aotkit.symbolic",
+            "aotkit.symbolic.algebra",
         ),
     ),
     (
         "ir: MLIR contexts, dtypes and specs, reading modules, dumps, argument trees, pytrees "
-        "as data, SPMD layouts, passes",
+        "as data, SPMD layouts, passes, the shape prover of dynamic modules",
         (
             "aotkit._context",
             "aotkit.dtypes",
@@ -53,23 +55,24 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "aotkit.spmd",
             "aotkit.passes",
             "aotkit.passes.*",
+            "aotkit.symbolic.prover",
         ),
     ),
     ("program: the Program record and its one Signature", ("aotkit.program",)),
     ("backends: compile and run a module", ("aotkit.backends", "aotkit.backends.*")),
     (
         "format: symbolic signatures, the artifact container and the persistent cache",
-        ("aotkit.symbolic", "aotkit.artifacts", "aotkit.cache"),
+        ("aotkit.symbolic.signatures", "aotkit.artifacts", "aotkit.cache"),
     ),
     (
         "specialize: symbolic programs compiled per shape (through the persistent cache)",
-        ("aotkit.specialize",),
+        ("aotkit.symbolic.specialize",),
     ),
     (
         "tracer: op families, aotkit.numpy and friends, autograph",
         (
-            "aotkit.lowering",
-            "aotkit.lowering.*",
+            "aotkit.tracing",
+            "aotkit.tracing.*",
             "aotkit.numpy",
             "aotkit.numpy.*",
             "aotkit.lax",
@@ -99,8 +102,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "aotkit.distributed",
             "aotkit.interop",
             "aotkit.crosscheck",
-            "aotkit._cli_specs",
             "aotkit.cli",
+            "aotkit.cli.*",
             "aotkit.__main__",
             "aotkit.native.__main__",
             "aotkit.native.portable",
@@ -109,9 +112,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
 ]
 
-# Imports inside functions, by importing module: why each cannot be at the top.
+# Imports inside functions, by importing module (a pattern, as in LAYERS): why each cannot be
+# at the top.
 LAZY: dict[str, str] = {
-    "aotkit.cli": (
+    "aotkit.cli.*": (
         "start-up cost: `aotkit --help`, argument errors and `aotkit inspect` answer without "
         "importing the tracer, the passes or a backend; each command imports what it runs"
     ),
@@ -252,11 +256,11 @@ def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_walk_sees_every_module_and_its_imports():
     # The checks below are only as good as the graph: it must hold what the files say.
-    assert {"aotkit", "aotkit.api", "aotkit.stages", "aotkit.frontends.tracer"} <= set(MODULES)
+    assert {"aotkit", "aotkit.api", "aotkit.stages", "aotkit.tracing.trace"} <= set(MODULES)
     assert "aotkit.program" in EDGES["aotkit.stages"]
     assert "aotkit.stages" in EDGES["aotkit.api"]
     assert "aotkit.frontends" in EDGES["aotkit.frontends.files"]  # its package runs first
-    assert any(m == "aotkit.cli" for m, _, _ in LAZY_IMPORTS)
+    assert any(m == "aotkit.cli.commands" for m, _, _ in LAZY_IMPORTS)
 
 
 def test_the_package_imports_only_base_modules():
@@ -294,12 +298,15 @@ def test_imports_go_to_the_same_or_a_lower_layer(module):
 
 
 def test_imports_inside_functions_say_why():
-    unexplained = sorted({m for m, _, _ in LAZY_IMPORTS} - set(LAZY))
+    unexplained = sorted(
+        {m for m, _, _ in LAZY_IMPORTS if not any(fnmatch.fnmatchcase(m, p) for p in LAZY)}
+    )
     assert unexplained == [], [i for i in LAZY_IMPORTS if i[0] in unexplained]
 
 
 def test_every_lazy_reason_is_still_needed():
-    assert sorted(set(LAZY) - {m for m, _, _ in LAZY_IMPORTS}) == []
+    unused = [p for p in LAZY if not any(fnmatch.fnmatchcase(m, p) for m, _, _ in LAZY_IMPORTS)]
+    assert unused == []
 
 
 def test_the_stage_signature_is_declared_once():

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import aotkit
 import aotkit.numpy as anp
 from aotkit import dtypes
-from aotkit._cli_specs import parse_shape
+from aotkit.cli.notation import parse_shape
 from aotkit.errors import CompileError
 from aotkit.specs import restore_dtype
 

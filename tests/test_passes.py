@@ -1390,8 +1390,8 @@ def test_canonicalize_and_cse_fold_no_stablehlo_op():
 def test_the_tracer_knows_every_rule_of_the_sweep():
     # A rule added to aotkit-simplify must be known to the tracer's test, or the tracer
     # could vouch for a module the sweep would change.
-    from aotkit.lowering import core
     from aotkit.passes import python_passes
+    from aotkit.tracing import core
 
     no_constant = {
         n for n, rules in python_passes._IDENTITIES.items() if not all(c for _, c in rules)

@@ -1,7 +1,7 @@
 """Loops over a growing prefix, index tuples, rows and moving windows stay one loop.
 
 Inside a loop body `x[:i]`, `A[i, j:i]` or `vals[row[i]:row[i + 1]]` has a length only the
-data knows; aotkit holds it over the axis's full extent with a mask (aotkit/lowering/
+data knows; aotkit holds it over the axis's full extent with a mask (aotkit/tracing/
 indexing.py, `TracedSlice`), so reductions, dot products of two such slices, elementwise
 arithmetic and writes back into the same extent compute NumPy's value and the loop stays
 one StableHLO while loop: the program does not grow with n. Loops over `np.ndindex`,

@@ -68,8 +68,8 @@ def test_trace_has_the_source_locations():
 def test_every_front_end_gives_a_program_that_the_stages_wrap(tmp_path):
     from aotkit.frontends import files
     from aotkit.frontends.jax import trace_jax
-    from aotkit.frontends.tracer import trace
     from aotkit.program import Program, Signature
+    from aotkit.tracing.trace import trace
 
     text = aotkit.lower(lambda x: x + x, F4).as_text()
     path = tmp_path / "m.mlir"

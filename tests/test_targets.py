@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 import aotkit
-from aotkit import artifacts, backends, cache, cli
+from aotkit import artifacts, backends, cache
+from aotkit.cli import commands
 from aotkit.errors import ArtifactError, ArtifactWarning, CacheWarning
 from tests.standin_backends import ODD_VERSION, StandIn, register
 
@@ -356,8 +357,8 @@ def test_backends_prints_one_line_per_backend_and_marks_the_default(detection, r
     assert len(lines) == 1 + len(infos) + 1
     (row,) = [line for line in lines if line[3:].startswith("tpu ")]
     assert row.startswith("*  tpu")
-    shown = cli._one_line(f"jaxlib {jaxlib.__version__}, {ODD_VERSION}")
-    assert shown.endswith("...") and len(shown) == cli.VERSION_WIDTH
+    shown = commands._one_line(f"jaxlib {jaxlib.__version__}, {ODD_VERSION}")
+    assert shown.endswith("...") and len(shown) == commands.VERSION_WIDTH
     assert shown in row and "\\nTFRT TPU v5 lite\\t" in shown
     assert [line for line in lines if line.startswith("*")] == [
         row,

@@ -39,8 +39,8 @@ from jax import tree_util
 
 from aotkit import dtypes, lax
 from aotkit import numpy as anp
-from aotkit.lowering.core import Tracer, as_weak, note_range, traced_size_error, user_site
-from aotkit.shapes import Dim
+from aotkit.symbolic.algebra import Dim
+from aotkit.tracing.core import Tracer, as_weak, note_range, traced_size_error, user_site
 
 # Loops of at most this many iterations (with static bounds) stay unrolled: a handful of
 # copies of the body costs less than a loop and keeps every index static.
@@ -220,7 +220,7 @@ def _side_effects(info, vals: dict, scope: _Scope) -> list[str]:
 
 def _is_outer_inplace_error(e: BaseException) -> bool:
     # aotkit refuses in-place writes to an array traced outside the current body (see
-    # aotkit.lowering.indexing.rebind): a function called in the block wrote into an array
+    # aotkit.tracing.indexing.rebind): a function called in the block wrote into an array
     # the block only reads. Carrying that array through the block fixes it.
     return isinstance(e, TypeError) and "in place: it was traced outside the body" in str(e)
 

@@ -16,7 +16,7 @@ ops, and refuses them ("failed to legalize operation"):
 
 What IREE computes differently from the spec is rewritten by aotkit/backends/
 _iree_rewrites.py afterwards, on the text, as for a static module (its constants broadcast
-to the dynamic shape). What cannot be put in these forms raises `dynamic.NotDynamic`; the
+to the dynamic shape). What cannot be put in these forms raises `prover.NotDynamic`; the
 program is then compiled per shape.
 """
 
@@ -25,21 +25,21 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit.backends import dynamic
-from aotkit.backends.dynamic import NotDynamic
 from aotkit.specs import ShapeDtype
+from aotkit.symbolic import prover
+from aotkit.symbolic.prover import NotDynamic
 
 _DYNAMIC = ir.ShapedType.get_dynamic_size()
 
 
 def prepare(
     module, lc, in_specs: tuple[ShapeDtype, ...], out_specs: tuple[ShapeDtype, ...]
-) -> tuple[str, dynamic.Proof]:
+) -> tuple[str, prover.Proof]:
     """The text of `module` (a symbolic program in its lowering context `lc`) for IREE, with
     the proof of its shapes; `NotDynamic` where that cannot be."""
-    proof = dynamic.prove(module, lc, in_specs, out_specs)
+    proof = prover.prove(module, lc, in_specs, out_specs)
     with lc, ir.Location.unknown():
-        main = dynamic._main(proof.module)
+        main = prover._main(proof.module)
         ops: list[ir.Operation] = []
 
         def collect(op: ir.Operation) -> ir.WalkResult:
@@ -61,7 +61,7 @@ def prepare(
         return proof.module.get_asm(enable_debug_info=True), proof
 
 
-def _dims(proof: dynamic.Proof, value: ir.Value) -> tuple:
+def _dims(proof: prover.Proof, value: ir.Value) -> tuple:
     found = proof.dims.get(value)
     return found if found is not None else tuple(ir.RankedTensorType(value.type).shape)
 
@@ -69,7 +69,7 @@ def _dims(proof: dynamic.Proof, value: ir.Value) -> tuple:
 # --- dynamic_broadcast_in_dim -------------------------------------------------------------
 
 
-def _annotate(op: ir.Operation, proof: dynamic.Proof) -> None:
+def _annotate(op: ir.Operation, proof: prover.Proof) -> None:
     """Marks the dynamic operand dimensions the proof found nonexpanding. A broadcast of a
     broadcast is made one first where the proof decides every dimension of the whole: IREE
     merges such chains itself, and its merged op keeps no annotation."""
@@ -77,10 +77,10 @@ def _annotate(op: ir.Operation, proof: dynamic.Proof) -> None:
     inner = source.owner
     inner = inner.operation if isinstance(inner, ir.OpView) else inner
     if isinstance(inner, ir.Operation) and inner.name == "stablehlo.dynamic_broadcast_in_dim":
-        outer_dims = dynamic._ints(op, "broadcast_dimensions")
-        composed = [outer_dims[k] for k in dynamic._ints(inner, "broadcast_dimensions")]
+        outer_dims = prover._ints(op, "broadcast_dimensions")
+        composed = [outer_dims[k] for k in prover._ints(inner, "broadcast_dimensions")]
         before, after = _dims(proof, inner.operands[0]), _dims(proof, op.results[0])
-        same = [dynamic._same(before[i], after[k]) for i, k in enumerate(composed)]
+        same = [prover._same(before[i], after[k]) for i, k in enumerate(composed)]
         if all(s or (isinstance(d, int) and d == 1) for s, d in zip(same, before)):
             source = inner.operands[0]
             nonexpanding = [i for i, s in enumerate(same) if s]
@@ -91,7 +91,7 @@ def _annotate(op: ir.Operation, proof: dynamic.Proof) -> None:
                     del op.attributes[name]
     claimed = set()
     if "known_nonexpanding_dimensions" in op.attributes:
-        claimed = set(dynamic._ints(op, "known_nonexpanding_dimensions"))
+        claimed = set(prover._ints(op, "known_nonexpanding_dimensions"))
     t = ir.RankedTensorType(source.type)
     dims = sorted(claimed | {i for i in nonexpanding if t.is_dynamic_dim(i)})
     if dims:
@@ -114,9 +114,9 @@ def _groups(before: tuple, after: tuple) -> list[tuple[list[int], list[int]]] | 
                 dj = total - di
                 if i + di > len(before) or j + dj > len(after):
                     continue
-                a = dynamic._product(before[i : i + di])
-                b = dynamic._product(after[j : j + dj])
-                if dynamic._same(a, b):
+                a = prover._product(before[i : i + di])
+                b = prover._product(after[j : j + dj])
+                if prover._same(a, b):
                     found = (di, dj)
                     break
             if found is not None:
@@ -127,9 +127,9 @@ def _groups(before: tuple, after: tuple) -> list[tuple[list[int], list[int]]] | 
         groups.append((list(range(i, i + di)), list(range(j, j + dj))))
         i, j = i + di, j + dj
     rest_before, rest_after = list(range(i, len(before))), list(range(j, len(after)))
-    if not all(dynamic._same(before[k], 1) for k in rest_before):
+    if not all(prover._same(before[k], 1) for k in rest_before):
         return None
-    if not all(dynamic._same(after[k], 1) for k in rest_after):
+    if not all(prover._same(after[k], 1) for k in rest_after):
         return None
     if not groups:
         return None
@@ -142,7 +142,7 @@ def _size(sizes: list[int]) -> int:
     """The size of dimensions merged into one, from their types' sizes (dynamic if any is)."""
     if _DYNAMIC in sizes:
         return _DYNAMIC
-    return dynamic._product(sizes)
+    return prover._product(sizes)
 
 
 def _reassociation(groups: list[list[int]]) -> ir.ArrayAttr:
@@ -219,7 +219,7 @@ def _cast(value: ir.Value, result: ir.Type, ip, loc) -> ir.Value:
     ).results[0]
 
 
-def _reshape(op: ir.Operation, proof: dynamic.Proof) -> None:
+def _reshape(op: ir.Operation, proof: prover.Proof) -> None:
     x, shape = op.operands
     source, result = ir.RankedTensorType(x.type), ir.RankedTensorType(op.results[0].type)
     ip, loc = ir.InsertionPoint(op), op.location
@@ -232,7 +232,7 @@ def _reshape(op: ir.Operation, proof: dynamic.Proof) -> None:
         groups = _groups(before, after) if source.rank and result.rank else None
         if groups is None:
             raise NotDynamic(
-                f"{dynamic._where(op)} reshapes ({', '.join(map(str, before))}) to "
+                f"{prover._where(op)} reshapes ({', '.join(map(str, before))}) to "
                 f"({', '.join(map(str, after))}), which aotkit cannot split into groups of "
                 "equal size for IREE"
             )
@@ -277,7 +277,7 @@ def _flattened_by_iree(op: ir.Operation) -> bool:
     return not (lhs.rank == 2 and rhs.rank == 2 and len(lc) == 1)
 
 
-def _dot(op: ir.Operation, proof: dynamic.Proof) -> None:
+def _dot(op: ir.Operation, proof: prover.Proof) -> None:
     _, _, lc, rc = _numbers(op)
     lhs, rhs = op.operands
     lt, rt = ir.RankedTensorType(lhs.type), ir.RankedTensorType(rhs.type)
@@ -285,7 +285,7 @@ def _dot(op: ir.Operation, proof: dynamic.Proof) -> None:
     free_r = [k for k in range(rt.rank) if k not in rc]
     if not free_l or not free_r or not lc:
         raise NotDynamic(
-            f"{dynamic._where(op)} is a dot with dynamic shapes whose operands IREE cannot "
+            f"{prover._where(op)} is a dot with dynamic shapes whose operands IREE cannot "
             "flatten without a dynamic reshape (a vector operand, or no contraction)"
         )
     ip, loc = ir.InsertionPoint(op), op.location

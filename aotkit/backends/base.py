@@ -170,7 +170,7 @@ class Backend(abc.ABC):
     cross_compiles: bool = False
     # Whether `compile_dynamic` compiles a symbolic program (dynamic StableHLO) once into an
     # executable that runs every size its signature allows (iree). Other backends compile
-    # it per shape, refined to static StableHLO first (aotkit/specialize.py).
+    # it per shape, refined to static StableHLO first (aotkit/symbolic/specialize.py).
     dynamic_shapes: bool = False
     # Whether this backend's executables run in this process. False for a deviceless target
     # (a TPU topology compiled for without a TPU, aotkit/backends/tpu_topology.py): its
@@ -248,7 +248,7 @@ class Backend(abc.ABC):
         """Compiles a verified module with dynamic shapes (`tensor<?x784xf32>`) whose
         signature is `in_specs -> out_specs`, specs with symbolic dimensions, into one
         executable with those specs (it runs with `Executable.execute_bound`). Raises
-        `aotkit.backends.dynamic.NotDynamic` where the module cannot be compiled so (the
+        `aotkit.symbolic.prover.NotDynamic` where the module cannot be compiled so (the
         caller compiles it per shape), CompileError where the compiler fails. Only a
         backend with `dynamic_shapes` has it."""
         raise NotImplementedError(

@@ -37,11 +37,11 @@ all, so it is as trusted as whoever wrote it (`aotkit.load(..., portable_only=Tr
 loads one).
 
 Dynamic shapes. `compile_dynamic` compiles a symbolic program (dynamic StableHLO) once
-into one vmfb whose `main` takes dynamic shapes, after aotkit/backends/dynamic.py has
+into one vmfb whose `main` takes dynamic shapes, after aotkit/symbolic/prover.py has
 proven its shapes for every size and aotkit/backends/_iree_dynamic.py has put it in forms
 IREE 3.13 compiles dynamically; its executable checks each new set of argument shapes
 against its symbolic specs and constraints, and returns what the runtime returns, checked
-against the result specs (aotkit/specialize.py's `DynamicExecutable` drives it).
+against the result specs (aotkit/symbolic/specialize.py's `DynamicExecutable` drives it).
 
 Views. `as_text()` is the module after IREE's `flow` phase, where dispatch regions (IREE's
 fusions) are formed; it is compiled on first request. `cost_analysis()` is None: IREE has
@@ -67,7 +67,7 @@ from dataclasses import dataclass
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import _context, dtypes, modules, shapes
+from aotkit import _context, dtypes, modules
 from aotkit.backends import _iree_dynamic, _iree_rewrites
 from aotkit.backends.base import (
     ArgumentMismatch,
@@ -80,6 +80,7 @@ from aotkit.backends.base import (
 )
 from aotkit.errors import CompileError, printable
 from aotkit.specs import ShapeDtype
+from aotkit.symbolic import algebra
 
 INSTALL_HINT = "pip install 'aotkit[iree]' (iree-base-compiler and iree-base-runtime)"
 # The phase `as_text()` shows: dispatch regions formed, before code generation.
@@ -877,7 +878,7 @@ _DECLARED = re.compile(
 
 
 def _abi_type(spec: ShapeDtype) -> str:
-    dims = "".join(f"{'?' if isinstance(d, shapes.Dim) else d}x" for d in spec.shape)
+    dims = "".join(f"{'?' if isinstance(d, algebra.Dim) else d}x" for d in spec.shape)
     return f"tensor<{dims}{_ABI_ELEMENT[spec.dtype.name]}>"
 
 
@@ -951,8 +952,8 @@ class IreeExecutable(Executable):
         self._element_types = [
             rt.dtypes.map_dtype_to_hal_element_type(s.dtype) for s in self.in_specs
         ]
-        self.dynamic = any(isinstance(d, shapes.Dim) for s in self.in_specs for d in s.shape)
-        self._scope = shapes.scope_of(self.in_specs + self.out_specs) if self.dynamic else None
+        self.dynamic = any(isinstance(d, algebra.Dim) for s in self.in_specs for d in s.shape)
+        self._scope = algebra.scope_of(self.in_specs + self.out_specs) if self.dynamic else None
         # Argument shapes checked so far -> the concrete (argument specs, result specs).
         self._concrete: dict[tuple, tuple] = {}
 
@@ -1001,7 +1002,7 @@ class IreeExecutable(Executable):
             shape = _shape_of(leaf)
             if shape is not None and len(shape) == len(spec.shape):
                 for d, n in zip(spec.shape, shape):
-                    if isinstance(d, shapes.Dim) and d.as_symbol() is not None:
+                    if isinstance(d, algebra.Dim) and d.as_symbol() is not None:
                         values.setdefault(d.as_symbol(), n)
         return self.execute_bound(leaves, values)
 
@@ -1025,7 +1026,7 @@ class IreeExecutable(Executable):
         for i, (spec, leaf) in enumerate(zip(self.in_specs, leaves, strict=True)):
             shape = _shape_of(leaf)
             try:
-                concrete = ShapeDtype(shapes.evaluate_shape(spec.shape, values), spec.dtype)
+                concrete = ShapeDtype(algebra.evaluate_shape(spec.shape, values), spec.dtype)
             except (KeyError, TypeError, ValueError):
                 raise ArgumentMismatch(
                     i,
@@ -1043,7 +1044,7 @@ class IreeExecutable(Executable):
         try:
             self._scope.check(values)
             out_specs = tuple(
-                ShapeDtype(shapes.evaluate_shape(s.shape, values), s.dtype) for s in self.out_specs
+                ShapeDtype(algebra.evaluate_shape(s.shape, values), s.dtype) for s in self.out_specs
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ArgumentMismatch(

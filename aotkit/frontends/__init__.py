@@ -1,8 +1,8 @@
 """Front ends: the ways a program enters aotkit. Each returns a `Program`
 (aotkit/program.py), which the stages wrap (aotkit/api.py).
 
-- `aotkit`: aotkit's own tracer (`aotkit.frontends.tracer` over the op families in
-  `aotkit/lowering/`), for `aotkit.numpy` and plain NumPy code.
+- `aotkit`: aotkit's own tracer (`aotkit.tracing.trace` over the op families in
+  `aotkit/tracing/`), for `aotkit.numpy` and plain NumPy code.
 - `jax`: a JAX function lowered by JAX itself and imported (`aotkit.frontends.jax`).
 - files: StableHLO text, bytecode, portable artifacts, jax.export artifacts
   (`aotkit.frontends.files.read_module`, which `aotkit.load_module` lowers).

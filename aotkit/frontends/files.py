@@ -10,45 +10,32 @@ What it promises: the input signature is `@main`'s (for `jax.export` artifacts, 
 function's argument and result pytrees); a module partitioned over several devices keeps its
 shardings (compiling places its mesh on the backend's first devices); bad input raises
 ValueError (or FileNotFoundError) naming the file and the formats accepted, and never
-aborts the process: every MLIR input is
-parsed first in a sandbox worker process (see `_probe.py`, one reusable worker per process),
-because jaxlib's bytecode reader can crash on corrupt input. An aotkit artifact (`.aotx`)
+aborts the process: every MLIR input is parsed first in a sandbox worker process
+(aotkit/frontends/sandbox.py, one reusable worker per process), because jaxlib's bytecode
+reader can crash on corrupt input. An aotkit artifact (`.aotx`)
 is the exception: its checksums prove it is the bytes aotkit wrote, so its portable
 StableHLO is parsed here once they match.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import fcntl
-import os
 import re
-import select
-import signal
-import struct
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 from pathlib import Path
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
-from aotkit import _compat, _files, artifacts, backends, dtypes, modules, shapes
-from aotkit.frontends import _module, _probe, trust
+from aotkit import _compat, _files, artifacts, backends, dtypes, modules
+from aotkit.frontends import _module, _probe, sandbox, trust
 from aotkit.program import Program
 from aotkit.specs import ShapeDtype
+from aotkit.symbolic import algebra
 
 FORMATS = (
     "StableHLO MLIR text, MLIR bytecode, a StableHLO portable artifact or a jax.export "
     "artifact (Exported.serialize() output)"
 )
 BYTECODE_MAGIC = b"ML\xefR"
-# Seconds a sandboxed parse may take; a real module of millions of ops parses in a few.
-PROBE_TIMEOUT_S = 300.0
 
 # Files people pass by mistake, recognized by their first bytes, so the error can say
 # what the file is rather than only what it is not.
@@ -221,7 +208,7 @@ def parse_untrusted(data: bytes, kind: str, label: str, then=None):
         ),
     }[kind]
     try:
-        with _sandbox(kind, data) as (status, payload, later):
+        with sandbox.session(kind, data) as (status, payload, later):
             if status == 0:
                 module, lc = _module.parse(payload)  # while the sandbox reads its strings
                 status, payload = later()
@@ -239,12 +226,12 @@ def parse_untrusted(data: bytes, kind: str, label: str, then=None):
                     status, payload = later()
                     if status == 0:
                         return result
-    except _Timeout:
+    except sandbox.Timeout:
         raise ValueError(
-            f"{where}: parsing took longer than {PROBE_TIMEOUT_S:g} s; check the file"
+            f"{where}: parsing took longer than {sandbox.PROBE_TIMEOUT_S:g} s; check the file"
         ) from None
-    except _WorkerDied as died:
-        last = _last_line(died.message)
+    except sandbox.WorkerDied as died:
+        last = sandbox.last_line(died.message)
         if died.returncode > 0 and last.startswith("MemoryError"):
             # A corrupt size field can make MLIR's reader ask for more memory than exists.
             raise ValueError(
@@ -256,8 +243,8 @@ def parse_untrusted(data: bytes, kind: str, label: str, then=None):
                 f"{where}: aotkit's MLIR sandbox process failed ({last}); please report this"
             ) from None
         raise ValueError(
-            f"{where} is {corrupt}: {_crash(died.returncode, died.message)} while reading it "
-            "(in a sandbox process); re-export the file"
+            f"{where} is {corrupt}: {sandbox.crash(died.returncode, died.message)} while reading "
+            "it (in a sandbox process); re-export the file"
         ) from None
     message = payload.decode("utf-8", "backslashreplace")
     # MLIR verifies while it parses: an op verifier's complaint is not a syntax error.
@@ -279,241 +266,6 @@ def parse_untrusted(data: bytes, kind: str, label: str, then=None):
         f"{where} is {corrupt}: it holds a name or string attribute that is not UTF-8; "
         "re-export the file"
     )
-
-
-# --- the sandbox worker ------------------------------------------------------------------------
-#
-# One worker process (`_probe.py`) per aotkit process parses every untrusted file, instead of a
-# new process per file (a process start and the bindings' import cost most of a second). It
-# starts on first use, is replaced when it dies (a crash on a corrupt file ends only it) or
-# times out, and is shut down at exit; it also ends by itself when this process does (its
-# stdin closes). Requests are serialized by a lock.
-
-
-class _Timeout(Exception):
-    pass
-
-
-class _WorkerDied(Exception):
-    def __init__(self, returncode: int, message: str):
-        super().__init__(returncode, message)
-        self.returncode = returncode
-        self.message = message
-
-
-class _Worker:
-    """One running `_probe.py` worker with its pipes and its stderr file."""
-
-    def __init__(self, key: tuple[str, str, str]):
-        self.key = key
-        self.owner = os.getpid()
-        # stderr goes to an anonymous file in append mode: the worker's writes land at its
-        # end whatever this process reads, and a crash's last words are kept.
-        self.stderr = tempfile.TemporaryFile()
-        fd = self.stderr.fileno()
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
-        self.proc = subprocess.Popen(
-            list(key), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr
-        )
-        self.to_worker = self.proc.stdin.fileno()
-        self.from_worker = self.proc.stdout.fileno()
-        os.set_blocking(self.to_worker, False)
-        os.set_blocking(self.from_worker, False)
-        # Where in the stderr file the current request's messages start, and when the
-        # current request times out.
-        self.mark = 0
-        self.deadline = 0.0
-        self.served = 0
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def request(self, kind: str, data: bytes, timeout: float) -> tuple[int, bytes]:
-        """Sends one file; the first reply to it (`reply` reads the next ones)."""
-        self.deadline = time.monotonic() + timeout
-        frame = _probe.FRAME.pack(_probe.FORMAT_CODES[kind], len(data))
-        try:
-            self._send(frame + data, self.deadline)
-        except BrokenPipeError:
-            raise self._died() from None
-        reply = self.reply()
-        self.served += 1
-        return reply
-
-    def reply(self) -> tuple[int, bytes]:
-        """The worker's next reply to the file it was sent last: (status, payload)."""
-        try:
-            head = self._receive(9, self.deadline)
-            status, size = struct.unpack("<BQ", head)
-            payload = self._receive(size, self.deadline) if size else b""
-        except (BrokenPipeError, EOFError):
-            raise self._died() from None
-        self.mark = os.fstat(self.stderr.fileno()).st_size
-        return status, payload
-
-    def _wait(self, fd: int, write: bool, deadline: float) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise _Timeout
-        readable, writable, _ = select.select(
-            [] if write else [fd], [fd] if write else [], [], remaining
-        )
-        if not (readable or writable):
-            raise _Timeout
-
-    def _send(self, data: bytes, deadline: float) -> None:
-        view = memoryview(data)
-        while view:
-            self._wait(self.to_worker, True, deadline)
-            try:
-                view = view[os.write(self.to_worker, view[: 1 << 20]) :]
-            except BlockingIOError:
-                continue
-
-    def _receive(self, n: int, deadline: float) -> bytes:
-        chunks = []
-        while n:
-            self._wait(self.from_worker, False, deadline)
-            try:
-                chunk = os.read(self.from_worker, min(n, 1 << 20))
-            except BlockingIOError:
-                continue
-            if not chunk:
-                raise EOFError
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
-
-    def _died(self) -> _WorkerDied:
-        try:
-            returncode = self.proc.wait(timeout=PROBE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            returncode = self.proc.returncode
-        fd = self.stderr.fileno()
-        size = os.fstat(fd).st_size
-        message = os.pread(fd, size - self.mark, self.mark).decode("utf-8", "backslashreplace")
-        self.close()
-        return _WorkerDied(returncode, message)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def close(self, wait: float = 0.0) -> None:
-        """Ends the worker (end of input, then a kill after `wait` seconds) and its files."""
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        if wait:
-            try:
-                self.proc.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                pass
-        self.kill()
-        self.stderr.close()
-
-
-_worker: _Worker | None = None
-_worker_lock = threading.Lock()
-_atexit_registered = False
-
-
-@contextlib.contextmanager
-def _sandbox(kind: str, data: bytes):
-    """Sends one file to the worker (starting one if needed); yields (status, payload,
-    later) for its first reply, where `later()` reads the next one (see `_probe`), all under
-    the worker lock. A worker whose replies were not all read (the caller left early) is
-    ended, so that the next file's replies stay its own.
-
-    A worker that had served other files and dies on this one's first reply may have died
-    before it (killed from outside, say): the file then goes to a fresh worker, and only a
-    fresh worker's death is the file's doing; a death after the first reply is this file's.
-    """
-    global _worker, _atexit_registered
-    key = (sys.executable, _probe.__file__, _compat.__file__)
-    with _worker_lock:
-        while True:
-            worker = _worker
-            if worker is not None and worker.owner != os.getpid():
-                worker = None  # a forked child: the parent's worker is not ours to talk to
-            if worker is not None and (worker.key != key or not worker.alive()):
-                worker.close()
-                worker = None
-            if worker is None:
-                worker = _worker = _Worker(key)
-                if not _atexit_registered:
-                    atexit.register(_shutdown)
-                    _atexit_registered = True
-            try:
-                status, payload = _replied(worker, worker.request, kind, data, PROBE_TIMEOUT_S)
-                break
-            except _WorkerDied:
-                if worker.served == 0:
-                    raise
-        # Replies still to come: a good file gets _probe.REPLIES, a failure ends them.
-        pending = _probe.REPLIES - 1 if status == 0 else 0
-
-        def later() -> tuple[int, bytes]:
-            nonlocal pending
-            pending -= 1
-            try:
-                reply = _replied(worker, worker.reply)
-            except BaseException:
-                pending = 0  # the worker is gone: nothing more will come
-                raise
-            if reply[0] != 0:
-                pending = 0
-            return reply
-
-        try:
-            yield status, payload, later
-        finally:
-            if pending > 0:
-                # Left early (an exception here): rather than wait for the rest of this
-                # file's replies, end the worker; the next file gets a fresh one.
-                worker.close()
-                _worker = None
-
-
-def _replied(worker: _Worker, call, *args):
-    """`call(*args)` on `worker`, which is dropped when it times out (killed) or dies."""
-    global _worker
-    try:
-        return call(*args)
-    except _Timeout:
-        worker.close()
-        _worker = None
-        raise
-    except _WorkerDied:
-        _worker = None
-        raise
-
-
-def _shutdown() -> None:
-    global _worker
-    with _worker_lock:
-        if _worker is not None and _worker.owner == os.getpid():
-            _worker.close(wait=2.0)
-        _worker = None
-
-
-def _crash(returncode: int, message: str) -> str:
-    if returncode < 0:
-        try:
-            return f"MLIR's reader crashed ({signal.Signals(-returncode).name})"
-        except ValueError:
-            return f"MLIR's reader crashed (signal {-returncode})"
-    detail = _last_line(message)
-    return f"MLIR's reader failed (exit status {returncode}{': ' + detail if detail else ''})"
-
-
-def _last_line(message: str) -> str:
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
 
 
 # --- jax.export artifacts ------------------------------------------------------------------
@@ -629,7 +381,7 @@ _JAX_CONSTRAINT = re.compile(r"do not match the symbolic shape constraint (.{1,2
 
 def _assertion_constraints(module: ir.Module, lc) -> list[str]:
     """The constraints a jax.export module asserts, read from its `shape_assertion`
-    messages: text, parsed later by aotkit/shapes.py's bounded parser (one that does not
+    messages: text, parsed later by aotkit/symbolic/algebra.py's bounded parser (one that does not
     parse is left to the assertion itself, which still runs when the program is
     specialized)."""
     found: list[str] = []
@@ -651,7 +403,7 @@ def _assertion_constraints(module: ir.Module, lc) -> list[str]:
     kept = []
     for text in found:
         try:
-            shapes.Scope((text,))
+            algebra.SymbolicScope((text,))
         except (TypeError, ValueError):
             continue
         kept.append(text)
@@ -660,7 +412,7 @@ def _assertion_constraints(module: ir.Module, lc) -> list[str]:
 
 def _symbolic_specs(exported, where: str, stated=()) -> tuple[tuple, tuple]:
     """The flat specs of an artifact exported with symbolic shapes (`f32[b,784]`): each
-    dimension read from its text (by aotkit/shapes.py's bounded parser: data, never code)
+    dimension read from its text (by aotkit/symbolic/algebra.py's bounded parser: data, never code)
     into one scope with the constraints given at export (`stated`: read from the module's
     assertions where the artifact's scope lost them) and `s >= 1` for each symbol, which
     jax.export assumes of every dimension variable (its module asserts these again when the
@@ -675,16 +427,16 @@ def _symbolic_specs(exported, where: str, stated=()) -> tuple[tuple, tuple]:
             if not texts:
                 texts.extend(_compat.symbolic_constraints(d) or stated)
             try:
-                dim = shapes.parse_dim(str(d))
+                dim = algebra.parse_dim(str(d))
             except (TypeError, ValueError) as e:
                 raise ValueError(
                     f"{where}: {aval} has a dimension aotkit cannot read ({e}); export with "
                     "dimensions written with + - * floordiv mod max min"
                 ) from None
-            if isinstance(dim, shapes.Dim):
+            if isinstance(dim, algebra.Dim):
                 symbols.extend(s for s in sorted(dim.symbols()) if s not in symbols)
     try:
-        scope = shapes.Scope((*texts, *(f"{s} >= 1" for s in symbols)))
+        scope = algebra.SymbolicScope((*texts, *(f"{s} >= 1" for s in symbols)))
     except (TypeError, ValueError) as e:
         raise ValueError(
             f"{where}: its symbolic constraints are not ones aotkit reads ({e}); export with "

@@ -83,7 +83,7 @@ _TOP_LEVEL_OPS = frozenset({"func.func", "sdy.mesh"})
 SHARDING_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"})
 # jax.export's check of a symbolic program's shapes: a condition and the integers its error
 # message shows. No kernel runs it: specializing the program to concrete shapes decides it
-# and removes it (aotkit/specialize.py); XLA refuses a module that still has one.
+# and removes it (aotkit/symbolic/specialize.py); XLA refuses a module that still has one.
 SHAPE_ASSERTION = "shape_assertion"
 
 # The largest value XLA's CPU compiler sizes without aborting ("overflow in static extent

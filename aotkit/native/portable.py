@@ -5,7 +5,7 @@ StableHLO than the jaxlib that wrote it.
 `stablehlo` module serialized at that StableHLO version. For a symbolic program it adds one
 static module per held specialization instead, `stablehlo@1.9.0/executable.0` (the section
 its executable is in): the symbolic module refined to that specialization's shapes, as
-aotkit/specialize.py refines it before compiling. `aotkit-run` compiles the newest copy
+aotkit/symbolic/specialize.py refines it before compiling. `aotkit-run` compiles the newest copy
 within the plugin's StableHLO window (docs/deploy.md); aotkit.load ignores the sections, as
 it ignores every section it does not know (docs/artifact-format.md).
 """
@@ -16,7 +16,8 @@ import os
 
 from jaxlib.mlir import ir
 
-from aotkit import _files, artifacts, modules, specialize
+from aotkit import _files, artifacts, modules
+from aotkit.symbolic import specialize
 
 PREFIX = "stablehlo@"
 

@@ -1,6 +1,6 @@
 """`aotkit.numpy`: the NumPy-compatible namespace over tracers.
 
-Every function is registered by its op family (`aotkit/lowering/*.py`) in one table; this
+Every function is registered by its op family (`aotkit/tracing/*.py`) in one table; this
 module exposes that table. Plain `np.*` calls on tracers reach the same functions through
 NumPy's dispatch protocols.
 """
@@ -11,11 +11,11 @@ import math as _math
 
 import numpy as _np
 
-from aotkit import lowering as _lowering
+from aotkit import tracing as _tracing
 from aotkit.dtypes import bfloat16
-from aotkit.lowering.core import NUMPY_FUNCTIONS as _FUNCTIONS
+from aotkit.tracing.core import NUMPY_FUNCTIONS as _FUNCTIONS
 
-_lowering.load_families()
+_tracing.load_families()
 globals().update(_FUNCTIONS)
 from aotkit.numpy import linalg as linalg  # noqa: E402  (needs the families loaded above)
 from aotkit.numpy._coverage import coverage  # noqa: E402

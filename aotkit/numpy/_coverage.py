@@ -7,10 +7,10 @@ table, and tests/test_coverage.py keeps the two equal.
 
 from __future__ import annotations
 
-from aotkit import lowering as _lowering
-from aotkit.lowering import dispatch, updates
-from aotkit.lowering.core import NUMPY_FUNCTIONS
-from aotkit.lowering.linalg import LINALG_FUNCTIONS
+from aotkit import tracing as _tracing
+from aotkit.tracing import dispatch, updates
+from aotkit.tracing.core import NUMPY_FUNCTIONS
+from aotkit.tracing.linalg import LINALG_FUNCTIONS
 
 FAMILY_TITLES = {
     "elementwise": "Elementwise (ufuncs and friends)",
@@ -31,7 +31,7 @@ def coverage() -> str:
     aliases beside it, in registry order. Anything not listed raises NotImplementedError
     (from `np.*` on a traced array) or AttributeError (from `aotkit.numpy.*`) naming it.
     """
-    _lowering.load_families()
+    _tracing.load_families()
     families: dict[str, dict[int, list[str]]] = {}
     for name, fn in NUMPY_FUNCTIONS.items():
         family = fn.__module__.rsplit(".", 1)[-1]

@@ -5,10 +5,10 @@ Plain `np.linalg.norm(x)` on a tracer reaches the same functions through NumPy's
 
 from __future__ import annotations
 
-from aotkit import lowering as _lowering
-from aotkit.lowering.linalg import LINALG_FUNCTIONS as _FUNCTIONS
+from aotkit import tracing as _tracing
+from aotkit.tracing.linalg import LINALG_FUNCTIONS as _FUNCTIONS
 
-_lowering.load_families()
+_tracing.load_families()
 globals().update(_FUNCTIONS)
 
 

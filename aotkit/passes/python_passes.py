@@ -491,7 +491,7 @@ _FOLDS: dict[str, tuple] = {
 }
 
 
-# For the tracer (`aotkit.lowering.core.bind`), which tells the runner when this sweep has
+# For the tracer (`aotkit.tracing.core.bind`), which tells the runner when this sweep has
 # nothing to do: the ops whose rules need constant operands, and which: "all" (a fold),
 # "first" (a select's identity reads its predicate; its fold needs every operand), or for
 # an identity, (its unit, the operands that may be it), besides the fold. The rules that

@@ -1,6 +1,6 @@
 """Transforms, building: the StableHLO ops the rules emit, on the tracer's values.
 
-A transform rebuilds a module inside an aotkit trace (`aotkit.frontends.tracer`), so the
+A transform rebuilds a module inside an aotkit trace (`aotkit.tracing.trace`), so the
 values it makes are the tracer's `Tracer`s and the result is an ordinary traced module.
 Elementwise and layout ops go through the tracer's registry (`bind`); the ops it has no
 primitive for with these parameters (general gathers and scatters, reductions with a
@@ -21,8 +21,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import _context, dtypes
-from aotkit.lowering import core
-from aotkit.lowering.core import Tracer, bind1, full
+from aotkit.tracing import core
+from aotkit.tracing.core import Tracer, bind1, full
 from aotkit.transforms import _ir
 
 # --- making values ---------------------------------------------------------------------------

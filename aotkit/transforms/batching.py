@@ -19,7 +19,7 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from aotkit import dtypes
-from aotkit.lowering import control as tracer_control
+from aotkit.tracing import control as tracer_control
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import _ir
 from aotkit.transforms.control import active_results, select_branch

@@ -2,7 +2,7 @@
 
 These rules see regions: they evaluate each region again with the transform's own
 evaluator, inside a new op built with the tracer's structured control flow
-(`aotkit.lowering.control`), and carry the values a region captures from above as the
+(`aotkit.tracing.control`), and carry the values a region captures from above as the
 regions of the new op capture them.
 
 - Forward mode: a loop carries the tangents of its float carries beside them (which ones
@@ -29,8 +29,8 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from aotkit import dtypes
-from aotkit.lowering import control as tracer_control
-from aotkit.lowering.core import Tracer
+from aotkit.tracing import control as tracer_control
+from aotkit.tracing.core import Tracer
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import _ir
 from aotkit.transforms.core import (

@@ -4,7 +4,7 @@ Every transform is an evaluator of a StableHLO function on new values: it walks 
 function's ops in order and, for each, calls the rule its table has for that op name
 with the op and the entries of its operands; what the rule returns are the entries of
 the op's results. The ops a rule emits go into the current aotkit trace, so a transform
-builds an ordinary traced module (`aotkit.frontends.tracer.trace_to_module`).
+builds an ordinary traced module (`aotkit.tracing.trace.trace_to_module`).
 
 - Forward mode (`jvp`): an entry is (primal, tangent). The primal op is emitted again
   (`replay`), the tangent by the op's JVP rule.
@@ -30,8 +30,8 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from aotkit import _context, dtypes, modules
-from aotkit.lowering import core as tracing
-from aotkit.lowering.core import Tracer
+from aotkit.tracing import core as tracer_core
+from aotkit.tracing.core import Tracer
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import _ir
 
@@ -469,14 +469,14 @@ def replay(
     a while or a branch, passed as extra operands to a sort, reduce, window reduction or
     scatter (a scalar the region reads, broadcast to the operands' shape)."""
     o = op.operation
-    scope = tracing.current_scope()
+    scope = tracer_core.current_scope()
     emitted = scope.emitted
     emitted.opaque = True
     if o.name.startswith("chlo."):
         emitted.chlo = True
     n_regions = len(o.regions)
     captures = _ir.captured(op) if n_regions else ()
-    loc = tracing.user_location()
+    loc = tracer_core.user_location()
     if avals is None and attributes is None and not captures and loc == o.location:
         # The same op at its own location: a clone (attributes and regions copied in one
         # call, about half the cost of creating it).
@@ -504,7 +504,7 @@ def replay(
     new = ir.Operation.create(
         o.name, results=types, operands=values, attributes=copied, regions=n_regions, loc=loc
     )
-    tracing.note_made(new, values)
+    tracer_core.note_made(new, values)
     if n_regions:
         copy = o.clone(ip=False)
         for src, dst in zip(copy.regions, new.regions, strict=True):
@@ -600,7 +600,7 @@ def _carry_captures(op, operands, types, attributes, captures, loc, scope) -> li
         regions=len(o.regions),
         loc=loc,
     )
-    tracing.note_made(new, values)
+    tracer_core.note_made(new, values)
     copy = o.clone(ip=False)
     for src, dst in zip(copy.regions, new.regions, strict=True):
         if threaded:
@@ -732,7 +732,7 @@ def _clone_onto(o: ir.Operation, operands: list[Tracer], scope) -> list[Tracer]:
     values = [t.value for t in operands]
     for i, v in enumerate(values):
         new.operands[i] = v
-    tracing.note_made(new, values)
+    tracer_core.note_made(new, values)
     return [Tracer(r, *_ir.aval(r), scope) for r in new.results]
 
 

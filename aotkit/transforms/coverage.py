@@ -4,7 +4,7 @@ docs/transforms.md.
 One row per StableHLO/CHLO op aotkit knows: the ops of the rule tables (`jvp.JVP_RULES`,
 `jvp.ZERO`, `jvp.CONTROL`, `batching.BATCH_RULES`), each custom call target of
 `jvp.CUSTOM_CALLS`, and every op aotkit's tracer can emit (the entries of its registry,
-`lowering.core._rules`, by the ops each one emits, and the ops it builds outside the
+`tracing.core._rules`, by the ops each one emits, and the ops it builds outside the
 registry). Each row says:
 
 - jvp: `rule` (a JVP rule), `zero` (declared to have a zero tangent), `regions` (control
@@ -34,8 +34,8 @@ import sys
 import types
 from pathlib import Path
 
-from aotkit import lowering
-from aotkit.lowering import core as tracing
+from aotkit import tracing as tracer_rules
+from aotkit.tracing import core as tracer_core
 from aotkit.transforms import batching, jvp
 from aotkit.transforms.core import Linear
 from aotkit.transforms.linear import LINEAR
@@ -86,9 +86,9 @@ REGISTRY_OPS: dict[str, tuple[str, ...]] = {
     },
 }
 # Ops the tracer builds outside its registry: constants, and structured control flow
-# (`lowering.control`: while_loop, fori_loop, scan, cond, switch).
+# (`tracing.control`: while_loop, fori_loop, scan, cond, switch).
 OUTSIDE_REGISTRY = ("stablehlo.constant", "stablehlo.while", "stablehlo.case", "stablehlo.if")
-# The dynamic-shape ops the tracer emits for symbolic dimensions (`lowering.symbolic`). The
+# The dynamic-shape ops the tracer emits for symbolic dimensions (`tracing.symbolic`). The
 # transforms read static shapes: a symbolic program is specialized to concrete shapes before
 # it is transformed, so these need no rules (their rows say so).
 SYMBOLIC_OPS = (
@@ -125,10 +125,10 @@ def load_rules() -> None:
 def unmapped_registry_entries() -> list[str]:
     """Entries of the tracer's registry whose ops this module does not know: each needs
     a line in `REGISTRY_OPS`."""
-    lowering.load_families()
+    tracer_rules.load_families()
     return sorted(
         name
-        for name, entry in tracing._rules.items()
+        for name, entry in tracer_core._rules.items()
         if entry[2] is None and name not in REGISTRY_OPS
     )
 
@@ -136,9 +136,9 @@ def unmapped_registry_entries() -> list[str]:
 def tracer_ops() -> dict[str, list[str]]:
     """Every op the tracer can emit (for static shapes), with the registry entries that
     emit it: `register_direct` entries name their op, `REGISTRY_OPS` the others'."""
-    lowering.load_families()
+    tracer_rules.load_families()
     found: dict[str, list[str]] = {op: ["(outside the registry)"] for op in OUTSIDE_REGISTRY}
-    direct = {name: (entry[2],) for name, entry in tracing._rules.items() if entry[2]}
+    direct = {name: (entry[2],) for name, entry in tracer_core._rules.items() if entry[2]}
     for name, ops in {**REGISTRY_OPS, **direct}.items():
         for op in ops:
             if op not in SYMBOLIC_OPS:

@@ -35,11 +35,11 @@ from jaxlib.mlir.dialects import stablehlo
 from aotkit import _context, arguments, autograph, dtypes, frontends, modules
 from aotkit.arguments import function_name
 from aotkit.frontends import jax as jax_frontend
-from aotkit.frontends.tracer import output_value
-from aotkit.lowering import control as tracer_control
-from aotkit.lowering import core, keys
-from aotkit.lowering.core import Tracer
 from aotkit.specs import ShapeDtype
+from aotkit.tracing import control as tracer_control
+from aotkit.tracing import core, keys
+from aotkit.tracing.core import Tracer
+from aotkit.tracing.trace import output_value
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import batching, control, linalg, windows  # noqa: F401  (they fill the rule tables)
 from aotkit.transforms.core import Env, Forward, LinVar, Tape, check_policy, transpose
@@ -48,7 +48,7 @@ from aotkit.transforms.jvp import JVPEvaluator
 # --- a function as a block -----------------------------------------------------------------------
 
 
-class Traced:
+class TracedBlock:
     """A function traced into a detached block: its ops, and what calling it needs."""
 
     __slots__ = ("block", "functions", "out_tree", "scratch", "name")
@@ -92,7 +92,7 @@ def as_tracer(where: str, x) -> Tracer:
         ) from e
 
 
-def trace_function(fun: Callable, leaves: list[Tracer], in_tree, where: str) -> Traced:
+def trace_function(fun: Callable, leaves: list[Tracer], in_tree, where: str) -> TracedBlock:
     """Traces `fun(*args, **kwargs)` (the pytree `in_tree` of `leaves`' avals) into a
     detached block; its Python control flow is converted when the enclosing trace's is."""
     with core.user_location():
@@ -128,7 +128,7 @@ def trace_function(fun: Callable, leaves: list[Tracer], in_tree, where: str) -> 
                 stablehlo.ReturnOp([t.value for t in outs])
     finally:
         core.pop_scope(scope)
-    return Traced(block, {}, out_tree, scratch, where)
+    return TracedBlock(block, {}, out_tree, scratch, where)
 
 
 # How JAX names a value it cannot take, when that value is one of aotkit's tracers (or
@@ -208,7 +208,7 @@ def call_jax(fun: Callable, where: str, args: tuple, kwargs: dict):
 
 
 class _Program:
-    """A module's @main as a Traced-like source (for `call_program`)."""
+    """A module's @main as a TracedBlock-like source (for `call_program`)."""
 
     def __init__(self, module):
         self.functions = modules.functions(module)
@@ -300,7 +300,7 @@ def _argnums(where: str, argnums, n_args: int) -> tuple[int, ...]:
 
 
 def jvp_block(src, primals, tangents, env: Env | None = None):
-    """Evaluates `src`'s block (a `Traced`, whose ops it adopts) on primals and tangents
+    """Evaluates `src`'s block (a `TracedBlock`, whose ops it adopts) on primals and tangents
     (None: zero) at the current insertion point; (primal outputs, output tangents)."""
     ev = JVPEvaluator(src.functions, Forward(), "jvp", adopt=src.block)
     outs = ev.run_block(src.block, list(zip(primals, tangents, strict=True)), env or Env())
@@ -308,7 +308,7 @@ def jvp_block(src, primals, tangents, env: Env | None = None):
 
 
 def linearize_block(src, primals, diff: list[bool], transform: str = "vjp", policy=None):
-    """The forward half of reverse mode: evaluates `src` (a `Traced`, whose ops it adopts)
+    """The forward half of reverse mode: evaluates `src` (a `TracedBlock`, whose ops it adopts)
     on primals, emitting the primal program, and returns (primal outputs, backward) where
     `backward(cts)` (one cotangent or None per output) emits the cotangent program and
     returns one cotangent (or None) per input."""

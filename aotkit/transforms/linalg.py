@@ -2,7 +2,7 @@
 solves and Fourier transforms.
 
 The ops covered are what aotkit's tracer emits for `numpy.linalg`
-(`aotkit.lowering.decompositions`) and what JAX emits for `jnp.linalg` and `jnp.fft`:
+(`aotkit.tracing.decompositions`) and what JAX emits for `jnp.linalg` and `jnp.fft`:
 
 - the LAPACK FFI custom calls jaxlib ships for XLA's CPU, by call target: potrf (Cholesky),
   getrf (LU), geqrf and orgqr/ungqr (QR), syevd/heevd (eigh), gesdd/gesvd (SVD), trsm
@@ -40,8 +40,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes
-from aotkit.lowering import core as tracing
-from aotkit.lowering.decompositions import _permutation as pivots_to_permutation
+from aotkit.tracing import core as tracer_core
+from aotkit.tracing.decompositions import _permutation as pivots_to_permutation
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import _ir, batching, jvp
 from aotkit.transforms import linear as L
@@ -172,7 +172,7 @@ def _block(x, rows: tuple[int, int] | None = None, cols: tuple[int, int] | None 
 def _highest() -> ir.ArrayAttr:
     # The products inside a decomposition's derivative are the decomposition's own
     # arithmetic, not a product the user wrote: float32-faithful, as JAX's linalg rules.
-    return tracing.precision_attr(("HIGHEST", "HIGHEST"))
+    return tracer_core.precision_attr(("HIGHEST", "HIGHEST"))
 
 
 def _matmul_dims(ndim: int) -> _ir.DotDims:
@@ -281,7 +281,7 @@ def _fft_mask(g, n: int, dtype):
     w[0] = 1.0
     if n % 2 == 0:
         w[-1] = 1.0
-    return H.broadcast_in_dim(tracing.constant(w, np.dtype(dtype)), g.shape, (g.ndim - 1,))
+    return H.broadcast_in_dim(tracer_core.constant(w, np.dtype(dtype)), g.shape, (g.ndim - 1,))
 
 
 def _fft_transpose(g, t, *, kind, lengths):

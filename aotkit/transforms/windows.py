@@ -35,9 +35,9 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import dtypes
-from aotkit.lowering import core as tracing
-from aotkit.lowering.core import Tracer
-from aotkit.lowering.nn import conv_dimension_numbers_attr
+from aotkit.tracing import core as tracer_core
+from aotkit.tracing.core import Tracer
+from aotkit.tracing.nn import conv_dimension_numbers_attr
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import _ir
 from aotkit.transforms import linear as L
@@ -420,7 +420,7 @@ _FLIPPED = {"GE": "LE", "GT": "LT", "LE": "GE", "LT": "GT"}
 def _select_body(block: ir.Block, direction: str, n: int) -> None:
     """`(a..., b...) -> a if a[0] <direction> b[0] else b`: a window keeps the tuple of
     its selected key (the first of equal keys, for GE and LE)."""
-    with ir.InsertionPoint(block), tracing.user_location():
+    with ir.InsertionPoint(block), tracer_core.user_location():
         a, b = list(block.arguments[:n]), list(block.arguments[n:])
         keep = stablehlo.compare(a[0], b[0], stablehlo.ComparisonDirectionAttr.get(direction))
         stablehlo.ReturnOp([stablehlo.select(keep, x, y) for x, y in zip(a, b, strict=True)])
@@ -462,7 +462,7 @@ def select_and_scatter_add(x: Tracer, source: Tracer, direction: str, w: Window)
     )
     t = dtypes.tensor_type((), x.dtype)
     block = op.regions[0].blocks.append(t, t)
-    with ir.InsertionPoint(block), tracing.user_location():
+    with ir.InsertionPoint(block), tracer_core.user_location():
         a, b = block.arguments
         stablehlo.ReturnOp(
             [stablehlo.compare(a, b, stablehlo.ComparisonDirectionAttr.get(direction))]

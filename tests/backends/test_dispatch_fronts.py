@@ -64,7 +64,7 @@ def test_without_the_c_part_aotkit_runs_on_its_python_stand_ins():
         import aotkit
         from aotkit import _native
         assert _native.Front is None and _native.Dispatching.__module__ == "aotkit._native"
-        from aotkit.lowering import core
+        from aotkit.tracing import core
         assert _native.Binder is None and core.bind is core.python_bind
         jitted = aotkit.jit(lambda x, y: x * y)
         compiled = aotkit.lower(lambda x: x + 1, aotkit.spec("f32[2]")).compile()

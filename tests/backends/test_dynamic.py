@@ -1,4 +1,4 @@
-"""The proof of a symbolic program's shapes (aotkit/backends/dynamic.py) and the forms IREE
+"""The proof of a symbolic program's shapes (aotkit/symbolic/prover.py) and the forms IREE
 compiles dynamically (aotkit/backends/_iree_dynamic.py), which need no IREE to run.
 
 Every dimension of every value is a `Dim` of the signature's symbols; each op's
@@ -16,10 +16,11 @@ from jaxlib.mlir import ir
 
 import aotkit
 import aotkit.numpy as anp
-from aotkit import _context, shapes, symbolic
-from aotkit.backends import _iree_dynamic, dynamic
-from aotkit.backends.dynamic import NotDynamic
-from tests.shapes import programs
+from aotkit import _context
+from aotkit.backends import _iree_dynamic
+from aotkit.symbolic import algebra, prover, signatures
+from aotkit.symbolic.prover import NotDynamic
+from tests.symbolic import programs
 
 
 def parsed(text: str):
@@ -30,13 +31,13 @@ def parsed(text: str):
 
 
 def specs(texts, constraints=()):
-    scope = shapes.Scope(tuple(constraints))
-    return [symbolic.parse_spec(t, scope) for t in texts]
+    scope = algebra.SymbolicScope(tuple(constraints))
+    return [signatures.parse_spec(t, scope) for t in texts]
 
 
 def prove(text, ins, outs, constraints=()):
     module, lc = parsed(text)
-    return dynamic.prove(module, lc, specs(ins, constraints), specs(outs, constraints))
+    return prover.prove(module, lc, specs(ins, constraints), specs(outs, constraints))
 
 
 def prepare(text, ins, outs, constraints=()):
@@ -79,7 +80,7 @@ def test_every_dimension_of_an_aotkit_mlp_is_a_polynomial_of_its_symbols():
         aotkit.spec("f32[b,784]"), aotkit.spec("f32[784,32]"), aotkit.spec("f32[32,10]")
     )
     program = lowered._program
-    proof = dynamic.prove(program.module, program.lc, lowered.flat_in_specs, lowered.flat_out_specs)
+    proof = prover.prove(program.module, program.lc, lowered.flat_in_specs, lowered.flat_out_specs)
     b = lowered.flat_in_specs[0].shape[0]
     assert sorted({d for dims in proof.dims.values() for d in dims}, key=str) == [
         10,
@@ -108,10 +109,10 @@ def test_jax_export_assertions_become_host_checks():
     program = module._program
     # The constraints the header would hold, without `t <= 64`: the module's own assertion
     # is what refuses t = 65.
-    scope = shapes.Scope(("b >= 1", "t >= 1"))
-    ins = [symbolic.parse_spec(str(s), scope) for s in module.flat_in_specs]
-    outs = [symbolic.parse_spec(str(s), scope) for s in module.flat_out_specs]
-    proof = dynamic.prove(program.module, program.lc, ins, outs)
+    scope = algebra.SymbolicScope(("b >= 1", "t >= 1"))
+    ins = [signatures.parse_spec(str(s), scope) for s in module.flat_in_specs]
+    outs = [signatures.parse_spec(str(s), scope) for s in module.flat_out_specs]
+    proof = prover.prove(program.module, program.lc, ins, outs)
     assert proof.failure({"b": 2, "t": 64}) is None
     assert proof.failure({"b": 2, "t": 65}).startswith(
         "Input shapes do not match the symbolic shape constraint t <= 64. Expected '- t + 64' "
@@ -150,7 +151,7 @@ def test_a_slice_of_a_symbolic_axis_is_proven():
 
     lowered = aotkit.jit(tail).lower(aotkit.spec("f32[b]"))
     program = lowered._program
-    proof = dynamic.prove(program.module, program.lc, lowered.flat_in_specs, lowered.flat_out_specs)
+    proof = prover.prove(program.module, program.lc, lowered.flat_in_specs, lowered.flat_out_specs)
     for b in (0, 1, 5):
         assert proof.failure({"b": b}) is None
 
@@ -161,7 +162,7 @@ def test_a_loop_keeps_what_it_carries():
 
     lowered = aotkit.jit(twice).lower(aotkit.spec("f32[b]"))
     program = lowered._program
-    dynamic.prove(program.module, program.lc, lowered.flat_in_specs, lowered.flat_out_specs)
+    prover.prove(program.module, program.lc, lowered.flat_in_specs, lowered.flat_out_specs)
 
 
 # --- what is not, word for word --------------------------------------------------------------
@@ -301,7 +302,7 @@ def test_branches_are_proven_and_return_equal_dimensions():
 
     lowered = aotkit.jit(pick).lower(aotkit.spec("f32[b]"), aotkit.spec("bool[]"))
     program = lowered._program
-    proof = dynamic.prove(program.module, program.lc, lowered.flat_in_specs, lowered.flat_out_specs)
+    proof = prover.prove(program.module, program.lc, lowered.flat_in_specs, lowered.flat_out_specs)
     assert proof.failure({"b": 3}) is None
 
 
@@ -343,24 +344,24 @@ def test_a_bounded_type():
 
 def test_internal_checks_name_the_op():
     module, lc = parsed(ADD)
-    proof = dynamic.Proof(module.operation)
-    prover = dynamic._Prover(proof)
+    proof = prover.Proof(module.operation)
+    checker = prover._Prover(proof)
     with lc:
-        main = dynamic._main(module.operation)
+        main = prover._main(module.operation)
         add = list(main.regions[0].blocks[0].operations)[0].operation
         with pytest.raises(NotDynamic) as e:
-            prover.dims(add.operands[0], add)
+            checker.dims(add.operands[0], add)
         assert str(e.value) == (
             "stablehlo.add at line 2, column 8 takes a value of type tensor<?xf32> with "
             "unknown dimensions"
         )
         with pytest.raises(NotDynamic) as e:
-            prover.result(add, (1, 2))
+            checker.result(add, (1, 2))
         assert str(e.value) == (
             "stablehlo.add at line 2, column 8 gives tensor<?xf32>, not a tensor of rank 2"
         )
         with pytest.raises(NotDynamic) as e:
-            prover.result(add, (dynamic.Expr(lambda v: 1, "x ? 1 : 2"),))
+            checker.result(add, (prover.Expr(lambda v: 1, "x ? 1 : 2"),))
         assert str(e.value) == (
             "stablehlo.add at line 2, column 8 has a dimension computed as x ? 1 : 2, which "
             "is no polynomial of the symbols"
@@ -408,10 +409,10 @@ def test_a_dot_iree_would_flatten_is_flattened_here():
     ],
 )
 def test_reshape_groups(before, after, groups):
-    scope = shapes.Scope(("t % 8 == 0",))
+    scope = algebra.SymbolicScope(("t % 8 == 0",))
 
     def dims(xs):
-        return tuple(x if isinstance(x, int) else shapes.parse_dim(x, scope) for x in xs)
+        return tuple(x if isinstance(x, int) else algebra.parse_dim(x, scope) for x in xs)
 
     assert _iree_dynamic._groups(dims(before), dims(after)) == groups
 
@@ -455,7 +456,7 @@ def test_values_are_those_of_numpy_for_the_dimension_arithmetic():
 
     lowered = aotkit.jit(evens).lower(aotkit.spec("f32[b]"))
     program = lowered._program
-    proof = dynamic.prove(program.module, program.lc, lowered.flat_in_specs, lowered.flat_out_specs)
+    proof = prover.prove(program.module, program.lc, lowered.flat_in_specs, lowered.flat_out_specs)
     for b in (0, 1, 2, 7):
         assert proof.failure({"b": b}) is None
         (out,) = [d for d in proof.dims[_returned(proof)]]
@@ -463,6 +464,6 @@ def test_values_are_those_of_numpy_for_the_dimension_arithmetic():
 
 
 def _returned(proof):
-    main = dynamic._main(proof.module)
+    main = prover._main(proof.module)
     ret = list(main.regions[0].blocks[0].operations)[-1].operation
     return ret.operands[0]

@@ -450,12 +450,12 @@ def test_process_survives_every_bad_file():
 @pytest.fixture
 def fake_compat(tmp_path, monkeypatch):
     """Points the sandbox at a stand-in for aotkit/_compat.py with the given body."""
-    from aotkit.frontends import files
+    from aotkit.frontends import sandbox
 
     def install(body: str):
         path = tmp_path / "compat_stand_in.py"
         path.write_text(body)
-        monkeypatch.setattr(files, "_compat", types.SimpleNamespace(__file__=str(path)))
+        monkeypatch.setattr(sandbox, "_compat", types.SimpleNamespace(__file__=str(path)))
 
     return install
 
@@ -503,10 +503,10 @@ def test_sandbox_killed_by_a_signal_without_a_name(fake_compat):
 
 
 def test_sandbox_timeout(fake_compat, monkeypatch):
-    from aotkit.frontends import files
+    from aotkit.frontends import sandbox
 
     fake_compat("import time\ntime.sleep(600)\n")  # a worker that never answers
-    monkeypatch.setattr(files, "PROBE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(sandbox, "PROBE_TIMEOUT_S", 0.5)
     with pytest.raises(ValueError, match=(
         where() + r": parsing took longer than 0.5 s; check the file$"
     )):  # fmt: skip
@@ -646,9 +646,9 @@ def test_example_and_its_jax_export_run_alike(tmp_path, capsys):
 
 
 def worker_pid() -> int:
-    from aotkit.frontends import files
+    from aotkit.frontends import sandbox
 
-    return files._worker.proc.pid
+    return sandbox._worker.proc.pid
 
 
 def test_one_worker_serves_every_file(files):
@@ -672,7 +672,7 @@ def test_a_worker_that_dies_after_its_first_reply(files, monkeypatch):
     # The worker replies in steps (parsed, strings read, printed): a death after the first
     # is this file's doing, said as such, and the next file gets a fresh worker. Killed
     # as the first reply arrives, it is still reading the strings of 5,000 ops.
-    from aotkit.frontends import files as front
+    from aotkit.frontends import sandbox
 
     lines = [
         f"  %v{i} = stablehlo.add %v{i - 1}, %v{i - 1} : tensor<2xf32>" for i in range(1, 5000)
@@ -683,21 +683,21 @@ def test_a_worker_that_dies_after_its_first_reply(files, monkeypatch):
         + "\n  return %v4999 : tensor<2xf32>\n}\n"
     ).encode()
     load_module(TEXT)
-    reply = front._Worker.reply
+    reply = sandbox._Worker.reply
 
     def dies_after_the_first_reply(worker):
         answer = reply(worker)
         os.kill(worker.proc.pid, signal.SIGKILL)
         return answer
 
-    monkeypatch.setattr(front._Worker, "reply", dies_after_the_first_reply)
+    monkeypatch.setattr(sandbox._Worker, "reply", dies_after_the_first_reply)
     pid = worker_pid()
     with pytest.raises(ValueError, match=where() + re.escape(
         " is corrupt MLIR text: MLIR's reader crashed (SIGKILL) while reading it "
         "(in a sandbox process); re-export the file"
     ) + "$"):  # fmt: skip
         load_module(text)
-    monkeypatch.setattr(front._Worker, "reply", reply)
+    monkeypatch.setattr(sandbox._Worker, "reply", reply)
     assert load_module(files / "model.mlirbc").in_specs
     assert worker_pid() != pid
 
@@ -705,9 +705,9 @@ def test_a_worker_that_dies_after_its_first_reply(files, monkeypatch):
 def test_the_worker_ends_with_its_process(tmp_path):
     code = (
         "import aotkit\n"
-        "from aotkit.frontends import files\n"
+        "from aotkit.frontends import sandbox\n"
         f"aotkit.load_module({TEXT!r})\n"
-        "print(files._worker.proc.pid)\n"
+        "print(sandbox._worker.proc.pid)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -738,9 +738,9 @@ def test_a_busy_worker_ends_when_its_process_is_killed():
     code = (
         "import os, signal\n"
         "import aotkit\n"
-        "from aotkit.frontends import files\n"
+        "from aotkit.frontends import sandbox\n"
         f"aotkit.load_module({TEXT!r})\n"
-        "pid = files._worker.proc.pid\n"
+        "pid = sandbox._worker.proc.pid\n"
         "print(pid, flush=True)\n"
         "os.kill(pid, signal.SIGSTOP)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"

@@ -98,7 +98,7 @@ def test_take_with_mode_raise_on_traced_indices_is_refused():
 
 
 def test_summing_narrow_integers_does_not_widen_the_whole_input_at_once():
-    from aotkit.lowering import reduction
+    from aotkit.tracing import reduction
 
     n = 4 * reduction.WIDEN_BLOCK_BYTES  # int8: a full int64 copy would be 8x this
     x = (np.arange(n) % 251 - 125).astype(np.int8)

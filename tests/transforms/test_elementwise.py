@@ -19,7 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 import aotkit
 import aotkit.numpy as anp
-from aotkit.lowering.core import bind1
+from aotkit.tracing.core import bind1
 from tests.transforms.oracle import Case, Family, assert_close, rule_tests
 
 FLOATS = ["float32", "float64"]

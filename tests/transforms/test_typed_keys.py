@@ -193,7 +193,7 @@ def test_jax_code_traced_by_aotkit_on_a_key_says_to_let_jax_lower_it():
     message = (
         "jacfwd(lambda): lambda calls JAX (jax.numpy, jax.lax, ...) on aotkit's traced "
         "values, which JAX cannot take (unexpected PRNG key type <class "
-        "'aotkit.lowering.keys.KeyTracer'>); pass frontend='jax' to aotkit.jacfwd to let "
+        "'aotkit.tracing.keys.KeyTracer'>); pass frontend='jax' to aotkit.jacfwd to let "
         "JAX lower lambda, or write it with aotkit.numpy"
     )
     with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):

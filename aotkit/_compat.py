@@ -398,9 +398,9 @@ def exclude_from_jax_locations(path: str) -> None:
         register(path)
 
 
-# --- Host transfer and result handling (aotkit/backends/pjrt.py). jaxlib's C++ transfer and
-# result handlers are what JAX's own dispatch uses; `jax.device_put` instead costs ~100 µs
-# per NumPy scalar.
+# --- Host transfer and result handling (aotkit/backends/: pjrt.py, dispatch.py,
+# host_inputs.py). jaxlib's C++ transfer and result handlers are what JAX's own dispatch
+# uses; `jax.device_put` instead costs ~100 µs per NumPy scalar.
 
 
 def array_type() -> type:
@@ -480,7 +480,7 @@ def host_to_device(aval, sharding, device, *, in_place: bool = False):
     the caller may mutate or donate. With `in_place=True` the device array reads the NumPy
     buffer in place where the client can (a CPU client, for a 64-byte aligned dense buffer)
     and keeps it alive: for buffers nobody writes to while the device array lives (aotkit's
-    staging buffers, aotkit/backends/pjrt.py). x64 is on for the transfer: the slot's dtype
+    staging buffers, aotkit/backends/host_inputs.py). x64 is on for the transfer: the slot's dtype
     was fixed at compile time, and JAX's global `jax_enable_x64=False` must not narrow
     float64 to float32.
 

@@ -3,8 +3,8 @@
 The install builds `aotkit._speedups` where it finds a C compiler and goes on without it
 where it does not; the results are the same either way, only calls take longer:
 
-- `Front`: the C front of a native dispatch (`aotkit.backends.pjrt.native_dispatcher`), or
-  None, and the dispatcher's Python front takes every call;
+- `Front`: the C front of a native dispatch (`aotkit.backends.dispatch.native_dispatcher`),
+  or None, and the dispatcher's Python front takes every call;
 - `Dispatching`: the base class of `jit(f)` objects, whose call is their `_dispatch`
   attribute: in C, the call goes straight to it; in Python, through a property;
 - `Binder`: the tracer's `bind` for the common op (`aotkit.tracing.core`), or None, and

@@ -21,7 +21,7 @@ import pytest
 import aotkit
 import aotkit.numpy as anp
 from aotkit import _native
-from aotkit.backends import pjrt
+from aotkit.backends import dispatch, host_inputs
 from aotkit.errors import InPlaceWriteWarning
 from aotkit.tracing import core
 
@@ -37,7 +37,7 @@ import jax
 import numpy as np
 from aotkit import _native
 from aotkit.errors import InPlaceWriteWarning
-from aotkit.backends import pjrt
+from aotkit.backends import dispatch, host_inputs
 calls = []
 
 def note(name):
@@ -50,7 +50,7 @@ def parts(**changes):
     made = dict(
         wide=note("wide"), narrow=note("narrow"), slow=note("slow"), failed=note("failed"),
         clear_cache=note("clear_cache"), settle=note("settle"),
-        scalars_64=[None], **pjrt.front_tables(),
+        scalars_64=[None], **dispatch.front_tables(),
     )
     return {**made, **changes}
 """
@@ -236,7 +236,7 @@ def test_a_front_whose_init_fails_again_keeps_what_it_had():
         failures = [
             parts(exact_dtypes=(np.dtype(np.int8),) * 33),
             parts(python_scalars=nine),
-            parts(exact_scalars=Frozen(pjrt._EXACT_NUMPY_SCALARS)),
+            parts(exact_scalars=Frozen(host_inputs.EXACT_NUMPY_SCALARS)),
             parts(exact_dtypes=(np.dtype(np.float32), object())),
             parts(ndarray_type=Small),
             parts(in_place_from=-1),
@@ -286,10 +286,10 @@ def test_a_front_refuses_tables_it_cannot_read_safely(change, error, message):
 
     parts = dict(
         wide=id, narrow=id, slow=id, failed=id, clear_cache=id, settle=id,
-        scalars_64=[None], **pjrt.front_tables(),
+        scalars_64=[None], **dispatch.front_tables(),
     )  # fmt: skip
     if "exact_scalars" in change:
-        parts["exact_scalars"] = Frozen(pjrt._EXACT_NUMPY_SCALARS)
+        parts["exact_scalars"] = Frozen(host_inputs.EXACT_NUMPY_SCALARS)
     else:
         parts["exact_dtypes"] = (np.dtype(np.float32), NoSize())
     with pytest.raises(error, match=message):
@@ -362,7 +362,7 @@ import numpy as np
 import aotkit
 from aotkit import _native
 from aotkit.errors import InPlaceWriteWarning
-from aotkit.backends import pjrt
+from aotkit.backends import dispatch
 
 sys.setswitchinterval(1e-5)  # threads switch often: the changes land inside calls
 VALUES = [np.float32(2), np.int32(3), 1.5, np.ones(3, np.float32), np.float32(5), np.int32(-1)]
@@ -378,7 +378,7 @@ report = {}
 for front in ("c", "python"):
     if front == "c" and _native.Front is None:
         continue
-    pjrt._Front = _native.Front if front == "c" else None
+    dispatch._Front = _native.Front if front == "c" else None
     jitted = aotkit.jit(f)
     # The oracle: each value's result, from calls no thread changes.
     expected = [leaf(jitted([v])[0]) for v in VALUES]
@@ -471,7 +471,7 @@ def front(request, monkeypatch):
     """Which front the jits and compiled functions made in the test get."""
     if request.param == "c" and not BUILT:
         pytest.skip("aotkit._speedups is not built (no C compiler at install)")
-    monkeypatch.setattr(pjrt, "_Front", _native.Front if request.param == "c" else None)
+    monkeypatch.setattr(dispatch, "_Front", _native.Front if request.param == "c" else None)
     return request.param
 
 

@@ -27,7 +27,7 @@ import pytest
 import aotkit
 import aotkit.numpy as anp
 from aotkit import _compat
-from aotkit.backends.pjrt import native_dispatcher
+from aotkit.backends.dispatch import native_dispatcher
 
 # Every (module, name) _compat looks up through `_private`, and the `fast_paths()` entry
 # that must then report its fallback.

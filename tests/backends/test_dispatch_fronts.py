@@ -1,4 +1,4 @@
-"""The two fronts of the native dispatch (aotkit/backends/pjrt.py, `native_dispatcher`): the
+"""The two fronts of the native dispatch (aotkit/backends/dispatch.py, `native_dispatcher`): the
 C front (aotkit/_speedups.c) and the Python `call` it stands in for must give the same
 results, dtypes and errors on every call.
 
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import aotkit
 from aotkit import _native
-from aotkit.backends import pjrt
+from aotkit.backends import dispatch, host_inputs
 
 AOTKIT_DIR = os.path.dirname(os.path.abspath(aotkit.__file__))
 BUILT = _native.Front
@@ -37,7 +37,7 @@ def front(request, monkeypatch):
     """Which front the jits and compiled functions made in the test get."""
     if request.param == "c" and BUILT is None:
         pytest.skip("aotkit._speedups is not built (no C compiler at install)")
-    monkeypatch.setattr(pjrt, "_Front", BUILT if request.param == "c" else None)
+    monkeypatch.setattr(dispatch, "_Front", BUILT if request.param == "c" else None)
     return request.param
 
 
@@ -110,7 +110,7 @@ def _front_parts(**changes) -> dict:
     """Keyword arguments of a C `Front` (stand-in callables), with `changes`."""
     parts = dict(
         wide=id, narrow=id, slow=id, failed=id, clear_cache=id, settle=id,
-        scalars_64=[None], **pjrt.front_tables(),
+        scalars_64=[None], **dispatch.front_tables(),
     )  # fmt: skip
     return {**parts, **changes}
 
@@ -175,7 +175,9 @@ def test_the_c_front_refuses_what_it_cannot_read(changes, error, message):
 
 @needs_c
 def test_a_front_that_cannot_read_numpys_arrays_leaves_calls_to_the_python_one(monkeypatch):
-    monkeypatch.setattr(pjrt, "_Front", lambda **parts: BUILT(**{**parts, "ndarray_type": _Small}))
+    monkeypatch.setattr(
+        dispatch, "_Front", lambda **parts: BUILT(**{**parts, "ndarray_type": _Small})
+    )
     with pytest.warns(RuntimeWarning, match=r"this build reads; calls take the Python front$"):
         compiled = aotkit.lower(lambda x: x * 2, aotkit.spec("f32[2]")).compile()
     assert compiled._call.__name__ == "call"
@@ -205,8 +207,8 @@ def _recording_front(calls: list, **changes):
         ((np.ones(4, np.float32),), ["wide"]),
         ((np.ones(600, np.float32),), ["wide", "settle"]),  # may be read in place
         ((np.ones(600, np.float32), np.ones(3, np.int32)), ["wide", "settle"]),
-        ((np.ones(pjrt.STAGED_FROM // 4 - 1, np.float32),), ["wide", "settle"]),
-        ((np.ones(pjrt.STAGED_FROM // 4, np.float32),), ["slow"]),  # may be staged
+        ((np.ones(host_inputs.STAGED_FROM // 4 - 1, np.float32),), ["wide", "settle"]),
+        ((np.ones(host_inputs.STAGED_FROM // 4, np.float32),), ["slow"]),  # may be staged
         ((np.ones(600, np.float64),), ["slow"]),  # x64 off narrows it: the checked call
         ((np.ones(600, np.float32), 0.5), ["slow"]),  # x64 switched around it
         ((np.ones(4, np.float32), 0.5), ["narrow"]),
@@ -515,7 +517,7 @@ def _both_fronts(args: list, x64: bool) -> None:
 
     outcomes = {}
     for name, front in [("c", BUILT), ("python", None)]:
-        pjrt._Front, saved = front, pjrt._Front
+        dispatch._Front, saved = front, dispatch._Front
         try:
             with jax.enable_x64(x64):
                 jitted = aotkit.jit(f)
@@ -524,7 +526,7 @@ def _both_fronts(args: list, x64: bool) -> None:
                 if compiled is not None:
                     outcomes[name] += [_outcome(compiled, args) for _ in range(3)]
         finally:
-            pjrt._Front = saved
+            dispatch._Front = saved
         assert (type(jitted._dispatch).__name__ == "Front") == (name == "c")
     assert outcomes["c"] == outcomes["python"]
 

@@ -1,4 +1,4 @@
-"""NumPy arguments on PJRT backends (aotkit/backends/pjrt.py, `HostInputs`): large ones are
+"""NumPy arguments on PJRT backends (aotkit/backends/host_inputs.py, `HostInputs`): large ones are
 read in place when aligned and staged otherwise, and a NumPy array the caller holds is never
 written, nor read after the call returns.
 
@@ -13,10 +13,10 @@ import pytest
 
 import aotkit
 import aotkit.numpy as anp
-from aotkit.backends import pjrt
+from aotkit.backends import host_inputs
 
 KIB = 1024
-STAGED = pjrt.STAGED_FROM
+STAGED = host_inputs.STAGED_FROM
 # Sizes in bytes: under IN_PLACE_FROM (always copied by jaxlib), between it and STAGED_FROM
 # (given to jaxlib as they are), and STAGED_FROM (staged, or read in place when aligned).
 SIZES = {"1KiB": KIB, "16KiB": 16 * KIB, "1MiB": 1024 * KIB, "staged": STAGED}
@@ -121,7 +121,7 @@ def test_jaxlib_copies_arrays_under_in_place_from():
     # The calls above return before their results are ready only for arrays under
     # IN_PLACE_FROM, which jaxlib's transfer copies (measured on jaxlib 0.10.2): a jaxlib that
     # read them in place would fail here.
-    x = host_array(pjrt.IN_PLACE_FROM - 64, fill=1.0)
+    x = host_array(host_inputs.IN_PLACE_FROM - 64, fill=1.0)
     fn = aotkit.jit(slow)
     reference = np.asarray(fn(x)).copy()
     for _ in range(3):
@@ -146,7 +146,7 @@ def test_a_staging_buffer_is_not_reused_while_a_call_reads_it():
 
 
 def test_an_aligned_large_array_is_read_in_place_and_a_misaligned_one_staged():
-    staging = pjrt.HostInputs(limit=4 * STAGED)
+    staging = host_inputs.HostInputs(limit=4 * STAGED)
     aligned = host_array(STAGED)
     misaligned = host_array(STAGED, offset=16)
     small = host_array(STAGED - 64, offset=16)  # jaxlib's own copy costs no more
@@ -162,7 +162,7 @@ def test_an_aligned_large_array_is_read_in_place_and_a_misaligned_one_staged():
 
 
 def test_staging_reuses_a_free_buffer_and_makes_another_for_a_held_one():
-    staging = pjrt.HostInputs(limit=64 * 1024 * KIB)
+    staging = host_inputs.HostInputs(limit=64 * 1024 * KIB)
     x = host_array(1024 * KIB, offset=16)
     first = staging.copy(x)
     second = staging.copy(x)  # `first` still holds its buffer
@@ -174,7 +174,7 @@ def test_staging_reuses_a_free_buffer_and_makes_another_for_a_held_one():
 
 
 def test_staging_keeps_at_most_its_limit():
-    staging = pjrt.HostInputs(limit=3 * 1024 * KIB)
+    staging = host_inputs.HostInputs(limit=3 * 1024 * KIB)
     held = [staging.copy(host_array(1024 * KIB, offset=16)) for _ in range(5)]
     assert staging.held_bytes() == 3 * 1024 * KIB
     for copy in held:  # the copies past the limit are right, only not kept
@@ -187,7 +187,7 @@ def test_staging_keeps_at_most_its_limit():
 def test_evicting_a_free_buffer_behind_a_held_one_of_its_size():
     """The buffer evicted is found by identity: comparing entries (and so their arrays) with
     == raised NumPy's "truth value of an array is ambiguous" ValueError from a call."""
-    staging = pjrt.HostInputs(limit=3 * 1024 * KIB)
+    staging = host_inputs.HostInputs(limit=3 * 1024 * KIB)
     x = host_array(1024 * KIB, offset=16)
     held = staging.copy(x)
     freed = staging.copy(x)

@@ -908,6 +908,11 @@ static const char *const EMITTED_SLOTS[N_EMITTED] = {
 enum { C_PLANS, C_TENSOR_TYPES, C_LOCATION, C_LOCATIONS, N_CONTEXT };
 static const char *const CONTEXT_SLOTS[N_CONTEXT] = {
     "plans", "tensor_types", "location", "locations"};
+/* The fields of an op rule (`core.OpRule`, a named tuple) that `Binder` reads, found by name
+ * in its `_fields`: the declaration is Python's, and this is only what is read of it. */
+enum { R_HLO, R_ATTRIBUTES, R_CHLO, R_ELEMENTWISE, R_SIMPLIFIABLE, N_RULE };
+static const char *const RULE_FIELDS[N_RULE] = {
+    "hlo", "attributes", "chlo", "elementwise", "simplifiable"};
 
 typedef struct {
     PyObject_HEAD
@@ -925,6 +930,7 @@ typedef struct {
     PyObject *with_constants; /* `_SIMPLIFY_WITH_CONSTANTS`: op name -> what it needs */
     PyObject *simplify_if;    /* `_SIMPLIFY_IF`: op name -> check(aval, out, params, x) */
     PyObject *internal;       /* `_internal_files`: file name -> whether it is aotkit's own */
+    PyObject *rule_type;      /* `OpRule`: the type of every `rules` entry it takes */
     PyObject *create_names;   /* the keywords of `create`'s call */
     PyObject *str_scopes, *str_stack, *str_result, *str_first, *str_all;
     char enabled;             /* 0: every call goes to `fallback` */
@@ -934,6 +940,8 @@ typedef struct {
     Py_ssize_t scope_emitted_at, scope_open_at;
     Py_ssize_t emitted_at[N_EMITTED];
     Py_ssize_t context_at[N_CONTEXT];
+    Py_ssize_t rule_at[N_RULE];
+    Py_ssize_t rule_size; /* len(OpRule._fields) */
 } Binder;
 
 #define BINDER_HOW "make one with Binder(fallback=..., rules=..., ...)"
@@ -994,7 +1002,51 @@ slot_offsets(PyObject *type, const char *const *names, int n, Py_ssize_t *out)
     return 0;
 }
 
-#define N_BINDER_HELD 14
+/* The indices of `names` among the fields of the named tuple type `type`, and their count;
+ * -1 (an error set) if it is not one or lacks one of them. */
+static int
+field_indices(PyObject *type, const char *const *names, int n, Py_ssize_t *out,
+              Py_ssize_t *size)
+{
+    PyObject *fields = NULL;
+    if (PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        fields = PyObject_GetAttrString(type, "_fields");
+        if (fields == NULL) {
+            PyErr_Clear();
+        }
+    }
+    int ok = fields != NULL && PyTuple_CheckExact(fields);
+    for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(fields); i++) {
+        ok = PyUnicode_CheckExact(PyTuple_GET_ITEM(fields, i));
+    }
+    if (!ok) {
+        Py_XDECREF(fields);
+        PyErr_Format(PyExc_TypeError,
+                     "Binder: rule=%R is not a named tuple type (a tuple subclass whose "
+                     "_fields is a tuple of names)",
+                     type);
+        return -1;
+    }
+    for (int k = 0; k < n; k++) {
+        out[k] = -1;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+            if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(fields, i), names[k]) == 0) {
+                out[k] = i;
+                break;
+            }
+        }
+        if (out[k] < 0) {
+            PyErr_Format(PyExc_TypeError, "Binder: rule=%R has no field %s", type, names[k]);
+            Py_DECREF(fields);
+            return -1;
+        }
+    }
+    *size = PyTuple_GET_SIZE(fields);
+    Py_DECREF(fields);
+    return 0;
+}
+
+#define N_BINDER_HELD 15
 
 static void
 binder_held(Binder *self, PyObject **slots[N_BINDER_HELD])
@@ -1003,7 +1055,7 @@ binder_held(Binder *self, PyObject **slots[N_BINDER_HELD])
         &self->fallback, &self->rules, &self->tls, &self->contexts, &self->tracer_type,
         &self->scope_type, &self->emitted_type, &self->context_type, &self->create,
         &self->has_equal_user, &self->with_constants, &self->simplify_if, &self->internal,
-        &self->create_names,
+        &self->rule_type, &self->create_names,
     };
     memcpy(slots, all, sizeof(all));
 }
@@ -1198,9 +1250,9 @@ planned(Binder *self, PyObject *lc, PyObject *emitted, PyObject *entry, PyObject
         PyObject **attributes)
 {
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    if (PyTuple_GET_ITEM(entry, 5) == Py_True) {
+    if (PyTuple_GET_ITEM(entry, self->rule_at[R_ELEMENTWISE]) == Py_True) {
         /* The result has the last operand's shape and dtype. */
-        if (n == 0 || PyTuple_GET_ITEM(entry, 3) != Py_None) {
+        if (n == 0 || PyTuple_GET_ITEM(entry, self->rule_at[R_ATTRIBUTES]) != Py_None) {
             return 0;
         }
         PyObject *last = operands[n - 1];
@@ -1288,10 +1340,11 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
 
     /* Everything this call needs, checked before anything changes. */
     PyObject *entry = PyDict_GetItemWithError(self->rules, op);
-    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 8) {
+    if (entry == NULL || (PyObject *)Py_TYPE(entry) != self->rule_type ||
+        PyTuple_GET_SIZE(entry) != self->rule_size) {
         goto slow;
     }
-    PyObject *hlo = PyTuple_GET_ITEM(entry, 2);
+    PyObject *hlo = PyTuple_GET_ITEM(entry, self->rule_at[R_HLO]);
     if (hlo == Py_None) {
         goto slow; /* a lowering rule of its own */
     }
@@ -1420,7 +1473,7 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
     if (result == NULL) {
         goto done;
     }
-    if (PyTuple_GET_ITEM(entry, 4) == Py_True) {
+    if (PyTuple_GET_ITEM(entry, self->rule_at[R_CHLO]) == Py_True) {
         set_slot(emitted, self->emitted_at[E_CHLO], Py_True);
     }
     PyObject *seq = Py_None;
@@ -1458,7 +1511,7 @@ binder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
         PyByteArray_AS_STRING(used)[size] = 0;
         seq = new_seq;
     }
-    if (PyTuple_GET_ITEM(entry, 7) == Py_True) {
+    if (PyTuple_GET_ITEM(entry, self->rule_at[R_SIMPLIFIABLE]) == Py_True) {
         int simplified = emitted_truth(emitted, self->emitted_at, E_SIMPLIFY);
         if (simplified < 0 ||
             (!simplified && note_simplify(self, emitted, hlo, values, operands, shape, dtype,
@@ -1536,19 +1589,21 @@ binder_init(PyObject *op, PyObject *args, PyObject *kwargs)
     }
     static char *names[] = {
         "fallback", "rules", "tls", "contexts", "tracer", "scope", "emitted", "context",
-        "create", "has_equal_user", "with_constants", "simplify_if", "internal", "first", NULL};
-    PyObject *given[13] = {NULL};
+        "create", "has_equal_user", "with_constants", "simplify_if", "internal", "rule",
+        "first", NULL};
+    PyObject *given[14] = {NULL};
     int first = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!OOO!O!O!O!OOO!O!O!p:Binder", names,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!OOO!O!O!O!OOO!O!O!O!p:Binder", names,
                                      &PyFunction_Type, &given[0], &PyDict_Type, &given[1],
                                      &given[2], &given[3], &PyType_Type, &given[4],
                                      &PyType_Type, &given[5], &PyType_Type, &given[6],
                                      &PyType_Type, &given[7], &given[8], &given[9],
                                      &PyDict_Type, &given[10], &PyDict_Type, &given[11],
-                                     &PyDict_Type, &given[12], &first)) {
+                                     &PyDict_Type, &given[12], &PyType_Type, &given[13],
+                                     &first)) {
         return -1;
     }
-    for (int i = 0; i < 13; i++) {
+    for (int i = 0; i < 14; i++) {
         if (given[i] == NULL) {
             PyErr_Format(PyExc_TypeError, "Binder: missing keyword argument %s", names[i]);
             return -1;
@@ -1557,11 +1612,13 @@ binder_init(PyObject *op, PyObject *args, PyObject *kwargs)
     /* Everything is read and made first, and set only once all of it is at hand: a Binder
      * in use keeps its classes and their slots' offsets together. */
     Py_ssize_t tracer_at[N_TRACER], scope_at[2], emitted_at[N_EMITTED], context_at[N_CONTEXT];
+    Py_ssize_t rule_at[N_RULE], rule_size;
     static const char *const scope_slots[2] = {"emitted", "open"};
     if (slot_offsets(given[4], TRACER_SLOTS, N_TRACER, tracer_at) < 0 ||
         slot_offsets(given[5], scope_slots, 2, scope_at) < 0 ||
         slot_offsets(given[6], EMITTED_SLOTS, N_EMITTED, emitted_at) < 0 ||
-        slot_offsets(given[7], CONTEXT_SLOTS, N_CONTEXT, context_at) < 0) {
+        slot_offsets(given[7], CONTEXT_SLOTS, N_CONTEXT, context_at) < 0 ||
+        field_indices(given[13], RULE_FIELDS, N_RULE, rule_at, &rule_size) < 0) {
         return -1;
     }
     const char *texts[5] = {"scopes", "stack", "result", "first", "all"};
@@ -1585,9 +1642,11 @@ binder_init(PyObject *op, PyObject *args, PyObject *kwargs)
     self->scope_open_at = scope_at[1];
     memcpy(self->emitted_at, emitted_at, sizeof(emitted_at));
     memcpy(self->context_at, context_at, sizeof(context_at));
+    memcpy(self->rule_at, rule_at, sizeof(rule_at));
+    self->rule_size = rule_size;
     PyObject **slots[N_BINDER_HELD];
     binder_held(self, slots);
-    for (int i = 0; i < 13; i++) {
+    for (int i = 0; i < 14; i++) {
         Py_XSETREF(*slots[i], Py_NewRef(given[i]));
     }
     Py_XSETREF(self->create_names, made[5]);

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -491,12 +492,34 @@ _FOLDS: dict[str, tuple] = {
 }
 
 
+class Alone(NamedTuple):
+    """When an identity rule that needs no constant operand (`_IDENTITIES`) may rewrite an
+    op: after an op of its own kind (`-(-x)`, a transpose of a transpose), or when its
+    result has its operand's type (`same_type`) and, where `order` names an attribute, that
+    attribute is 0, 1, ... (an identity transpose or broadcast). Declared here, beside the
+    rules, for the tracer (`aotkit.tracing.core`), which tests it on every op it makes."""
+
+    after_itself: bool = False
+    same_type: bool = False
+    order: str | None = None
+
+
+# The identities that need no constant, and when each may fire (its rule above, as data).
+ALONE: dict[str, Alone] = {
+    "stablehlo.negate": Alone(after_itself=True),
+    "stablehlo.convert": Alone(same_type=True),
+    "stablehlo.reshape": Alone(same_type=True),
+    "stablehlo.broadcast_in_dim": Alone(same_type=True, order="broadcast_dimensions"),
+    # An identity permutation keeps the type: only the order is tested.
+    "stablehlo.transpose": Alone(after_itself=True, order="permutation"),
+}
+
+
 # For the tracer (`aotkit.tracing.core.bind`), which tells the runner when this sweep has
 # nothing to do: the ops whose rules need constant operands, and which: "all" (a fold),
 # "first" (a select's identity reads its predicate; its fold needs every operand), or for
 # an identity, (its unit, the operands that may be it), besides the fold. The rules that
-# need no constant are the keys of `_IDENTITIES` not listed here; the tracer tests those
-# by shapes and dtypes.
+# need no constant are `ALONE`'s.
 CONSTANT_OPERANDS: dict[str, object] = {
     **{name: "all" for name in _FOLDS},
     "stablehlo.add": (0, (0, 1)),

@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -630,14 +631,24 @@ def emit(ctx: RuleContext, name: str, *operands: ir.Value, **attributes) -> list
 ShapeRule = Callable[..., list[Aval]]
 LoweringRule = Callable[..., list[ir.Value]]
 AttributeRule = Callable[..., dict]
-# Per op: (shape rule, lowering rule, None, None, False, False, whether the rule is
-# `simplify_free`, True), or for an op that is one StableHLO op (`register_direct`): (shape
-# rule, None, that op's name, its attribute rule or None, whether it is a CHLO op, whether
-# the shape rule is `same`, True, whether `aotkit-simplify` has a rule for that op).
-_rules: dict[
-    str,
-    tuple[ShapeRule, LoweringRule | None, str | None, AttributeRule | None, bool, bool, bool, bool],
-] = {}
+
+
+class OpRule(NamedTuple):
+    """How `bind` makes one op: the registry `_rules` holds one per op name. The C `Binder`
+    (aotkit/_speedups.c) reads the fields it needs by their names in `_fields`, found when
+    it is made, so this declaration is the one layout both read."""
+
+    shape: ShapeRule  # operand avals and params -> result avals
+    lower: LoweringRule | None  # the lowering rule; None for an op that is one StableHLO op
+    hlo: str | None  # that StableHLO (or CHLO) op's name (`register_direct`), else None
+    attributes: AttributeRule | None  # the op's attributes from the params; None: none
+    chlo: bool  # whether `hlo` is a CHLO op (the module then needs CHLO's legalization)
+    elementwise: bool  # whether `shape` is `same` (`bind` does not call it)
+    simplify_free: bool  # `register`'s promise: the rule makes nothing aotkit-simplify rewrites
+    simplifiable: bool  # whether aotkit-simplify may rewrite `hlo` (`may_simplify` says when)
+
+
+_rules: dict[str, OpRule] = {}
 
 
 def same(*avals: Aval, **_) -> list[Aval]:
@@ -656,7 +667,7 @@ def register(*names: str, shape: ShapeRule, simplify_free: bool = False):
     def decorate(rule: LoweringRule) -> LoweringRule:
         for name in names:
             assert name not in _rules, f"op {name!r} registered twice"
-            _rules[name] = (shape, rule, None, None, False, False, simplify_free, True)
+            _rules[name] = OpRule(shape, rule, None, None, False, False, simplify_free, True)
         return rule
 
     return decorate
@@ -674,15 +685,15 @@ def register_direct(
     for name, hlo in ops.items():
         assert name not in _rules, f"op {name!r} registered twice"
         simplified = hlo in _SIMPLIFY_WITH_CONSTANTS or hlo in _SIMPLIFY_IF
-        _rules[name] = (
-            shape,
-            None,
-            hlo,
-            attributes,
-            hlo.startswith("chlo."),
-            shape is same,
-            True,
-            simplified,
+        _rules[name] = OpRule(
+            shape=shape,
+            lower=None,
+            hlo=hlo,
+            attributes=attributes,
+            chlo=hlo.startswith("chlo."),
+            elementwise=shape is same,
+            simplify_free=True,
+            simplifiable=simplified,
         )
 
 
@@ -739,19 +750,19 @@ def python_bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
         elif t._scope.emitted is not emitted:  # every scope of one module shares its record
             raise _foreign_tracer(t, scope, op)
         values.append(t.value)
-    hlo = entry[2]
+    hlo = entry.hlo
     if hlo is None:
         return _bind_rule(op, entry, operands, values, params)
     try:
         lc = _contexts.stack[-1]  # `_context.active()`, without its call
     except (AttributeError, IndexError):
         lc = _context.active()  # raises the error that says no context is active
-    if entry[5]:  # the result is the last operand's shape and dtype
+    if entry.elementwise:  # the result is the last operand's shape and dtype
         last = operands[-1]
         shape, dtype = last.shape, last.dtype
         avals_in = None
         result_type = lc.tensor_types.get((shape, dtype))
-        attributes = entry[3]
+        attributes = entry.attributes
         if attributes is not None:
             attributes = attributes(**params)
     else:
@@ -774,9 +785,9 @@ def python_bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
         if plan is not None:
             shape, dtype, result_type, attributes = plan
         else:
-            shape, dtype = entry[0](*avals_in, **params)[0]
+            shape, dtype = entry.shape(*avals_in, **params)[0]
             result_type = lc.tensor_types.get((shape, dtype))
-            attributes = entry[3]
+            attributes = entry.attributes
             if attributes is not None:
                 attributes = attributes(**params)
             if result_type is not None and plan_key is not None:
@@ -814,7 +825,7 @@ def python_bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
         hlo, results=[result_type], operands=values, attributes=attributes, loc=loc
     )
     result = created.result
-    if entry[4]:
+    if entry.chlo:
         emitted.chlo = True
     seq = None
     if not emitted.opaque:
@@ -826,7 +837,7 @@ def python_bind(op: str, *operands: Tracer, **params) -> list[Tracer]:
             emitted.duplicates = _has_equal_user(created, values)
         seq = len(used)
         used.append(0)
-    if entry[7] and not emitted.simplify:
+    if entry.simplifiable and not emitted.simplify:
         if emitted.constants and hlo in _SIMPLIFY_WITH_CONSTANTS:
             emitted.simplify = _constant_operands(
                 values, emitted.constants, _SIMPLIFY_WITH_CONSTANTS[hlo]
@@ -876,15 +887,15 @@ def _attribute_dict(op: ir.Operation) -> dict[str, ir.Attribute]:
 def _bind_rule(op: str, entry, operands, values: list, params: dict) -> list[Tracer]:
     """`bind` of an op with a lowering rule of its own."""
     avals_in = [(t.shape, t.dtype) for t in operands]
-    avals_out = entry[0](*avals_in, **params)
+    avals_out = entry.shape(*avals_in, **params)
     scope = _tls.scopes[-1]
     scope.emitted.opaque = True
-    if not entry[6]:
+    if not entry.simplify_free:
         scope.emitted.unchecked = True
     if scope.emitted.symbolic is not None:
         return _bind_symbolic_rule(op, entry, avals_in, avals_out, values, params)
     with user_location():
-        results = entry[1](RuleContext(op, avals_in, avals_out), *values, **params)
+        results = entry.lower(RuleContext(op, avals_in, avals_out), *values, **params)
     if len(avals_out) == 1:
         # Iterating a result list is several times slower than indexing its one value.
         shape, dtype = avals_out[0]
@@ -922,7 +933,7 @@ def _bind_symbolic(op, entry, operands, values, params, shape, dtype) -> list[Tr
     scope = _tls.scopes[-1]
     scope.emitted.opaque = True
     scope.emitted.unchecked = True
-    if entry[4]:
+    if entry.chlo:
         scope.emitted.chlo = True
     rule = _symbolic_rules.get(op)
     with user_location():
@@ -930,9 +941,9 @@ def _bind_symbolic(op, entry, operands, values, params, shape, dtype) -> list[Tr
             ctx = RuleContext(op, avals_in, [(shape, dtype)])
             result = rule(ctx, *values, static=None, **params)[0]
         else:
-            attributes = entry[3](**params) if entry[3] is not None else None
+            attributes = entry.attributes(**params) if entry.attributes is not None else None
             result = ir.Operation.create(
-                entry[2],
+                entry.hlo,
                 results=[dtypes.tensor_type(shape, dtype)],
                 operands=values,
                 attributes=attributes,
@@ -951,9 +962,9 @@ def _bind_symbolic_rule(op, entry, avals_in, avals_out, values, params) -> list[
     try:
         with user_location():
             if rule is not None:
-                results = rule(ctx, *values, static=entry[1], **params)
+                results = rule(ctx, *values, static=entry.lower, **params)
             else:
-                results = entry[1](ctx, *values, **params)
+                results = entry.lower(ctx, *values, **params)
     except TypeError as e:
         refused = "incompatible function arguments" in str(e)  # the bindings took no Dim
         if not refused or isinstance(e, algebra.InconclusiveDimensionError):
@@ -967,22 +978,35 @@ def _bind_symbolic_rule(op, entry, avals_in, avals_out, values, params) -> list[
 
 
 # When an op `bind` creates may give `aotkit-simplify` work (aotkit/passes/python_passes.py
-# has the rules): by op name, which of its operands must be constants, and which constants
+# declares it beside its rules): by op name, which of its operands must be constants
 # (`python_passes.CONSTANT_OPERANDS`) ...
 _SIMPLIFY_WITH_CONSTANTS = python_passes.CONSTANT_OPERANDS
-# ... or, for rules that need none, a test of (operand aval, result aval, params, operand).
-_SIMPLIFY_IF: dict[str, Callable[[Aval, Aval, dict, ir.Value], bool]] = {
-    # -(-x), and a transpose that is the identity or follows another (which may cancel it).
-    "stablehlo.negate": lambda a, out, p, x: _made_by(x, "stablehlo.negate"),
-    "stablehlo.transpose": lambda a, out, p, x: (
-        tuple(p["perm"]) == tuple(range(len(a[0]))) or _made_by(x, "stablehlo.transpose")
-    ),
-    "stablehlo.convert": lambda a, out, p, x: a == out,
-    "stablehlo.reshape": lambda a, out, p, x: a == out,
-    "stablehlo.broadcast_in_dim": lambda a, out, p, x: (
-        a == out and tuple(p["dims"]) == tuple(range(len(a[0])))
-    ),
-}
+# ... or, for the rules that need none (`python_passes.ALONE`), whether one may fire; the
+# tracer's params name the order attributes as `perm` and `dims`.
+_ORDER_PARAMS = {"permutation": "perm", "broadcast_dimensions": "dims"}
+
+
+def _may_simplify_alone(name: str, x: ir.Value, same_type: bool, order) -> bool:
+    """`python_passes.ALONE[name]` of an op on `x`: whether its result has `x`'s type, and
+    its order attribute's values (or None)."""
+    rule = python_passes.ALONE[name]
+    if rule.after_itself and _made_by(x, name):
+        return True
+    if not (rule.same_type or rule.order):
+        return False
+    if rule.same_type and not same_type:
+        return False
+    return rule.order is None or all(order[i] == i for i in range(len(order)))
+
+
+def _bind_check(name: str) -> Callable[[Aval, Aval, dict, ir.Value], bool]:
+    param = _ORDER_PARAMS.get(python_passes.ALONE[name].order)
+    return lambda a, out, p, x: _may_simplify_alone(name, x, a == out, p[param] if param else None)
+
+
+# By op name: a test of (operand aval, result aval, params, operand), which `bind` (and the C
+# `Binder`) call once the op is made.
+_SIMPLIFY_IF = {name: _bind_check(name) for name in python_passes.ALONE}
 
 
 def _made_by(value: ir.Value, name: str) -> bool:
@@ -1007,15 +1031,11 @@ def note_made(op: ir.Operation, values: list[ir.Value]) -> None:
         if _constant_operands(values, emitted.constants, need):
             emitted.simplify = True
             return
-    if name in _SIMPLIFY_IF:
+    rule = python_passes.ALONE.get(name)
+    if rule is not None:
         x = values[0]
-        if name == "stablehlo.negate":
-            emitted.simplify = _made_by(x, name)
-        elif name == "stablehlo.transpose":
-            perm = op.attributes["permutation"]
-            emitted.simplify = _made_by(x, name) or all(perm[i] == i for i in range(len(perm)))
-        else:  # convert, reshape, broadcast_in_dim: an identity keeps the type
-            emitted.simplify = x.type == op.results[0].type
+        order = op.attributes[rule.order] if rule.order else None
+        emitted.simplify = _may_simplify_alone(name, x, x.type == op.results[0].type, order)
 
 
 def copy_of_template(
@@ -1256,6 +1276,7 @@ def _binder(fallback: Callable, first: bool, **replaced):
         with_constants=_SIMPLIFY_WITH_CONSTANTS,
         simplify_if=_SIMPLIFY_IF,
         internal=_internal_files,
+        rule=OpRule,
         first=first,
     )
     return _native.Binder(**{**given, **replaced})

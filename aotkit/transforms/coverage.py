@@ -129,7 +129,7 @@ def unmapped_registry_entries() -> list[str]:
     return sorted(
         name
         for name, entry in tracer_core._rules.items()
-        if entry[2] is None and name not in REGISTRY_OPS
+        if entry.hlo is None and name not in REGISTRY_OPS
     )
 
 
@@ -138,7 +138,7 @@ def tracer_ops() -> dict[str, list[str]]:
     emit it: `register_direct` entries name their op, `REGISTRY_OPS` the others'."""
     tracer_rules.load_families()
     found: dict[str, list[str]] = {op: ["(outside the registry)"] for op in OUTSIDE_REGISTRY}
-    direct = {name: (entry[2],) for name, entry in tracer_core._rules.items() if entry[2]}
+    direct = {name: (entry.hlo,) for name, entry in tracer_core._rules.items() if entry.hlo}
     for name, ops in {**REGISTRY_OPS, **direct}.items():
         for op in ops:
             if op not in SYMBOLIC_OPS:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import types
+import typing
 
 import numpy as np
 import pytest
@@ -207,6 +208,55 @@ def test_a_binder_refuses_what_it_cannot_read():
         core._binder(core.python_bind, False, tracer=dict)
     with pytest.raises(TypeError, match=r"^Binder: <class '.*Scope'>\.used is not a slot$"):
         core._binder(core.python_bind, False, emitted=core.TraceScope)
+
+
+@needs_c
+def test_a_binder_reads_op_rules_by_their_declared_field_names():
+    # `core.OpRule` declares the layout; the C reads the fields it needs by name, so a
+    # record without one of them, or a type that is not a named tuple, is refused up front.
+    class Shuffled(typing.NamedTuple):  # the same fields in another order: read by name
+        simplifiable: bool
+        elementwise: bool
+        chlo: bool
+        attributes: object
+        hlo: object
+
+    core._binder(core.python_bind, False, rule=Shuffled)
+    with pytest.raises(TypeError, match=r"^Binder: rule=<class '.*Partial'> has no field chlo$"):
+
+        class Partial(typing.NamedTuple):
+            hlo: object
+            attributes: object
+
+        core._binder(core.python_bind, False, rule=Partial)
+    with pytest.raises(TypeError, match=r"^Binder: rule=<class 'tuple'> is not a named tuple "):
+        core._binder(core.python_bind, False, rule=tuple)
+    with pytest.raises(TypeError, match=r"^Binder: rule=<class 'dict'> is not a named tuple "):
+        core._binder(core.python_bind, False, rule=dict)
+
+    class BadFields(tuple):
+        _fields = ("hlo", 2)
+
+    with pytest.raises(TypeError, match=r"^Binder: rule=<class '.*BadFields'> is not a named "):
+        core._binder(core.python_bind, False, rule=BadFields)
+
+
+@needs_c
+def test_a_binder_hands_entries_of_another_record_type_to_python(helpers):
+    # An entry that is a plain tuple (or another record) is not read by position: the call
+    # goes to the Python bind, which makes the same module.
+    plain = {name: tuple(entry) for name, entry in core._rules.items()}
+    bind1 = core._binder(core.python_bind1, True, rules=plain)
+
+    def f(x):
+        with handed_over(core.python_bind1) as handed:
+            for _ in range(3):
+                x = helpers.sine1(x, bind1)
+        assert len(handed) == 3  # every call went to Python
+        return x
+
+    text = str(aotkit.lower(f, V).module)
+    assert text.count("stablehlo.sine") == 3
 
 
 @needs_c

@@ -50,6 +50,7 @@ from aotkit.program import Options, Program
 from aotkit.specs import ShapeDtype
 from aotkit.stages import Compiled, Lowered, Traced
 from aotkit.symbolic import specialize
+from aotkit.symbolic.signatures import is_symbolic
 from aotkit.tracing import core
 from aotkit.tracing.trace import trace
 from aotkit.transforms import functions as transform_functions
@@ -101,6 +102,14 @@ def default_pipeline(frontend: str) -> str:
 
 
 # --- the transitions a stage holds ---------------------------------------------------------------
+
+
+def _compile_key(lowering_key, backend: str, options_key=(), target_key=()) -> tuple:
+    """The key of a jit's compile cache: its lowering's key (which holds no backend: one
+    lowering serves every backend), the backend's name, the compiler options and the
+    target. The one place it is built: `Jitted`'s call looks up what `Lowered.compile`
+    stored."""
+    return (lowering_key, backend, options_key) + ((target_key,) if target_key else ())
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -158,7 +167,7 @@ class _Transitions:
         if self.link is None:
             return compiling.compile_lowered(lowered, chosen, options, targeting)
         cache, lowering_key = self.link
-        key = (lowering_key, chosen.name, options_key) + ((target_key,) if target_key else ())
+        key = _compile_key(lowering_key, chosen.name, options_key, target_key)
         with cache.lock:
             compiled = cache.compiled.get(key)
             if compiled is not None:
@@ -197,6 +206,8 @@ class _Transitions:
                 "aotkit transforms single-device programs; transform the function and jit "
                 "it with in_shardings/out_shardings instead"
             )
+        if is_symbolic(lowered.flat_in_specs):
+            return self._pending(lowered, kind, options, where)
         program = lowered._program
         call = transform_functions.call_program(program)
         fn, args, kwargs = transform_functions.stage_function(
@@ -216,6 +227,50 @@ class _Transitions:
         transitions = _Transitions(plain)
         traced = transitions.traced(trace(fn, args, kwargs, plain, lc=program.lc))
         return transitions.lower(traced, consume=True)
+
+    def _pending(self, lowered: Lowered, kind: str, options: dict, where: str) -> Lowered:
+        """The transform of a symbolic program: a symbolic `Lowered` whose signature is
+        derived from the program's (`stage_signature`) and whose module is made per shape,
+        when it compiles (or is specialized): the source program refined to the sizes, then
+        the transforms applied by the static rules as to any static program
+        (`specialize.Pending`)."""
+        program = lowered._program
+        signature = transform_functions.stage_signature(kind, lowered.signature, where, **options)
+        before = program.pending
+        source = before.source if before is not None else program
+        transforms = (before.transforms if before is not None else ()) + ((kind, options),)
+        transitions = _Transitions(self.options)
+
+        def build(values: dict, where: str) -> Program:
+            static = specialize.specialize_program(source, values, where)
+            step = Lowered(
+                static,
+                pipeline=lowered.pipeline,
+                backend=lowered.backend,
+                compile=transitions.compile,
+                transform=transitions.transform,
+            )
+            for step_kind, step_options in transforms:
+                step = transitions.transform(step, step_kind, **step_options)
+            made = step._program
+            # The derived signature is the one each shape's module has.
+            assert (made.signature.in_tree, made.signature.out_tree) == (
+                signature.in_tree,
+                signature.out_tree,
+            ), (made.signature, signature)
+            return made
+
+        pending = specialize.Pending(
+            source, transforms, build, key=f"pipeline {self.options.pipeline!r}"
+        )
+        made = source.replace(signature=signature, pending=pending, facts=frozenset())
+        return Lowered(
+            made,
+            pipeline=lowered.pipeline,
+            backend=lowered.backend,
+            compile=transitions.compile,
+            transform=transitions.transform,
+        )
 
 
 # --- Traced -> Lowered ---------------------------------------------------------------------------
@@ -887,7 +942,7 @@ class Jitted(_native.Dispatching):
             backend_name = self._backend_name = backends.get(self.options.backend).name
         cache = self._cache
         with cache.lock:
-            compiled = cache.compiled.get((key, backend_name, ()))
+            compiled = cache.compiled.get(_compile_key(key, backend_name))
             if compiled is not None:
                 cache.hits += 1
         if compiled is None:

@@ -365,3 +365,15 @@ def test_the_options_are_declared_once_below_the_public_signatures():
             if len(params & options) >= 5:
                 spelled.append(f"{module}.{node.name}")
     assert sorted(spelled) == ["aotkit.api.jit", "aotkit.api.lower", "aotkit.program.Options"]
+
+
+def test_the_architecture_in_the_docs_names_every_package_and_layer():
+    # docs/development.md opens with the architecture: its tables must follow the tree.
+    text = (ROOT / "docs" / "development.md").read_text()
+    packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert {"tracing", "symbolic", "cli", "frontends", "backends"} <= set(packages)
+    missing = [p for p in packages if f"`{p}/`" not in text]
+    assert not missing, f"docs/development.md does not name these packages: {missing}"
+    layers = [description.split(":")[0] for description, _ in LAYERS]
+    missing = [layer for layer in layers if f"\n| {layer} | " not in text]
+    assert not missing, f"docs/development.md's layer table lacks: {missing}"

@@ -772,7 +772,7 @@ def _symbolic_scope(data, bad) -> algebra.SymbolicScope:
 
 def _check_symbolic(data, scope, in_specs, out_specs, sections: set, fmt, bad):
     """The checked `symbolic` header field (its constraints already read into `scope` by
-    `_symbolic_scope`): (Shapes, ((sizes dict, section name), ...))."""
+    `_symbolic_scope`): (SymbolicSignature, ((sizes dict, section name), ...))."""
     symbols, entries = data["symbols"], data["specializations"]
     if (
         not isinstance(symbols, list)
@@ -785,7 +785,7 @@ def _check_symbolic(data, scope, in_specs, out_specs, sections: set, fmt, bad):
             f"has symbols {_short(symbols)}, not a list of 1 to {MAX_SYMBOLS} distinct names",
         )
     try:
-        sig = signatures.Shapes.of(in_specs, out_specs, scope, where="its program")
+        sig = signatures.SymbolicSignature.of(in_specs, out_specs, scope, where="its program")
     except ValueError as e:
         raise bad("symbolic", f"describes no program aotkit can call ({e})") from None
     if list(sig.symbols) != symbols:
@@ -1054,7 +1054,7 @@ def pack_compiled(
         header["partitioning"] = layout_data(executable)
     if signatures.is_symbolic(executable.in_specs):
         # One executable for every shape (a persistent cache entry of one).
-        sig = signatures.Shapes.of(executable.in_specs, executable.out_specs)
+        sig = signatures.SymbolicSignature.of(executable.in_specs, executable.out_specs)
         header["symbolic"] = {
             "symbols": list(sig.symbols),
             "constraints": list(sig.constraints),

@@ -151,7 +151,9 @@ def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) ->
             f"({lowered.partitioning.describe()}); aotkit specializes one-device programs: "
             "lower it with concrete shapes"
         )
-    shapes = signatures.Shapes.of(lowered.flat_in_specs, lowered.flat_out_specs, where=where)
+    shapes = signatures.SymbolicSignature.of(
+        lowered.flat_in_specs, lowered.flat_out_specs, where=where
+    )
     program = lowered._program
     source = specialize.Source(
         lambda: (program.module, program.lc), lambda: artifacts.portable_artifact(lowered)

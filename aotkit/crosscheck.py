@@ -29,7 +29,7 @@ from aotkit import dtypes, dumps
 from aotkit.api import lower
 from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
-from aotkit.symbolic.signatures import Shapes, is_symbolic
+from aotkit.symbolic.signatures import SymbolicSignature, is_symbolic
 
 # (rtol, atol) by result dtype: XLA, the interpreter and IREE each have their own
 # transcendental approximations and summation orders.
@@ -255,8 +255,8 @@ SAMPLES = 4
 
 def sample_sizes(shapes, count: int = SAMPLES) -> list[dict[str, int]]:
     """Up to `count` sets of symbol values that meet the constraints of `shapes` (an
-    `aotkit.symbolic.signatures.Shapes`): the smallest sizes allowed (0 and 1 where they are), then
-    larger ones, the symbols told apart where there are several."""
+    `aotkit.symbolic.signatures.SymbolicSignature`): the smallest sizes allowed (0 and 1
+    where they are), then larger ones, the symbols told apart where there are several."""
     found: list[dict[str, int]] = []
 
     def take(values: dict[str, int]) -> None:
@@ -288,7 +288,7 @@ def _check_symbolic(lowered, leaves, names, reference, seed, rtol, atol, where) 
             f"{where}: the program has symbolic shapes; check samples their sizes (0 and 1 "
             "among them) with random inputs, so give no inputs"
         )
-    shapes = Shapes.of(lowered.flat_in_specs, lowered.flat_out_specs, where=where)
+    shapes = SymbolicSignature.of(lowered.flat_in_specs, lowered.flat_out_specs, where=where)
     samples = sample_sizes(shapes)
     if not samples:
         raise ValueError(

@@ -121,7 +121,7 @@ class Executable(abc.ABC):
     def execute_bound(self, leaves: Sequence, values: dict[str, int]) -> list:
         """Runs an executable whose specs have symbolic dimensions (`Backend.compile_dynamic`
         made it) on leaves whose shapes give the symbols `values` (the caller bound them:
-        `symbolic.Shapes.bind`); it checks them against the leaves' shapes and the
+        `signatures.SymbolicSignature.bind`); it checks them against the leaves' shapes and the
         constraints before running. An executable of static specs runs `execute`."""
         return self.execute(leaves)
 

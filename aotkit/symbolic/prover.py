@@ -17,10 +17,10 @@ checked over the symbols: the operands of an elementwise op have equal dimension
 batch and contracting dimensions match, a reshape keeps the element count, a dynamic
 broadcast's operand dimension equals its result's or is 1, a slice stays inside its
 operand, and `@main` returns the signature's dimensions. What the constraints decide holds
-for every size a call may bind (the call checks them: `symbolic.Shapes.bind`), so this is a
-proof for all sizes, not a sample. An op without a rule here, or a requirement the
-constraints leave open, raises `NotDynamic` naming the op, its line and why; the caller
-then compiles per shape.
+for every size a call may bind (the call checks them: `SymbolicSignature.bind`, in
+signatures.py), so this is a proof for all sizes, not a sample. An op without a rule here,
+or a requirement the constraints leave open, raises `NotDynamic` naming the op, its line and
+why; the caller then compiles per shape.
 
 jax.export's `shape_assertion` calls become `Assertion`s, checks over the symbols' values
 that run on the host once per new shape (the per-shape path decides them at refinement),

@@ -2,13 +2,13 @@
 dimensions are `aotkit.symbolic.algebra.Dim`s of one `SymbolicScope` of constraints), and the values
 a call's argument shapes give the symbols.
 
-A value layer under the compile stage (aotkit/symbolic/specialize.py) and the artifact format
-(aotkit/artifacts.py, which reads symbolic specs and constraints from headers): it builds no
-IR and compiles nothing. `Shapes.bind` is the call-time check: it reads each symbol's value
-from the first argument dimension that is that symbol alone, solves dimensions written as
-linear expressions (`2*b + 1`), then checks every dimension and every constraint, raising
-`ArgumentMismatch` (which `Compiled` words as an error naming the argument) before anything
-is compiled.
+A value layer under the compile stage (aotkit/symbolic/specialize.py) and the artifact
+format (aotkit/artifacts.py, which reads symbolic specs and constraints from headers): it
+builds no IR and compiles nothing. `SymbolicSignature.bind` is the call-time check: it reads
+each symbol's value from the first argument dimension that is that symbol alone, solves
+dimensions written as linear expressions (`2*b + 1`), then checks every dimension and every
+constraint, raising `ArgumentMismatch` (which `Compiled` words as an error naming the
+argument) before anything is compiled.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def leaf_shape(leaf):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Shapes:
+class SymbolicSignature:
     """The symbols of a signature, in the order they first appear in its argument specs,
     its constraints, and its flat argument and result specs (symbolic)."""
 
@@ -99,8 +99,8 @@ class Shapes:
     symbols: tuple[str, ...]
 
     @classmethod
-    def of(cls, in_specs, out_specs, scope=None, where: str = "") -> Shapes:
-        """The Shapes of a signature (its constraints: those of its dimensions' scope, or
+    def of(cls, in_specs, out_specs, scope=None, where: str = "") -> SymbolicSignature:
+        """The symbolic part of a signature (its constraints: those of its dimensions' scope, or
         `scope`); ValueError where a symbol of a result or a constraint appears in no
         argument (no call could give it a value)."""
         if scope is None:

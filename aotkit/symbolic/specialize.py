@@ -5,7 +5,7 @@ names its dimensions (`f32[b,784]`) under constraints (`t % 8 == 0`). `Lowered.c
 one gives a `Compiled` whose executable is a `SymbolicExecutable`: called with concrete
 arrays, it
 
-1. reads the symbols' values from the arguments' shapes (`Shapes.bind`): two arguments
+1. reads the symbols' values from the arguments' shapes (`SymbolicSignature.bind`): two arguments
    that share a symbol must agree, a dimension written as an expression (`2*b`) must equal
    its value, and every constraint must hold; otherwise a ValueError naming the argument,
    the symbol, the values and the constraint, before anything is compiled;
@@ -35,7 +35,7 @@ once per new set of sizes what the proof left to the host (jax.export's assertio
 requirements), then runs it. What the backend cannot compile so is compiled per shape as
 above, with a `DynamicShapesWarning`.
 
-The symbolic signature (`Shapes`, `SymbolicSpec`) is aotkit/symbolic/signatures.py's.
+The symbolic signature (`SymbolicSignature`, `SymbolicSpec`) is aotkit/symbolic/signatures.py's.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from aotkit.program import Program, Signature
 from aotkit.specs import ShapeDtype
 from aotkit.symbolic import prover
 from aotkit.symbolic.prover import MAX_ASSERTION_TEXT, NotDynamic, inline_calls
-from aotkit.symbolic.signatures import Shapes, leaf_shape
+from aotkit.symbolic.signatures import SymbolicSignature, leaf_shape
 
 # --- refinement ----------------------------------------------------------------------------
 
@@ -264,7 +264,7 @@ class SymbolicExecutable(Executable):
         self,
         backend: Backend,
         name: str,
-        shapes: Shapes,
+        shapes: SymbolicSignature,
         source: Source,
         *,
         options=None,
@@ -486,7 +486,7 @@ def _size(where: str, name: str, n):
         )
     if isinstance(n, np.integer):
         return int(n)
-    return n  # anything else is for `Shapes.check_values` to refuse
+    return n  # anything else is for `SymbolicSignature.check_values` to refuse
 
 
 def _portable(module: ir.Module) -> bytes:
@@ -502,7 +502,7 @@ def specialize_program(program: Program, sizes: dict, where: str) -> Program:
     refines it. ValueError for a static program, a symbol missing or unknown, or sizes that
     break a constraint."""
     sig = program.signature
-    shapes = Shapes.of(sig.flat_in_specs, sig.flat_out_specs, where=where)
+    shapes = SymbolicSignature.of(sig.flat_in_specs, sig.flat_out_specs, where=where)
     if not shapes.symbols:
         raise ValueError(
             f"{where}: the program has static shapes, so it has nothing to specialize; "
@@ -574,7 +574,7 @@ class DynamicExecutable(SymbolicExecutable):
         self,
         backend: Backend,
         name: str,
-        shapes: Shapes,
+        shapes: SymbolicSignature,
         source: Source,
         *,
         options=None,

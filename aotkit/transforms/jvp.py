@@ -106,6 +106,9 @@ class JVPEvaluator(Evaluator):
         self._adopting = False  # walking `adopt` itself (not a region or function below it)
         self._arguments: dict = {}  # adopt's arguments: the primals they stand for
         self._last = None  # the op adopted last: the next goes after it
+        # The divide ending a sigmoid whose negate began it (`_sigmoid_end`): the tangent
+        # of the sigmoid's operand, by the divide op.
+        self.sigmoids: dict = {}
 
     def outside(self, value):
         return (value, None)
@@ -168,6 +171,11 @@ class JVPEvaluator(Evaluator):
         tangents = [t for _, t in ins]
         if name in CONTROL:
             return CONTROL[name](Ctx(op, self.T, self, env), primals, tangents)
+        if self.sigmoids:
+            t = self.sigmoids.pop(o, None)
+            if t is not None:
+                (y,) = self.replay(op, primals)
+                return [(y, L.mul(self.T, t, _logistic_factor(None, y)))]
         if all(t is None for t in tangents) or name in ZERO:
             return [(p, None) for p in self.replay(op, primals)]
         rule = JVP_RULES.get(name)
@@ -224,7 +232,14 @@ _def_unary("chlo.tan", lambda x, y: H.add(H.square(y), 1))
 # jax 0.12 lowers lax.square of complex operands to chlo.square (x * x, holomorphic).
 _def_unary("chlo.square", lambda x, y: H.mul(x, 2))
 _def_unary("stablehlo.tanh", lambda x, y: H.mul(H.add(y, 1), H.sub(1, y)))
-_def_unary("stablehlo.logistic", lambda x, y: H.mul(y, H.sub(1, y)))
+
+
+def _logistic_factor(x, y):
+    """y (1 - y): JAX's, one value of the result, the only residual reverse mode keeps."""
+    return H.mul(y, H.sub(1, y))
+
+
+_def_unary("stablehlo.logistic", _logistic_factor)
 _def_unary("stablehlo.sqrt", lambda x, y: H.div(0.5, y))
 _def_unary("stablehlo.rsqrt", lambda x, y: H.mul(H.div(y, x), -0.5))
 _def_unary("stablehlo.cbrt", lambda x, y: H.div(1 / 3, H.square(y)))
@@ -273,7 +288,68 @@ def _polygamma(ctx, primals, tangents):
 
 @defjvp("stablehlo.negate")
 def _negate(ctx, primals, tangents):
+    end = _sigmoid_end(ctx.op)
+    if end is not None:
+        # The sigmoid's tangent is the divide's (`JVPEvaluator.apply`); the exp and the sum
+        # between have none, and store nothing.
+        ctx.ev.sigmoids[end] = tangents[0]
+        return ctx.replay(primals), [None]
     return ctx.replay(primals), [L.neg(ctx.T, tangents[0])]
+
+
+def _sigmoid_end(op):
+    """The divide of `1 / (1 + exp(-x))` when `op` is its negate, in one block, each value
+    between used once only (JAX lowers `lax.logistic` so); else None. Its derivative is
+    then the logistic's, `y (1 - y)` of the result y, rather than the exp's and the
+    quotient's (two residuals per sigmoid instead of one in reverse mode, and NaN where
+    exp(-x) overflows)."""
+    o = op.operation
+    block = o.block
+    value = o.results[0]
+    for name, position in (
+        ("stablehlo.exponential", None),
+        ("stablehlo.add", None),
+        ("stablehlo.divide", 1),
+    ):
+        use = _only_use(value)
+        if use is None:
+            return None
+        user = use.owner.operation
+        if user.name != name or user.block != block:
+            return None
+        if position is not None and use.operand_number != position:
+            return None
+        if name != "stablehlo.exponential" and not _is_one(user.operands[1 - use.operand_number]):
+            return None
+        value = user.results[0]
+    return user if dtypes.is_float(_ir.aval(value)[1]) else None
+
+
+def _only_use(value):
+    """The one use of `value` (an OpOperand), or None when it has none or several."""
+    uses = iter(value.uses)
+    first = next(uses, None)
+    if first is None or next(uses, None) is not None:
+        return None
+    return first
+
+
+def _is_one(value) -> bool:
+    """Whether `value` is a float constant of ones (a splat, or a scalar broadcast)."""
+    owner = value.owner
+    while isinstance(owner, ir.OpView | ir.Operation) and (
+        owner.operation.name == "stablehlo.broadcast_in_dim"
+    ):
+        owner = owner.operation.operands[0].owner
+    if not isinstance(owner, ir.OpView | ir.Operation) or (
+        owner.operation.name != "stablehlo.constant"
+    ):
+        return False
+    try:
+        attr = ir.DenseElementsAttr(owner.operation.attributes["value"])
+    except (TypeError, ValueError):  # a dense_resource blob, which the bindings cannot read
+        return False
+    return attr.is_splat and ir.FloatAttr(attr.get_splat_value()).value == 1.0
 
 
 @defjvp("stablehlo.abs")

@@ -58,6 +58,36 @@ def test_one_trace_serves_every_backend():
     assert (info.traces, info.lowerings, info.compiles) == (1, 1, 2)
 
 
+def test_one_lowering_serves_every_target_it_compiles_for():
+    """One `Lowered` compiles for cpu, the interpreter, IREE and a deviceless TPU topology
+    (those installed here): one trace and one lowering in all, one compile per target,
+    each result as NumPy computes it (the TPU one cannot run here: its optimized HLO is
+    XLA:TPU's)."""
+    from aotkit.backends import iree, tpu_topology
+
+    def f(x):  # (a program of its own: no other test's compile is in the persistent cache)
+        return x * 5.0 + 0.25
+
+    x = np.arange(4, dtype=np.float32)
+    jitted = jit(f)
+    lowered = jitted.lower(x)
+    targets = [{"backend": "cpu"}, {"backend": "interpreter"}]
+    if iree.installed():
+        targets.append({"backend": "iree"})
+    for target in targets:
+        compiled = lowered.compile(**target)
+        assert compiled.backend.name == target["backend"]
+        np.testing.assert_allclose(np.asarray(compiled(x)), x * 5 + 0.25, rtol=1e-6)
+    if tpu_topology.available() is None:  # libtpu is installed: a deviceless TPU target
+        targets.append({"backend": "tpu", "topology": "v5e:1x1"})
+        assert "tpu" in lowered.compile(**targets[-1]).as_text().lower()
+    for target in targets:  # each again: from the jit's compile cache
+        assert lowered.compile(**target) is lowered.compile(**target)
+    assert jitted.lower(x) is lowered
+    info = jitted.cache_info()
+    assert (info.traces, info.lowerings, info.compiles) == (1, 1, len(targets))
+
+
 def test_call_then_lower_compile_is_one_trace_and_one_compile():
     f = fresh_function()
     x = np.ones(3, np.float32)

@@ -50,7 +50,7 @@ from aotkit.program import Options, Program
 from aotkit.specs import ShapeDtype
 from aotkit.stages import Compiled, Lowered, Traced
 from aotkit.symbolic import specialize
-from aotkit.symbolic.signatures import is_symbolic
+from aotkit.symbolic.signatures import SymbolicSignature, is_symbolic
 from aotkit.tracing import core
 from aotkit.tracing.trace import trace
 from aotkit.transforms import functions as transform_functions
@@ -206,7 +206,7 @@ class _Transitions:
                 "aotkit transforms single-device programs; transform the function and jit "
                 "it with in_shardings/out_shardings instead"
             )
-        if is_symbolic(lowered.flat_in_specs):
+        if is_symbolic(lowered.flat_in_specs) or isinstance(options.get("axis_size"), str):
             return self._pending(lowered, kind, options, where)
         program = lowered._program
         call = transform_functions.call_program(program)
@@ -229,11 +229,11 @@ class _Transitions:
         return transitions.lower(traced, consume=True)
 
     def _pending(self, lowered: Lowered, kind: str, options: dict, where: str) -> Lowered:
-        """The transform of a symbolic program: a symbolic `Lowered` whose signature is
-        derived from the program's (`stage_signature`) and whose module is made per shape,
-        when it compiles (or is specialized): the source program refined to the sizes, then
-        the transforms applied by the static rules as to any static program
-        (`specialize.Pending`)."""
+        """The transform of a symbolic program (or a vmap over a symbolic axis): a
+        symbolic `Lowered` whose signature is derived from the program's
+        (`stage_signature`) and whose module is made per shape, when it compiles (or is
+        specialized): the source program refined to the sizes, then the transforms applied
+        by the static rules as to any static program (`specialize.Pending`)."""
         program = lowered._program
         signature = transform_functions.stage_signature(kind, lowered.signature, where, **options)
         before = program.pending
@@ -242,7 +242,10 @@ class _Transitions:
         transitions = _Transitions(self.options)
 
         def build(values: dict, where: str) -> Program:
-            static = specialize.specialize_program(source, values, where)
+            static = source
+            if is_symbolic(source.signature.flat_in_specs):
+                known = {s: values[s] for s in _symbols(source.signature)}
+                static = specialize.specialize_program(source, known, where)
             step = Lowered(
                 static,
                 pipeline=lowered.pipeline,
@@ -251,6 +254,9 @@ class _Transitions:
                 transform=transitions.transform,
             )
             for step_kind, step_options in transforms:
+                size = step_options.get("axis_size")
+                if isinstance(size, str):  # a new symbol (`vmap(axis_size="n")`)
+                    step_options = {**step_options, "axis_size": values[size]}
                 step = transitions.transform(step, step_kind, **step_options)
             made = step._program
             # The derived signature is the one each shape's module has.
@@ -260,10 +266,13 @@ class _Transitions:
             ), (made.signature, signature)
             return made
 
-        pending = specialize.Pending(
-            source, transforms, build, key=f"pipeline {self.options.pipeline!r}"
+        options = self.options
+        key = f"pipeline {options.pipeline!r}, keep_unused {options.keep_unused!r}"
+        pending = specialize.Pending(source, transforms, build, key=key)
+        # Each shape's program is the tracer's, as a static program's transform is.
+        made = source.replace(
+            signature=signature, pending=pending, frontend="aotkit", facts=frozenset()
         )
-        made = source.replace(signature=signature, pending=pending, facts=frozenset())
         return Lowered(
             made,
             pipeline=lowered.pipeline,
@@ -271,6 +280,10 @@ class _Transitions:
             compile=transitions.compile,
             transform=transitions.transform,
         )
+
+
+def _symbols(signature) -> tuple[str, ...]:
+    return SymbolicSignature.of(signature.flat_in_specs, signature.flat_out_specs).symbols
 
 
 # --- Traced -> Lowered ---------------------------------------------------------------------------

@@ -155,10 +155,19 @@ def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) ->
         lowered.flat_in_specs, lowered.flat_out_specs, where=where
     )
     program = lowered._program
+    pending = program.pending
     source = specialize.Source(
-        lambda: (program.module, program.lc), lambda: artifacts.portable_artifact(lowered)
+        lambda: (program.module, program.lc),
+        lambda: (
+            artifacts.portable_artifact(lowered)
+            if pending is None
+            else _no_portable(lowered.name, pending, shapes)
+        ),
+        pending,
     )
-    kind = specialize.DynamicExecutable if backend.dynamic_shapes else specialize.SymbolicExecutable
+    # A pending transform's module exists per shape only.
+    dynamic = backend.dynamic_shapes and pending is None
+    kind = specialize.DynamicExecutable if dynamic else specialize.SymbolicExecutable
     executable = kind(
         backend,
         lowered.name,
@@ -176,6 +185,16 @@ def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) ->
         lowered=lowered,
         options=options,
         origin="compiled",
+    )
+
+
+def _no_portable(name: str, pending, shapes) -> bytes:
+    example = ", ".join(f"{s}=8" for s in shapes.symbols)
+    raise ValueError(
+        f"Compiled {name!r}: serialize: the program is {pending.text} of another, which "
+        "aotkit makes per shape as it compiles each, so it has no portable StableHLO of its "
+        "own to save; save the transform specialized to each size instead "
+        f"(lowered.specialize({example}).compile().save(path))"
     )
 
 

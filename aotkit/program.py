@@ -93,6 +93,8 @@ class Program:
     that front end knows of the module (`aotkit.passes.TRACER_FACTS`, ...), which lets the
     pipeline skip passes they make no-ops. The module is the program's own: whoever holds
     the Program and changes the module (a pass pipeline) works on a copy (`clone`).
+    `pending` (aotkit.symbolic.specialize.Pending) marks a symbolic program transformed by
+    the stages, whose module exists per shape only: `module` is then its source's.
     """
 
     module: object
@@ -100,6 +102,7 @@ class Program:
     signature: Signature
     frontend: str
     facts: frozenset[str] = frozenset()
+    pending: object = None
 
     def replace(self, **changes) -> Program:
         return dataclasses.replace(self, **changes)

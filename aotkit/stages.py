@@ -51,8 +51,8 @@ from aotkit.arguments import (
 from aotkit.backends.base import ArgumentMismatch, Backend, Executable, MemoryAnalysis, describe
 from aotkit.program import Program, Signature
 from aotkit.specs import ShapeDtype
-from aotkit.symbolic.signatures import is_symbolic
-from aotkit.symbolic.specialize import SymbolicExecutable
+from aotkit.symbolic.signatures import SymbolicSignature, is_symbolic
+from aotkit.symbolic.specialize import SymbolicExecutable, pending_note
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,24 +210,44 @@ class ModuleStage(Stage):
         return self._program.facts
 
     def as_text(self, debug_info: bool = False) -> str:
-        """The module as MLIR text; `debug_info=True` adds the `file:line` locations."""
+        """The module as MLIR text; `debug_info=True` adds the `file:line` locations. A
+        transform of a symbolic program (`Lowered.grad` of one), whose module exists per
+        shape only, shows the symbolic module it transforms, after a comment saying so."""
         with self._lc:
-            return self._module.operation.get_asm(enable_debug_info=debug_info)
+            text = self._module.operation.get_asm(enable_debug_info=debug_info)
+        return pending_note(self._program.pending) + text
 
     def as_bytecode(self) -> bytes:
         """The module as MLIR bytecode (exact constants, locations kept)."""
-        return modules.bytecode(self._module)
+        return modules.bytecode(self._own_module("as_bytecode()"))
 
     def as_portable_artifact(self, target_version: str | None = None) -> bytes:
         """The module as a StableHLO portable artifact for `target_version` (MAJOR.MINOR.PATCH,
         'current' or 'minimum'), readable by later StableHLO versions and other compilers."""
+        self._own_module("as_portable_artifact()")
         return modules.portable_artifact(self.module, target_version)
+
+    def _own_module(self, what: str):
+        """The module, unless the program is a transform of a symbolic one (ValueError: it
+        has a module per shape only)."""
+        pending = self._program.pending
+        if pending is not None:
+            symbols = SymbolicSignature.of(self.flat_in_specs, self.flat_out_specs).symbols
+            sizes = ", ".join(f"{s}=8" for s in symbols)
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: {what}: the program is {pending.text} "
+                "of another, which aotkit makes per shape as it compiles each, so it has no "
+                "module of its own; specialize it to one size per symbol first "
+                f"(lowered.specialize({sizes}).{what}), or see as_text() for the module it "
+                "transforms"
+            )
+        return self._module
 
     @property
     def module(self) -> ir.Module:
         """A copy of the module (an `ir.Module` in the same context): changing it changes
         nothing in this stage. Use `as_text()` to look."""
-        data = modules.bytecode(self._module)
+        data = modules.bytecode(self._own_module("module"))
         with self._lc:
             return ir.Module.parse(data)
 
@@ -365,7 +385,12 @@ class Lowered(ModuleStage):
         (an int or a tuple), as `aotkit.grad` of the function it was lowered from: the
         program must return a float scalar (or `(scalar, aux)` with `has_aux=True`). Works
         for a module from any front end: traced, lowered by JAX, or loaded from a file.
-        `checkpoint_loops` and `max_trip_count` are `aotkit.grad`'s."""
+        `checkpoint_loops` and `max_trip_count` are `aotkit.grad`'s.
+
+        The transforms of a program with symbolic shapes are symbolic (their signatures
+        derived from its): each compiles per shape, the program refined to the sizes and
+        then transformed. Their module exists per shape only: `as_text()` shows the
+        symbolic module they transform, and `specialize` gives the module of one size."""
         return self._transform(
             self,
             "grad",
@@ -407,10 +432,12 @@ class Lowered(ModuleStage):
         return self._transform(self, "jvp")
 
     @api_boundary
-    def vmap(self, in_axes=0, out_axes=0, *, axis_size: int) -> Lowered:
+    def vmap(self, in_axes=0, out_axes=0, *, axis_size: int | str) -> Lowered:
         """This program mapped over a new axis of size `axis_size`: each argument leaf with
         an axis in `in_axes` (an int, None or one entry per positional argument, as
-        `aotkit.vmap`'s) takes that axis, each output gets one at `out_axes`."""
+        `aotkit.vmap`'s) takes that axis, each output gets one at `out_axes`. A name
+        (`axis_size="n"`) makes that axis a symbolic dimension: the program compiles per
+        size of it, as any symbolic program."""
         return self._transform(
             self, "vmap", in_axes=in_axes, out_axes=out_axes, axis_size=axis_size
         )

@@ -40,6 +40,8 @@ The symbolic signature (`SymbolicSignature`, `SymbolicSpec`) is aotkit/symbolic/
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import io
 import itertools
 import re
@@ -198,12 +200,45 @@ def _specs_text(specs) -> str:
 # --- the executable ------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Pending:
+    """A symbolic program transformed by the stages (`Lowered.grad`, `.vmap`, ...), or any
+    program mapped over a symbolic axis (`vmap(axis_size="n")`): its module exists per
+    shape only. `source` is the program transformed;
+    `transforms` the (kind, options) applied to it, in order; `build(values, where)` gives
+    the static program for the symbols' values (`source` refined to their sizes, as
+    `specialize_program` refines it, then transformed by the static rules, a symbolic
+    axis of vmap given its size). `key` says
+    what else decides the modules `build` makes (the transforms' pass pipeline)."""
+
+    source: Program
+    transforms: tuple[tuple[str, dict], ...]
+    build: Callable[[dict[str, int], str], Program]
+    key: str = ""
+
+    @property
+    def text(self) -> str:
+        """`grad(argnums=0, has_aux=False), then vmap(...)`."""
+        return ", then ".join(
+            f"{kind}({', '.join(f'{k}={v!r}' for k, v in options.items() if v is not None)})"
+            for kind, options in self.transforms
+        )
+
+
 class Source:
     """Where a symbolic executable gets its program: `module()` gives (module, lc), parsed
-    on first use; `portable()` its StableHLO portable artifact."""
+    on first use; `portable()` its StableHLO portable artifact. With `pending` (a
+    `Pending`), `module()` is the source program and the module of each shape is
+    `pending.build`'s (`refined`)."""
 
-    def __init__(self, module: Callable[[], tuple], portable: Callable[[], bytes]):
+    def __init__(
+        self,
+        module: Callable[[], tuple],
+        portable: Callable[[], bytes],
+        pending: Pending | None = None,
+    ):
         self._module_fn, self._portable_fn = module, portable
+        self.pending = pending
         self._module = None
         self._portable = None
         self._digest = None
@@ -226,8 +261,22 @@ class Source:
         """SHA-256 of the program without its locations: the persistent cache's key for it."""
         if self._digest is None:
             module, lc = self.module()
-            self._digest = cache.program_digest(module, lc)
+            digest = cache.program_digest(module, lc)
+            if self.pending is not None:
+                # The transforms decide the modules as much as the source does.
+                text = f"{digest}\n{self.pending.text}\n{self.pending.key}"
+                digest = hashlib.sha256(text.encode()).hexdigest()
+            self._digest = digest
         return self._digest
+
+    def refined(self, values: dict[str, int], in_specs, where: str):
+        """The static module of the symbols' `values` (the signature's concrete argument
+        specs `in_specs`): the program refined to them, or for a pending transform the
+        module `pending.build` makes."""
+        if self.pending is None:
+            module, lc = self.module()
+            return refine(module, lc, in_specs, where)
+        return self.pending.build(values, where).module
 
     def reads_sizes(self) -> bool:
         """Whether the program reads a dimension size (`stablehlo.get_dimension_size`, whose
@@ -352,8 +401,7 @@ class SymbolicExecutable(Executable):
         if cache_key is not None:
             executable = cache.get(cache_key, entry, backend, options)
         if executable is None:
-            module, lc = self.source.module()
-            refined = refine(module, lc, in_specs, where)
+            refined = self.source.refined(values, in_specs, where)
             executable = backend.compile(refined, options)
             self.compiles += 1
             if cache_key is not None:
@@ -468,7 +516,7 @@ class SymbolicExecutable(Executable):
         held = "\n".join(f"//   {self.shapes.text(v)}" for v in self.specialized())
         return (
             f"// symbolic program {self.name!r}; executables compiled for:\n"
-            f"{held or '//   (none yet)'}\n{text}"
+            f"{held or '//   (none yet)'}\n{pending_note(self.source.pending)}{text}"
         )
 
     def runtime_executable(self):
@@ -476,6 +524,17 @@ class SymbolicExecutable(Executable):
 
     def serialize(self) -> bytes | None:
         return None
+
+
+def pending_note(pending: Pending | None) -> str:
+    """The comment that says what a pending transform's text is (its source module follows
+    it), or "" for a program whose module is its own."""
+    if pending is None:
+        return ""
+    return (
+        f"// this program is {pending.text} of the module below, whose\n"
+        "// module aotkit makes per shape: that module at those sizes, then transformed\n"
+    )
 
 
 def _size(where: str, name: str, n):
@@ -522,6 +581,8 @@ def specialize_program(program: Program, sizes: dict, where: str) -> Program:
         )
     values = {name: _size(where, name, sizes[name]) for name in shapes.symbols}
     shapes.check_values(values, where)
+    if program.pending is not None:
+        return program.pending.build(values, f"{where}: {shapes.text(values)}")
     in_specs, _ = shapes.concrete(values)
     refined = refine(program.module, program.lc, in_specs, f"{where}: {shapes.text(values)}")
     with program.lc:

@@ -26,9 +26,11 @@ def _aval_of_type(t: ir.Type) -> Aval:
     ranked = ir.RankedTensorType(t)
     if not ranked.has_static_shape:
         raise NotImplementedError(
-            f"a value of type {t} has a dynamic shape; aotkit's transforms need static "
-            "shapes: specialize the program to concrete sizes first (Lowered.specialize, "
-            "one size per symbol: lowered.specialize(b=8).grad())"
+            f"a value of type {t} has a dynamic shape; aotkit's transform rules run on "
+            "static shapes: transform the symbolic program as a stage instead, which "
+            "transforms it per shape as it compiles (aotkit.jit(f).lower(aotkit.spec("
+            "'f32[b,784]')).grad()), or specialize it to concrete sizes first "
+            "(Lowered.specialize, one size per symbol: lowered.specialize(b=8).grad())"
         )
     return tuple(ranked.shape), dtypes.dtype_of_ir_type(ranked.element_type)
 

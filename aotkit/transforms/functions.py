@@ -36,6 +36,7 @@ from aotkit import _context, arguments, autograph, dtypes, frontends, modules
 from aotkit.arguments import function_name
 from aotkit.frontends import jax as jax_frontend
 from aotkit.specs import ShapeDtype
+from aotkit.symbolic import algebra
 from aotkit.tracing import control as tracer_control
 from aotkit.tracing import core, keys
 from aotkit.tracing.core import Tracer
@@ -356,6 +357,35 @@ def _check_scalar_output(where: str, spec) -> None:
         )
 
 
+def _check_differentiable(where: str, arg, a: int, dtype) -> None:
+    """TypeError unless a leaf of dtype `dtype` of positional argument `a` (`arg`) is
+    differentiable (without `allow_int`)."""
+    if dtypes.is_inexact(dtype):
+        return
+    key = [x for x in tree_util.tree_leaves(arg, is_leaf=keys.is_key) if keys.is_key(x)]
+    got = key[0].dtype.name if key else dtypes.short_name(dtype)
+    raise TypeError(
+        f"{where}: grad requires real- or complex-valued inputs (a float or "
+        f"complex dtype), but argument {a} has a leaf of dtype {got}; pass "
+        "allow_int=True for a float0 zero gradient, or leave the argument out "
+        "of argnums"
+    )
+
+
+def _value_trees(where: str, out_tree, first, has_aux: bool):
+    """(the value's tree, the auxiliary data's or None) of a function `grad` takes: its
+    value (whose spec is `first`) one real scalar."""
+    value_tree, aux_tree = _split_aux(where, out_tree, has_aux, "value", "value")
+    if value_tree.num_leaves != 1 or value_tree.num_nodes != 1:
+        raise TypeError(
+            f"{where}: grad is defined for functions with one scalar output, but the "
+            f"function returned {value_tree}; return one scalar (with has_aux=True, "
+            "return (scalar, aux))"
+        )
+    _check_scalar_output(where, first)
+    return value_tree, aux_tree
+
+
 def value_and_grad(
     fun: Callable,
     args: tuple,
@@ -381,28 +411,13 @@ def value_and_grad(
     for a in nums:
         for i in ranges[a]:
             diff[i] = True
-            if not dtypes.is_inexact(leaves[i].dtype) and not allow_int:
-                key = [x for x in tree_util.tree_leaves(args[a], is_leaf=keys.is_key)]
-                key = [x for x in key if keys.is_key(x)]
-                got = key[0].dtype.name if key else dtypes.short_name(leaves[i].dtype)
-                raise TypeError(
-                    f"{where}: grad requires real- or complex-valued inputs (a float or "
-                    f"complex dtype), but argument {a} has a leaf of dtype {got}; pass "
-                    "allow_int=True for a float0 zero gradient, or leave the argument out "
-                    "of argnums"
-                )
+            if not allow_int:
+                _check_differentiable(where, args[a], a, leaves[i].dtype)
     src = trace_function(fun, leaves, in_tree, where)
     try:
         out_specs = src.out_avals
         out_tree = src.out_tree
-        value_tree, aux_tree = _split_aux(where, out_tree, has_aux, "value", "value")
-        if value_tree.num_leaves != 1 or value_tree.num_nodes != 1:
-            raise TypeError(
-                f"{where}: grad is defined for functions with one scalar output, but the "
-                f"function returned {value_tree}; return one scalar (with has_aux=True, "
-                "return (scalar, aux))"
-            )
-        _check_scalar_output(where, _Spec(*out_specs[0]))
+        _, aux_tree = _value_trees(where, out_tree, _Spec(*out_specs[0]), has_aux)
         outs, backward = linearize_block(src, leaves, diff, "grad", policy)
     finally:
         src.drop()
@@ -876,3 +891,96 @@ def batched_specs(where: str, args: tuple, kwargs: dict, in_axes, size: int):
             out.append(ShapeDtype(shape, spec.dtype))
     b_args, b_kwargs = tree_util.tree_unflatten(tree, out)
     return b_args, b_kwargs
+
+
+def stage_signature(kind: str, signature, where: str, **options):
+    """The signature of the stage transform `kind` of a program of `signature`, from the
+    specs alone (symbolic ones included): the one the function `stage_function` gives would
+    trace to, known before any shape is (the module of each shape then has it). A name as
+    vmap's `axis_size` is a new symbol. Raises what the transform raises for a program of
+    these specs."""
+    in_specs, out_specs = signature.in_specs, signature.out_specs
+    if kind == "vmap" and isinstance(options["axis_size"], str):
+        options = {**options, "axis_size": _new_symbol(where, signature, options["axis_size"])}
+        args, kwargs = in_specs
+        args, kwargs = batched_specs(where, args, kwargs, options["in_axes"], options["axis_size"])
+        new = options["axis_size"]
+        if not any(d is new for s in tree_util.tree_leaves((args, kwargs)) for d in s.shape):
+            raise ValueError(
+                f"{where}: axis_size={str(new)!r} is a symbol, but in_axes maps no "
+                "argument, so no call could give its size; map an argument, or give an int"
+            )
+    else:
+        _, args, kwargs = stage_function(kind, None, in_specs, out_specs, where, **options)
+    primals = tuple(in_specs[0])
+    if kind in ("grad", "value_and_grad"):
+        argnums, has_aux = options["argnums"], options["has_aux"]
+        nums = _argnums(where, argnums, len(primals))
+        for a in nums:
+            for leaf in tree_util.tree_leaves(primals[a]):
+                _check_differentiable(where, primals[a], a, leaf.dtype)
+        first = signature.flat_out_specs[0] if signature.flat_out_specs else None
+        _value_trees(where, signature.out_tree, first, has_aux)
+        grads = tuple(primals[a] for a in nums)
+        grads = grads if isinstance(argnums, tuple | list) else grads[0]
+        if kind == "value_and_grad":
+            out = ((out_specs[0], out_specs[1]) if has_aux else out_specs, grads)
+        else:
+            out = (grads, out_specs[1]) if has_aux else grads
+    elif kind == "vjp":
+        out = (out_specs, _none_at_int(primals))
+    elif kind == "jvp":
+        out = (out_specs, _none_at_int(out_specs))
+    elif kind == "vmap":
+        out = _batched_out_specs(where, out_specs, signature.out_tree, options)
+    else:
+        raise AssertionError(kind)
+    flat_in, in_tree = tree_util.tree_flatten((tuple(args), kwargs))
+    flat_out, out_tree = tree_util.tree_flatten(out)
+    return signature.replace(
+        name=f"{signature.name}_{kind}",
+        in_tree=in_tree,
+        out_tree=out_tree,
+        flat_in_specs=tuple(flat_in),
+        flat_out_specs=tuple(flat_out),
+        donated=(),
+        in_keys=(),
+        out_keys=(),
+        arg_names=(),
+    )
+
+
+def _new_symbol(where: str, signature, name: str):
+    """The dimension `name` (`vmap(axis_size="n")`) among the program's symbols."""
+    if not name.isidentifier():
+        raise ValueError(
+            f"{where}: axis_size={name!r} is neither an int nor a symbol's name; give a size, "
+            "or a name such as 'n' for a symbolic one"
+        )
+    specs = signature.flat_in_specs + signature.flat_out_specs
+    return (algebra.scope_of(specs) or algebra.DEFAULT_SCOPE).symbol(name)
+
+
+def _batched_out_specs(where: str, out_specs, out_tree, options):
+    """The output specs of `vmap` with `options`: each output with the new axis at its
+    `out_axes` (an output given None stays as it is: the transform refuses it where it
+    depends on the mapped arguments)."""
+    size = options["axis_size"]
+    size = size if isinstance(size, algebra.Dim) else int(size)
+    out_struct = tree_util.tree_unflatten(out_tree, [0] * out_tree.num_leaves)
+    o_axes = _axes_for(where, "out_axes", options["out_axes"], out_struct)
+    leaves = []
+    for spec, a in zip(tree_util.tree_leaves(out_specs), o_axes, strict=True):
+        if a is None:
+            leaves.append(spec)
+            continue
+        rank = len(spec.shape) + 1
+        if not -rank <= a < rank:
+            raise ValueError(
+                f"{where}: out_axes {a} is out of range for an output of rank {rank - 1}"
+            )
+        a = int(a) % rank
+        leaves.append(
+            ShapeDtype(tuple(spec.shape[:a]) + (size,) + tuple(spec.shape[a:]), spec.dtype)
+        )
+    return tree_util.tree_unflatten(out_tree, leaves)

@@ -42,14 +42,18 @@ def close(got, want):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * float(np.max(np.abs(want))))
 
 
-def test_transform_refusal_names_specialize(exported):
+def test_transform_refusal_names_specialize():
+    # A transform inside a symbolic trace; `exported.grad()` transforms per shape
+    # (tests/symbolic/test_symbolic_transforms.py).
     with pytest.raises(
         NotImplementedError,
-        match=r"has a dynamic shape; aotkit's transforms need static shapes: specialize the "
-        r"program to concrete sizes first \(Lowered\.specialize, one size per symbol: "
-        r"lowered\.specialize\(b=8\)\.grad\(\)\)$",
+        match=r"has a dynamic shape; aotkit's transform rules run on static shapes: transform "
+        r"the symbolic program as a stage instead, which transforms it per shape as it "
+        r"compiles \(aotkit\.jit\(f\)\.lower\(aotkit\.spec\('f32\[b,784\]'\)\)\.grad\(\)\), "
+        r"or specialize it to concrete sizes first \(Lowered\.specialize, one size per "
+        r"symbol: lowered\.specialize\(b=8\)\.grad\(\)\)$",
     ):
-        exported.grad()
+        aotkit.jit(aotkit.grad(lambda x: anp.sum(x * x))).lower(aotkit.spec("f32[b]"))
 
 
 def test_specialized_is_static_and_runs_as_the_symbolic_program(exported):

@@ -31,6 +31,7 @@ from aotkit import _compat, _context, arguments, dtypes, frontends, modules, spm
 from aotkit.frontends import _module, trust
 from aotkit.program import DEFAULT_OPTIONS, Options, Program
 from aotkit.specs import ShapeDtype
+from aotkit.symbolic import algebra
 
 # aotkit's own frames are not the user's: JAX's locations skip the package's folder.
 _compat.exclude_from_jax_locations(os.path.dirname(os.path.dirname(__file__)) + os.sep)
@@ -76,6 +77,7 @@ def trace_jax(
     )
     user_args = (dyn_args, dyn_kwargs)
     leaves_with_paths, user_tree = tree_util.tree_flatten_with_path(user_args)
+    _refuse_symbolic(where, fn, len(dyn_args), static_argnums, leaves_with_paths)
     abstract_args, abstract_kwargs = tree_util.tree_unflatten(
         user_tree, [_jax_argument(leaf) for _, leaf in leaves_with_paths]
     )
@@ -247,6 +249,22 @@ def _as_tuple(value) -> tuple:
     if isinstance(value, int | str):
         return (value,)
     return tuple(value)
+
+
+def _refuse_symbolic(where: str, fn, n_args: int, static_argnums, leaves_with_paths) -> None:
+    """JAX lowers a function here for concrete shapes: a spec with symbolic dimensions is
+    refused, naming the two ways that take one."""
+    for path, leaf in leaves_with_paths:
+        if isinstance(leaf, ShapeDtype) and not algebra.is_static(leaf.shape):
+            names = arguments.parameter_names(fn, n_args, set(static_argnums))
+            name = arguments.arg_path(path, names)
+            raise ValueError(
+                f"{where}: argument {name} is {leaf}, with symbolic dimensions, which JAX's "
+                "lowering here does not take; trace the function with aotkit "
+                "(frontend='aotkit', for aotkit.numpy code), or export it with jax.export "
+                "(jax.export.symbolic_shape) and load it with "
+                "aotkit.load_module(exported.serialize())"
+            )
 
 
 def _jax_argument(leaf):

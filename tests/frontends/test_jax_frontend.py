@@ -838,3 +838,27 @@ def test_key_calls_take_the_native_fast_path(monkeypatch):
 
 def _keys_fold_in_and_add(k, x):
     return jax.random.fold_in(k, 1), x + 1
+
+
+def test_symbolic_specs_are_refused_with_the_ways_that_take_them():
+    def f(x, y):
+        return jnp.sin(y).sum() + x
+
+    with pytest.raises(ValueError, match=(
+        r"^lower: f \(frontend='jax'\): argument y is f32\[b,4\], with symbolic dimensions, "
+        r"which JAX's lowering here does not take; trace the function with aotkit "
+        r"\(frontend='aotkit', for aotkit.numpy code\), or export it with jax.export "
+        r"\(jax.export.symbolic_shape\) and load it with "
+        r"aotkit.load_module\(exported.serialize\(\)\)$"
+    )):  # fmt: skip
+        aotkit.jit(f, frontend="jax").lower(np.float32(1), aotkit.spec("f32[b,4]"))
+    # The second way works: the same function exported with a symbolic batch.
+    exported = jax.export.export(jax.jit(f))(
+        jax.ShapeDtypeStruct((), np.float32),
+        jax.ShapeDtypeStruct(jax.export.symbolic_shape("b, 4"), np.float32),
+    )
+    compiled = aotkit.load_module(exported.serialize()).compile()
+    y = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_allclose(
+        np.asarray(compiled(np.float32(1), y)), np.sin(y).sum() + 1, rtol=1e-6
+    )

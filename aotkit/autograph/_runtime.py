@@ -154,7 +154,7 @@ def out(names: tuple) -> tuple:
     return tuple(f.get(n, UNDEFINED) for n in names)
 
 
-class _Scope:
+class _CallerNames:
     """Looks names up as the caller's code would: its locals, then globals and builtins."""
 
     __slots__ = ("locals", "globals")
@@ -170,9 +170,9 @@ class _Scope:
         return getattr(builtins, name, UNDEFINED)
 
 
-def _entry(params, depth: int = 2) -> tuple[dict, _Scope]:
+def _entry(params, depth: int = 2) -> tuple[dict, _CallerNames]:
     """The caller's values of `params` (UNDEFINED when unbound), and its scope."""
-    scope = _Scope(sys._getframe(depth))
+    scope = _CallerNames(sys._getframe(depth))
     f = scope.locals
     return {n: f.get(n, UNDEFINED) for n in params}, scope
 
@@ -200,7 +200,7 @@ def _has_tracer(v) -> bool:
     return False
 
 
-def _side_effects(info, vals: dict, scope: _Scope) -> list[str]:
+def _side_effects(info, vals: dict, scope: _CallerNames) -> list[str]:
     """Reasons the block would change Python objects (runs once traced, N times in Python)."""
     reasons = []
     for name in sorted(info.subscript_bases):

@@ -32,7 +32,7 @@ from aotkit import dtypes
 from aotkit.arguments import key_dtype, key_impl_name, spec_text
 from aotkit.tracing.core import Tracer, bind1, full, is_tracing, where
 from aotkit.tracing.creation import iota
-from aotkit.tracing.hlo import broadcast_to_shape, cast, normalize_axis
+from aotkit.tracing.hlo import broadcast_to_shape, broadcasts_to, cast, normalize_axis
 from aotkit.tracing.keys import KeyTracer, is_key
 from aotkit.tracing.nn import erf_inv, sort_key_val
 
@@ -289,14 +289,7 @@ def bits(key, shape=(), dtype=None):
 def _bound(op: str, v, dtype: np.dtype, shape: tuple[int, ...], name: str) -> Tracer:
     """A minval/maxval operand cast to `dtype` and broadcast to the result shape."""
     t = anp.asarray(v) if not isinstance(v, Tracer) else v
-    try:
-        fits = np.broadcast_shapes(t.shape, shape) == shape
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(
-            f"{where(op)}: {name} of shape {t.shape} does not broadcast to the shape {shape}"
-        )
+    _check_broadcast(op, name, t.shape, shape)
     return broadcast_to_shape(cast(t, dtype), shape)
 
 
@@ -384,11 +377,7 @@ def bernoulli(key, p=0.5, shape=None, mode="low"):
 
 
 def _check_broadcast(op: str, name: str, shape, target) -> None:
-    try:
-        fits = np.broadcast_shapes(tuple(shape), target) == target
-    except ValueError:
-        fits = False
-    if not fits:
+    if not broadcasts_to(tuple(shape), target):
         raise ValueError(
             f"{where(op)}: {name} of shape {tuple(shape)} does not broadcast to the shape {target}"
         )

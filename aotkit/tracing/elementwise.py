@@ -174,7 +174,9 @@ def _operand_key(op: str, x):
     )
 
 
-def _shape_of(x) -> tuple[int, ...]:
+def shape_of(x) -> tuple[int, ...]:
+    """The shape of an operand: a traced array, a Python scalar (`()`) or anything NumPy
+    reads as an array."""
     if isinstance(x, Tracer):
         return x.shape
     if dtypes.weak_kind(x) is not None:
@@ -277,7 +279,7 @@ def _prepare(op: str, ufunc: np.ufunc, args, out=None) -> tuple[list[Tracer], np
             f"{where(op)}: NumPy's {ufunc.__name__} does not support operands of dtype "
             f"({names}); cast them with .astype first"
         ) from e
-    shape = broadcast_shapes(op, *[_shape_of(a) for a in args])
+    shape = broadcast_shapes(op, *[shape_of(a) for a in args])
     for a, d in zip(args, ins, strict=True):
         _check_scalar(op, a, d)
     operands = [
@@ -1062,7 +1064,7 @@ def where_(condition, x=None, y=None):
     pred_key = _operand_key("where", condition)
     keys = (_operand_key("where", x), _operand_key("where", y))
     out_dtype = dtypes.result_type(*keys)
-    shape = broadcast_shapes("where", _shape_of(condition), _shape_of(x), _shape_of(y))
+    shape = broadcast_shapes("where", shape_of(condition), shape_of(x), shape_of(y))
     pred_dtype = pred_key if isinstance(pred_key, np.dtype) else dtypes.result_type(pred_key)
     pred = to_operand("where", condition, pred_dtype, shape)
     pred = cast(pred, np.dtype(np.bool_))

@@ -48,6 +48,15 @@ def no_out(op: str, out) -> None:
         )
 
 
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether NumPy broadcasting takes `shape` to exactly `target` (a value written into,
+    or laid over, an array of shape `target`)."""
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
 def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy broadcasting of shapes; ValueError naming the op and the shapes otherwise."""
     first = shapes[0]
@@ -148,6 +157,13 @@ def normalize_axis(op: str, axis, ndim: int) -> int:
             f"{where(op)}: axis {axis} is out of bounds for an array of dimension {ndim}"
         )
     return axis % ndim if ndim else 0
+
+
+def ravel_or_axis(op: str, x: Tracer, axis) -> tuple[Tracer, int]:
+    """NumPy's `axis=None`: `x` flattened and its axis 0; else `x` and `axis` normalized."""
+    if axis is None:
+        return reshape_to(x, (x.size,)), 0
+    return x, normalize_axis(op, axis, x.ndim)
 
 
 def normalize_axes(op: str, axis, ndim: int, name: str = "axis") -> tuple[int, ...]:

@@ -55,6 +55,7 @@ from aotkit.tracing.elementwise import (
     minimum,
     multiply,
     remainder,
+    shape_of,
     to_operand,
 )
 from aotkit.tracing.hlo import (
@@ -64,6 +65,7 @@ from aotkit.tracing.hlo import (
     concat,
     no_out,
     normalize_axis,
+    ravel_or_axis,
     rebind,
     reshape_to,
     reverse,
@@ -91,9 +93,10 @@ def _gather_shape(a, idx, *, offset_dims, collapsed, slice_sizes):
     return [(tuple(next(window) if i in offset_dims else next(batch) for i in range(rank)), a[1])]
 
 
-@register("gather", shape=_gather_shape)
-def _lower_gather(ctx: RuleContext, x, idx, *, offset_dims, collapsed, slice_sizes):
-    dnums = stablehlo.GatherDimensionNumbers.get(
+def gather_dimension_numbers(ctx: RuleContext, offset_dims, collapsed):
+    """The dimension numbers of the `gather` op (static or dynamic): `collapsed` operand
+    dimensions indexed by the last axis of the indices, the others kept at `offset_dims`."""
+    return stablehlo.GatherDimensionNumbers.get(
         offset_dims=list(offset_dims),
         collapsed_slice_dims=list(collapsed),
         operand_batching_dims=[],
@@ -101,6 +104,11 @@ def _lower_gather(ctx: RuleContext, x, idx, *, offset_dims, collapsed, slice_siz
         start_index_map=list(collapsed),
         index_vector_dim=len(ctx.avals_in[1][0]) - 1,
     )
+
+
+@register("gather", shape=_gather_shape)
+def _lower_gather(ctx: RuleContext, x, idx, *, offset_dims, collapsed, slice_sizes):
+    dnums = gather_dimension_numbers(ctx, offset_dims, collapsed)
     return [
         stablehlo.gather(
             x, idx, dnums, list(slice_sizes), indices_are_sorted=False, results=[ctx.out_type()]
@@ -1262,19 +1270,11 @@ def getitem(x: Tracer, idx, op: str = "getitem") -> Tracer | _Selection:
 # --- functional updates ----------------------------------------------------------------------
 
 
-def _value_shape(v) -> tuple[int, ...]:
-    if isinstance(v, Tracer):
-        return v.shape
-    if dtypes.weak_kind(v) is not None:
-        return ()
-    return tuple(np.shape(v))
-
-
 def _value(op: str, v, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
     """`v` cast to `dtype` (as NumPy's setitem casts) and broadcast to `shape`."""
     if isinstance(v, list | tuple) and _contains_tracer(v):
         v = asarray(v)
-    vshape = _value_shape(v)
+    vshape = shape_of(v)
     stripped = vshape
     while len(stripped) > len(shape) and stripped[0] == 1:
         stripped = stripped[1:]
@@ -1319,12 +1319,10 @@ def _masked_update(op: str, x: Tracer, p: _Parsed, v, mode: str) -> Tracer:
             "mask covering the leading axes); for other forms use aotkit.numpy.where"
         )
     rest = x.shape[mask.ndim :]
-    if len(_value_shape(v)) > len(rest) and any(
-        s != 1 for s in _value_shape(v)[: -len(rest) or None]
-    ):
+    if len(shape_of(v)) > len(rest) and any(s != 1 for s in shape_of(v)[: -len(rest) or None]):
         raise ValueError(
             f"{where(op)}: with a traced boolean mask the value must broadcast to {rest} (it "
-            f"is used for every selected element), got shape {_value_shape(v)}"
+            f"is used for every selected element), got shape {shape_of(v)}"
         )
     value = _value(op, v, x.dtype, rest)
     new = _combine(mode, x, broadcast_to_shape(value, x.shape))
@@ -1606,7 +1604,7 @@ Tracer.copy = lambda self, order="C": copy(self)
 
 
 def _fill(self: Tracer, value) -> None:
-    shape = _value_shape(value)
+    shape = shape_of(value)
     if math.prod(shape) != 1:
         raise ValueError(f"{where('fill')}: the fill value must be a scalar, got shape {shape}")
     if isinstance(value, Tracer):
@@ -1707,11 +1705,7 @@ def take(a, indices, axis=None, out=None, mode=None):
         raise ValueError(
             f"{where('take')}: clipmode must be one of 'clip', 'raise', or 'wrap', got {mode!r}"
         )
-    x = asarray(a)
-    if axis is None:
-        x = reshape_to(x, (x.size,))
-        axis = 0
-    axis = normalize_axis("take", axis, x.ndim)
+    x, axis = ravel_or_axis("take", asarray(a), axis)
     n = x.shape[axis]
     kind, ind = _classify("take", indices)
     if kind in ("none", "ellipsis", "slice", "mask", "tmask"):

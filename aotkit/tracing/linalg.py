@@ -56,12 +56,14 @@ LINALG_FUNCTIONS: dict[str, Callable] = {}
 
 
 def _dot_shape(a, b, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract, precision, dtype):
-    shape = _dot_dims(a[0], b[0], lhs_batch, rhs_batch, lhs_contract, rhs_contract)
+    shape = dot_general_shape(a[0], b[0], lhs_batch, rhs_batch, lhs_contract, rhs_contract)
     return [(shape, a[1] if dtype is None else dtype)]
 
 
 @functools.lru_cache(maxsize=1024)  # a model repeats a few products many times
-def _dot_dims(a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract) -> tuple[int, ...]:
+def dot_general_shape(a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract) -> tuple[int, ...]:
+    """The shape of `dot_general` of operands of shapes `a` and `b`: batch, a's free, b's
+    free (the tracer's shape rule and the transforms' emitter both read it)."""
     batch = tuple(a[i] for i in lhs_batch)
     lhs_free = tuple(d for i, d in enumerate(a) if i not in lhs_batch and i not in lhs_contract)
     rhs_free = tuple(d for i, d in enumerate(b) if i not in rhs_batch and i not in rhs_contract)
@@ -69,12 +71,12 @@ def _dot_dims(a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract) -> tuple[i
 
 
 def _dot_attrs(*, lhs_batch, rhs_batch, lhs_contract, rhs_contract, precision, dtype) -> dict:
-    dims = _dot_dims_attr(lhs_batch, rhs_batch, lhs_contract, rhs_contract)
+    dims = dot_dimension_numbers(lhs_batch, rhs_batch, lhs_contract, rhs_contract)
     return {"dot_dimension_numbers": dims, "precision_config": precision_attr(precision)}
 
 
 @_context.cached
-def _dot_dims_attr(lhs_batch, rhs_batch, lhs_contract, rhs_contract):
+def dot_dimension_numbers(lhs_batch, rhs_batch, lhs_contract, rhs_contract):
     return stablehlo.DotDimensionNumbers.get(
         lhs_batching_dimensions=list(lhs_batch),
         rhs_batching_dimensions=list(rhs_batch),

@@ -38,10 +38,12 @@ from aotkit.tracing.elementwise import asarray, divide, maximum, subtract
 from aotkit.tracing.hlo import (
     broadcast_shapes,
     broadcast_to_shape,
+    broadcasts_to,
     cast,
     no_out,
     normalize_axes,
     normalize_axis,
+    ravel_or_axis,
     reshape_to,
     to_operand,
 )
@@ -249,11 +251,7 @@ def _mask(op: str, wh, shape: tuple[int, ...]) -> Tracer | None:
             f"{where(op)}: where= must be a boolean mask, got dtype {m.dtype}; "
             "compare first (e.g. where=x > 0)"
         )
-    try:
-        fits = np.broadcast_shapes(m.shape, shape) == shape
-    except ValueError:
-        fits = False
-    if not fits:
+    if not broadcasts_to(m.shape, shape):
         raise ValueError(
             f"{where(op)}: where= of shape {m.shape} does not broadcast to the array's "
             f"shape {shape}"
@@ -588,11 +586,7 @@ def _argreduce(op: str, a, axis, out, keepdims) -> Tracer:
     no_out(op, out)
     x = asarray(a)
     in_shape = x.shape
-    if axis is None:
-        x = reshape_to(x, (x.size,))
-        ax = 0
-    else:
-        ax = normalize_axis(op, axis, x.ndim)
+    x, ax = ravel_or_axis(op, x, axis)
     if x.shape[ax] == 0:
         raise ValueError(f"{where(op)}: attempt to get {op} of an empty sequence")
     if x.dtype == _BOOL or dtypes.is_sub_byte_int(x.dtype):
@@ -693,11 +687,7 @@ def _cumulative_symbolic(x: Tracer, axis: int, monoid: str) -> Tracer:
 def _cumulative(op, monoid, a, axis, dtype, out) -> Tracer:
     no_out(op, out)
     x = asarray(a)
-    if axis is None:
-        x = reshape_to(x, (x.size,))
-        ax = 0
-    else:
-        ax = normalize_axis(op, axis, x.ndim)
+    x, ax = ravel_or_axis(op, x, axis)
     out_dtype = _widened_dtype(op, dtype, x)
     return cast(cumulative(cast(x, _accumulator(out_dtype)), ax, monoid), out_dtype)
 

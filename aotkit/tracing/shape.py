@@ -43,6 +43,7 @@ from aotkit.tracing.hlo import (
     no_out,
     normalize_axes,
     normalize_axis,
+    ravel_or_axis,
     reshape_to,
     reverse,
     slice_static,
@@ -659,11 +660,7 @@ def append(arr, values, axis=None):
 
 @export("delete")
 def delete(arr, obj, axis=None):
-    x = _asarray(arr)
-    if axis is None:
-        x = reshape_to(x, (x.size,))
-        axis = 0
-    axis = normalize_axis("delete", axis, x.ndim)
+    x, axis = ravel_or_axis("delete", _asarray(arr), axis)
     if isinstance(obj, Tracer) or (
         isinstance(obj, list | tuple) and any(isinstance(o, Tracer) for o in obj)
     ):
@@ -699,12 +696,7 @@ def tile(A, reps):
 
 @export("repeat")
 def repeat(a, repeats, axis=None):
-    x = _asarray(a)
-    if axis is None:
-        x = reshape_to(x, (x.size,))
-        axis = 0
-    else:
-        axis = normalize_axis("repeat", axis, x.ndim)
+    x, axis = ravel_or_axis("repeat", _asarray(a), axis)
     if isinstance(repeats, Tracer):
         raise traced_size_error("repeat", "repeats")
     reps = np.asarray(repeats)

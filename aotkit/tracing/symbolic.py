@@ -37,6 +37,7 @@ from aotkit.tracing.core import (
     register_symbolic,
     user_site,
 )
+from aotkit.tracing.indexing import gather_dimension_numbers
 
 
 class SymbolicTrace:
@@ -450,14 +451,7 @@ def _gather(ctx: RuleContext, x, idx, *, static, offset_dims, collapsed, slice_s
         return static(
             ctx, x, idx, offset_dims=offset_dims, collapsed=collapsed, slice_sizes=slice_sizes
         )
-    dnums = stablehlo.GatherDimensionNumbers.get(
-        offset_dims=list(offset_dims),
-        collapsed_slice_dims=list(collapsed),
-        operand_batching_dims=[],
-        start_indices_batching_dims=[],
-        start_index_map=list(collapsed),
-        index_vector_dim=len(ctx.avals_in[1][0]) - 1,
-    )
+    dnums = gather_dimension_numbers(ctx, offset_dims, collapsed)
     return ir.Operation.create(
         "stablehlo.dynamic_gather",
         results=[ctx.out_type()],

@@ -16,13 +16,15 @@ from aotkit import dtypes
 from aotkit.tracing import outputs
 from aotkit.tracing.core import Tracer, bind1, export, full, where
 from aotkit.tracing.creation import iota
-from aotkit.tracing.elementwise import asarray
+from aotkit.tracing.elementwise import asarray, shape_of
 from aotkit.tracing.hlo import (
     broadcast_shapes,
     broadcast_to_shape,
+    broadcasts_to,
     cast,
     concat,
     normalize_axis,
+    ravel_or_axis,
     rebind,
     reshape_to,
     to_operand,
@@ -275,12 +277,7 @@ Tracer.put = lambda self, indices, values, mode="raise": put(self, indices, valu
 @export("insert")
 def insert(arr, obj, values, axis=None):
     op = "insert"
-    x = asarray(arr)
-    if axis is None:
-        x = reshape_to(x, (x.size,))
-        ax = 0
-    else:
-        ax = normalize_axis(op, axis, x.ndim)
+    x, ax = ravel_or_axis(op, asarray(arr), axis)
     n = x.shape[ax]
     if isinstance(obj, Tracer):
         raise TypeError(
@@ -344,11 +341,7 @@ def _values(op: str, v, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
     """`v` cast to `dtype` (as NumPy's setitem casts) and broadcast to `shape`."""
     vv = v if isinstance(v, Tracer) else np.asarray(v)
     vshape = tuple(vv.shape)
-    try:
-        ok = np.broadcast_shapes(vshape, shape) == shape
-    except ValueError:
-        ok = False
-    if not ok:
+    if not broadcasts_to(vshape, shape):
         raise ValueError(
             f"{where(op)}: could not broadcast input array from shape {vshape} into shape {shape}"
         )
@@ -407,10 +400,6 @@ def select(condlist, choicelist, default=0):
                 f"{where(op)}: invalid entry {i} in condlist: should be boolean ndarray, got "
                 f"{c.dtype.name}"
             )
-
-    def shape_of(c):
-        return c.shape if isinstance(c, Tracer) else np.shape(c)
-
     shape = broadcast_shapes(op, *[c.shape for c in conds], *[shape_of(c) for c in choices])
     result = to_operand(op, default, dt, shape)
     for cond, choice in zip(reversed(conds), reversed(choices[:-1]), strict=True):

@@ -23,6 +23,7 @@ from jaxlib.mlir.dialects import stablehlo
 from aotkit import _context, dtypes
 from aotkit.tracing import core
 from aotkit.tracing.core import Tracer, bind1, full
+from aotkit.tracing.linalg import dot_dimension_numbers, dot_general_shape
 from aotkit.transforms import _ir
 
 # --- making values ---------------------------------------------------------------------------
@@ -419,42 +420,14 @@ def reduce_sum(x: Tracer, dims) -> Tracer:
     return reduce(x, 0, dims, "add")
 
 
-def sum_to_shape(x: Tracer, shape) -> Tracer:
-    """The sum of x over the dimensions that NumPy broadcasting added to `shape`."""
-    shape = tuple(shape)
-    if x.shape == shape:
-        return x
-    lead = x.ndim - len(shape)
-    dims = list(range(lead)) + [
-        lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1
-    ]
-    return reshape(reduce_sum(x, dims), shape)
-
-
 # --- products --------------------------------------------------------------------------------
 
 
-@_context.cached
-def _dot_dims(ab, bb, ac, bc):
-    return stablehlo.DotDimensionNumbers.get(
-        lhs_batching_dimensions=list(ab),
-        rhs_batching_dimensions=list(bb),
-        lhs_contracting_dimensions=list(ac),
-        rhs_contracting_dimensions=list(bc),
-    )
-
-
-@functools.lru_cache(maxsize=1024)
 def dot_shape(a: tuple[int, ...], b: tuple[int, ...], contract, batch) -> tuple[int, ...]:
     """The shape of `dot_general(a, b)` (operand shapes, dimension tuples as `dot_general`
     takes them): batch, a's free, b's free; computed once per shapes and dimensions."""
     (ac, bc), (ab, bb) = contract, batch
-    a_gone, b_gone = ab + ac, bb + bc
-    return (
-        tuple(a[i] for i in ab)
-        + tuple(n for i, n in enumerate(a) if i not in a_gone)
-        + tuple(n for i, n in enumerate(b) if i not in b_gone)
-    )
+    return dot_general_shape(a, b, tuple(ab), tuple(bb), tuple(ac), tuple(bc))
 
 
 def dot_general(
@@ -470,7 +443,7 @@ def dot_general(
     (ac, bc), (ab, bb) = contract, batch
     ab, bb, ac, bc = tuple(ab), tuple(bb), tuple(ac), tuple(bc)
     shape = dot_shape(a.shape, b.shape, (ac, bc), (ab, bb))
-    attributes = {"dot_dimension_numbers": _dot_dims(ab, bb, ac, bc)}
+    attributes = {"dot_dimension_numbers": dot_dimension_numbers(ab, bb, ac, bc)}
     if precision is not None:
         attributes["precision_config"] = precision
     (out,) = create(

@@ -308,20 +308,6 @@ def reduce_sum(T, t, dims):
     return T.bind(REDUCE_SUM, [t], {"dims": dims})
 
 
-def sum_to_shape(T, t, shape):
-    """The tangent summed over the dimensions NumPy broadcasting added to `shape`."""
-    if t is None:
-        return None
-    shape = tuple(shape)
-    if t.shape == shape:
-        return t
-    lead = t.ndim - len(shape)
-    dims = list(range(lead)) + [
-        lead + i for i, n in enumerate(shape) if n == 1 and t.shape[lead + i] != 1
-    ]
-    return reshape(T, reduce_sum(T, t, dims), shape)
-
-
 def _slice_transpose(g, t, *, start, limit, strides):
     high = [
         n - (lo + (m - 1) * s + 1) if m else n - lo

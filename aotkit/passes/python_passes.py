@@ -13,6 +13,7 @@ give +0.0.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -23,6 +24,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import chlo, stablehlo
 
 from aotkit.passes.pipeline import add_pass
+from aotkit.symbolic.prover import inline_call
 
 # Element types the passes compute on, by their MLIR spelling. Complex and narrow float
 # constants are never decoded: reading them through the bindings can abort the process.
@@ -283,27 +285,23 @@ def _same_type(value: ir.Value, op: ir.Operation) -> ir.Value | None:
 # Identity rules: each returns the value that replaces the op's single result, or None.
 
 
-def _add_zero(rw: _Rewriter, op: ir.Operation, operands):
+def _neutral(rw: _Rewriter, op: ir.Operation, operands, *, element: int):
+    """`x op e` or `e op x` is x, for `element` e the neutral element of a commutative op."""
     x, y = operands
-    if rw.is_splat(y, 0):
+    if rw.is_splat(y, element):
         return _same_type(x, op)
-    if rw.is_splat(x, 0):
+    if rw.is_splat(x, element):
         return _same_type(y, op)
     return None
+
+
+_add_zero = functools.partial(_neutral, element=0)
+_multiply_one = functools.partial(_neutral, element=1)
 
 
 def _subtract_zero(rw: _Rewriter, op: ir.Operation, operands):
     x, y = operands
     return _same_type(x, op) if rw.is_splat(y, 0) else None
-
-
-def _multiply_one(rw: _Rewriter, op: ir.Operation, operands):
-    x, y = operands
-    if rw.is_splat(y, 1):
-        return _same_type(x, op)
-    if rw.is_splat(x, 1):
-        return _same_type(y, op)
-    return None
 
 
 def _double_negation(rw: _Rewriter, op: ir.Operation, operands):
@@ -570,35 +568,6 @@ def remove_dead_ops(module: ir.Module) -> bool:
     return _erase_dead(candidates)
 
 
-def _remap(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> None:
-    def visit(inner: ir.Operation) -> ir.WalkResult:
-        operands = inner.operands
-        for i, v in enumerate(operands):
-            new = mapping.get(v)
-            if new is not None:
-                operands[i] = new
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)  # nested regions may use the callee's arguments too
-
-
-def _inline_call(call: ir.Operation, body: ir.Block) -> None:
-    mapping = dict(zip(body.arguments, call.operands, strict=True))
-    where = ir.InsertionPoint(call)
-    results: list[ir.Value] = []
-    for op in list(body.operations):
-        op = op.operation
-        if op.name == "func.return":
-            results = [mapping.get(v, v) for v in op.operands]
-            break
-        clone = op.clone(where)
-        _remap(clone, mapping)
-        mapping.update(zip(op.results, clone.results, strict=True))
-    for old, new in zip(call.results, results, strict=True):
-        old.replace_all_uses_with(new)
-    call.erase()
-
-
 def _callees(func_op: ir.Operation) -> set[str]:
     names: set[str] = set()
 
@@ -662,7 +631,7 @@ def inline_calls(module: ir.Module) -> bool:
         if not calls:
             break
         for call, body in calls:
-            _inline_call(call, body)
+            inline_call(call, body)
         changed = True
     return changed
 

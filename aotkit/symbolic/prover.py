@@ -934,7 +934,7 @@ def _custom_call(p: _Prover, op: ir.Operation) -> None:
     p.erase.append(op)
 
 
-# --- inlining (shared with the per-shape refinement, aotkit/symbolic/specialize.py) ----------
+# --- inlining (shared with the per-shape refinement and the aotkit-inline pass) --------------
 
 
 def inline_calls(module_op: ir.Operation) -> None:
@@ -964,37 +964,37 @@ def inline_calls(module_op: ir.Operation) -> None:
             return
         for call in calls:
             callee = functions[ir.FlatSymbolRefAttr(call.attributes["callee"]).value]
-            _inline(call, callee)
+            inline_call(call, callee.regions[0].blocks[0])
 
 
-def _inline(call: ir.Operation, callee: ir.Operation) -> None:
-    entry = callee.regions[0].blocks[0]
-    mapping = dict(zip(entry.arguments, call.operands, strict=True))
-    point = ir.InsertionPoint(call)
-    results = None
-    for op in entry.operations:
-        op = op.operation
-        if op.name == "func.return":
-            results = [mapping.get(v, v) for v in op.operands]
-            break
-        new = op.clone(point).operation
-        _remap(new, mapping)
-        for old, fresh in zip(op.results, new.results, strict=True):
-            mapping[old] = fresh
-    for old, fresh in zip(call.results, results or (), strict=True):
-        old.replace_all_uses_with(fresh)
-    call.erase()
-
-
-def _remap(op: ir.Operation, mapping: dict) -> None:
+def _remap(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> None:
     """Points the operands of `op` and of the ops in its regions at the inlined values."""
 
     def visit(inner: ir.Operation) -> ir.WalkResult:
         operands = inner.operands
-        for i, value in enumerate(operands):
-            found = mapping.get(value)
-            if found is not None:
-                operands[i] = found
+        for i, v in enumerate(operands):
+            new = mapping.get(v)
+            if new is not None:
+                operands[i] = new
         return ir.WalkResult.ADVANCE
 
-    op.walk(visit)
+    op.walk(visit)  # nested regions may use the callee's arguments too
+
+
+def inline_call(call: ir.Operation, body: ir.Block) -> None:
+    """Replaces `call` by a copy of the single-block function body `body` (its entry block),
+    in place: the results `body`'s `func.return` gives replace the call's."""
+    mapping = dict(zip(body.arguments, call.operands, strict=True))
+    where = ir.InsertionPoint(call)
+    results: list[ir.Value] = []
+    for op in list(body.operations):
+        op = op.operation
+        if op.name == "func.return":
+            results = [mapping.get(v, v) for v in op.operands]
+            break
+        clone = op.clone(where)
+        _remap(clone, mapping)
+        mapping.update(zip(op.results, clone.results, strict=True))
+    for old, new in zip(call.results, results, strict=True):
+        old.replace_all_uses_with(new)
+    call.erase()

@@ -44,6 +44,7 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from aotkit import dtypes, modules
+from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
 
 
@@ -332,6 +333,26 @@ class Backend(abc.ABC):
 # unsigned sizes: xla_cpu_parallel_codegen_split_count = -1 ends the process in
 # std::length_error (SIGABRT) during the compile, from a user's options or a file's alike.
 _SIZE_WORDS = re.compile(r"(^|_)(count|counts|size|sizes|split|threads|num|bytes|limit)(_|$)")
+
+
+def check_verifies(
+    module: ir.Module,
+    name: str,
+    where: str,
+    backend: str,
+    hint: str = "build modules with aotkit.lower",
+) -> None:
+    """Verifies a module a backend is about to compile, inside its context: one that does not
+    is a CompileError naming the first diagnostic, not a crash in the compiler."""
+    try:
+        module.operation.verify()
+    except ir.MLIRError as e:
+        raise CompileError(
+            f"{where} rejected module {name!r}: it does not verify: "
+            f"{modules.diagnostic(e)}; {hint}",
+            backend=backend,
+            module_name=name,
+        ) from e
 
 
 def negative_size(key: str, value) -> bool:

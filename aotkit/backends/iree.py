@@ -74,6 +74,7 @@ from aotkit.backends.base import (
     Backend,
     Executable,
     MemoryAnalysis,
+    check_verifies,
     describe,
     host_cpu,
     host_value,
@@ -775,15 +776,7 @@ def _registers_beyond_counts(dump: str) -> str | None:
 
 
 def _verify(module: ir.Module, name: str) -> None:
-    try:
-        module.operation.verify()
-    except ir.MLIRError as e:
-        raise CompileError(
-            f"backend 'iree' rejected module {name!r}: it does not verify: "
-            f"{modules.diagnostic(e)}; build modules with aotkit.lower",
-            backend="iree",
-            module_name=name,
-        ) from e
+    check_verifies(module, name, "backend 'iree'", "iree")
 
 
 def _exit_text(returncode: int) -> str:

@@ -40,6 +40,7 @@ from aotkit.backends.base import (
     Backend,
     Executable,
     MemoryAnalysis,
+    check_verifies,
     describe,
     host_cpu,
     host_fits,
@@ -79,16 +80,13 @@ def verified(module: ir.Module, where: str, backend: str) -> tuple[str, tuple, t
     name = modules.module_name(module)
     in_specs, out_specs = modules.signature(module, f"{where}: module {name!r}")
     with _context.of(module):
-        try:
-            module.operation.verify()
-        except ir.MLIRError as e:
-            raise CompileError(
-                f"{where} rejected module {name!r}: it does not verify: "
-                f"{modules.diagnostic(e)}; build modules with aotkit.lower or check them "
-                "with Lowered.as_text()",
-                backend=backend,
-                module_name=name,
-            ) from e
+        check_verifies(
+            module,
+            name,
+            where,
+            backend,
+            "build modules with aotkit.lower or check them with Lowered.as_text()",
+        )
     return name, in_specs, out_specs
 
 

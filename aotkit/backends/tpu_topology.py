@@ -18,10 +18,11 @@ one to the other as data. Everything libtpu-specific is reached through aotkit/_
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import jaxlib
 from jaxlib.mlir import ir
@@ -53,10 +54,7 @@ class Topology:
 
     @property
     def chips(self) -> int:
-        n = 1
-        for b in self.bounds:
-            n *= b
-        return n
+        return math.prod(self.bounds)
 
     def host_bounds(self) -> tuple[int, int, int] | None:
         """`chips_per_host_bounds` for libtpu: None where the default (2x2x1) divides it."""
@@ -336,20 +334,13 @@ class DevicelessExecutable(Executable):
             "generated_code_size_in_bytes": stats.generated_code_size_in_bytes,
         }
         hbm = self.backend.hbm_per_device
-        used = (
-            sizes["argument_size_in_bytes"]
-            + sizes["output_size_in_bytes"]
-            - sizes["alias_size_in_bytes"]
-            + sizes["temp_size_in_bytes"]
-            + sizes["generated_code_size_in_bytes"]
-        )
-        return TpuMemoryAnalysis(
+        analysis = TpuMemoryAnalysis(
             **sizes,
             devices=1 if self.partitioning is None else self.partitioning.num_devices,
             device_kind=self.backend.topology.chip.device_kind,
             hbm_size_in_bytes=hbm,
-            fits=used <= hbm,
         )
+        return replace(analysis, fits=analysis.used_in_bytes <= hbm)
 
     def runtime_executable(self):
         return self._exe

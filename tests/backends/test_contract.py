@@ -15,9 +15,11 @@ import pathlib
 
 import numpy as np
 import pytest
+from jaxlib.mlir import ir
 
-from aotkit import backends
+from aotkit import _context, backends
 from aotkit.backends import base, iree, pjrt, pjrt_spmd
+from aotkit.errors import CompileError
 from tests.backends import modules
 
 
@@ -189,6 +191,28 @@ def test_compile_refuses_a_target_on_a_backend_that_does_not_cross_compile(name)
         f"backend {name!r}: target='llvm-cpu' applies to backend='iree', which cross-compiles; "
         f"backend {name!r} compiles for its own devices; drop it or compile with backend='iree'"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("cpu", "build modules with aotkit.lower or check them with Lowered.as_text()"),
+        ("interpreter", "build modules with aotkit.lower"),
+    ],
+)
+def test_compile_refuses_a_module_that_does_not_verify(name, hint):
+    module = modules.identity((3,), "f32")
+    main = module.body.operations[0]
+    with _context.of(module):
+        f32 = [ir.Type.parse("tensor<3xf32>")]
+        f32x4 = [ir.Type.parse("tensor<4xf32>")]
+        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(f32, f32x4))
+    with pytest.raises(CompileError) as info:
+        backends.get(name).compile(module)
+    message = str(info.value)
+    assert message.startswith(f"backend {name!r} rejected module 'identity': it does not verify: ")
+    assert message.endswith(f"; {hint}")
+    assert (info.value.backend, info.value.module_name) == (name, "identity")
 
 
 def test_interpreter_has_no_jit_dispatcher():

@@ -16,6 +16,7 @@ import os
 import re
 import textwrap
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -163,6 +164,24 @@ def test_known_chips_hbm():
         "v5p": 95,
         "v6e": 32,
     }
+
+
+@pytest.mark.parametrize(("hbm", "fits"), [(35, True), (34, False)])
+def test_memory_fits_when_what_one_device_holds_is_at_most_its_hbm(hbm, fits):
+    # libtpu's statistics, stood in for: 10 + 20 - 5 (an aliased result) + 7 + 3 = 35 bytes.
+    stats = SimpleNamespace(
+        argument_size_in_bytes=10,
+        output_size_in_bytes=20,
+        alias_size_in_bytes=5,
+        temp_size_in_bytes=7,
+        generated_code_size_in_bytes=3,
+    )
+    exe = SimpleNamespace(get_compiled_memory_stats=lambda: stats)
+    chip = SimpleNamespace(device_kind="TPU v5 lite")
+    backend = SimpleNamespace(hbm_per_device=hbm, topology=SimpleNamespace(chip=chip))
+    memory = tpu_topology.DevicelessExecutable(backend, "f", exe, (), ()).memory_analysis()
+    assert (memory.used_in_bytes, memory.hbm_size_in_bytes, memory.fits) == (35, hbm, fits)
+    assert memory.to_dict()["fits"] is fits
 
 
 def test_a_host_reports_its_topology_in_the_target_it_loads_as():

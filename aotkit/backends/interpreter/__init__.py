@@ -32,9 +32,15 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import func, stablehlo
 
 from aotkit import _context, dtypes, modules
-from aotkit.backends.base import ArgumentMismatch, Backend, Executable, describe, host_value
+from aotkit.backends.base import (
+    ArgumentMismatch,
+    Backend,
+    Executable,
+    check_verifies,
+    describe,
+    host_value,
+)
 from aotkit.backends.interpreter import checks, rewrites
-from aotkit.errors import CompileError
 
 _LEGALIZE = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
 # Argument bytes an executable's context may hold before it moves to a fresh one.
@@ -74,15 +80,7 @@ class InterpreterBackend(Backend):
             )
         in_specs, out_specs = modules.signature(module, where)
         with _context.of(module):
-            try:
-                module.operation.verify()
-            except ir.MLIRError as e:
-                raise CompileError(
-                    f"backend 'interpreter' rejected module {name!r}: it does not verify: "
-                    f"{modules.diagnostic(e)}; build modules with aotkit.lower",
-                    backend="interpreter",
-                    module_name=name,
-                ) from e
+            check_verifies(module, name, "backend 'interpreter'", "interpreter")
         data = modules.bytecode(module)
         with _context.LoweringContext() as lc:
             runnable = ir.Module.parse(data)

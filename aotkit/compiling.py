@@ -107,15 +107,7 @@ def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None)
             ) from e.__cause__
         if cache_key is not None:
             cache.put(cache_key, lowered, executable, options)
-    compiled = Compiled(
-        executable,
-        in_tree=lowered.in_tree,
-        out_tree=lowered.out_tree,
-        donated=lowered.donated,
-        lowered=lowered,
-        options=options,
-        origin=origin,
-    )
+    compiled = _lowered_compiled(lowered, executable, options, origin)
     if dumper is not None:
         dumper.write("optimized", compiled.as_text(), ext="hlo")
         cost = compiled.cost_analysis()
@@ -177,6 +169,11 @@ def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) ->
         donated=lowered.donated,
         where=f"Compiled {lowered.name!r}",
     )
+    return _lowered_compiled(lowered, executable, options, "compiled")
+
+
+def _lowered_compiled(lowered: Lowered, executable, options, origin: str) -> Compiled:
+    """The `Compiled` of an executable compiled from `lowered` with `options`."""
     return Compiled(
         executable,
         in_tree=lowered.in_tree,
@@ -184,7 +181,7 @@ def _compile_symbolic(lowered: Lowered, backend: Backend, options, targeting) ->
         donated=lowered.donated,
         lowered=lowered,
         options=options,
-        origin="compiled",
+        origin=origin,
     )
 
 
@@ -383,28 +380,20 @@ def _symbolic_compiled(
     if backend.dynamic_shapes:
         if held and same and not portable_only and recompile is not True:
             loaded_dynamic = _load_dynamic(artifact, backend, recompile, place)
-        executable = specialize.DynamicExecutable(
-            backend,
-            artifact.name,
-            artifact.shapes,
-            source,
-            options=options,
-            donated=signature.donated,
-            recompile=recompile is not False,
-            where=where,
-            executable=loaded_dynamic,
-        )
+        kind, loaded_one = specialize.DynamicExecutable, {"executable": loaded_dynamic}
     else:
-        executable = specialize.SymbolicExecutable(
-            backend,
-            artifact.name,
-            artifact.shapes,
-            source,
-            options=options,
-            donated=signature.donated,
-            recompile=recompile is not False,
-            where=where,
-        )
+        kind, loaded_one = specialize.SymbolicExecutable, {}
+    executable = kind(
+        backend,
+        artifact.name,
+        artifact.shapes,
+        source,
+        options=options,
+        donated=signature.donated,
+        recompile=recompile is not False,
+        where=where,
+        **loaded_one,
+    )
     loaded = 0
     if same and not portable_only and recompile is not True:
         for values, section in artifact.specializations:
@@ -421,32 +410,14 @@ def _symbolic_compiled(
             )
             if loaded_executable is None:
                 continue
-            aliased = loaded_executable.aliased_arguments()
-            undeclared = sorted(i for i in aliased or () if not signature.donated[i])
-            if undeclared:
-                raise ArtifactError(
-                    f"{place}: its executable for {shown} reuses the "
-                    f"buffers of arguments {', '.join(map(str, undeclared))} for its results, "
-                    f"but its header says they are not donated; {artifacts.REWRITE}",
-                    path=artifact.label,
-                )
+            _check_aliasing(artifact, loaded_executable, f"{place}: its executable for {shown}")
             executable.add(values, loaded_executable)
             loaded += 1
     if backend.dynamic_shapes:
         origin = "artifact" if loaded or loaded_dynamic is not None else "recompiled"
     else:
         origin = "artifact" if loaded or same and not portable_only else "recompiled"
-    return Compiled(
-        executable,
-        in_tree=signature.in_tree,
-        out_tree=signature.out_tree,
-        donated=signature.donated,
-        options=artifact.options,
-        origin=origin,
-        portable=artifact.section(artifacts.PORTABLE),
-        arg_names=signature.arg_names,
-        keys=(signature.in_keys, signature.out_keys),
-    )
+    return _artifact_compiled(artifact, executable, origin)
 
 
 def _check_recompile(
@@ -571,18 +542,30 @@ def _placed_layout(artifact: Artifact, backend, place: str) -> spmd.Partitioning
 
 
 def _compiled(artifact: Artifact, executable, origin: str, place: str) -> Compiled:
+    _check_aliasing(artifact, executable, f"{place}: its executable")
+    return _artifact_compiled(artifact, executable, origin)
+
+
+def _check_aliasing(artifact: Artifact, executable, what: str) -> None:
+    """Refuses an executable of `artifact` (`what` names it) that reuses the buffers of
+    arguments its header does not donate."""
     aliased = executable.aliased_arguments()
-    signature = artifact.signature
-    undeclared = sorted(i for i in aliased or () if not signature.donated[i])
+    undeclared = sorted(i for i in aliased or () if not artifact.signature.donated[i])
     if undeclared:
         # The executable writes its results into these arguments' buffers: called as the
         # header says (not donated), the caller's arrays would be consumed without a word.
         raise ArtifactError(
-            f"{place}: its executable reuses the buffers of arguments "
+            f"{what} reuses the buffers of arguments "
             f"{', '.join(map(str, undeclared))} for its results, but its header says they are "
             f"not donated; {artifacts.REWRITE}",
             path=artifact.label,
         )
+
+
+def _artifact_compiled(artifact: Artifact, executable, origin: str) -> Compiled:
+    """The `Compiled` of an executable made from `artifact`: its signature, options and
+    portable module."""
+    signature = artifact.signature
     return Compiled(
         executable,
         in_tree=signature.in_tree,

@@ -434,18 +434,8 @@ def jacfwd(
     _check_callable(where, fun)
 
     def run(fun, args, kwargs):
-        nums = F._argnums(where, argnums, len(args))
-        dyn = [tree_util.tree_map(lambda x: F.as_tracer(where, x), args[a]) for a in nums]
+        dyn, partial = _jacobian_inputs(where, fun, args, kwargs, argnums, holomorphic)
         leaves, dyn_tree = tree_util.tree_flatten(tuple(dyn))
-        _check_jacobian_inputs(where, dyn, holomorphic)
-
-        def partial(*d):
-            full = list(args)
-            for a, v in zip(nums, d, strict=True):
-                full[a] = v
-            return fun(*full, **kwargs)
-
-        partial.__name__ = partial.__qualname__ = function_name(fun)  # what errors name
 
         def pushfwd(*basis_leaves):
             tangents = tree_util.tree_unflatten(dyn_tree, list(basis_leaves))
@@ -461,6 +451,24 @@ def jacfwd(
         return (jac_tree, res[2]) if has_aux else jac_tree
 
     return _Transformed(fun, where, run, frontend=frontend)
+
+
+def _jacobian_inputs(where: str, fun, args, kwargs, argnums, holomorphic: bool):
+    """The arguments `argnums` of a Jacobian's call as traced arrays (checked as
+    `_check_jacobian_inputs` says), and `fun` as a function of those alone, the other
+    arguments fixed."""
+    nums = F._argnums(where, argnums, len(args))
+    dyn = [tree_util.tree_map(lambda x: F.as_tracer(where, x), args[a]) for a in nums]
+    _check_jacobian_inputs(where, dyn, holomorphic)
+
+    def partial(*d):
+        full = list(args)
+        for a, v in zip(nums, d, strict=True):
+            full[a] = v
+        return fun(*full, **kwargs)
+
+    partial.__name__ = partial.__qualname__ = function_name(fun)  # what errors name
+    return dyn, partial
 
 
 def _jacfwd_unravel(example, y_leaf, jac_leaf):
@@ -494,18 +502,7 @@ def jacrev(
     _check_callable(where, fun)
 
     def run(fun, args, kwargs):
-        nums = F._argnums(where, argnums, len(args))
-        dyn = [tree_util.tree_map(lambda x: F.as_tracer(where, x), args[a]) for a in nums]
-        _check_jacobian_inputs(where, dyn, holomorphic)
-
-        def partial(*d):
-            full = list(args)
-            for a, v in zip(nums, d, strict=True):
-                full[a] = v
-            return fun(*full, **kwargs)
-
-        partial.__name__ = partial.__qualname__ = function_name(fun)  # what errors name
-
+        dyn, partial = _jacobian_inputs(where, fun, args, kwargs, argnums, holomorphic)
         res = F.vjp(partial, tuple(dyn), has_aux=has_aux, where=where)
         y, pullback = res[0], res[1]
         y_leaves, y_tree = tree_util.tree_flatten(y)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass
 
@@ -70,10 +71,7 @@ class ShapeDtype:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     def __str__(self) -> str:
         return f"{dtypes.short_name(self.dtype)}[{','.join(map(dim_text, self.shape))}]"

@@ -965,6 +965,17 @@ class _Function:
         shared = tuple(sorted(self.shared.items()))
         return self.conv.register(BlockInfo(filename=self.conv.filename, shared=shared, **fields))
 
+    def _effects(self, facts: Facts, writes: list[str], live_after) -> dict:
+        """The fields of a converted block's info that its facts decide: which of its
+        writes are live after it (or always live), its in-place writes, the bases it
+        subscripts and the mutating calls it makes."""
+        return dict(
+            live=tuple(n for n in writes if n in live_after or n in self.always_live),
+            inplace=frozenset(facts.inplace),
+            subscript_bases=frozenset(facts.subscript_bases),
+            mutating_calls=tuple(facts.mutating_calls.items()),
+        )
+
     def _ref(self, index: int) -> ast.expr:
         return ast.Subscript(value=_name(f"{PREFIX}info"), slice=_const(index), ctx=ast.Load())
 
@@ -1020,16 +1031,12 @@ class _Function:
         for b in s.body:
             facts.visit(b)
         writes, reads, params = self._state(facts, self.cont_flags.get(id(s)))
-        head = self.live.head[id(s)]
         index, info = self._info(
             kind="for",
             lineno=s.lineno,
             params=tuple(params),
             writes=tuple(writes),
-            live=tuple(n for n in writes if n in head or n in self.always_live),
-            inplace=frozenset(facts.inplace),
-            subscript_bases=frozenset(facts.subscript_bases),
-            mutating_calls=tuple(facts.mutating_calls.items()),
+            **self._effects(facts, writes, self.live.head[id(s)]),
             target=target,
             brk=self.break_flags.get(id(s)),
         )
@@ -1057,17 +1064,13 @@ class _Function:
         test_reads = [n for n in Facts.of([s.test]).loads if n in self.visible]
         facts.loads = dict.fromkeys(_ordered(test_reads, facts.loads))
         writes, reads, params = self._state(facts, self.cont_flags.get(id(s)))
-        head = self.live.head[id(s)]
         index, info = self._info(
             kind="while",
             lineno=s.lineno,
             params=tuple(params),
             test_params=tuple(test_reads),
             writes=tuple(writes),
-            live=tuple(n for n in writes if n in head or n in self.always_live),
-            inplace=frozenset(facts.inplace),
-            subscript_bases=frozenset(facts.subscript_bases),
-            mutating_calls=tuple(facts.mutating_calls.items()),
+            **self._effects(facts, writes, self.live.head[id(s)]),
             brk=self.break_flags.get(id(s)),
         )
         test_body = _undefined_guards(test_reads, s) + [
@@ -1109,16 +1112,12 @@ class _Function:
             s.orelse = self.block(s.orelse)
             return [s]
         writes, reads, params = self._state(facts)
-        after = self.live.after[id(s)]
         index, info = self._info(
             kind="ifreturn" if returning else "if",
             lineno=s.lineno,
             params=tuple(params),
             writes=tuple(writes),
-            live=tuple(n for n in writes if n in after or n in self.always_live),
-            inplace=frozenset(facts.inplace),
-            subscript_bases=frozenset(facts.subscript_bases),
-            mutating_calls=tuple(facts.mutating_calls.items()),
+            **self._effects(facts, writes, self.live.after[id(s)]),
         )
         guards = [p for p in params if p in reads]
         fns = []

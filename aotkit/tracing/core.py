@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import math
 import os
 import sys
 import threading
@@ -39,6 +40,13 @@ _INTERNAL_FILES = ("<__array_function__ internals>",)
 _internal_files: dict[str, bool] = {}
 
 
+def _is_internal(name: str) -> bool:
+    """Whether frames of file `name` are aotkit's or NumPy's own, remembered per name (the
+    walks below look a name up first and call this only the first time they meet it)."""
+    skip = _internal_files[name] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
+    return skip
+
+
 def _user_frame():
     # Walking frames is on the hot path of every op: remember per file name (a string whose
     # hash Python caches) whether it is aotkit's or NumPy's own. Code objects would be
@@ -49,7 +57,7 @@ def _user_frame():
         name = f.f_code.co_filename
         skip = internal.get(name)
         if skip is None:
-            skip = internal[name] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
+            skip = _is_internal(name)
         if not skip:
             return f
         f = f.f_back
@@ -78,7 +86,7 @@ def user_location() -> ir.Location:
         name = f.f_code.co_filename
         skip = internal.get(name)
         if skip is None:
-            skip = internal[name] = name.startswith(_SKIP_PREFIXES) or name in _INTERNAL_FILES
+            skip = _is_internal(name)
         if not skip:
             loc = lc.locations.get((id(f.f_code), f.f_lasti))
             return loc if loc is not None else _new_location(lc, f)
@@ -425,10 +433,7 @@ class Tracer:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def aval(self) -> Aval:

@@ -50,15 +50,22 @@ def _raveled(op: str, a, weights) -> tuple[Tracer, Tracer | None]:
     if x.dtype == _BOOL:
         # NumPy converts (with a RuntimeWarning) so that values can be subtracted.
         x = cast(x, np.dtype(np.uint8))
-    w = None
-    if weights is not None:
-        w = asarray(weights)
-        if w.shape != x.shape:
-            raise ValueError(
-                f"{where(op)}: weights should have the same shape as a, got {w.shape} and {x.shape}"
-            )
+    w = _shaped_weights(op, weights, x.shape, "a")
+    if w is not None:
         w = reshape_to(w, (w.size,))
     return reshape_to(x, (x.size,)), w
+
+
+def _shaped_weights(op: str, weights, shape: tuple, of: str) -> Tracer | None:
+    """`weights` as an array of `shape`, the shape of the argument named `of`; or None."""
+    if weights is None:
+        return None
+    w = asarray(weights)
+    if w.shape != shape:
+        raise ValueError(
+            f"{where(op)}: weights should have the same shape as {of}, got {w.shape} and {shape}"
+        )
+    return w
 
 
 def _static_range(op: str, rng) -> tuple:
@@ -260,15 +267,9 @@ def bincount(x, weights=None, minlength=0, *, length=None):
     i = cast(i, _INT64)
     negative = bind1("compare", i, full(i.shape, 0, _INT64), direction="LT")
     i = bind1("select", negative, full(i.shape, n, _INT64), i)
-    w = None
-    if weights is not None:
-        w = asarray(weights)
-        if w.shape != i.shape:
-            raise ValueError(
-                f"{where(op)}: weights should have the same shape as x, got {w.shape} and {i.shape}"
-            )
-        if dtypes.is_complex(w.dtype):
-            raise TypeError(f"{where(op)}: weights must be real, got {w.dtype.name}")
+    w = _shaped_weights(op, weights, i.shape, "x")
+    if w is not None and dtypes.is_complex(w.dtype):
+        raise TypeError(f"{where(op)}: weights must be real, got {w.dtype.name}")
     return _scatter_counts(op, i, n, w, _INT64 if w is None else _F64)
 
 

@@ -76,14 +76,14 @@ class LoweringContext:
         self.mlir = mlir if mlir is not None else _compat.make_context()
         self.element_types: dict = {}
         self.tensor_types: dict = {}
-        # What `lowering.core.bind` makes of an op with parameters, by (op, its operands'
+        # What `tracing.core.bind` makes of an op with parameters, by (op, its operands'
         # shapes and dtypes, its parameters): (shape, dtype, result type, attributes).
         self.plans: dict = {}
         # The user's locations, by (id of the code object, instruction offset): see
-        # `lowering.core.user_location`. The code objects are kept, so no other takes an id.
+        # `tracing.core.user_location`. The code objects are kept, so no other takes an id.
         self.locations: dict = {}
         self.location_codes: dict = {}
-        # The location of every op built now, when set (`lowering.core.at_location`): a
+        # The location of every op built now, when set (`tracing.core.at_location`): a
         # transform rebuilding a module gives its ops the location of the op they came from.
         self.location: ir.Location | None = None
         # Attributes built from hashable keys (dimension numbers, i64 arrays, directions).
@@ -91,7 +91,7 @@ class LoweringContext:
         self.splats: dict = {}
         # Parsed pass pipelines: a PassManager belongs to the context it was parsed in.
         self.pipelines: dict = {}
-        # Ops with regions built once and copied after (`lowering.core.copy_of_template`).
+        # Ops with regions built once and copied after (`tracing.core.copy_of_template`).
         self.templates: dict = {}
         self.constant_bytes = 0
         self.lowerings = 0

@@ -922,7 +922,7 @@ typedef struct {
     PyObject *tls;            /* `_tls` (threading.local): `scopes`, the open scopes */
     PyObject *contexts;       /* `_context._state` (threading.local): `stack` */
     PyObject *tracer_type;    /* `Tracer` */
-    PyObject *scope_type;     /* `Scope` */
+    PyObject *scope_type;     /* `TraceScope` */
     PyObject *emitted_type;   /* `Emitted` */
     PyObject *context_type;   /* `_context.LoweringContext` */
     PyObject *create;         /* `ir.Operation.create` */

@@ -1283,7 +1283,7 @@ def _relu_loss(w, b, x):
 
 
 # Transformed programs: the ops a transform copies from the program and builds of its own
-# are tested as `bind` tests its ops (`lowering.core.note_made`).
+# are tested as `bind` tests its ops (`tracing.core.note_made`).
 TRANSFORM_CORPUS = {
     "grad of an mlp layer": (_grad_of(_relu_loss, (0, 1)), (M44, V, M44)),
     "grad of a chain": (_grad_of(lambda x, y: anp.sum(anp.tanh(anp.sin(x) * y + x))), (V, V)),

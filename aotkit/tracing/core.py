@@ -192,7 +192,7 @@ class Emitted:
         self.unchecked = False
         self.opaque = False
         # The symbolic dimensions of a trace whose arguments have some (issue 25): a
-        # `lowering.symbolic.SymbolicTrace`, None for static traces.
+        # `tracing.symbolic.SymbolicTrace`, None for static traces.
         self.symbolic = None
         self.used = bytearray()  # by `Tracer.seq`: whether a vouched op uses that value
         self.keys: set[int] = set()  # hashes of the constants (see `_constant_op`)

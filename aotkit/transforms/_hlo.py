@@ -5,7 +5,7 @@ values it makes are the tracer's `Tracer`s and the result is an ordinary traced 
 Elementwise and layout ops go through the tracer's registry (`bind`); the ops it has no
 primitive for with these parameters (general gathers and scatters, reductions with a
 given combiner, windows, convolutions) are created here, with result types computed
-from the operands. Every op takes the location `lowering.core.at_location` set: the
+from the operands. Every op takes the location `tracing.core.at_location` set: the
 source op's.
 
 Functions take Tracers and Python parameters and return Tracers; `like(x, c)` makes a

@@ -22,7 +22,7 @@ import pytest
 
 import aotkit
 from aotkit import _native, api
-from aotkit.backends import pjrt
+from aotkit.backends import dispatch
 
 
 def _same(got, expected) -> None:
@@ -203,7 +203,7 @@ def trmm_jax(alpha, A, B):
 def front(request, monkeypatch):
     if request.param == "c" and _native.Front is None:
         pytest.skip("aotkit._speedups is not built (no C compiler at install)")
-    monkeypatch.setattr(pjrt, "_Front", _native.Front if request.param == "c" else None)
+    monkeypatch.setattr(dispatch, "_Front", _native.Front if request.param == "c" else None)
     return request.param
 
 

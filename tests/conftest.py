@@ -40,7 +40,7 @@ def pytest_configure(config):
 
 # The folders whose helpers run every case on the lane's backend too (the transform families'
 # oracle, the symbolic shapes' check): all their cases are the lane's.
-_LANE_FOLDERS = ("transforms", "shapes")
+_LANE_FOLDERS = ("transforms", "symbolic")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -121,3 +121,13 @@ def test_cases_whose_children_use_the_lane_skip_where_this_process_holds_it():
         "this pytest process holds nosuch, which one process at a time can use; run these "
         "cases in a pytest of their own: -m lane_children"
     ) in out
+
+
+def test_every_lane_folder_is_a_folder_of_tests():
+    # The lane marks every case of these folders by name: a folder renamed without its
+    # entry here would leave the lane silently without its cases.
+    from tests import conftest
+
+    here = Path(__file__).resolve().parent
+    missing = [f for f in conftest._LANE_FOLDERS if not (here / f / "__init__.py").is_file()]
+    assert not missing, f"tests/conftest.py's _LANE_FOLDERS names no folder of tests: {missing}"

@@ -337,6 +337,6 @@ def test_a_slot_emptied_while_python_code_ran_reads_as_python_reads_it(helpers):
             y = helpers.sine(x, bind)
         return y
 
-    no_slot = r"'(aotkit\.lowering\.core\.)?Emitted' object has no attribute 'simplify'"
+    no_slot = r"'(aotkit\.tracing\.core\.)?Emitted' object has no attribute 'simplify'"
     with pytest.raises(AttributeError, match=no_slot):
         aotkit.lower(f, V)

@@ -32,7 +32,9 @@ def sample(*shape, dtype=np.float32, scale=1.0):
     return (RNG.standard_normal(shape) * scale).astype(dtype)
 
 
-def assert_matches_jax(loss, args, argnums=0, **options):
+def assert_matches_jax(loss, args, argnums=0, *, computed_in=None, **options):
+    """aotkit's gradient of the JAX function `loss` against jax.grad's, to the tolerance of
+    the result's dtype, or of `computed_in` where the function computes in a narrower one."""
     lowered = aotkit.jit(loss, frontend="jax").lower(*args)
     got = lowered.grad(argnums, **options).compile()(*args)
     want = jax.grad(loss, argnums)(*args)
@@ -41,7 +43,7 @@ def assert_matches_jax(loss, args, argnums=0, **options):
     for g, w in zip(got_leaves, want_leaves, strict=True):
         g, w = np.asarray(g), np.asarray(w)
         assert g.dtype == w.dtype
-        rtol, atol = TOL[g.dtype]
+        rtol, atol = TOL[np.dtype(computed_in or g.dtype)]
         wide = np.complex128 if np.iscomplexobj(g) else np.float64
         np.testing.assert_allclose(g.astype(wide), w.astype(wide), rtol, atol)
 
@@ -277,7 +279,9 @@ def exp_of_the_same_value_twice(x):
 )
 def test_a_chain_that_is_not_exactly_a_sigmoid_keeps_its_derivative(loss):
     x = sample(3, 4) + 2.5  # away from 1 - exp(-x) = 0
-    assert_matches_jax(loss, (x,))
+    # (a float16 step: JAX and aotkit may round its operations differently)
+    narrow = np.float16 if loss is exp_in_another_dtype else None
+    assert_matches_jax(loss, (x,), computed_in=narrow)
 
 
 def test_a_complex_sigmoid_keeps_its_derivative():

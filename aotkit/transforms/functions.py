@@ -877,20 +877,28 @@ def batched_specs(where: str, args: tuple, kwargs: dict, in_axes, size: int):
         if a is None:
             out.append(spec)
             continue
-        rank = len(spec.shape) + 1
-        if not -rank <= a < rank:
+        out.append(_with_new_axis(where, "in_axes", spec, a, size))
+    b_args, b_kwargs = tree_util.tree_unflatten(tree, out)
+    return b_args, b_kwargs
+
+
+def _with_new_axis(where: str, what: str, spec, a: int, size):
+    """`spec` with a new axis of `size` at `a` (`what`: "in_axes" for an argument,
+    "out_axes" for an output; ValueError for an axis out of range). A typed key's spec
+    stays a `jax.ShapeDtypeStruct`, as JAX spells its dtype."""
+    rank = len(spec.shape) + 1
+    if not -rank <= a < rank:
+        if what == "in_axes":
             raise ValueError(
                 f"{where}: in_axes {a} is out of range for an argument of rank {rank - 1}; "
                 f"choose an axis in [-{rank}, {rank})"
             )
-        a = int(a) % rank
-        shape = tuple(spec.shape[:a]) + (size,) + tuple(spec.shape[a:])
-        if arguments.key_dtype(spec) is not None:
-            out.append(jax.ShapeDtypeStruct(shape, spec.dtype))
-        else:
-            out.append(ShapeDtype(shape, spec.dtype))
-    b_args, b_kwargs = tree_util.tree_unflatten(tree, out)
-    return b_args, b_kwargs
+        raise ValueError(f"{where}: out_axes {a} is out of range for an output of rank {rank - 1}")
+    a = int(a) % rank
+    shape = tuple(spec.shape[:a]) + (size,) + tuple(spec.shape[a:])
+    if arguments.key_dtype(spec) is not None:
+        return jax.ShapeDtypeStruct(shape, spec.dtype)
+    return ShapeDtype(shape, spec.dtype)
 
 
 def stage_signature(kind: str, signature, where: str, **options):
@@ -974,13 +982,5 @@ def _batched_out_specs(where: str, out_specs, out_tree, options):
         if a is None:
             leaves.append(spec)
             continue
-        rank = len(spec.shape) + 1
-        if not -rank <= a < rank:
-            raise ValueError(
-                f"{where}: out_axes {a} is out of range for an output of rank {rank - 1}"
-            )
-        a = int(a) % rank
-        leaves.append(
-            ShapeDtype(tuple(spec.shape[:a]) + (size,) + tuple(spec.shape[a:]), spec.dtype)
-        )
+        leaves.append(_with_new_axis(where, "out_axes", spec, a, size))
     return tree_util.tree_unflatten(out_tree, leaves)

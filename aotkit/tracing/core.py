@@ -991,10 +991,11 @@ _SIMPLIFY_WITH_CONSTANTS = python_passes.CONSTANT_OPERANDS
 _ORDER_PARAMS = {"permutation": "perm", "broadcast_dimensions": "dims"}
 
 
-def _may_simplify_alone(name: str, x: ir.Value, same_type: bool, order) -> bool:
-    """`python_passes.ALONE[name]` of an op on `x`: whether its result has `x`'s type, and
-    its order attribute's values (or None)."""
-    rule = python_passes.ALONE[name]
+def _may_simplify_alone(
+    rule: python_passes.Alone, name: str, x: ir.Value, same_type: bool, order
+) -> bool:
+    """`rule` (`python_passes.ALONE[name]`) of an op on `x`: whether its result has `x`'s
+    type, and its order attribute's values (or None)."""
     if rule.after_itself and _made_by(x, name):
         return True
     if not (rule.same_type or rule.order):
@@ -1005,8 +1006,11 @@ def _may_simplify_alone(name: str, x: ir.Value, same_type: bool, order) -> bool:
 
 
 def _bind_check(name: str) -> Callable[[Aval, Aval, dict, ir.Value], bool]:
-    param = _ORDER_PARAMS.get(python_passes.ALONE[name].order)
-    return lambda a, out, p, x: _may_simplify_alone(name, x, a == out, p[param] if param else None)
+    rule = python_passes.ALONE[name]
+    param = _ORDER_PARAMS.get(rule.order)
+    return lambda a, out, p, x: _may_simplify_alone(
+        rule, name, x, a == out, p[param] if param else None
+    )
 
 
 # By op name: a test of (operand aval, result aval, params, operand), which `bind` (and the C
@@ -1040,7 +1044,8 @@ def note_made(op: ir.Operation, values: list[ir.Value]) -> None:
     if rule is not None:
         x = values[0]
         order = op.attributes[rule.order] if rule.order else None
-        emitted.simplify = _may_simplify_alone(name, x, x.type == op.results[0].type, order)
+        same_type = x.type == op.results[0].type
+        emitted.simplify = _may_simplify_alone(rule, name, x, same_type, order)
 
 
 def copy_of_template(

@@ -289,11 +289,7 @@ def prove(module, lc, in_specs: Sequence[ShapeDtype], out_specs: Sequence[ShapeD
     signature `in_specs -> out_specs`; `NotDynamic` where an op's shapes cannot be proven."""
     with lc, ir.Location.unknown():
         copy = module.operation.clone()
-        inline_calls(copy.operation)
-        dce = lc.pipelines.get(_DCE)
-        if dce is None:
-            dce = lc.pipelines[_DCE] = passmanager.PassManager.parse(_DCE)
-        dce.run(copy.operation)
+        flatten_calls(copy.operation, lc)
         proof = Proof(copy.operation)
         main = _main(copy.operation)
         if main is None:
@@ -965,6 +961,16 @@ def inline_calls(module_op: ir.Operation) -> None:
         for call in calls:
             callee = functions[ir.FlatSymbolRefAttr(call.attributes["callee"]).value]
             inline_call(call, callee.regions[0].blocks[0])
+
+
+def flatten_calls(module_op: ir.Operation, lc) -> None:
+    """Inlines every call reachable from `@main` and drops the functions left unused
+    (`symbol-dce`, parsed once per lowering context `lc`), in place."""
+    inline_calls(module_op)
+    dce = lc.pipelines.get(_DCE)
+    if dce is None:
+        dce = lc.pipelines[_DCE] = passmanager.PassManager.parse(_DCE)
+    dce.run(module_op)
 
 
 def _remap(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> None:

@@ -60,7 +60,7 @@ from aotkit.errors import ArtifactError, CompileError, printable
 from aotkit.program import Program, Signature
 from aotkit.specs import ShapeDtype
 from aotkit.symbolic import prover
-from aotkit.symbolic.prover import MAX_ASSERTION_TEXT, NotDynamic, inline_calls
+from aotkit.symbolic.prover import MAX_ASSERTION_TEXT, NotDynamic, flatten_calls
 from aotkit.symbolic.signatures import SymbolicSignature, leaf_shape
 
 # --- refinement ----------------------------------------------------------------------------
@@ -89,11 +89,7 @@ def refine(module: ir.Module, lc, in_specs: Sequence[ShapeDtype], where: str) ->
             # bindings' contexts do not register): with every call inlined, a function is
             # never refined twice, which fails ("incompatible refinement keys") where a size
             # of 1 lets one call site's operands refine later than the call.
-            inline_calls(copy.operation)
-            dce = lc.pipelines.get(_DCE)
-            if dce is None:
-                dce = lc.pipelines[_DCE] = passmanager.PassManager.parse(_DCE)
-            dce.run(copy)
+            flatten_calls(copy.operation, lc)
             passmanager.PassManager.parse(pipeline).run(copy)
         except ir.MLIRError as e:
             raise CompileError(
@@ -118,9 +114,6 @@ def refine(module: ir.Module, lc, in_specs: Sequence[ShapeDtype], where: str) ->
                 module_name=modules.module_name(module),
             ) from None
         return copy
-
-
-_DCE = "builtin.module(symbol-dce)"
 
 
 def _constant_ints(value: ir.Value) -> list[int] | None:

@@ -186,12 +186,13 @@ def _lowered_compiled(lowered: Lowered, executable, options, origin: str) -> Com
 
 
 def _no_portable(name: str, pending, shapes) -> bytes:
-    example = ", ".join(f"{s}=8" for s in shapes.symbols)
-    raise ValueError(
-        f"Compiled {name!r}: serialize: the program is {pending.text} of another, which "
-        "aotkit makes per shape as it compiles each, so it has no portable StableHLO of its "
-        "own to save; save the transform specialized to each size instead "
-        f"(lowered.specialize({example}).compile().save(path))"
+    raise specialize.per_shape_only(
+        f"Compiled {name!r}: serialize",
+        pending,
+        shapes.symbols,
+        "portable StableHLO of its own to save",
+        "save the transform specialized to each size instead "
+        "(lowered.specialize({sizes}).compile().save(path))",
     )
 
 

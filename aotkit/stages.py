@@ -52,7 +52,7 @@ from aotkit.backends.base import ArgumentMismatch, Backend, Executable, MemoryAn
 from aotkit.program import Program, Signature
 from aotkit.specs import ShapeDtype
 from aotkit.symbolic.signatures import SymbolicSignature, is_symbolic
-from aotkit.symbolic.specialize import SymbolicExecutable, pending_note
+from aotkit.symbolic.specialize import SymbolicExecutable, pending_note, per_shape_only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,13 +233,13 @@ class ModuleStage(Stage):
         pending = self._program.pending
         if pending is not None:
             symbols = SymbolicSignature.of(self.flat_in_specs, self.flat_out_specs).symbols
-            sizes = ", ".join(f"{s}=8" for s in symbols)
-            raise ValueError(
-                f"{type(self).__name__} {self.name!r}: {what}: the program is {pending.text} "
-                "of another, which aotkit makes per shape as it compiles each, so it has no "
-                "module of its own; specialize it to one size per symbol first "
-                f"(lowered.specialize({sizes}).{what}), or see as_text() for the module it "
-                "transforms"
+            raise per_shape_only(
+                f"{type(self).__name__} {self.name!r}: {what}",
+                pending,
+                symbols,
+                "module of its own",
+                f"specialize it to one size per symbol first (lowered.specialize({{sizes}})."
+                f"{what}), or see as_text() for the module it transforms",
             )
         return self._module
 

@@ -519,6 +519,17 @@ class SymbolicExecutable(Executable):
         return None
 
 
+def per_shape_only(where: str, pending: Pending, symbols, lacks: str, remedy: str):
+    """The ValueError of asking a pending transform (`pending`) for what only each shape's
+    module has (`lacks`); `remedy` says what to do, its `{sizes}` an example size per
+    symbol (`b=8`)."""
+    sizes = ", ".join(f"{s}=8" for s in symbols)
+    return ValueError(
+        f"{where}: the program is {pending.text} of another, which aotkit makes per shape as "
+        f"it compiles each, so it has no {lacks}; {remedy.format(sizes=sizes)}"
+    )
+
+
 def pending_note(pending: Pending | None) -> str:
     """The comment that says what a pending transform's text is (its source module follows
     it), or "" for a program whose module is its own."""

@@ -16,6 +16,7 @@ import pytest
 
 import aotkit
 import aotkit.numpy as anp
+from tests.transforms.test_loop_grad_speed_rules import loops, op_names
 
 STEPS, BATCH, HIDDEN = 6, 3, 5
 RNG = np.random.default_rng(11)
@@ -46,28 +47,6 @@ def assert_matches_jax(loss, args, argnums=0, *, computed_in=None, **options):
         rtol, atol = TOL[np.dtype(computed_in or g.dtype)]
         wide = np.complex128 if np.iscomplexobj(g) else np.float64
         np.testing.assert_allclose(g.astype(wide), w.astype(wide), rtol, atol)
-
-
-def op_names(block) -> list[str]:
-    names = []
-    for o in block.operations:
-        names.append(o.operation.name)
-        for region in o.operation.regions:
-            for inner in region.blocks:
-                names += op_names(inner)
-    return names
-
-
-def main_block(module):
-    for op in module.body.operations:
-        if op.operation.name == "func.func" and op.attributes["sym_name"].value == "main":
-            return op.regions[0].blocks[0]
-    raise AssertionError("no @main")
-
-
-def loops(module):
-    """The stablehlo.while ops of @main (they live as long as `module`: keep it)."""
-    return [o for o in main_block(module).operations if o.operation.name == "stablehlo.while"]
 
 
 def rows(loop, shape) -> int:

@@ -49,6 +49,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.parent.name in _LANE_FOLDERS and item.path.parent.parent.name == "tests":
             item.add_marker(lane.MARK)
+    items[:], dropped = lane.shard(items)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,10 @@ One process at a time can hold an accelerator. So where the lane is on:
   line above), which stays off the accelerator itself and lets its children on it; in the
   first they skip, saying so.
 
+AOTKIT_TEST_SHARD=K/N keeps every Nth of the lane's cases, from the Kth (0 <= K < N, in
+collection order), so that a lane longer than one sitting on an accelerator runs in N parts
+with named cases.
+
 AOTKIT_TEST_PLUGIN=PATH makes NAME a PJRT plugin library loaded by path: with the CPU plugin
 of `aotkit[native]` (aotkit.native.cpu_plugin()) the lane runs on any machine, a second PJRT
 backend beside jaxlib's own CPU client.
@@ -79,6 +83,32 @@ def chip_env() -> dict[str, str]:
 
 
 PLUGIN_ENV = "AOTKIT_TEST_PLUGIN"
+SHARD_ENV = "AOTKIT_TEST_SHARD"
+
+
+def shard(items: list) -> tuple[list, list]:
+    """(kept, deselected): the lane's cases of part K of N (AOTKIT_TEST_SHARD=K/N), with every
+    case outside the lane kept; all of them kept where the variable is not set."""
+    text = os.environ.get(SHARD_ENV, "").strip()
+    if not text:
+        return items, []
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        k, n = -1, 0
+    if not 0 <= k < n:
+        raise pytest.UsageError(
+            f"{SHARD_ENV}={text!r}: expected K/N with 0 <= K < N, such as 0/3 for the first of "
+            f"three parts"
+        )
+    kept, dropped, index = [], [], 0
+    for item in items:
+        if item.get_closest_marker(MARK) is None:
+            kept.append(item)
+            continue
+        (kept if index % n == k else dropped).append(item)
+        index += 1
+    return kept, dropped
 
 
 @functools.cache

@@ -131,3 +131,31 @@ def test_every_lane_folder_is_a_folder_of_tests():
     here = Path(__file__).resolve().parent
     missing = [f for f in conftest._LANE_FOLDERS if not (here / f / "__init__.py").is_file()]
     assert not missing, f"tests/conftest.py's _LANE_FOLDERS names no folder of tests: {missing}"
+
+
+def lane_ids(*args, **env) -> tuple[int, list[str], subprocess.CompletedProcess]:
+    base = {k: v for k, v in os.environ.items() if k != lane.SHARD_ENV}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-n", "0"]
+        + ["--collect-only", "-q", "-m", "lane", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**base, lane.ENV: "lane_under_test", **env},
+        timeout=600,
+    )
+    return proc.returncode, [line for line in proc.stdout.splitlines() if "::" in line], proc
+
+
+def test_a_shard_of_the_lane_is_every_nth_case_and_the_shards_cover_it():
+    _, whole, _ = lane_ids("tests/test_lane.py")
+    parts = [lane_ids("tests/test_lane.py", AOTKIT_TEST_SHARD=f"{k}/3")[1] for k in range(3)]
+    assert len(whole) > 3
+    assert parts[0] == whole[0::3] and parts[1] == whole[1::3] and parts[2] == whole[2::3]
+
+
+@pytest.mark.parametrize("text", ["3/3", "a/b", "1", "-1/2"])
+def test_a_shard_that_is_not_k_of_n_is_a_usage_error(text):
+    rc, _, proc = lane_ids("tests/test_lane.py", AOTKIT_TEST_SHARD=text)
+    assert rc == 4
+    assert f"AOTKIT_TEST_SHARD={text!r}: expected K/N with 0 <= K < N" in proc.stdout + proc.stderr

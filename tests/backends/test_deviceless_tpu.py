@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import textwrap
 import warnings
 from types import SimpleNamespace
@@ -547,3 +548,80 @@ def test_topology_fallback_gives_the_same_devices(monkeypatch):
     assert [(d.id, d.device_kind, tuple(d.coords)) for d in public[0]] == [
         (d.id, d.device_kind, tuple(d.coords)) for d in private[0]
     ]
+
+
+# --- complex128, which XLA:TPU aborts the process on (aotkit/backends/tpu_complex128.py) ----
+
+_COMPLEX128_CHILD = """\
+import re
+
+import numpy as np
+
+import aotkit
+
+
+def compile_for_v5e(fn, *args):
+    return aotkit.jit(fn).lower(*args).compile(backend="tpu", topology="v5e:1x1")
+
+
+cases = {
+    "int32 * complex": (lambda a, b: a * b, np.arange(3, dtype=np.int32), 2 - 1j),
+    "complex64 -> complex128": (lambda a: a.astype(np.complex128), np.ones(3, np.complex64)),
+    "float64 -> complex128": (lambda a: a.astype(np.complex128), np.ones(3, np.float64)),
+}
+for name, (fn, *args) in cases.items():
+    head = compile_for_v5e(fn, *args).as_text().split("\\n", 1)[0]
+    result = re.search(r"->(\\S+?)\\{", head).group(1)
+    print(f"{name}: {result}", flush=True)
+try:
+    compile_for_v5e(lambda a, b: a / b, np.complex128(1j), np.complex128(2))
+except aotkit.UnsupportedModuleError as e:
+    print(f"divide refused ({e.op}): {e}", flush=True)
+"""
+
+
+@needs_libtpu
+def test_complex128_compiles_or_is_refused_without_aborting(tmp_path):
+    """Each of these programs ended the process (a failed check in libtpu) before converts to
+    complex128 were rewritten and the complex128 divide refused; a child process runs them."""
+    import subprocess
+
+    script = tmp_path / "complex128_child.py"
+    script.write_text(_COMPLEX128_CHILD)
+    line = _COMPLEX128_CHILD.split("\n").index(
+        "    compile_for_v5e(lambda a, b: a / b, np.complex128(1j), np.complex128(2))"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        # This process may hold libtpu already (its lockfile), from the tests before.
+        env={**os.environ, "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"},
+        timeout=300,
+    )
+    assert proc.returncode >= 0, f"killed by signal {-proc.returncode}:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "int32 * complex: c128[3]",
+        "complex64 -> complex128: c128[3]",
+        "float64 -> complex128: c128[3]",
+        "divide refused (stablehlo.divide): backend 'tpu' (topology 'v5e:1x1'): module 'lambda' "
+        f"applies stablehlo.divide to complex128 values at {script}:{line + 1}, which XLA:TPU "
+        "cannot compile (its float64 emulation has no rule for it, and it would abort the "
+        "process); compute it in complex64, or compile for 'cpu'",
+    ], proc.stderr[-3000:]
+
+
+@needs_libtpu
+def test_complex128_refusal_in_process():
+    """The refusal comes before libtpu sees the module, so it is safe in the test process."""
+    lowered = aotkit.jit(lambda a, b: a / b).lower(np.complex128(1j), np.complex128(2))
+    line = sys._getframe().f_lineno - 1
+    with pytest.raises(
+        aotkit.UnsupportedModuleError,
+        match=r"^backend 'tpu' \(topology 'v5e:1x1'\): module 'lambda' applies stablehlo.divide "
+        rf"to complex128 values at {re.escape(__file__)}:{line}, which XLA:TPU cannot compile "
+        r"\(its float64 emulation has no rule for it, and it would abort the process\); "
+        r"compute it in complex64, or compile for 'cpu'$",
+    ):
+        lowered.compile(backend="tpu", topology="v5e:1x1")

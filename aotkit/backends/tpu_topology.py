@@ -114,10 +114,16 @@ def backend(topology, where: str) -> TopologyBackend:
             try:
                 devices, version = _compat.tpu_topology_devices(parsed.name, parsed.host_bounds())
             except runtime_error as e:
+                message = modules.diagnostic(e)
+                if "lockfile" in message:  # (libtpu's own advice, to delete it, is not ours)
+                    raise RuntimeError(
+                        f"{where}: libtpu did not start for topology {parsed.name!r}: another "
+                        "process on this machine holds it (its lockfile, /tmp/libtpu_lockfile); "
+                        "compile in that process, or after it ends"
+                    ) from None
                 raise ValueError(
-                    f"{where}: libtpu refused topology {parsed.name!r}: "
-                    f"{modules.diagnostic(e)}; use a slice such as 'v5e:1x1', 'v5e:2x2' or "
-                    "'v5e:2x4'"
+                    f"{where}: libtpu refused topology {parsed.name!r}: {message}; use a slice "
+                    "such as 'v5e:1x1', 'v5e:2x2' or 'v5e:2x4'"
                 ) from None
             found = _backends[parsed.name] = TopologyBackend(parsed, devices, version)
     return found

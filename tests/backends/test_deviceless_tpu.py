@@ -219,6 +219,28 @@ def test_libtpu_refuses_a_topology():
         aotkit.jit(mlp).lower(*SPECS).compile(backend="tpu", topology="v5e:3x3")
 
 
+def test_libtpu_held_by_another_process_is_said_so(monkeypatch):
+    # What libtpu says where another process holds it (a chip's, or another compile's).
+    held = (
+        'ABORTED: Internal error when accessing libtpu multi-process lockfile. Run "$ sudo rm '
+        '/tmp/libtpu_lockfile".'
+    )
+
+    def refuse(name, bounds):
+        raise _compat.runtime_error_type()(held)
+
+    monkeypatch.setattr(tpu_topology, "available", lambda: None)
+    monkeypatch.setattr(_compat, "tpu_topology_devices", refuse)
+    monkeypatch.setattr(tpu_topology, "_backends", {})
+    with pytest.raises(
+        RuntimeError,
+        match=r"^Lowered.compile\(mlp\): libtpu did not start for topology 'v5e:2x4': another "
+        r"process on this machine holds it \(its lockfile, /tmp/libtpu_lockfile\); compile in "
+        r"that process, or after it ends$",
+    ):
+        aotkit.jit(mlp).lower(*SPECS).compile(backend="tpu", topology="v5e:2x4")
+
+
 @needs_libtpu
 def test_1x1_hlo_cost_and_memory(compiled_1x1, cpu_flops):
     compiled = compiled_1x1

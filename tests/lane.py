@@ -22,6 +22,10 @@ One process at a time can hold an accelerator. So where the lane is on:
   line above), which stays off the accelerator itself and lets its children on it; in the
   first they skip, saying so.
 
+With pytest-xdist's `-n 1` the lane runs in one worker process that holds the accelerator;
+a case that ends its process (a backend's failed check) then loses only that worker, which
+xdist replaces, and the lane goes on.
+
 AOTKIT_TEST_SHARD=K/N keeps every Nth of the lane's cases, from the Kth (0 <= K < N, in
 collection order), so that a lane longer than one sitting on an accelerator runs in N parts
 with named cases.
@@ -37,6 +41,7 @@ runs on the CPU (JAX_PLATFORMS=cpu unless it is set), children included.
 from __future__ import annotations
 
 import functools
+import json
 import os
 
 import pytest
@@ -48,8 +53,16 @@ _OWN = ("cpu", "interpreter", "iree")
 ON = NAME is not None and NAME not in _OWN
 MARK = "lane"
 CHILDREN_MARK = "lane_children"
-# The environment variables as this process found them, for children that go on the chip.
-_ORIGINAL = {k: os.environ.get(k) for k in ("JAX_PLATFORMS", "AOTKIT_BACKEND")}
+# The environment variables as the user set them, for children that go on the chip. Where the
+# lane is on they are kept in USER_ENV too, for pytest-xdist's workers: those inherit this
+# process's JAX_PLATFORMS=cpu (with -n 1 a worker that a backend aborts is replaced, and the
+# lane goes on).
+USER_ENV = "AOTKIT_TEST_USER_ENV"
+_ORIGINAL = (
+    json.loads(os.environ[USER_ENV])
+    if ON and USER_ENV in os.environ
+    else {k: os.environ.get(k) for k in ("JAX_PLATFORMS", "AOTKIT_BACKEND")}
+)
 _children_only: list[bool] = [False]
 
 
@@ -61,9 +74,11 @@ def configure(children_only: bool) -> None:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         return
     _children_only[0] = children_only
+    os.environ[USER_ENV] = json.dumps(_ORIGINAL)
     if children_only:
         os.environ["JAX_PLATFORMS"] = "cpu"
     else:
+        _set(os.environ, _ORIGINAL)
         import jax  # noqa: F401 (reads JAX_PLATFORMS now: this process may use the accelerator)
 
         os.environ["JAX_PLATFORMS"] = "cpu"
@@ -74,14 +89,22 @@ def chip_env() -> dict[str, str]:
     """The environment of a child that runs on the lane's backend: this one, with
     JAX_PLATFORMS and AOTKIT_BACKEND as the user had them."""
     env = dict(os.environ)
-    for key, value in _ORIGINAL.items():
+    _set(env, _ORIGINAL)
+    return env
+
+
+def _set(env, values: dict) -> None:
+    for key, value in values.items():
         if value is None:
             env.pop(key, None)
         else:
             env[key] = value
-    return env
 
 
+# What the tests pass jax.export.export as platforms: that of aotkit's default backend in the
+# tests, cpu. jax.export's own default follows JAX's default backend, which in the lane's process
+# is the accelerator, and aotkit.load_module refuses a module exported for it alone.
+EXPORT_PLATFORMS = ("cpu",)
 PLUGIN_ENV = "AOTKIT_TEST_PLUGIN"
 SHARD_ENV = "AOTKIT_TEST_SHARD"
 

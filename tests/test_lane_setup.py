@@ -36,6 +36,7 @@ SETUP = textwrap.dedent(
 def setup_in_child(mode: str, **env) -> dict:
     base = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "AOTKIT_BACKEND")}
     base.pop(lane.ENV, None)
+    base.pop(lane.USER_ENV, None)
     proc = subprocess.run(
         [sys.executable, "-c", SETUP, mode],
         capture_output=True,
@@ -68,6 +69,16 @@ def test_with_the_lane_this_process_may_use_the_accelerator_and_children_may_not
 def test_the_children_run_stays_off_the_accelerator_and_lets_its_children_on():
     got = setup_in_child("children", AOTKIT_TEST_BACKEND="tpu", JAX_PLATFORMS="tpu,cpu")
     assert got["jax"] == "cpu" and got["env"] == ["cpu", "cpu"]
+    assert got["child"] == ["tpu,cpu", None]
+
+
+def test_a_pytest_xdist_worker_gets_the_users_settings_its_controller_kept():
+    # A worker inherits its controller's JAX_PLATFORMS=cpu; the user's value came along in
+    # USER_ENV, so the worker may use the accelerator as the controller would have.
+    user = json.dumps({"JAX_PLATFORMS": "tpu,cpu", "AOTKIT_BACKEND": None})
+    env = {"AOTKIT_TEST_BACKEND": "tpu", "JAX_PLATFORMS": "cpu", "AOTKIT_BACKEND": "cpu"}
+    got = setup_in_child("all", **env, AOTKIT_TEST_USER_ENV=user)
+    assert got["jax"] == "tpu,cpu" and got["env"] == ["cpu", "cpu"]
     assert got["child"] == ["tpu,cpu", None]
 
 

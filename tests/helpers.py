@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import itertools
+import os
 import textwrap
 
 import ml_dtypes
@@ -17,6 +18,12 @@ from aotkit import _context
 from aotkit.backends import iree
 from aotkit.errors import CompileError
 from tests import lane
+
+
+def pythonpath(*folders) -> str:
+    """A child's PYTHONPATH: `folders` before this process's own (where a host's JAX may be)."""
+    inherited = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([*(str(f) for f in folders), *([inherited] if inherited else [])])
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ import aotkit
 from aotkit import artifacts, pytrees
 from aotkit.errors import ArtifactError
 from tests import ecosystem_models
+from tests.helpers import pythonpath
 from tests.test_artifacts import raw_header, repack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -699,7 +700,7 @@ def ecosystem(tmp_path_factory):
         step.lower(params, opt_state, *case.batch).compile().save(path)
         plan["cases"][name] = str(path)
     (tmp / "plan.json").write_text(json.dumps(plan))
-    env = {**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{tmp}"}
+    env = {**__import__("os").environ, "PYTHONPATH": pythonpath(ROOT, tmp)}
     proc = subprocess.run(
         [sys.executable, "-m", "tests.pytree_child", str(tmp / "plan.json"), str(tmp)],
         cwd=ROOT,

@@ -13,7 +13,8 @@ import aotkit.numpy as anp
 from aotkit import ShapeDtype, backends
 from aotkit.backends import MemoryAnalysis
 from aotkit.stages import Compiled
-from tests.helpers import BACKENDS
+from tests import lane
+from tests.helpers import BACKENDS, assert_matches
 
 
 def compiled_identity(spec_text: str, backend: str = "cpu") -> Compiled:
@@ -47,7 +48,12 @@ def test_python_scalar_fills_a_slot_of_its_kind_or_higher(backend, spec_text, va
     out = np.asarray(compiled_identity(spec_text, backend)(value))
     assert out.dtype == spec.dtype
     assert out.shape == ()
-    assert out == np.asarray(value).astype(spec.dtype)
+    want = np.asarray(value).astype(spec.dtype)
+    if backend == lane.NAME and spec.dtype == np.float64:
+        # An accelerator may emulate float64 (a TPU: in pairs of float32), not carry it exactly.
+        assert_matches(out, want, backend=backend)
+    else:
+        assert out == want
 
 
 REFUSED_SCALARS = [

@@ -26,6 +26,7 @@ import aotkit
 from aotkit import artifacts, backends, cache
 from aotkit.cli import commands
 from aotkit.errors import ArtifactError, ArtifactWarning, CacheWarning
+from tests.helpers import pythonpath
 from tests.standin_backends import ODD_VERSION, StandIn, register
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,7 +153,7 @@ CACHED = textwrap.dedent(
 
 def test_the_cache_hits_an_entry_of_a_multiline_platform_version_in_a_fresh_process(tmp_path):
     folder = tmp_path / "cache"
-    env = {**os.environ, cache.ENV: str(folder), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, cache.ENV: str(folder), "PYTHONPATH": pythonpath(ROOT)}
     runs = []
     for _ in range(2):
         proc = subprocess.run(

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tests import lane
+
 D = 16  # model width of the block
 HIDDEN = 32
 
@@ -38,7 +40,7 @@ def mlp_inputs(rng: np.random.Generator, b: int) -> tuple[np.ndarray, np.ndarray
 def mlp_export(constraints=()) -> jax.export.Exported:
     b = jax.export.symbolic_shape("b", constraints=constraints)[0]
     f32 = jnp.float32
-    return jax.export.export(jax.jit(mlp))(
+    return jax.export.export(jax.jit(mlp), platforms=lane.EXPORT_PLATFORMS)(
         jax.ShapeDtypeStruct((b, 784), f32),
         jax.ShapeDtypeStruct((b, 10), f32),
         jax.ShapeDtypeStruct((784, HIDDEN), f32),
@@ -73,7 +75,9 @@ def block_export(constraints=("t <= 64",)) -> jax.export.Exported:
     b, t = jax.export.symbolic_shape("b, t", constraints=constraints)
     f32 = jnp.float32
     params = [jax.ShapeDtypeStruct(p.shape, f32) for p in block_params(np.random.default_rng(0))]
-    return jax.export.export(jax.jit(block))(jax.ShapeDtypeStruct((b, t, D), f32), *params)
+    return jax.export.export(jax.jit(block), platforms=lane.EXPORT_PLATFORMS)(
+        jax.ShapeDtypeStruct((b, t, D), f32), *params
+    )
 
 
 def fixed(fn, *args):

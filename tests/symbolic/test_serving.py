@@ -25,6 +25,7 @@ import pytest
 import aotkit
 from aotkit import artifacts, cache
 from aotkit.errors import ArtifactError
+from tests.helpers import pythonpath
 from tests.symbolic import programs
 
 CHILD = Path(__file__).with_name("serving_child.py")
@@ -141,7 +142,7 @@ def _serve_in_fresh_process(tmp_path, artifact: bytes, calls, weights) -> tuple[
     inputs.update({f"w_{i}": w for i, w in enumerate(weights)})
     np.savez(tmp_path / "inputs.npz", **inputs)
     out = tmp_path / "out.npz"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=pythonpath(ROOT))
     done = subprocess.run(
         [sys.executable, str(CHILD), str(path), str(tmp_path / "inputs.npz"), str(out)],
         capture_output=True,

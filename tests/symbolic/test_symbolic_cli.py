@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import aotkit
+from tests import lane
 from tests.symbolic import programs
 
 
@@ -28,7 +29,7 @@ def affine_file(tmp_path_factory):
     def affine(x, y):
         return x * y + 1
 
-    exported = jax.export.export(jax.jit(affine))(spec, spec)
+    exported = jax.export.export(jax.jit(affine), platforms=lane.EXPORT_PLATFORMS)(spec, spec)
     path = tmp_path_factory.mktemp("cli") / "affine.jaxexp"
     path.write_bytes(exported.serialize())
     return path

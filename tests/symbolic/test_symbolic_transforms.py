@@ -20,6 +20,7 @@ from jax import export
 import aotkit
 import aotkit.numpy as anp
 from aotkit import cache
+from tests import lane
 
 SIZES = (1, 3, 8)
 
@@ -56,7 +57,7 @@ def _export(fn, shapes) -> bytes:
         jax.ShapeDtypeStruct(tuple(b if d == "b" else d for d in shape), jnp.float32)
         for shape in shapes
     ]
-    return bytes(export.export(jax.jit(fn))(*specs).serialize())
+    return bytes(export.export(jax.jit(fn), platforms=lane.EXPORT_PLATFORMS)(*specs).serialize())
 
 
 @pytest.fixture(scope="module", params=sorted(PROGRAMS))
@@ -465,7 +466,7 @@ def test_errors_are_raised_by_the_transform_not_the_call(mlp_loaded):
 def test_an_integer_argument_has_no_gradient():
     (b,) = export.symbolic_shape("b")
     data = bytes(
-        export.export(jax.jit(lambda x, n: jnp.sum(x * n)))(
+        export.export(jax.jit(lambda x, n: jnp.sum(x * n)), platforms=lane.EXPORT_PLATFORMS)(
             jax.ShapeDtypeStruct((b,), jnp.float32), jax.ShapeDtypeStruct((b,), jnp.int32)
         ).serialize()
     )

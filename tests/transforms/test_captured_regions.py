@@ -23,6 +23,7 @@ from jax import export, lax
 
 import aotkit
 from aotkit.transforms.core import TransformError
+from tests import lane
 
 RNG = np.random.default_rng(44)
 F32 = np.float32
@@ -769,7 +770,7 @@ def solve_and_slogdet(a, b):
 @pytest.mark.parametrize("pipeline", ["none", "default"])
 def test_grad_of_a_jax_export_of_a_sort(pipeline):
     x = np.array([3.0, -1.0, 4.0, 1.5, -5.0], F32)
-    data = export.export(jax.jit(sort_and_sum))(x).serialize()
+    data = export.export(jax.jit(sort_and_sum), platforms=lane.EXPORT_PLATFORMS)(x).serialize()
     lowered = aotkit.load_module(bytes(data), pipeline=pipeline)
     close(lowered.grad().compile()(x), jax.grad(sort_and_sum)(x))
 
@@ -778,7 +779,9 @@ def test_grad_of_a_jax_export_of_a_sort(pipeline):
 def test_vmap_of_a_jax_export_of_solve_and_slogdet(pipeline):
     a = f32(3, 4, 4) + 4 * np.eye(4, dtype=F32)
     b = f32(3, 4)
-    data = export.export(jax.jit(solve_and_slogdet))(a[0], b[0]).serialize()
+    data = export.export(jax.jit(solve_and_slogdet), platforms=lane.EXPORT_PLATFORMS)(
+        a[0], b[0]
+    ).serialize()
     lowered = aotkit.load_module(bytes(data), pipeline=pipeline)
     got = lowered.vmap(axis_size=3).compile()(a, b)
     close(got, jax.vmap(solve_and_slogdet)(a, b), rtol=1e-4, atol=1e-4)

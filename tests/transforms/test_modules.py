@@ -11,6 +11,7 @@ import pytest
 from jax import export
 
 import aotkit
+from tests import lane
 
 RNG = np.random.default_rng(0)
 
@@ -47,7 +48,7 @@ def close(got, want, rtol=1e-5, atol=1e-5):
 
 @pytest.fixture(scope="module")
 def exported():
-    data = export.export(jax.jit(mlp))(PARAMS, X).serialize()
+    data = export.export(jax.jit(mlp), platforms=lane.EXPORT_PLATFORMS)(PARAMS, X).serialize()
     return aotkit.load_module(bytes(data))
 
 

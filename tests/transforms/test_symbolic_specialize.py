@@ -14,6 +14,7 @@ from jax import export
 
 import aotkit
 import aotkit.numpy as anp
+from tests import lane
 
 RNG = np.random.default_rng(3)
 
@@ -30,7 +31,7 @@ def loss(w, x):
 def exported():
     """A jax.export of `loss` with a symbolic batch `b`, loaded."""
     (b,) = export.symbolic_shape("b")
-    exp = export.export(jax.jit(loss))(
+    exp = export.export(jax.jit(loss), platforms=lane.EXPORT_PLATFORMS)(
         jax.ShapeDtypeStruct((3, 2), jnp.float32), jax.ShapeDtypeStruct((b, 3), jnp.float32)
     )
     return aotkit.load_module(bytes(exp.serialize()))

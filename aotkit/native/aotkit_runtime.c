@@ -2281,12 +2281,12 @@ static bool read_varint(const unsigned char *data, size_t end, size_t *at, uint6
 /* jaxlib writes an executable of a PJRT C API plugin wrapped by IFRT: a length-prefixed
    record naming "pjrt_ifrt" (with the program's layouts), then what the plugin's
    PJRT_Executable_Serialize wrote. Where `data` has that form (its first record names
-   "pjrt_ifrt"), gives the bytes after that record: all of them (cand 0), or the
-   length-prefixed record they start with (cand 1); false where there is no such candidate. */
-static bool ifrt_unwrap(const unsigned char *data, size_t size, int cand,
-                        const unsigned char **inner, size_t *size_out) {
+   "pjrt_ifrt"), gives the bytes after that record (what the CPU plugin and libtpu load);
+   false where it has not. */
+static bool ifrt_unwrap(const unsigned char *data, size_t size, const unsigned char **inner,
+                        size_t *size_out) {
   size_t at = 0;
-  uint64_t first, second;
+  uint64_t first;
   static const char tag[] = "\x12\x09pjrt_ifrt"; /* field 2, a 9-byte string */
   if (!read_varint(data, size, &at, &first) || first > size - at) return false;
   bool named = false;
@@ -2298,14 +2298,8 @@ static bool ifrt_unwrap(const unsigned char *data, size_t size, int cand,
   if (!named) return false;
   at += (size_t)first;
   if (at >= size) return false;
-  if (cand == 0) {
-    *inner = data + at;
-    *size_out = size - at;
-    return true;
-  }
-  if (!read_varint(data, size, &at, &second) || second == 0 || second > size - at) return false;
   *inner = data + at;
-  *size_out = (size_t)second;
+  *size_out = size - at;
   return true;
 }
 
@@ -2374,9 +2368,7 @@ int aotkit_program_load(aotkit_runtime *runtime, const aotkit_artifact *artifact
     const unsigned char *inner;
     size_t inner_size;
     bool wrapped = false;
-    int cand;
-    for (cand = 0; cand < 2 && ifrt_unwrap(exec->data, exec->size, cand, &inner, &inner_size);
-         cand++) {
+    if (ifrt_unwrap(exec->data, exec->size, &inner, &inner_size)) {
       PJRT_Executable_DeserializeAndLoad_Args t = d;
       t.serialized_executable = (const char *)inner;
       t.serialized_executable_size = inner_size;
@@ -2384,21 +2376,17 @@ int aotkit_program_load(aotkit_runtime *runtime, const aotkit_artifact *artifact
       if (te == NULL) {
         d = t;
         wrapped = true;
-        break;
+      } else {
+        PJRT_Error_Destroy_Args de = {.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE,
+                                      .error = te};
+        api->PJRT_Error_Destroy(&de);
       }
-      PJRT_Error_Destroy_Args de = {.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE, .error = te};
-      api->PJRT_Error_Destroy(&de);
     }
     PJRT_Error *e = wrapped ? NULL : api->PJRT_Executable_DeserializeAndLoad(&d);
     if (e == NULL) {
       exe = d.loaded_executable;
-      /* (-v names the form the plugin took: what follows the record, or the
-         length-prefixed record that follows it) */
       sb_printf(&how, "loaded the executable section%s (platform '%s')",
-                !wrapped ? " as it is"
-                : cand == 0 ? ", unwrapped from jaxlib's IFRT record (the bytes after it),"
-                            : ", unwrapped from jaxlib's IFRT record (the record after it),",
-                platform);
+                wrapped ? ", unwrapped from jaxlib's IFRT record," : " as it is", platform);
     } else {
       pjrt_message(api, e, msg, sizeof msg);
       for (char *p = msg; *p; p++)

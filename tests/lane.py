@@ -15,8 +15,8 @@ One process at a time can hold an accelerator. So where the lane is on:
 - this pytest process holds it, and every process a test starts stays off it
   (JAX_PLATFORMS=cpu and AOTKIT_BACKEND=cpu in the environment children inherit; this process
   read the original JAX_PLATFORMS when it imported jax, here, first);
-- this process's default backend stays `cpu` (AOTKIT_BACKEND), so that the tests outside the
-  lane compare what they always compare;
+- this process's default backend stays `cpu` (AOTKIT_BACKEND), and JAX's default device too,
+  so that the tests outside the lane, and the JAX oracles, compare what they always compare;
 - the cases that load an artifact or hit the cache in a fresh process on NAME (the mark
   `lane_children`) need the accelerator free: they run in a pytest of their own (the second
   line above), which stays off the accelerator itself and lets its children on it; in the
@@ -79,8 +79,11 @@ def configure(children_only: bool) -> None:
         os.environ["JAX_PLATFORMS"] = "cpu"
     else:
         _set(os.environ, _ORIGINAL)
-        import jax  # noqa: F401 (reads JAX_PLATFORMS now: this process may use the accelerator)
+        import jax  # (reads JAX_PLATFORMS now: this process may use the accelerator)
 
+        # JAX's default device too: the tests' JAX oracles (jax.jit, jax.device_put) run on
+        # the CPU, as aotkit's default backend does.
+        jax.config.update("jax_default_device", "cpu")
         os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ["AOTKIT_BACKEND"] = "cpu"
 

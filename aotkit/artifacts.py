@@ -54,6 +54,7 @@ from aotkit import (
 )
 from aotkit._version import __version__
 from aotkit.arguments import format_signature
+from aotkit.backends import tpu_complex128
 from aotkit.errors import ArtifactError, printable
 from aotkit.program import Signature
 from aotkit.specs import spec
@@ -898,14 +899,20 @@ def pack_symbolic(compiled, *, text: bool = True) -> bytes:
 # --- writing -------------------------------------------------------------------------------
 
 
-def portable_artifact(lowered) -> bytes:
+def portable_artifact(lowered, platform: str | None = None) -> bytes:
     """The final module of `lowered` as a StableHLO portable artifact. A module the pipeline
     "none" left with CHLO ops in it is written after legalizing CHLO in a copy (the same
     rewrite the backends do first). A sharded module keeps its Shardy mesh and shardings
-    (StableHLO as VHLO, the `sdy` ops as they are: what jax.export writes)."""
+    (StableHLO as VHLO, the `sdy` ops as they are: what jax.export writes). For an
+    executable of `platform` 'tpu', the module as XLA:TPU compiled it (complex128 converts
+    rewritten: aotkit/backends/tpu_complex128.py), so that a TPU that compiles the portable
+    module again (the native runner's fallback) is given what it compiles."""
+    module = lowered._module
+    if platform == "tpu":
+        module = tpu_complex128.legalize(module, f"{lowered.name!r}: portable module")
     if lowered.partitioning is not None:
-        return sharded_portable_artifact(lowered._module, lowered.name)
-    return module_portable_artifact(lowered._module)
+        return sharded_portable_artifact(module, lowered.name)
+    return module_portable_artifact(module)
 
 
 def module_portable_artifact(module) -> bytes:
@@ -1075,7 +1082,7 @@ def serialize(compiled, *, text: bool = True) -> bytes:
     in_tree = encode_tree(compiled.in_tree, where, "argument")
     out_tree = encode_tree(compiled.out_tree, where, "result")
     if compiled.lowered is not None:
-        portable = portable_artifact(compiled.lowered)
+        portable = portable_artifact(compiled.lowered, compiled._executable.backend.platform)
     elif compiled._portable is not None:
         portable = compiled._portable
     else:

@@ -478,7 +478,11 @@ def put(cache_key: str, lowered, executable, options, *, portable: bytes | None 
             name=lowered.name,
             executable=executable,
             serialized=serialized,
-            portable=portable if portable is not None else artifacts.portable_artifact(lowered),
+            portable=(
+                portable
+                if portable is not None
+                else artifacts.portable_artifact(lowered, executable.backend.platform)
+            ),
             # Entries hold flat signatures: the caller has the pytrees, and custom pytree
             # nodes (which artifacts refuse) then cache like any other.
             in_tree={"tuple": [{"tuple": ["*"] * n_in}, {"dict": []}]},

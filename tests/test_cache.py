@@ -280,7 +280,7 @@ def test_entry_whose_executable_does_not_load(cache_dir):
 
 
 def test_an_entry_that_cannot_be_written_warns_and_runs(cache_dir, monkeypatch):
-    def fail(lowered):
+    def fail(lowered, platform=None):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(artifacts, "portable_artifact", fail)

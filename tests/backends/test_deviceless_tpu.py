@@ -647,3 +647,29 @@ def test_complex128_refusal_in_process():
         r"compute it in complex64, or compile for 'cpu'$",
     ):
         lowered.compile(backend="tpu", topology="v5e:1x1")
+
+
+@needs_libtpu
+def test_a_tpu_artifact_holds_the_portable_module_xla_tpu_compiled(tmp_path):
+    """The portable module of a TPU executable is the one XLA:TPU compiled (its complex128
+    converts rewritten), so a TPU that compiles it again is not aborted by it; on the CPU it
+    gives NumPy's values."""
+    a, b = np.arange(3, dtype=np.int32), 2 - 1j
+    compiled = aotkit.jit(lambda a, b: a * b).lower(a, b).compile(backend="tpu", topology="v5e:1x1")
+    path = tmp_path / "complex.aotx"
+    compiled.save(path)
+    portable = artifacts.unpack(path.read_bytes(), str(path)).section(artifacts.PORTABLE)
+    text = aotkit.load_module(portable).as_text()
+    assert "stablehlo.complex" in text
+    assert not re.search(r"stablehlo\.convert .*-> tensor<3xcomplex<f64>>", text), text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = aotkit.load(path, portable_only=True, backend="cpu")
+    out = np.asarray(loaded(a, b))
+    assert out.dtype == np.complex128
+    np.testing.assert_array_equal(out, a * b)
+    # A cpu executable's portable module is the program as written.
+    cpu = aotkit.jit(lambda a, b: a * b).lower(a, b).compile(backend="cpu")
+    cpu_portable = artifacts.unpack(cpu.serialize(), "<bytes>").section(artifacts.PORTABLE)
+    cpu_text = aotkit.load_module(cpu_portable).as_text()
+    assert re.search(r"stablehlo\.convert .*-> tensor<3xcomplex<f64>>", cpu_text), cpu_text

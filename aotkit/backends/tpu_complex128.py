@@ -66,9 +66,9 @@ def _uses_complex128(op: ir.Operation) -> bool:
 
 
 def legalize(module: ir.Module, where: str) -> ir.Module:
-    """`module`, or a rewritten copy of it (in the same context), that
-    XLA:TPU compiles without aborting: the converts it aborts on rewritten, and an
-    UnsupportedModuleError for the ops it aborts on."""
+    """`module`, or a rewritten copy of it (in the same context), that XLA:TPU compiles
+    without aborting: the converts it aborts on rewritten, and an UnsupportedModuleError for
+    the ops it aborts on."""
     with _context.of(module):
         refused: list[ir.Operation] = []
         converts = _find(module.operation, refused)

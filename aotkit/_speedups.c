@@ -71,6 +71,7 @@ typedef struct {
     PyObject *settle;         /* settle(out): waits until every result in `out` is ready */
     Py_ssize_t in_place_from; /* NumPy arrays this large the transfer may read in place */
     Py_ssize_t staged_from;   /* NumPy arrays this large go to `slow` (it may stage them) */
+    Py_ssize_t copied_below;  /* ... and under this the transfer copies unaligned ones */
     /* `exact_dtypes` by identity, and their item sizes: an array's dtype is one of these
      * objects (NumPy's own instances of its built-in dtypes) or the array goes to `slow`. */
     Py_ssize_t n_exact;
@@ -173,7 +174,8 @@ held(Front *self, PyObject **slots[N_HELD])
 }
 
 /* What this front makes of a NumPy array: SMALL, of an exact dtype and under
- * `in_place_from` bytes (the transfer copies it); IN_PLACE, of an exact dtype and under
+ * `in_place_from` bytes, or under `copied_below` and not 64-byte aligned (the transfer copies
+ * it while the call runs); IN_PLACE, of an exact dtype and under
  * `staged_from` bytes (the transfer may read it in place while the call runs); else 0.
  * Reads the array's head: no attribute lookups, no dtype hashing (each costs more here than
  * the rest of this front does). */
@@ -191,9 +193,13 @@ array_kind(Front *self, PyObject *arg, PyObject *const *dtypes, const Py_ssize_t
             for (int d = 0; d < head->nd && nbytes < self->staged_from; d++) {
                 nbytes *= head->dimensions[d];
             }
-            return nbytes < self->in_place_from ? SMALL
-                   : nbytes < self->staged_from ? IN_PLACE
-                                                : 0;
+            if (nbytes < self->in_place_from) {
+                return SMALL;
+            }
+            if (nbytes < self->copied_below && (uintptr_t)head->data % 64 != 0) {
+                return SMALL; /* copied while the call runs: not read in place */
+            }
+            return nbytes < self->staged_from ? IN_PLACE : 0;
         }
     }
     return 0;
@@ -592,18 +598,19 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     static char *names[] = {
         "wide", "narrow", "slow", "failed", "array_type", "key_type", "ndarray_type",
         "exact_scalars", "exact_dtypes", "python_scalars", "wide_dtypes", "wide_scalars", "x64",
-        "scalars_64", "clear_cache", "settle", "in_place_from", "staged_from", NULL,
+        "scalars_64", "clear_cache", "settle", "in_place_from", "staged_from", "copied_below",
+        NULL,
     };
     PyObject *wide, *narrow, *slow, *failed, *array_type, *key_type, *ndarray_type,
         *exact_scalars, *exact_dtypes, *python_scalars, *wide_dtypes, *wide_scalars, *x64,
         *scalars_64, *clear_cache, *settle;
-    Py_ssize_t in_place_from, staged_from;
+    Py_ssize_t in_place_from, staged_from, copied_below;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOOO!O!O!O!O!OO!OOnn", names, &wide, &narrow, &slow, &failed,
+            args, kwargs, "$OOOOOOOO!O!O!O!O!OO!OOnnn", names, &wide, &narrow, &slow, &failed,
             &array_type, &key_type, &ndarray_type, &PyFrozenSet_Type, &exact_scalars,
             &PyTuple_Type, &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &PyTuple_Type,
             &wide_dtypes, &PyFrozenSet_Type, &wide_scalars, &x64, &PyList_Type, &scalars_64,
-            &clear_cache, &settle, &in_place_from, &staged_from)) {
+            &clear_cache, &settle, &in_place_from, &staged_from, &copied_below)) {
         return -1;
     }
     /* Read with the set's own iteration, which runs no Python code (a subclass's might
@@ -620,6 +627,12 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
                      "in_place_from and staged_from: 0 <= in_place_from <= staged_from, got %zd "
                      "and %zd",
                      in_place_from, staged_from);
+        return -1;
+    }
+    if (copied_below < 0 || copied_below > staged_from) {
+        PyErr_Format(PyExc_ValueError,
+                     "copied_below: 0 <= copied_below <= staged_from, got %zd and %zd",
+                     copied_below, staged_from);
         return -1;
     }
     /* Everything is read and checked first, and set only once all of it is at hand (the
@@ -656,6 +669,7 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     }
     self->in_place_from = in_place_from;
     self->staged_from = staged_from;
+    self->copied_below = copied_below;
     self->n_exact = t.n_exact;
     memcpy(self->exact, t.exact, sizeof(t.exact));
     memcpy(self->itemsize, t.itemsize, sizeof(t.itemsize));
@@ -1805,7 +1819,7 @@ speedups_exec(PyObject *module)
 {
     /* aotkit/_native.py uses this module only where the two agree (an install that did
      * not rebuild it after its source changed keeps an older one). */
-    if (PyModule_AddIntConstant(module, "VERSION", 5) < 0) {
+    if (PyModule_AddIntConstant(module, "VERSION", 6) < 0) {
         return -1;
     }
     if (add_type(module, &front_spec, "Front") < 0 ||

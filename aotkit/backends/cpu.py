@@ -7,8 +7,11 @@ arguments without a copy. The client starts on the first `aotkit.backends.get("c
 from __future__ import annotations
 
 from aotkit import _compat
+from aotkit.backends.host_inputs import COPIED_IN_CALL_BELOW
 from aotkit.backends.pjrt_spmd import SpmdBackend
 
 
 def create() -> SpmdBackend:
-    return SpmdBackend("cpu", _compat.pjrt_backend("cpu"))
+    backend = SpmdBackend("cpu", _compat.pjrt_backend("cpu"))
+    backend.copied_in_call_below = COPIED_IN_CALL_BELOW  # (XLA's CPU client; not a plugin's)
+    return backend

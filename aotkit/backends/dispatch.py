@@ -34,7 +34,7 @@ from aotkit.backends.host_inputs import (
 _Front = _native.Front  # None without aotkit._speedups: `call` then takes every call
 
 
-def native_dispatcher(name: str, python_call, run):
+def native_dispatcher(name: str, python_call, run, copied_in_call_below: int = 0):
     """jaxlib's C++ dispatch (the loop under JAX's own jit) in front of a Python call.
 
     `run(x64, args, kwargs) -> (out, fastpath or None)` handles every argument signature
@@ -57,8 +57,10 @@ def native_dispatcher(name: str, python_call, run):
     narrowing keeps never do. What runs in Python (a miss, which may trace with JAX) runs
     under the caller's own x64 setting. Arrays in big-endian byte order never reach the C++
     side (it would read their bytes as native ones). NumPy arrays the transfer may read in
-    place are prepared first, and their calls wait for their results (`HostInputs`). A call
-    of one array or scalar takes the fewest steps.
+    place are prepared first, and their calls wait for their results (`HostInputs`), except
+    those under `copied_in_call_below` bytes that are not 64-byte aligned: a client that
+    copies those while the call runs (jaxlib's CPU client: `COPIED_IN_CALL_BELOW`) does not
+    read them after it. A call of one array or scalar takes the fewest steps.
     """
     swap, restore = _compat.x64_switch()
     thread_x64 = _compat.x64_state()
@@ -115,6 +117,7 @@ def native_dispatcher(name: str, python_call, run):
 
     exact, exact_scalars, wide_scalars = EXACT_NUMPY, EXACT_NUMPY_SCALARS, WIDE_NUMPY_SCALARS
     in_place_from, staged_from = IN_PLACE_FROM, STAGED_FROM
+    copied_below = copied_in_call_below
 
     def call(*args, **kwargs):
         # The entry point of every call (aotkit/_traceback.py): an error leaves it without
@@ -153,7 +156,7 @@ def native_dispatcher(name: str, python_call, run):
                         if n < in_place_from:
                             continue
                         if n < staged_from:  # the transfer may read it in place: wait
-                            wait = True
+                            wait = wait or n >= copied_below or _aligned(arg)
                             continue
                     break
                 if t in exact_scalars:
@@ -300,17 +303,18 @@ def native_dispatcher(name: str, python_call, run):
             clear_cache=clear_cache,
             settle=functools.partial(_block, array_type=array_type),
             scalars_64=scalars_64,
-            **front_tables(),
+            **front_tables(copied_in_call_below),
         )
     except RuntimeError as e:  # it cannot read this NumPy's arrays
         warnings.warn(f"{e}; calls take the Python front", RuntimeWarning, stacklevel=2)
         return call
 
 
-def front_tables() -> dict:
+def front_tables(copied_in_call_below: int = 0) -> dict:
     """The C `Front`'s keyword arguments other than its callables: which types and dtypes it
     passes straight to the C++ dispatch (as `native_dispatcher`'s `call` does), the x64 mode
-    it reads for 64-bit NumPy values, and the sizes it hands to the Python front."""
+    it reads for 64-bit NumPy values, and the sizes it hands to the Python front or waits
+    for (as `native_dispatcher`'s)."""
     return dict(
         array_type=_compat.array_type(),
         key_type=_compat.key_array_type(),
@@ -324,6 +328,7 @@ def front_tables() -> dict:
         x64=_compat.x64_state(),
         in_place_from=IN_PLACE_FROM,
         staged_from=STAGED_FROM,
+        copied_below=copied_in_call_below,
     )
 
 
@@ -385,6 +390,11 @@ def _mode_scalars(tree) -> bool:
         return any(type(x) in (float, int, complex) for x in tree_util.tree_leaves(tree))
     except ValueError:  # a dict whose keys do not sort: nothing learnt
         return False
+
+
+def _aligned(x: np.ndarray) -> bool:
+    """Whether the transfer may read `x` in place (its data 64-byte aligned)."""
+    return x.__array_interface__["data"][0] % 64 == 0
 
 
 def _block(out, array_type) -> None:

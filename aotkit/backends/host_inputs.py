@@ -50,6 +50,13 @@ IN_PLACE_FROM = 2048
 # 1.25x (aligned ones 1.1x-1.2x: they took the Python front), and calls of 10 MB anywhere
 # from 1.03x slower to 1.2x faster.
 STAGED_FROM = 16 << 20
+# XLA's CPU client copies a host buffer of fewer bytes than this while the call that hands it
+# over runs (its `kSmallDataTransferByteSize`), and larger ones on a worker thread after the
+# call has returned. So an array under this size that the transfer does not read in place (not
+# 64-byte aligned) is the caller's again when the call returns: its call need not wait
+# (tests/backends/test_host_inputs.py writes to such arrays right after their calls). Only
+# jaxlib's own CPU client (aotkit/backends/cpu.py) is known to do this; other backends wait.
+COPIED_IN_CALL_BELOW = 100 << 10
 # Staging buffers kept for reuse, in bytes (least recently used dropped first). A call whose
 # arrays do not fit in what is free copies into buffers that are not kept.
 STAGING_LIMIT = 1 << 30

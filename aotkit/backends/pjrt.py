@@ -152,6 +152,9 @@ class PjrtBackend(Backend):
     It compiles programs for one device; `pjrt_spmd.SpmdBackend` adds `compile_spmd`."""
 
     executable_format = "pjrt"
+    # NumPy arguments under this many bytes that its client copies while a call runs, when
+    # they are not aligned (aotkit/backends/host_inputs.py); 0: none known to be.
+    copied_in_call_below = 0
     # Results stay in the PJRT buffers the device wrote (aotkit/backends/base.py).
     result_type = jax.Array
 
@@ -315,7 +318,7 @@ class PjrtBackend(Backend):
 
     def jit_dispatcher(self, name: str, python_call, run):
         """jaxlib's C++ dispatch in front of `jit`'s checked call (`native_dispatcher`)."""
-        return native_dispatcher(name, python_call, run)
+        return native_dispatcher(name, python_call, run, self.copied_in_call_below)
 
 
 _avals: dict[ShapeDtype, object] = {}
@@ -527,7 +530,7 @@ class PjrtExecutable(Executable):
             out = python_call(*args, **kwargs)
             return out, self.fastpath(out, args, kwargs, x64)
 
-        return native_dispatcher(name, python_call, run)
+        return native_dispatcher(name, python_call, run, self.backend.copied_in_call_below)
 
     def fastpath(self, out, args: tuple, kwargs: dict, x64: bool):
         """What jaxlib's C++ dispatch caches to run this executable again for the argument

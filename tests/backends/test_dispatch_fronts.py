@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aotkit
-from aotkit import _native
+from aotkit import _native, backends
 from aotkit.backends import dispatch, host_inputs
 
 AOTKIT_DIR = os.path.dirname(os.path.abspath(aotkit.__file__))
@@ -148,6 +148,18 @@ HEAD = r"^aotkit\._speedups: NumPy's array head is not the one this build reads$
             r"^in_place_from and staged_from: 0 <= in_place_from <= staged_from, got 4096 and "
             r"2048$",
         ),
+        (
+            {"copied_below": -1},
+            ValueError,
+            rf"^copied_below: 0 <= copied_below <= staged_from, got -1 and "
+            rf"{host_inputs.STAGED_FROM}$",
+        ),
+        (
+            {"copied_below": host_inputs.STAGED_FROM + 1},
+            ValueError,
+            rf"^copied_below: 0 <= copied_below <= staged_from, got {host_inputs.STAGED_FROM + 1}"
+            rf" and {host_inputs.STAGED_FROM}$",
+        ),
         ({"ndarray_type": _Reversed}, RuntimeError, HEAD),
         ({"ndarray_type": _Small}, RuntimeError, HEAD),
         (
@@ -164,7 +176,8 @@ HEAD = r"^aotkit\._speedups: NumPy's array head is not the one this build reads$
         ({"scalars_64": (None,)}, TypeError, r"must be list, not tuple"),
     ],
     ids=[
-        "no dtypes", "too many scalar types", "bounds", "another array type", "a small object",
+        "no dtypes", "too many scalar types", "bounds", "copied below 0", "copied above staged",
+        "another array type", "a small object",
         "too many wide dtypes", "a frozenset subclass", "scalars_64 not a list",
     ],
 )  # fmt: skip
@@ -234,6 +247,49 @@ def test_what_the_c_front_takes_and_waits_for(args, expected):
         assert out is args[0]
     if "settle" in expected:
         assert calls[-1] == ("settle", 1)
+
+
+def _at(nbytes: int, offset: int) -> np.ndarray:
+    """float32 values of `nbytes` whose data starts `offset` bytes past a 64-byte boundary."""
+    owner = np.empty(nbytes + 128, np.uint8)
+    start = -owner.__array_interface__["data"][0] % 64 + offset
+    x = owner[start : start + nbytes].view(np.float32)
+    x[...] = np.arange(x.size) % 7
+    return x
+
+
+COPIED = host_inputs.COPIED_IN_CALL_BELOW
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "offset", "waits"),
+    [
+        (4096, 16, False),  # not aligned, under COPIED: the transfer copies it in the call
+        (4096, 0, True),  # aligned: the transfer may read it in place
+        (COPIED - 64, 48, False),
+        (COPIED, 16, True),  # copied after the call returns
+        (COPIED, 0, True),
+    ],
+    ids=["unaligned", "aligned", "largest unaligned", "unaligned at COPIED", "aligned at COPIED"],
+)
+def test_a_client_that_copies_in_the_call_is_not_waited_for_on_unaligned_arrays(
+    front, monkeypatch, nbytes, offset, waits
+):
+    """jaxlib's CPU client copies a host array under COPIED_IN_CALL_BELOW bytes that it does
+    not read in place while the call runs: such a call returns without waiting for its
+    results (either front); any other array of IN_PLACE_FROM bytes or more is waited for."""
+    waited = []
+    real = dispatch._block
+
+    def block(out, array_type):
+        waited.append(out)
+        real(out, array_type)
+
+    monkeypatch.setattr(dispatch, "_block", block)
+    call = backends.get("cpu").jit_dispatcher("f", None, lambda x64, args, kw: (args[0] + 1, None))
+    x = _at(nbytes, offset)
+    np.testing.assert_array_equal(np.asarray(call(x)), x + 1)
+    assert bool(waited) == waits
 
 
 @needs_c

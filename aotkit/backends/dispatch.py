@@ -28,6 +28,7 @@ from aotkit.backends.host_inputs import (
     PYTHON_SCALARS,
     STAGED_FROM,
     WIDE_NUMPY_SCALARS,
+    aligned,
     host_inputs,
 )
 
@@ -117,7 +118,6 @@ def native_dispatcher(name: str, python_call, run, copied_in_call_below: int = 0
 
     exact, exact_scalars, wide_scalars = EXACT_NUMPY, EXACT_NUMPY_SCALARS, WIDE_NUMPY_SCALARS
     in_place_from, staged_from = IN_PLACE_FROM, STAGED_FROM
-    copied_below = copied_in_call_below
 
     def call(*args, **kwargs):
         # The entry point of every call (aotkit/_traceback.py): an error leaves it without
@@ -156,7 +156,7 @@ def native_dispatcher(name: str, python_call, run, copied_in_call_below: int = 0
                         if n < in_place_from:
                             continue
                         if n < staged_from:  # the transfer may read it in place: wait
-                            wait = wait or n >= copied_below or _aligned(arg)
+                            wait = wait or n >= copied_in_call_below or aligned(arg)
                             continue
                     break
                 if t in exact_scalars:
@@ -390,11 +390,6 @@ def _mode_scalars(tree) -> bool:
         return any(type(x) in (float, int, complex) for x in tree_util.tree_leaves(tree))
     except ValueError:  # a dict whose keys do not sort: nothing learnt
         return False
-
-
-def _aligned(x: np.ndarray) -> bool:
-    """Whether the transfer may read `x` in place (its data 64-byte aligned)."""
-    return x.__array_interface__["data"][0] % 64 == 0
 
 
 def _block(out, array_type) -> None:

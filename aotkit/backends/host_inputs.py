@@ -65,6 +65,11 @@ _PARALLEL_FROM = 4 << 20
 _ALIGN = 64
 
 
+def aligned(x: np.ndarray) -> bool:
+    """Whether `x`'s data starts on a 64-byte boundary (what the transfer may read in place)."""
+    return x.__array_interface__["data"][0] % _ALIGN == 0
+
+
 class HostInputs:
     """Prepares large NumPy arguments for PJRT's transfer (see the comment above).
 
@@ -96,9 +101,7 @@ class HostInputs:
 
     def prepare(self, x: np.ndarray) -> tuple[np.ndarray, bool]:
         """(what to hand the transfer for `x`, whether that is `x`'s own memory)."""
-        if x.nbytes < STAGED_FROM or (
-            x.flags.c_contiguous and x.__array_interface__["data"][0] % _ALIGN == 0
-        ):
+        if x.nbytes < STAGED_FROM or (x.flags.c_contiguous and aligned(x)):
             return x, True
         return self.copy(x), False
 

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import aotkit
 from aotkit import _native, backends
 from aotkit.backends import dispatch, host_inputs
+from tests.backends.test_host_inputs import host_array
 
 AOTKIT_DIR = os.path.dirname(os.path.abspath(aotkit.__file__))
 BUILT = _native.Front
@@ -249,15 +250,6 @@ def test_what_the_c_front_takes_and_waits_for(args, expected):
         assert calls[-1] == ("settle", 1)
 
 
-def _at(nbytes: int, offset: int) -> np.ndarray:
-    """float32 values of `nbytes` whose data starts `offset` bytes past a 64-byte boundary."""
-    owner = np.empty(nbytes + 128, np.uint8)
-    start = -owner.__array_interface__["data"][0] % 64 + offset
-    x = owner[start : start + nbytes].view(np.float32)
-    x[...] = np.arange(x.size) % 7
-    return x
-
-
 COPIED = host_inputs.COPIED_IN_CALL_BELOW
 
 
@@ -287,7 +279,7 @@ def test_a_client_that_copies_in_the_call_is_not_waited_for_on_unaligned_arrays(
 
     monkeypatch.setattr(dispatch, "_block", block)
     call = backends.get("cpu").jit_dispatcher("f", None, lambda x64, args, kw: (args[0] + 1, None))
-    x = _at(nbytes, offset)
+    x = host_array(nbytes, offset=offset)
     np.testing.assert_array_equal(np.asarray(call(x)), x + 1)
     assert bool(waited) == waits
 

@@ -26,9 +26,10 @@ With pytest-xdist's `-n 1` the lane runs in one worker process that holds the ac
 a case that ends its process (a backend's failed check) then loses only that worker, which
 xdist replaces, and the lane goes on.
 
-AOTKIT_TEST_SHARD=K/N keeps every Nth of the lane's cases, from the Kth (0 <= K < N, in
+AOTKIT_TEST_SHARD=K/N keeps the Kth of N consecutive parts of the lane's cases (0 <= K < N, in
 collection order), so that a lane longer than one sitting on an accelerator runs in N parts
-with named cases.
+with named cases. The parts are consecutive, not every Nth case, because the transform families
+compute all their cases of a dtype in one program: a part then compiles only its own families.
 
 AOTKIT_TEST_PLUGIN=PATH makes NAME a PJRT plugin library loaded by path: with the CPU plugin
 of `aotkit[native]` (aotkit.native.cpu_plugin()) the lane runs on any machine, a second PJRT
@@ -127,12 +128,14 @@ def shard(items: list) -> tuple[list, list]:
             f"{SHARD_ENV}={text!r}: expected K/N with 0 <= K < N, such as 0/3 for the first of "
             f"three parts"
         )
+    total = sum(item.get_closest_marker(MARK) is not None for item in items)
+    start, stop = total * k // n, total * (k + 1) // n
     kept, dropped, index = [], [], 0
     for item in items:
         if item.get_closest_marker(MARK) is None:
             kept.append(item)
             continue
-        (kept if index % n == k else dropped).append(item)
+        (kept if start <= index < stop else dropped).append(item)
         index += 1
     return kept, dropped
 

@@ -159,11 +159,12 @@ def lane_ids(*args, **env) -> tuple[int, list[str], subprocess.CompletedProcess]
     return proc.returncode, [line for line in proc.stdout.splitlines() if "::" in line], proc
 
 
-def test_a_shard_of_the_lane_is_every_nth_case_and_the_shards_cover_it():
+def test_the_shards_of_the_lane_are_consecutive_parts_that_cover_it():
     _, whole, _ = lane_ids("tests/test_lane.py")
     parts = [lane_ids("tests/test_lane.py", AOTKIT_TEST_SHARD=f"{k}/3")[1] for k in range(3)]
     assert len(whole) > 3
-    assert parts[0] == whole[0::3] and parts[1] == whole[1::3] and parts[2] == whole[2::3]
+    assert parts[0] + parts[1] + parts[2] == whole
+    assert all(len(whole) // 3 <= len(p) <= len(whole) // 3 + 1 for p in parts)
 
 
 @pytest.mark.parametrize("text", ["3/3", "a/b", "1", "-1/2"])

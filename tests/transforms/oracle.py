@@ -228,7 +228,11 @@ class Family:
         # 'highest': aotkit's default precision, which an accelerator's default is not.
         with jax.enable_x64(True), jax.default_matmul_precision("highest"):
             a = (inp.diff, inp.const, inp.tangents, inp.cotangents, inp.batched)
-            if self.backend == "cpu":
+            if self.backend == "cpu" or (lane.ON and self.backend == lane.NAME):
+                # On the lane JAX's program runs on the CPU: the accelerator's results are
+                # compared with the CPU's (at the lane's tolerances), and the accelerator
+                # compiles aotkit's programs only.
+                a = jax.device_put(a, jax.devices("cpu")[0])
                 found = jax.jit(program).lower(*a).compile(_options("cpu"))(*a)
             else:
                 # JAX's transforms write the program; the interpreter runs it (XLA would

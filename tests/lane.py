@@ -36,7 +36,9 @@ of `aotkit[native]` (aotkit.native.cpu_plugin()) the lane runs on any machine, a
 backend beside jaxlib's own CPU client.
 
 Without the variable nothing changes, except that on a host with an accelerator the suite
-runs on the CPU (JAX_PLATFORMS=cpu unless it is set), children included.
+runs on the CPU (JAX_PLATFORMS=cpu unless it is set), children included. Where JAX_PLATFORMS
+names an accelerator, this process runs on it (aotkit's default backend and JAX's are then the
+accelerator) and the processes tests start stay off it (JAX_PLATFORMS=cpu in theirs).
 """
 
 from __future__ import annotations
@@ -72,7 +74,15 @@ def configure(children_only: bool) -> None:
     test module imports jax). `children_only`: this run selects `lane_children` alone, so
     this process stays off the accelerator and its children go on it."""
     if not ON:
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        platforms = os.environ.get("JAX_PLATFORMS")
+        if platforms is None:
+            os.environ["JAX_PLATFORMS"] = "cpu"
+        elif set(platforms.split(",")) - {"cpu", ""}:
+            # The user put this process on an accelerator (JAX_PLATFORMS=tpu,cpu): it holds
+            # it, and the processes the tests start stay off it.
+            import jax  # (reads JAX_PLATFORMS now)
+
+            os.environ["JAX_PLATFORMS"] = "cpu"
         return
     _children_only[0] = children_only
     os.environ[USER_ENV] = json.dumps(_ORIGINAL)

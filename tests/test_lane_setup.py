@@ -55,8 +55,14 @@ def test_without_the_lane_the_suite_and_its_children_stay_on_the_cpu():
     assert got["env"] == ["cpu", None] and got["jax"] == "cpu"
 
 
-def test_a_users_jax_platforms_is_kept_without_the_lane():
-    assert setup_in_child("all", JAX_PLATFORMS="cpu,tpu")["jax"] == "cpu,tpu"
+def test_a_users_jax_platforms_is_kept_without_the_lane_and_children_stay_off_its_chip():
+    got = setup_in_child("all", JAX_PLATFORMS="tpu,cpu")
+    assert got["jax"] == "tpu,cpu"  # this process holds the accelerator
+    assert got["env"] == ["cpu", None]  # the processes tests start do not
+
+
+def test_a_users_cpu_only_platforms_are_kept_without_the_lane():
+    assert setup_in_child("all", JAX_PLATFORMS="cpu")["env"] == ["cpu", None]
 
 
 def test_with_the_lane_this_process_may_use_the_accelerator_and_children_may_not():

@@ -7,11 +7,11 @@ arguments without a copy. The client starts on the first `aotkit.backends.get("c
 from __future__ import annotations
 
 from aotkit import _compat
-from aotkit.backends.host_inputs import COPIED_IN_CALL_BELOW
+from aotkit.backends.host_inputs import JAXLIB_CPU
 from aotkit.backends.pjrt_spmd import SpmdBackend
 
 
 def create() -> SpmdBackend:
     backend = SpmdBackend("cpu", _compat.pjrt_backend("cpu"))
-    backend.copied_in_call_below = COPIED_IN_CALL_BELOW  # (XLA's CPU client; not a plugin's)
+    backend.copied_in_call = JAXLIB_CPU  # (XLA's CPU client; not a plugin's)
     return backend

@@ -24,10 +24,10 @@ from aotkit.backends.host_inputs import (
     CONTAINERS,
     EXACT_NUMPY,
     EXACT_NUMPY_SCALARS,
-    IN_PLACE_FROM,
+    NONE_KNOWN,
     PYTHON_SCALARS,
-    STAGED_FROM,
     WIDE_NUMPY_SCALARS,
+    CopiedInCall,
     aligned,
     host_inputs,
 )
@@ -35,7 +35,7 @@ from aotkit.backends.host_inputs import (
 _Front = _native.Front  # None without aotkit._speedups: `call` then takes every call
 
 
-def native_dispatcher(name: str, python_call, run, copied_in_call_below: int = 0):
+def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_KNOWN):
     """jaxlib's C++ dispatch (the loop under JAX's own jit) in front of a Python call.
 
     `run(x64, args, kwargs) -> (out, fastpath or None)` handles every argument signature
@@ -57,11 +57,12 @@ def native_dispatcher(name: str, python_call, run, copied_in_call_below: int = 0
     already, and calls whose leaves are device arrays and NumPy arrays and scalars of dtypes
     narrowing keeps never do. What runs in Python (a miss, which may trace with JAX) runs
     under the caller's own x64 setting. Arrays in big-endian byte order never reach the C++
-    side (it would read their bytes as native ones). NumPy arrays the transfer may read in
-    place are prepared first, and their calls wait for their results (`HostInputs`), except
-    those under `copied_in_call_below` bytes that are not 64-byte aligned: a client that
-    copies those while the call runs (jaxlib's CPU client: `COPIED_IN_CALL_BELOW`) does not
-    read them after it. A call of one array or scalar takes the fewest steps.
+    side (it would read their bytes as native ones). NumPy arrays the transfer may read after
+    the call returns are prepared first (`HostInputs`): on jaxlib's CPU client (`copied` is
+    `JAXLIB_CPU`: what it copies while the call runs), large ones are staged or read in place,
+    and a call that hands the transfer any of the caller's own waits for its results; on
+    other clients (`NONE_KNOWN`) every NumPy array is copied first, and nothing waits. A call
+    of one array or scalar takes the fewest steps.
     """
     swap, restore = _compat.x64_switch()
     thread_x64 = _compat.x64_state()
@@ -117,7 +118,9 @@ def native_dispatcher(name: str, python_call, run, copied_in_call_below: int = 0
     array_type, key_type = _compat.array_type(), _compat.key_array_type()
 
     exact, exact_scalars, wide_scalars = EXACT_NUMPY, EXACT_NUMPY_SCALARS, WIDE_NUMPY_SCALARS
-    in_place_from, staged_from = IN_PLACE_FROM, STAGED_FROM
+    in_place_from, staged_from = copied.below, copied.passed_below
+    copied_in_call_below = copied.unaligned_below
+    private = copied.below == 0  # every NumPy array copied first (`HostInputs.private_copies`)
 
     def call(*args, **kwargs):
         # The entry point of every call (aotkit/_traceback.py): an error leaves it without
@@ -197,13 +200,14 @@ def native_dispatcher(name: str, python_call, run, copied_in_call_below: int = 0
 
     def other_call(args: tuple, kwargs: dict):
         """Every call `call` does not finish itself: keyword arguments, containers, NumPy
-        values of 64-bit dtypes, non-native byte order or `IN_PLACE_FROM` bytes or more."""
+        values of 64-bit dtypes, of non-native byte order or that the transfer may read after
+        the call."""
         # The call's own lists and dicts: the C++ dispatch keys one structure, and a miss
         # traces and runs that same one, whatever another thread does to the caller's.
         args, kwargs = _native.snapshot(args), _native.snapshot(kwargs)
-        found = _host_leaves(args, array_type)
+        found = _host_leaves(args, array_type, in_place_from)
         if kwargs:
-            found |= _host_leaves(kwargs, array_type)
+            found |= _host_leaves(kwargs, array_type, in_place_from)
         both = found & _NARROWING and found & _PYTHON_SCALAR
         if found & _NON_NATIVE or both and thread_x64.value is not True:
             # Read as native bytes, or narrowed into an x64-off signature: the checked call.
@@ -241,11 +245,16 @@ def native_dispatcher(name: str, python_call, run, copied_in_call_below: int = 0
             restore(previous)
 
     def large_call(mode: bool, dispatch, exact_only: bool, args: tuple, kwargs: dict):
-        # NumPy arrays the transfer may read in place (see `HostInputs`): those of
-        # `STAGED_FROM` bytes or more that are not aligned are copied into staging buffers
-        # first; if any of the caller's own arrays is left, the call returns only once its
-        # results are ready, so that the caller may write to them as soon as it returns.
-        args, kwargs, in_place = host_inputs.prepare_tree(args, kwargs)
+        # NumPy arrays the transfer may read after the call returns (see `HostInputs`): on
+        # jaxlib's CPU client, those of `STAGED_FROM` bytes or more that are not aligned are
+        # copied into staging buffers first, and if any of the caller's own arrays is left,
+        # the call returns only once its results are ready, so that the caller may write to
+        # them as soon as it returns; elsewhere all are copied first.
+        if private:
+            args, kwargs = host_inputs.private_copies(args, kwargs)
+            in_place = False
+        else:
+            args, kwargs, in_place = host_inputs.prepare_tree(args, kwargs)
         if exact_only or thread_x64.value is mode:
             try:
                 out = dispatch(*args, **kwargs)
@@ -303,14 +312,14 @@ def native_dispatcher(name: str, python_call, run, copied_in_call_below: int = 0
             clear_cache=clear_cache,
             settle=functools.partial(_block, array_type=array_type),
             scalars_64=scalars_64,
-            **front_tables(copied_in_call_below),
+            **front_tables(copied),
         )
     except RuntimeError as e:  # it cannot read this NumPy's arrays
         warnings.warn(f"{e}; calls take the Python front", RuntimeWarning, stacklevel=2)
         return call
 
 
-def front_tables(copied_in_call_below: int = 0) -> dict:
+def front_tables(copied: CopiedInCall) -> dict:
     """The C `Front`'s keyword arguments other than its callables: which types and dtypes it
     passes straight to the C++ dispatch (as `native_dispatcher`'s `call` does), the x64 mode
     it reads for 64-bit NumPy values, and the sizes it hands to the Python front or waits
@@ -326,9 +335,9 @@ def front_tables(copied_in_call_below: int = 0) -> dict:
         wide_dtypes=tuple(np.dtype(t) for t in WIDE_NUMPY_SCALARS),
         wide_scalars=WIDE_NUMPY_SCALARS,
         x64=_compat.x64_state(),
-        in_place_from=IN_PLACE_FROM,
-        staged_from=STAGED_FROM,
-        copied_below=copied_in_call_below,
+        in_place_from=copied.below,
+        staged_from=copied.passed_below,
+        copied_below=copied.unaligned_below,
     )
 
 
@@ -347,16 +356,16 @@ _NON_NATIVE, _LARGE, _NARROWING, _PYTHON_SCALAR, _OTHER = 1, 2, 4, 8, 16
 _KEY_ARRAY = _compat.key_array_type()
 
 
-def _host_leaves(tree, array_type) -> int:
+def _host_leaves(tree, array_type, in_place_from: int) -> int:
     """What the leaves of a call's arguments (`tree`: its tuple of positional arguments, its
     dict of keywords, or a list, tuple or dict in them) are, as far as the C++ transfer and
     its x64 mode go: `_NON_NATIVE`, a NumPy array in non-native (big-endian) byte order,
     whose bytes jaxlib would read as native ones (such calls take the checked path, which
-    converts them); `_LARGE`, a NumPy array of `IN_PLACE_FROM` bytes or more, which the
-    transfer may read in place (`HostInputs`); `_NARROWING`, a NumPy value of a dtype x64-off
-    mode narrows (not in `EXACT_NUMPY`); `_PYTHON_SCALAR`, a Python scalar; `_OTHER`, any
-    other leaf or pytree node (device arrays, None and NumPy values of `EXACT_NUMPY`
-    dtypes key alike in either mode)."""
+    converts them); `_LARGE`, a NumPy array of `in_place_from` bytes or more, which the
+    transfer may read after the call returns (`HostInputs`); `_NARROWING`, a NumPy value of a
+    dtype x64-off mode narrows (not in `EXACT_NUMPY`); `_PYTHON_SCALAR`, a Python scalar;
+    `_OTHER`, any other leaf or pytree node (device arrays, None and NumPy values of
+    `EXACT_NUMPY` dtypes key alike in either mode)."""
     found = 0
     for x in tree.values() if type(tree) is dict else tree:
         t = type(x)
@@ -365,12 +374,12 @@ def _host_leaves(tree, array_type) -> int:
         if t is np.ndarray:
             if not x.dtype.isnative:
                 return _NON_NATIVE
-            if x.nbytes >= IN_PLACE_FROM:
+            if x.nbytes >= in_place_from:
                 found |= _LARGE
             if x.dtype not in EXACT_NUMPY:
                 found |= _NARROWING
         elif t in CONTAINERS:
-            inner = _host_leaves(x, array_type)
+            inner = _host_leaves(x, array_type, in_place_from)
             if inner & _NON_NATIVE:
                 return _NON_NATIVE
             found |= inner

@@ -13,6 +13,7 @@ import concurrent.futures
 import os
 import sys
 import threading
+from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -39,6 +40,12 @@ CONTAINERS = frozenset((list, tuple, dict))
 # fast as staging would, when they are not aligned), the call returns once its results are
 # ready, so the caller may write to its arrays as soon as the call returns, as with a copy.
 # Arrays under `IN_PLACE_FROM` are always copied by the transfer.
+#
+# All of this is what jaxlib's own CPU client does (`JAXLIB_CPU`). Of other clients nothing is
+# known (`NONE_KNOWN`): a TPU's transfer reads even a 4-byte NumPy argument after the call has
+# returned (tests/backends/test_host_inputs.py saw the caller's later write in the result), and
+# keeps the array alive until it has. So on those every NumPy argument is copied first
+# (`HostInputs.private_copies`), and the call need not wait for its results.
 
 # Measured on jaxlib 0.10.2's CPU client: an aligned array of 2048 bytes or more is read in
 # place (tests/backends/test_host_inputs.py checks that a smaller one is not).
@@ -57,6 +64,28 @@ STAGED_FROM = 16 << 20
 # (tests/backends/test_host_inputs.py writes to such arrays right after their calls). Only
 # jaxlib's own CPU client (aotkit/backends/cpu.py) is known to do this; other backends wait.
 COPIED_IN_CALL_BELOW = 100 << 10
+
+
+class CopiedInCall(NamedTuple):
+    """The NumPy arguments a client's transfer copies while the call that hands them over
+    runs, so that they are the caller's again when it returns (a call with only such arrays
+    need not wait for its results): every one under `below` bytes, and one under
+    `unaligned_below` bytes that is not 64-byte aligned."""
+
+    below: int
+    unaligned_below: int
+
+    @property
+    def passed_below(self) -> int:
+        """NumPy arrays under this many bytes the dispatch fronts hand the C++ transfer as
+        they are (waiting for the results where the transfer may read them after the call);
+        every other goes through `HostInputs` first. 0 where nothing is known: such a client
+        gets private copies of them all."""
+        return STAGED_FROM if self.below else 0
+
+
+JAXLIB_CPU = CopiedInCall(IN_PLACE_FROM, COPIED_IN_CALL_BELOW)
+NONE_KNOWN = CopiedInCall(0, 0)
 # Staging buffers kept for reuse, in bytes (least recently used dropped first). A call whose
 # arrays do not fit in what is free copies into buffers that are not kept.
 STAGING_LIMIT = 1 << 30
@@ -126,6 +155,25 @@ class HostInputs:
             kwargs, own = self._prepare_container(kwargs)
             in_place = in_place or own
         return tuple(prepared), kwargs, in_place
+
+    def private_copies(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """`args` and `kwargs` with every NumPy array (in lists, tuples and dicts too)
+        replaced by a copy nobody else holds, for a client that may read them after the call
+        returns (`NONE_KNOWN`) and keeps what it was given alive until it has: the caller's
+        arrays are then free at once, and the call need not wait. Arrays of `STAGED_FROM`
+        bytes or more are copied into staging buffers (reused only once nothing holds them)."""
+
+        def one(x):
+            t = type(x)
+            if t is np.ndarray:
+                return x.copy() if x.nbytes < STAGED_FROM else self.copy(x)
+            if t is tuple or t is list:
+                return t(one(v) for v in x)
+            if t is dict:
+                return {k: one(v) for k, v in x.items()}
+            return x
+
+        return tuple(one(x) for x in args), one(kwargs) if kwargs else kwargs
 
     def _prepare_container(self, tree) -> tuple[object, bool]:
         in_place = False

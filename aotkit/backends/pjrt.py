@@ -16,11 +16,11 @@ device array through untouched, copies a NumPy value with jaxlib's batched trans
 raises the mismatch `Compiled` words as a TypeError; outputs are wrapped by jaxlib's C++
 result handlers.
 
-NumPy arguments of 2 KiB or more are prepared in front of both (`HostInputs`, aotkit/
-backends/host_inputs.py): a large one
-is read in place when it is aligned as XLA needs, and otherwise copied at memory bandwidth
-into a reused staging buffer; the caller's arrays are never written, and a call that reads
-one in place returns once its results are ready.
+NumPy arguments the transfer may read after the call (on jaxlib's CPU client those of 2 KiB or
+more, elsewhere all) are prepared in front of both (`HostInputs`, aotkit/backends/
+host_inputs.py): a large one is read in place when it is aligned as XLA needs, and otherwise
+copied at memory bandwidth into a reused staging buffer; the caller's arrays are never
+written, and a call that hands the transfer one of them returns once its results are ready.
 """
 
 from __future__ import annotations
@@ -49,7 +49,12 @@ from aotkit.backends.base import (
     negative_size,
 )
 from aotkit.backends.dispatch import live, native_dispatcher
-from aotkit.backends.host_inputs import STAGED_FROM, host_inputs, host_transfer_exact
+from aotkit.backends.host_inputs import (
+    NONE_KNOWN,
+    STAGED_FROM,
+    host_inputs,
+    host_transfer_exact,
+)
 from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
 
@@ -152,9 +157,10 @@ class PjrtBackend(Backend):
     It compiles programs for one device; `pjrt_spmd.SpmdBackend` adds `compile_spmd`."""
 
     executable_format = "pjrt"
-    # NumPy arguments under this many bytes that its client copies while a call runs, when
-    # they are not aligned (aotkit/backends/host_inputs.py); 0: none known to be.
-    copied_in_call_below = 0
+    # The NumPy arguments its client copies while a call runs, so that the call need not wait
+    # for its results (aotkit/backends/host_inputs.py); none known to be, but for jaxlib's CPU
+    # client.
+    copied_in_call = NONE_KNOWN
     # Results stay in the PJRT buffers the device wrote (aotkit/backends/base.py).
     result_type = jax.Array
 
@@ -318,7 +324,7 @@ class PjrtBackend(Backend):
 
     def jit_dispatcher(self, name: str, python_call, run):
         """jaxlib's C++ dispatch in front of `jit`'s checked call (`native_dispatcher`)."""
-        return native_dispatcher(name, python_call, run, self.copied_in_call_below)
+        return native_dispatcher(name, python_call, run, self.copied_in_call)
 
 
 _avals: dict[ShapeDtype, object] = {}
@@ -530,7 +536,7 @@ class PjrtExecutable(Executable):
             out = python_call(*args, **kwargs)
             return out, self.fastpath(out, args, kwargs, x64)
 
-        return native_dispatcher(name, python_call, run, self.backend.copied_in_call_below)
+        return native_dispatcher(name, python_call, run, self.backend.copied_in_call)
 
     def fastpath(self, out, args: tuple, kwargs: dict, x64: bool):
         """What jaxlib's C++ dispatch caches to run this executable again for the argument

@@ -107,11 +107,15 @@ def test_a_c_part_of_another_version_is_not_used():
     assert "reinstall aotkit (pip install -e . in a checkout)" in warning
 
 
+# A client that copies every NumPy argument under IN_PLACE_FROM bytes while the call runs.
+_IN_PLACE_ONLY = host_inputs.CopiedInCall(host_inputs.IN_PLACE_FROM, 0)
+
+
 def _front_parts(**changes) -> dict:
     """Keyword arguments of a C `Front` (stand-in callables), with `changes`."""
     parts = dict(
         wide=id, narrow=id, slow=id, failed=id, clear_cache=id, settle=id,
-        scalars_64=[None], **dispatch.front_tables(),
+        scalars_64=[None], **dispatch.front_tables(_IN_PLACE_ONLY),
     )  # fmt: skip
     return {**parts, **changes}
 
@@ -282,6 +286,47 @@ def test_a_client_that_copies_in_the_call_is_not_waited_for_on_unaligned_arrays(
     x = host_array(nbytes, offset=offset)
     np.testing.assert_array_equal(np.asarray(call(x)), x + 1)
     assert bool(waited) == waits
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (np.ones(1, np.float32),),
+        (host_array(4096, offset=16),),
+        (host_array(4096),),
+        (host_array(64, offset=16), np.ones(3, np.int32)),
+        ([np.ones(4, np.float32), (np.zeros(2, np.int8),)],),
+        ({"x": np.ones(4, np.float32)},),
+        (np.ones(host_inputs.STAGED_FROM // 4, np.float32),),
+        (np.float32(2.0), 2.0, jax.numpy.ones(4)),
+    ],
+    ids=[
+        "one element", "4 KiB unaligned", "4 KiB aligned", "two small", "nested", "in a dict",
+        "staged", "scalars and a device array",
+    ],
+)  # fmt: skip
+def test_a_client_not_known_to_copy_in_the_call_gets_copies_of_numpy_arrays(
+    front, monkeypatch, args
+):
+    """A plugin's transfer may read any NumPy argument after the call returns (a TPU's does):
+    there every NumPy array is copied first (either front), so the call need not wait;
+    scalars and device arrays go as they are."""
+    waited = []
+    monkeypatch.setattr(dispatch, "_block", lambda out, array_type: waited.append(out))
+    monkeypatch.setattr(backends.get("cpu"), "copied_in_call", host_inputs.NONE_KNOWN)
+    # A miss's `run` returns what the C++ dispatch was given.
+    call = backends.get("cpu").jit_dispatcher("f", None, lambda x64, args, kw: (args, None))
+    got = jax.tree_util.tree_leaves(call(*args), is_leaf=lambda x: x is None)
+    want = jax.tree_util.tree_leaves(args)
+    assert not waited
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        if type(w) is np.ndarray:
+            assert type(g) is np.ndarray and g is not w and not np.shares_memory(g, w)
+            np.testing.assert_array_equal(g, w)
+            assert g.dtype == w.dtype and g.shape == w.shape
+        else:
+            assert g is w
 
 
 @needs_c

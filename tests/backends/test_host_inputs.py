@@ -14,6 +14,7 @@ import pytest
 import aotkit
 import aotkit.numpy as anp
 from aotkit.backends import host_inputs
+from tests import lane
 
 KIB = 1024
 STAGED = host_inputs.STAGED_FROM
@@ -109,8 +110,21 @@ def slow(x):
 def test_writing_an_argument_after_the_call_does_not_change_the_result(kind, offset, nbytes):
     # The misaligned cases under COPIED_IN_CALL_BELOW return without waiting (jaxlib's CPU
     # client copies them while the call runs): a jaxlib that read them later fails here.
-    x = host_array(nbytes, offset=offset, fill=1.0)
-    fn = aotkit.jit(slow)
+    check_writes_after_calls(kind, host_array(nbytes, offset=offset, fill=1.0), "cpu")
+
+
+@pytest.mark.parametrize("backend", lane.params())
+@pytest.mark.parametrize("kind", ["jit", "compiled"])
+@pytest.mark.parametrize("offset", [0, 16], ids=["aligned", "misaligned"])
+@pytest.mark.parametrize("nbytes", [4, KIB, 16 * KIB], ids=["4B", "1KiB", "16KiB"])
+def test_writing_an_argument_after_a_call_on_the_lanes_backend(backend, kind, offset, nbytes):
+    # Nothing is known of what other clients copy while the call runs (a TPU's transfer reads
+    # even the smallest array later): every call with a NumPy argument waits there.
+    check_writes_after_calls(kind, host_array(nbytes, offset=offset, fill=1.0), backend)
+
+
+def check_writes_after_calls(kind: str, x: np.ndarray, backend: str) -> None:
+    fn = aotkit.jit(slow, backend=backend)
     if kind == "compiled":  # one argument leaf: its own dispatch front
         fn = fn.lower(x).compile()
     reference = np.asarray(fn(x)).copy()
@@ -123,10 +137,10 @@ def test_writing_an_argument_after_the_call_does_not_change_the_result(kind, off
 
 def test_jaxlib_copies_arrays_under_in_place_from():
     # The calls above return before their results are ready only for arrays under
-    # IN_PLACE_FROM, which jaxlib's transfer copies (measured on jaxlib 0.10.2): a jaxlib that
-    # read them in place would fail here.
+    # IN_PLACE_FROM, which jaxlib's CPU client's transfer copies (measured on jaxlib 0.10.2):
+    # a jaxlib that read them in place would fail here.
     x = host_array(host_inputs.IN_PLACE_FROM - 64, fill=1.0)
-    fn = aotkit.jit(slow)
+    fn = aotkit.jit(slow, backend="cpu")
     reference = np.asarray(fn(x)).copy()
     for _ in range(3):
         x[...] = 1.0

@@ -178,3 +178,15 @@ def test_a_shard_that_is_not_k_of_n_is_a_usage_error(text):
     rc, _, proc = lane_ids("tests/test_lane.py", AOTKIT_TEST_SHARD=text)
     assert rc == 4
     assert f"AOTKIT_TEST_SHARD={text!r}: expected K/N with 0 <= K < N" in proc.stdout + proc.stderr
+
+
+def test_an_emulated_float64_skips_the_exact_cases_saying_why(monkeypatch):
+    monkeypatch.setattr(lane, "ON", True)
+    monkeypatch.setattr(lane, "NAME", "cpu")
+    monkeypatch.setattr(lane, "unavailable", lambda: None)
+    assert not lane.float64_emulated("cpu")  # the CPU's float64 is IEEE's
+    monkeypatch.setattr(lane, "FLOAT64_EMULATED", ("cpu",))
+    assert lane.float64_emulated("cpu") and not lane.float64_emulated("interpreter")
+    with pytest.raises(pytest.skip.Exception, match=r"^cpu's float64 is emulated \(pairs of "):
+        lane.skip_where_float64_is_emulated("cpu", "what differs")
+    lane.skip_where_float64_is_emulated("interpreter", "not the lane's: no skip")

@@ -74,6 +74,10 @@ def _same_sorted(got, want, label):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", SORT_DTYPES, ids=str)
 def test_sort_and_argsort_match_numpy_stable(dtype, backend):
+    if dtype == np.float64:
+        lane.skip_where_float64_is_emulated(
+            backend, "values come back within 2**-49 and -0.0 as 0.0, where this check is exact"
+        )
     shape = (3, 5) if backend == "interpreter" else (6, 40)
     x = _values(dtype, shape)
     variants = [{}, {"axis": 0}, {"axis": None}, {"kind": "quicksort"}, {"stable": True}]

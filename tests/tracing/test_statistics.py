@@ -52,6 +52,10 @@ HISTOGRAMS = {
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "float16"])
 def test_histogram_matches_numpy(dtype, backend):
+    if dtype == "float64":
+        lane.skip_where_float64_is_emulated(
+            backend, "a value on a bin edge (within 2**-49) may fall in either bin"
+        )
     n = 12 if backend == "interpreter" else 200
     x = np.round(RNG.normal(size=n) * 1.5, 1)
     x[:4] = [-2.0, 2.0, 0.0, 1.0]  # values on edges

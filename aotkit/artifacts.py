@@ -77,6 +77,9 @@ SUFFIX = ".aotx"
 
 # Section names (docs/artifact-format.md). Unknown sections are kept and ignored.
 PORTABLE = "stablehlo"  # the final module as a StableHLO portable artifact (required)
+# Platform -> what in the portable module that platform's compiler ends the process on (an op
+# and where it is); the native runner refuses to compile the module on such a plugin.
+ABORTS_ON = "aborts_on"
 EXECUTABLE = "executable"  # the backend's serialized executable (opaque bytes)
 TEXT = "text"  # the backend's final program text, Compiled.as_text() (informational)
 
@@ -519,6 +522,8 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
     key = header.get(CACHE_KEY)
     if key is not None and not (isinstance(key, str) and _CACHE_KEY_TEXT.fullmatch(key)):
         raise bad(CACHE_KEY, f"is {_short(key)}, not a cache key (64 hexadecimal digits)")
+    if ABORTS_ON in header:
+        strings(ABORTS_ON, field(ABORTS_ON, (dict,), "an object"))
     options = field("options", (dict,), "an object")
     for key, value in options.items():
         fault = option_fault(key, value)
@@ -893,10 +898,24 @@ def pack_symbolic(compiled, *, text: bool = True) -> bytes:
         },
         **_arg_names_field(compiled.signature),
     }
+    aborts = aborts_on(executable.source.module()[0], backend.platform)
+    if aborts:
+        header[ABORTS_ON] = aborts
     return pack(header, sections)
 
 
 # --- writing -------------------------------------------------------------------------------
+
+
+def aborts_on(module, platform: str | None) -> dict[str, str]:
+    """The `aborts_on` field of an executable of `platform` compiled from `module`: for each
+    other platform whose compiler ends the process on something its portable module holds,
+    what that is (the native runner refuses to compile the module there). A TPU executable's
+    portable module is the rewritten one (`portable_artifact`): nothing to say."""
+    if platform == "tpu":
+        return {}
+    what = tpu_complex128.first_abort(module)
+    return {"tpu": what} if what is not None else {}
 
 
 def portable_artifact(lowered, platform: str | None = None) -> bytes:
@@ -1024,12 +1043,14 @@ def pack_compiled(
     cache_key: str | None = None,
     arg_names: tuple = (),
     keys: dict | None = None,
+    aborts: dict[str, str] | None = None,
 ) -> bytes:
     """The container of one executable: `serialized` is `executable.serialize()`,
     `in_tree`/`out_tree` are `encode_tree` data. A sharded executable (its `partitioning`
     bound to devices) records its mesh, device placement and shardings. A persistent cache
     entry records the key it is stored under (`cache_key`), which the cache checks on read.
-    `keys` is the `keys` field (`keys_field`) of typed PRNG key leaves, if any."""
+    `keys` is the `keys` field (`keys_field`) of typed PRNG key leaves, if any; `aborts`, the
+    `aborts_on` field (`aborts_on`), if any."""
     backend = executable.backend
     sections = {PORTABLE: bytes(portable)}
     data = serialized
@@ -1057,6 +1078,8 @@ def pack_compiled(
         header[KEYS] = keys
     if cache_key is not None:
         header[CACHE_KEY] = cache_key
+    if aborts:
+        header[ABORTS_ON] = aborts
     if executable.partitioning is not None:
         header["partitioning"] = layout_data(executable)
     if signatures.is_symbolic(executable.in_specs):
@@ -1081,8 +1104,11 @@ def serialize(compiled, *, text: bool = True) -> bytes:
         return pack_symbolic(compiled, text=text)
     in_tree = encode_tree(compiled.in_tree, where, "argument")
     out_tree = encode_tree(compiled.out_tree, where, "result")
+    platform = compiled._executable.backend.platform
+    aborts = None
     if compiled.lowered is not None:
-        portable = portable_artifact(compiled.lowered, compiled._executable.backend.platform)
+        portable = portable_artifact(compiled.lowered, platform)
+        aborts = aborts_on(compiled.lowered._module, platform)
     elif compiled._portable is not None:
         portable = compiled._portable
     else:
@@ -1102,6 +1128,7 @@ def serialize(compiled, *, text: bool = True) -> bytes:
         text=text,
         arg_names=compiled.signature.arg_names,
         keys=keys,
+        aborts=aborts,
     )
 
 

@@ -491,6 +491,11 @@ def put(cache_key: str, lowered, executable, options, *, portable: bytes | None 
             options=options,
             text=False,
             cache_key=cache_key,
+            aborts=(
+                None
+                if portable is not None
+                else artifacts.aborts_on(lowered._module, executable.backend.platform)
+            ),
         )
     except Exception as e:  # the cache must never fail a compile that succeeded
         warnings.warn(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import random
+import re
 import subprocess
 from pathlib import Path
 
@@ -350,6 +351,49 @@ def test_module_the_plugin_cannot_read_names_both_versions(runner, small, tmp_pa
     assert result.stderr.rstrip().endswith(
         "; where the version is the cause, use a newer plugin; or run it with aotkit.load in Python"
     )
+
+
+def test_a_module_the_plugins_compiler_would_abort_on_is_refused(runner, tmp_path):
+    # A cpu artifact of a complex128 convert records that XLA:TPU would end the process on
+    # its portable module; on a plugin of that platform the runner refuses to compile it.
+    x = np.arange(4, dtype=np.int32)
+    model, _ = save(tmp_path, lambda x: x * 1j, x)
+    what = artifacts.unpack(model.read_bytes()).header["aborts_on"]["tpu"]
+    assert what.startswith("stablehlo.convert of complex128 values at ")
+    np.save(tmp_path / "x.npy", x)
+    assert run(runner, model, "--input", tmp_path / "x.npy").returncode == 0  # the CPU compiles it
+    # The same field for this plugin's platform: refused before the plugin sees the module.
+    aborting = _resave(model, aborts_on={"cpu": "stablehlo.divide of 'x'\n"})
+    result = run(runner, aborting, "--input", tmp_path / "x.npy")
+    assert result.returncode == 1
+    assert (
+        f"aotkit-run: {aborting}: the plugin (platform 'cpu') would compile its portable "
+        "StableHLO, since its executable was compiled by jaxlib"
+    ) in result.stderr  # (by jaxlib's own CPU client, ...)
+    assert (
+        "but the module holds \"stablehlo.divide of 'x'\\n\", on which that platform's "
+        "compiler ends the process; save the artifact from a 'cpu' backend (its portable "
+        "module is written for it), or run it with aotkit.load in Python"
+    ) in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (["tpu"], "header field 'aborts_on' is [\"tpu\"], not an object"),
+        ({"tpu": 3}, "header field 'aborts_on' must map strings to strings"),
+    ],
+)
+def test_a_bad_aborts_on_field_is_refused_as_python_refuses(
+    runner, small, tmp_path, value, message
+):
+    model, folder = small
+    bad = _resave(model, aborts_on=value)
+    with pytest.raises(ArtifactError, match=re.escape(message)):
+        artifacts.unpack(bad.read_bytes(), str(bad))
+    result = run(runner, bad, "--input", folder / "x.npy", "--input", folder / "x.npy")
+    assert result.returncode == 1
+    assert message in result.stderr
 
 
 def test_older_portable_copy_refusals(tmp_path):

@@ -90,6 +90,20 @@ def legalize(module: ir.Module, where: str) -> ir.Module:
         return copy
 
 
+def first_abort(module: ir.Module) -> str | None:
+    """What in `module` as it is XLA:TPU would end the process on (the op and where it is),
+    or None: the check of a module a TPU may be given without `legalize` (a cpu artifact's
+    portable module, which the native runner compiles on whatever plugin it is given)."""
+    with _context.of(module):
+        refused: list[ir.Operation] = []
+        converts = _find(module.operation, refused)
+        found = refused or converts
+        if not found:
+            return None
+        op = found[0]
+        return f"{op.name} of complex128 values{modules.op_location(op)}"
+
+
 def _find(root: ir.Operation, refused: list) -> list[ir.Operation]:
     """The converts under `root` that need rewriting; the first op XLA:TPU aborts on is
     appended to `refused` (and the walk stops there)."""

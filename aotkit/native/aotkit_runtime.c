@@ -1101,6 +1101,18 @@ static int check_header(aotkit_artifact *a, ctx *c) {
       return rc;
     }
   }
+  const jval *aborts = jget(h, "aborts_on");
+  if (aborts != NULL) {
+    if (aborts->t != J_OBJ) {
+      s = jshort(aborts);
+      rc = bad_field(c, "aborts_on", "is %s, not an object", s);
+      free(s);
+      return rc;
+    }
+    for (size_t i = 0; i < aborts->n; i++)
+      if (aborts->items[i].t != J_STR)
+        return bad_field(c, "aborts_on", "must map strings to strings");
+  }
   FIELD(options, "options", J_OBJ, "an object");
   for (size_t i = 0; i < options->n; i++) {
     const char *k = options->keys[i];
@@ -1676,8 +1688,18 @@ const char *aotkit_artifact_signature(const aotkit_artifact *a) {
 }
 const char *aotkit_artifact_field(const aotkit_artifact *a, const char *key) {
   if (!is_artifact(a) || key == NULL) return NULL;
-  const jval *v = strncmp(key, "target.", 7) == 0 ? jget(jget(&a->header, "target"), key + 7)
-                                                  : jget(&a->header, key);
+  const jval *v;
+  const char *dot = strchr(key, '.');
+  if (dot != NULL) { /* "target.platform": a field of an object field */
+    char head[64];
+    size_t n = (size_t)(dot - key);
+    if (n >= sizeof head) return NULL;
+    memcpy(head, key, n);
+    head[n] = 0;
+    v = jget(jget(&a->header, head), dot + 1);
+  } else {
+    v = jget(&a->header, key);
+  }
   return v != NULL && v->t == J_STR ? v->s : NULL;
 }
 
@@ -2395,6 +2417,25 @@ int aotkit_program_load(aotkit_runtime *runtime, const aotkit_artifact *artifact
     }
   }
   if (exe == NULL) {
+    /* What the plugin's compiler would end the process on (`aborts_on`, written by aotkit:
+       XLA:TPU on complex128 converts, aotkit/backends/tpu_complex128.py) is refused first. */
+    char key[96];
+    snprintf(key, sizeof key, "aborts_on.%s", runtime->platform);
+    const char *aborts = aotkit_artifact_field(a, key);
+    if (aborts != NULL) {
+      sbuf what = {0};
+      sb_repr(&what, aborts, strlen(aborts));
+      int rc = fail(err, errlen, AOTKIT_USER_ERROR,
+                    "%s: the plugin (platform '%s') would compile its portable StableHLO, since "
+                    "%s, but the module holds %s, on which that platform's compiler ends the "
+                    "process; save the artifact from a '%s' backend (its portable module is "
+                    "written for it), or run it with aotkit.load in Python",
+                    a->label, runtime->platform, how.s ? how.s : "?",
+                    what.s ? what.s : "?", runtime->platform);
+      free(what.s);
+      free(how.s);
+      return rc;
+    }
     /* The portable module: `stablehlo` where the plugin reads its version (or does not
        say which it reads), else the newest older copy (`stablehlo@VERSION` sections,
        aotkit/native/portable.py) within the plugin's window, else `stablehlo` all the same

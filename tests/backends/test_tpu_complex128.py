@@ -440,3 +440,47 @@ def test_callers_module_is_unchanged(source):
     x = _values(source)
     want = _flushed(x, "cpu").astype(np.complex128)
     _assert_same(_run(module, "cpu", x), want, f"{source} as written")
+
+
+# --- first_abort: what a module as written would end the process on (the native runner's
+# guard on a TPU plugin, through the artifact's `aborts_on` field) ---------------------------
+
+
+@pytest.mark.parametrize("op", sorted(tpu_complex128.ABORTS))
+def test_first_abort_names_a_refused_op_and_where(op):
+    module = _op_module(op, "complex<f64>")
+    assert tpu_complex128.first_abort(module) == f"{op} of complex128 values at line 2, column 6"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=str)
+def test_first_abort_names_a_convert_the_rewrite_would_change(source):
+    what = tpu_complex128.first_abort(_convert_module(source, np.complex128))
+    assert what is not None and what.startswith("stablehlo.convert of complex128 values at ")
+
+
+@pytest.mark.parametrize("op", sorted(_OPS))
+def test_first_abort_is_none_where_xla_tpu_compiles_the_module(op):
+    assert tpu_complex128.first_abort(_op_module(op, "complex<f32>")) is None
+    assert tpu_complex128.first_abort(_convert_module(np.float32, np.complex64)) is None
+
+
+def test_a_saved_artifact_records_what_a_tpu_would_abort_on(tmp_path):
+    from aotkit import artifacts
+
+    x = np.arange(3, dtype=np.int32)
+    for fn, aborts in ((lambda x: x * 1j, True), (lambda x: x * 2.0, False)):
+        compiled = aotkit.jit(fn).lower(x).compile()
+        header = artifacts.unpack(compiled.serialize()).header
+        if aborts:
+            (what,) = header["aborts_on"].values()
+            assert list(header["aborts_on"]) == ["tpu"]
+            assert re.fullmatch(r"stablehlo\.convert of complex128 values at .+:\d+", what)
+        else:
+            assert "aborts_on" not in header
+        symbolic = aotkit.jit(fn).lower(aotkit.spec("i32[n]")).compile()
+        assert artifacts.unpack(symbolic.serialize()).header.get("aborts_on") == (
+            header["aborts_on"] if aborts else None
+        )
+        # A TPU executable's portable module is the rewritten one: nothing to record.
+        assert artifacts.aborts_on(compiled.lowered._module, "tpu") == {}
+        assert aotkit.load(compiled.serialize())(x).dtype == compiled(x).dtype

@@ -77,15 +77,15 @@ SUFFIX = ".aotx"
 
 # Section names (docs/artifact-format.md). Unknown sections are kept and ignored.
 PORTABLE = "stablehlo"  # the final module as a StableHLO portable artifact (required)
-# Platform -> what in the portable module that platform's compiler ends the process on (an op
-# and where it is); the native runner refuses to compile the module on such a plugin.
-ABORTS_ON = "aborts_on"
 EXECUTABLE = "executable"  # the backend's serialized executable (opaque bytes)
 TEXT = "text"  # the backend's final program text, Compiled.as_text() (informational)
 
 # The header field of a persistent cache entry (aotkit/cache.py) holding the key it was
 # stored under: an entry proves it belongs to the name it is read by.
 CACHE_KEY = "cache_key"
+# Platform -> what in the portable module that platform's compiler ends the process on (an op
+# and where it is); the native runner refuses to compile the module on such a plugin.
+ABORTS_ON = "aborts_on"
 _CACHE_KEY_TEXT = re.compile(r"[0-9a-f]{64}")
 
 RECOMPILE_CHOICES = ("auto", True, False)

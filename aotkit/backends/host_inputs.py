@@ -62,7 +62,8 @@ STAGED_FROM = 16 << 20
 # call has returned. So an array under this size that the transfer does not read in place (not
 # 64-byte aligned) is the caller's again when the call returns: its call need not wait
 # (tests/backends/test_host_inputs.py writes to such arrays right after their calls). Only
-# jaxlib's own CPU client (aotkit/backends/cpu.py) is known to do this; other backends wait.
+# jaxlib's own CPU client (aotkit/backends/cpu.py) is known to do this (other backends' calls
+# get private copies: see above).
 COPIED_IN_CALL_BELOW = 100 << 10
 
 

@@ -16,11 +16,12 @@ device array through untouched, copies a NumPy value with jaxlib's batched trans
 raises the mismatch `Compiled` words as a TypeError; outputs are wrapped by jaxlib's C++
 result handlers.
 
-NumPy arguments the transfer may read after the call (on jaxlib's CPU client those of 2 KiB or
-more, elsewhere all) are prepared in front of both (`HostInputs`, aotkit/backends/
-host_inputs.py): a large one is read in place when it is aligned as XLA needs, and otherwise
-copied at memory bandwidth into a reused staging buffer; the caller's arrays are never
-written, and a call that hands the transfer one of them returns once its results are ready.
+NumPy arguments the transfer may read after the call are prepared in front of both
+(`HostInputs`, aotkit/backends/host_inputs.py). On jaxlib's CPU client (those of 2 KiB or
+more) a large one is read in place when it is aligned as XLA needs, and otherwise copied at
+memory bandwidth into a reused staging buffer; a call that hands the transfer one of the
+caller's arrays returns once its results are ready. On other clients every NumPy argument
+is copied first. The caller's arrays are never written.
 """
 
 from __future__ import annotations

@@ -342,9 +342,18 @@ def _lower(traced: Traced, transitions: _Transitions, consume: bool) -> Lowered:
         )
         donating = any(traced.donated)
         if donating or program.frontend != "aotkit":
-            donated, unusable = modules.mark_donated(
-                module, traced.donated, traced.flat_in_specs, name
+            # @main's arguments are the leaves the front end did not prune.
+            kept = [i for i in range(len(traced.flat_in_specs)) if i not in program.pruned]
+            marked, bad = modules.mark_donated(
+                module,
+                tuple(traced.donated[i] for i in kept),
+                [traced.flat_in_specs[i] for i in kept],
+                name,
             )
+            donated = [False] * len(traced.flat_in_specs)
+            for i, flag in zip(kept, marked, strict=True):
+                donated[i] = flag
+            donated, unusable = tuple(donated), [kept[j] for j in bad]
         else:  # the tracer's modules carry no donation attributes of their own
             donated, unusable = traced.donated, []
         # Every front end verifies its module: with no pass run and nothing donated, this

@@ -926,7 +926,7 @@ def portable_artifact(lowered, platform: str | None = None) -> bytes:
     executable of `platform` 'tpu', the module as XLA:TPU compiled it (complex128 converts
     rewritten: aotkit/backends/tpu_complex128.py), so that a TPU that compiles the portable
     module again (the native runner's fallback) is given what it compiles."""
-    module = lowered._module
+    module = lowered._program.executable_module()
     if platform == "tpu":
         module = tpu_complex128.legalize(module, f"{lowered.name!r}: portable module")
     if lowered.partitioning is not None:

@@ -98,9 +98,13 @@ def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None)
         origin = "compiled"
         try:
             if sharded:
-                executable = backend.compile_spmd(lowered._module, options, lowered.partitioning)
+                executable = backend.compile_spmd(
+                    lowered._program.executable_module(), options, lowered.partitioning
+                )
             else:
-                executable = backend.compile(lowered._module, options, **(targeting or {}))
+                executable = backend.compile(
+                    lowered._program.executable_module(), options, **(targeting or {})
+                )
         except CompileError as e:
             raise CompileError(
                 f"{e}; {dumps.hint(dumper)}", backend=e.backend, module_name=e.module_name

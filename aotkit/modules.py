@@ -81,6 +81,57 @@ def signature(module: ir.Module, where: str) -> tuple[tuple[ShapeDtype, ...], tu
         )
 
 
+def insert_unused_arguments(module: ir.Module, types: dict[int, ir.Type]) -> None:
+    """Gives `@main` (in place) an unused argument of type `types[i]` at each position `i`
+    of the new argument list (the others keep their order, uses and attributes). The caller
+    is inside `with _context.of(module):`."""
+    main = main_function(module)
+    block = main.regions[0].blocks[0]
+    old = list(block.arguments)
+    n = len(old) + len(types)
+    rest = iter(old)
+    fresh, kept_at = [], []
+    for i in range(n):
+        if i in types:
+            fresh.append(block.add_argument(types[i], ir.Location.unknown()))
+        else:
+            arg = next(rest)
+            fresh.append(block.add_argument(arg.type, arg.location))
+            arg.replace_all_uses_with(fresh[-1])
+            kept_at.append(i)
+    for _ in old:
+        block.erase_argument(0)
+    results = function_type(main).results
+    main.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get([a.type for a in fresh], results)
+    )
+    if "arg_attrs" in main.attributes:
+        given = dict(zip(kept_at, ir.ArrayAttr(main.attributes["arg_attrs"]), strict=True))
+        empty = ir.DictAttr.get({})
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get([given.get(i, empty) for i in range(n)])
+
+
+def erase_unused_arguments(module: ir.Module, positions) -> None:
+    """Takes the arguments of `@main` at `positions` (unused ones) out of it, in place. The
+    caller is inside `with _context.of(module):`."""
+    main = main_function(module)
+    block = main.regions[0].blocks[0]
+    drop = sorted(set(positions), reverse=True)
+    for i in drop:
+        if list(block.arguments[i].uses):
+            raise ValueError(f"@main's argument {i} is used: it cannot be erased")
+    for i in drop:
+        block.erase_argument(i)
+    ftype = function_type(main)
+    inputs = [t for i, t in enumerate(ftype.inputs) if i not in set(drop)]
+    main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, ftype.results))
+    if "arg_attrs" in main.attributes:
+        attrs = list(ir.ArrayAttr(main.attributes["arg_attrs"]))
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get(
+            [a for i, a in enumerate(attrs) if i not in set(drop)]
+        )
+
+
 # What marks an argument of `@main` as donated: `tf.aliasing_output = k` pairs it with
 # result k, `jax.buffer_donor` leaves the pairing to XLA.
 DONATION_ATTRS = ("tf.aliasing_output", "jax.buffer_donor")

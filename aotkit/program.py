@@ -16,8 +16,9 @@ import dataclasses
 import os
 
 from jax import tree_util
+from jaxlib.mlir import ir
 
-from aotkit import arguments
+from aotkit import arguments, dtypes, modules
 from aotkit._context import LoweringContext
 from aotkit.specs import ShapeDtype
 
@@ -95,6 +96,9 @@ class Program:
     the Program and changes the module (a pass pipeline) works on a copy (`clone`).
     `pending` (aotkit.symbolic.specialize.Pending) marks a symbolic program transformed by
     the stages, whose module exists per shape only: `module` is then its source's.
+    `pruned` are the flat input leaves (indices) the module takes no argument for: those
+    jax.jit pruned, unused, from JAX's module (the JAX front end); `executable_module` puts
+    them back as unused arguments, one per leaf, which is how every backend compiles it.
     """
 
     module: object
@@ -103,9 +107,23 @@ class Program:
     frontend: str
     facts: frozenset[str] = frozenset()
     pending: object = None
+    pruned: tuple[int, ...] = ()
 
     def replace(self, **changes) -> Program:
         return dataclasses.replace(self, **changes)
+
+    def executable_module(self):
+        """The module with one `@main` argument per flat input leaf: `module` itself, or a
+        copy of it with the `pruned` leaves as unused arguments at their places."""
+        if not self.pruned:
+            return self.module
+        with self.lc:
+            module = ir.Module.parse(modules.bytecode(self.module), context=self.lc.mlir)
+            specs = self.signature.flat_in_specs
+            modules.insert_unused_arguments(
+                module, {i: dtypes.tensor_type(specs[i].shape, specs[i].dtype) for i in self.pruned}
+            )
+            return module
 
     def clone(self) -> Program:
         """The same program with a copy of the module (in the same context)."""

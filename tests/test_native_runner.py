@@ -157,6 +157,21 @@ def test_typed_key_leaves_are_their_uint32_data(runner, tmp_path):
     np.testing.assert_array_equal(got["out[1]"], want)
 
 
+def test_a_jax_program_with_a_pruned_argument_takes_every_leaf(runner, tmp_path):
+    # JAX prunes `unused` from its module; the artifact's portable module has it back as an
+    # unused argument, so the runner takes the same inputs as Python's call.
+    import jax.numpy as jnp
+
+    def f(unused, x):
+        return jnp.sin(x)
+
+    unused, x = np.ones((2, 2), np.float32), np.linspace(-1, 1, 4, dtype=np.float32)
+    model, compiled = save(tmp_path, f, unused, x, jit={"frontend": "jax"})
+    assert "@main(%arg0: tensor<4xf32>)" in compiled.lowered.as_text()  # jax.jit's module
+    got = run_npz(runner, tmp_path, model, {"unused": unused, "x": x})
+    np.testing.assert_array_equal(got["out"], np.asarray(compiled(unused, x)))
+
+
 def test_pytree_signature_names_leaves(runner, tmp_path):
     def tree(params, xs, *, scale):
         h = xs[0] @ params["w"] + params["b"]

@@ -5,13 +5,14 @@ module lives in JAX's own MLIR context; it is written as bytecode and read back 
 lowering context of aotkit's, then adopted (`_module.adopt`): `module @<fn name>` with a
 public `@main` whose arguments are the flat input leaves (static arguments removed),
 placement attributes dropped, donation kept. The module is jax.jit's: JAX prunes the
-arguments the program does not use (and with them dead loop carries); each pruned argument
-is put back as an unused argument of `@main`, so the calling convention stays one argument
-per input leaf (`Options.keep_unused` lowers with `jax.jit(fn, keep_unused=True)`
-instead). From there the module takes aotkit's pipeline, dumps, backends and `Compiled`
-like a traced one. `in_shardings`/`out_shardings` go to `jax.jit` as they are
-(PartitionSpecs made NamedShardings over the program's mesh): JAX writes the annotations,
-and the module keeps them.
+arguments the program does not use (and with them dead loop carries), and the program
+records which leaves it takes no argument for (`Program.pruned`); backends compile it with
+each pruned leaf put back as an unused argument of `@main`, so the calling convention stays
+one argument per input leaf (`Options.keep_unused` lowers with
+`jax.jit(fn, keep_unused=True)` instead). From there the module takes aotkit's pipeline,
+dumps, backends and `Compiled` like a traced one. `in_shardings`/`out_shardings` go to
+`jax.jit` as they are (PartitionSpecs made NamedShardings over the program's mesh): JAX
+writes the annotations, and the module keeps them.
 
 Semantics are JAX's, not NumPy's: dtypes follow JAX's promotion and `jax_enable_x64`.
 """
@@ -123,8 +124,11 @@ def trace_jax(
     # JAX's own tree: it knows the statics of a function the user already wrapped in jax.jit.
     in_tree = jax_lowered.in_tree
     n_main = _main_arity(module)
-    if n_main != in_tree.num_leaves and _restore_pruned(module, jax_lowered):
-        n_main = in_tree.num_leaves
+    pruned = None
+    if n_main != in_tree.num_leaves:
+        pruned = _restore_pruned(module, jax_lowered)
+        if pruned is not None:
+            n_main = in_tree.num_leaves
     if n_main != in_tree.num_leaves:
         raise ValueError(
             f"{where}: JAX's module takes {n_main} arguments for {in_tree.num_leaves} input "
@@ -162,7 +166,13 @@ def trace_jax(
         out_keys=arguments.key_leaves(tree_util.tree_leaves(jax_lowered.out_info)),
     )
     _check_keys(signature, where)
-    return adopted.replace(signature=signature)
+    if pruned:
+        # The module is jax.jit's: the leaves JAX pruned were put back for adopting (a spec
+        # per leaf) and come out again. Backends compile it with them back as unused
+        # arguments (`Program.executable_module`): a call takes every leaf.
+        with _context.of(adopted.module):
+            modules.erase_unused_arguments(adopted.module, pruned)
+    return adopted.replace(signature=signature, pruned=pruned or ())
 
 
 def _over_mesh(shardings, mesh):
@@ -197,46 +207,27 @@ def _jitted(fn, static_argnums, static_argnames, donate_argnums, shardings, keep
     )
 
 
-def _restore_pruned(module: ir.Module, jax_lowered) -> bool:
+def _restore_pruned(module: ir.Module, jax_lowered) -> tuple[int, ...] | None:
     """Puts back, as unused arguments of `@main` at their places, the input leaves jax.jit
-    pruned from JAX's module (the rest of the module stays jax.jit's); False, leaving the
-    module as it is, when this jax does not say which it kept or a pruned leaf is a typed
-    PRNG key."""
+    pruned from JAX's module (the rest of the module stays jax.jit's), so that it is adopted
+    with one argument per leaf; the pruned leaves' indices, or None, leaving the module as it
+    is, when this jax does not say which it kept. (A typed PRNG key leaf is its uint32 data
+    here, as JAX lowers a key it keeps.)"""
     kept = _compat.kept_arguments(jax_lowered)
     avals = tree_util.tree_leaves(jax_lowered.in_avals)
     if kept is None or any(not 0 <= i < len(avals) for i in kept):
-        return False
-    pruned = [i for i in range(len(avals)) if i not in set(kept)]
-    if any(arguments.key_dtype(avals[i]) is not None for i in pruned):
-        return False
+        return None
+    pruned = tuple(i for i in range(len(avals)) if i not in set(kept))
     with _context.of(module), ir.Location.unknown():
         main = modules.main_function(module)
         if main is None or len(main.regions[0].blocks[0].arguments) != len(kept):
-            return False
-        block = main.regions[0].blocks[0]
-        old = list(block.arguments)
-        where_kept = dict(zip(kept, old, strict=True))
-        fresh = []
-        for i, aval in enumerate(avals):
-            if i in where_kept:
-                arg = where_kept[i]
-                fresh.append(block.add_argument(arg.type, arg.location))
-                arg.replace_all_uses_with(fresh[-1])
-            else:
-                t = dtypes.tensor_type(tuple(aval.shape), np.dtype(aval.dtype))
-                fresh.append(block.add_argument(t, ir.Location.current))
-        for _ in old:
-            block.erase_argument(0)
-        results = modules.function_type(main).results
-        inputs = [a.type for a in fresh]
-        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, results))
-        if "arg_attrs" in main.attributes:
-            given = dict(zip(kept, ir.ArrayAttr(main.attributes["arg_attrs"]), strict=True))
-            empty = ir.DictAttr.get({})
-            main.attributes["arg_attrs"] = ir.ArrayAttr.get(
-                [given.get(i, empty) for i in range(len(avals))]
-            )
-    return True
+            return None
+        specs = {i: _key_data_spec(avals[i]) for i in pruned}
+        modules.insert_unused_arguments(
+            module,
+            {i: dtypes.tensor_type(tuple(s.shape), np.dtype(s.dtype)) for i, s in specs.items()},
+        )
+    return pruned
 
 
 def _is_jax_jitted(fn) -> bool:

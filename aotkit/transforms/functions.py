@@ -200,7 +200,7 @@ def call_jax(fun: Callable, where: str, args: tuple, kwargs: dict):
             f"tracing that is not one of its arguments ({text.splitlines()[0]}); JAX lowers "
             f"{name} on its arguments only: pass that value as an argument"
         ) from e
-    src = _Program(program.module)
+    src = _Program(program.executable_module())
     core.current_scope().emitted.unchecked = True  # its regions are copied as JAX wrote them
     ev = JVPEvaluator(src.functions, Forward(), "call")
     outs = ev.run_block(src.block, [(x, None) for x in tracers], Env())
@@ -212,6 +212,7 @@ class _Program:
     """A module's @main as a TracedBlock-like source (for `call_program`)."""
 
     def __init__(self, module):
+        self.module = module  # (its blocks live as long as it does)
         self.functions = modules.functions(module)
         self.block = modules.main_function(module).regions[0].blocks[0]
 
@@ -753,7 +754,7 @@ def call_program(program) -> Callable:
     the current trace): how the stages' transforms treat any program, traced, from JAX or
     loaded, as a function."""
     sig = program.signature
-    src = _Program(program.module)
+    src = _Program(program.executable_module())
 
     def call(*args, **kwargs):
         # A typed key is one leaf of the program's tree, and its data one argument.

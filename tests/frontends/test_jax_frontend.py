@@ -405,14 +405,11 @@ def test_module_is_jax_jits_with_unused_arguments_pruned():
     jax_text = jax.jit(dead_carry_loop).lower(*args).as_text()
     assert "@main(%arg0: tensor<f32>) ->" in jax_text  # JAX pruned y and unused
     lowered = aotkit.lower(dead_carry_loop, *args, frontend="jax")
-    # jax.jit's module, bit for bit, but for its name and the pruned arguments, which stay
-    # @main's (unused): the call takes every argument.
-    want = jax_text.replace("module @jit_dead_carry_loop", "module @dead_carry_loop").replace(
-        "@main(%arg0: tensor<f32>) ->",
-        "@main(%arg0: tensor<f32>, %arg1: tensor<f32>, %arg2: tensor<f32>) ->",
-    )
+    # jax.jit's module, bit for bit, but for its name.
+    want = jax_text.replace("module @jit_dead_carry_loop", "module @dead_carry_loop")
     assert lowered.as_text() == want
     assert "stablehlo.while(%iterArg = %arg0, %iterArg_0 = %c, %iterArg_1 = %arg0)" in want
+    assert lowered.in_specs[0] == (aotkit.spec("f32[]"),) * 3  # the call takes every leaf
     compiled = lowered.compile()
     assert_same(compiled(*args), jax.jit(dead_carry_loop)(*args), rtol=0, atol=0)
     jitted = aotkit.jit(dead_carry_loop, frontend="jax")
@@ -437,11 +434,42 @@ def test_pruned_argument_in_the_middle_keeps_its_place():
 
     x, unused, y = normal(3), normal(2, 2), normal(3)
     lowered = aotkit.lower(f, x, unused, y, frontend="jax")
-    assert "@main(%arg0: tensor<3xf32>, %arg1: tensor<2x2xf32>, %arg2: tensor<3xf32>)" in (
+    assert "@main(%arg0: tensor<3xf32>, %arg1: tensor<3xf32>)" in lowered.as_text()  # JAX's
+    assert "stablehlo.multiply %arg0, %arg1" in lowered.as_text()
+    compiled = lowered.compile()
+    # The executable takes every leaf, the pruned one as an unused parameter at its place.
+    assert "f32[2,2]" in compiled.as_text()
+    assert_same(compiled(x, unused, y), jax.jit(f)(x, unused, y), rtol=0, atol=0)
+    with pytest.raises(TypeError, match=r"unused"):
+        compiled(x, normal(3), y)  # a pruned leaf is checked as any other
+
+
+def test_a_pruned_program_donates_saves_and_transforms_as_any_other(tmp_path):
+    def f(unused, x, y):
+        return x * y + 1.0
+
+    unused, x, y = normal(2), normal(3), normal(3)
+    jitted = aotkit.jit(f, frontend="jax", donate_argnums=(0, 2))
+    lowered = jitted.lower(unused, x, y)
+    assert "@main(%arg0: tensor<3xf32>, %arg1: tensor<3xf32> {tf.aliasing_output = 0" in (
         lowered.as_text()
+    )  # y's donation on its own argument; the pruned leaf has none
+    assert lowered.donated == (False, False, True)
+    compiled = lowered.compile()
+    want = np.asarray(jax.jit(f)(unused, x, y))
+    assert_same(compiled(unused, x, jax.device_put(y)), want, rtol=0, atol=0)
+    path = tmp_path / "f.aotx"
+    compiled.save(path)
+    assert_same(aotkit.load(path)(unused, x, y), want, rtol=0, atol=0)
+    g = (
+        aotkit.jit(lambda u, a, b: f(u, a, b).sum(), frontend="jax")
+        .lower(unused, x, y)
+        .grad(argnums=(0, 1))
     )
-    assert "stablehlo.multiply %arg0, %arg2" in lowered.as_text()
-    assert_same(lowered.compile()(x, unused, y), jax.jit(f)(x, unused, y), rtol=0, atol=0)
+    got = g.compile()(unused, x, y)
+    jax_grads = jax.grad(lambda u, a, b: f(u, a, b).sum(), argnums=(0, 1))(unused, x, y)
+    for a, b in zip(got, jax_grads, strict=True):
+        assert_same(a, b, rtol=1e-6, atol=1e-6)
 
 
 def test_keep_unused_must_be_a_bool():
@@ -862,3 +890,19 @@ def test_symbolic_specs_are_refused_with_the_ways_that_take_them():
     np.testing.assert_allclose(
         np.asarray(compiled(np.float32(1), y)), np.sin(y).sum() + 1, rtol=1e-6
     )
+
+
+def test_an_unused_typed_key_is_pruned_as_jax_prunes_it():
+    # (It was refused: a pruned key leaf had no argument type to be put back with.)
+    def f(key, x):
+        return x * 2.0
+
+    key, x = jax.random.key(0), normal(3)
+    lowered = aotkit.lower(f, key, x, frontend="jax")
+    assert "@main(%arg0: tensor<3xf32>)" in lowered.as_text()
+    compiled = lowered.compile()
+    want = np.asarray(jax.jit(f)(key, x))
+    assert_same(compiled(key, x), want, rtol=0, atol=0)
+    assert_same(aotkit.load(compiled.serialize())(key, x), want, rtol=0, atol=0)
+    grad = aotkit.jit(lambda k, a: f(k, a).sum(), frontend="jax").lower(key, x).grad(argnums=1)
+    assert_same(grad.compile()(key, x), np.full(3, 2.0, np.float32), rtol=0, atol=0)

@@ -19,7 +19,7 @@ import operator
 import warnings
 
 # What aotkit/_speedups.c says its `VERSION` is; raised with every change of its interface.
-VERSION = 6
+VERSION = 7
 
 try:
     from aotkit import _speedups

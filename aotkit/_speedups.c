@@ -72,6 +72,8 @@ typedef struct {
     Py_ssize_t in_place_from; /* NumPy arrays this large the transfer may read in place */
     Py_ssize_t staged_from;   /* NumPy arrays this large go to `slow` (it may stage them) */
     Py_ssize_t copied_below;  /* ... and under this the transfer copies unaligned ones */
+    int copy_arrays;          /* copies the arrays it would wait for (a client that may read
+                                 any of them after the call: copies cost no wait) */
     /* `exact_dtypes` by identity, and their item sizes: an array's dtype is one of these
      * objects (NumPy's own instances of its built-in dtypes) or the array goes to `slow`. */
     Py_ssize_t n_exact;
@@ -475,13 +477,49 @@ front_call(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     if (!in_wide && in_place) {
         goto slow;  /* the Python front switches the x64 mode around such a call */
     }
+    /* A client that may read a NumPy argument after the call returns gets copies of the
+     * positional arrays instead (nested ones went to `slow`, which copies them): nobody else
+     * holds a copy, and the transfer keeps it alive until it has read it. */
+    PyObject *stack[SMALL_CALL];
+    PyObject **copies = NULL;
+    if (in_place && self->copy_arrays) {
+        copies = nargs <= SMALL_CALL ? stack : PyMem_New(PyObject *, nargs);
+        if (copies == NULL) {
+            return PyErr_NoMemory();
+        }
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            copies[i] = Py_TYPE(args[i]) == (PyTypeObject *)self->ndarray_type
+                            ? PyObject_CallMethod(args[i], "copy", NULL)
+                            : Py_NewRef(args[i]);
+            if (copies[i] == NULL) {
+                for (Py_ssize_t j = 0; j < i; j++) {
+                    Py_DECREF(copies[j]);
+                }
+                if (copies != stack) {
+                    PyMem_Free(copies);
+                }
+                return NULL;
+            }
+        }
+        in_place = 0; /* nothing of the caller's goes to the transfer: nothing to wait for */
+    }
     /* A Python scalar is otherwise the weakly typed 32-bit value of x64 off: `narrow` keys
      * and runs calls in that mode, and switches a call made in x64 mode on its own (its
      * cache miss). Each callable is held while it runs: Python code in it may set this front
      * up again. */
     PyObject *dispatch = Py_NewRef(in_wide ? self->wide : self->narrow);
-    PyObject *out = PyObject_Vectorcall(dispatch, args, nargsf, NULL);
+    /* (The copies without the offset flag: `copies` has no slot before its first one.) */
+    PyObject *out = copies != NULL ? PyObject_Vectorcall(dispatch, copies, (size_t)nargs, NULL)
+                                   : PyObject_Vectorcall(dispatch, args, nargsf, NULL);
     Py_DECREF(dispatch);
+    if (copies != NULL) {
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            Py_DECREF(copies[i]);
+        }
+        if (copies != stack) {
+            PyMem_Free(copies);
+        }
+    }
     if (out == NULL) {
         return after_failure(self, args, nargs);
     }
@@ -599,18 +637,20 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
         "wide", "narrow", "slow", "failed", "array_type", "key_type", "ndarray_type",
         "exact_scalars", "exact_dtypes", "python_scalars", "wide_dtypes", "wide_scalars", "x64",
         "scalars_64", "clear_cache", "settle", "in_place_from", "staged_from", "copied_below",
-        NULL,
+        "copy_arrays", NULL,
     };
     PyObject *wide, *narrow, *slow, *failed, *array_type, *key_type, *ndarray_type,
         *exact_scalars, *exact_dtypes, *python_scalars, *wide_dtypes, *wide_scalars, *x64,
         *scalars_64, *clear_cache, *settle;
     Py_ssize_t in_place_from, staged_from, copied_below;
+    int copy_arrays;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOOO!O!O!O!O!OO!OOnnn", names, &wide, &narrow, &slow, &failed,
+            args, kwargs, "$OOOOOOOO!O!O!O!O!OO!OOnnnp", names, &wide, &narrow, &slow, &failed,
             &array_type, &key_type, &ndarray_type, &PyFrozenSet_Type, &exact_scalars,
             &PyTuple_Type, &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &PyTuple_Type,
             &wide_dtypes, &PyFrozenSet_Type, &wide_scalars, &x64, &PyList_Type, &scalars_64,
-            &clear_cache, &settle, &in_place_from, &staged_from, &copied_below)) {
+            &clear_cache, &settle, &in_place_from, &staged_from, &copied_below,
+            &copy_arrays)) {
         return -1;
     }
     /* Read with the set's own iteration, which runs no Python code (a subclass's might
@@ -670,6 +710,7 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     self->in_place_from = in_place_from;
     self->staged_from = staged_from;
     self->copied_below = copied_below;
+    self->copy_arrays = copy_arrays;
     self->n_exact = t.n_exact;
     memcpy(self->exact, t.exact, sizeof(t.exact));
     memcpy(self->itemsize, t.itemsize, sizeof(t.itemsize));
@@ -1819,7 +1860,7 @@ speedups_exec(PyObject *module)
 {
     /* aotkit/_native.py uses this module only where the two agree (an install that did
      * not rebuild it after its source changed keeps an older one). */
-    if (PyModule_AddIntConstant(module, "VERSION", 6) < 0) {
+    if (PyModule_AddIntConstant(module, "VERSION", 7) < 0) {
         return -1;
     }
     if (add_type(module, &front_spec, "Front") < 0 ||

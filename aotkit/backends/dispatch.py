@@ -26,6 +26,7 @@ from aotkit.backends.host_inputs import (
     EXACT_NUMPY_SCALARS,
     NONE_KNOWN,
     PYTHON_SCALARS,
+    STAGED_FROM,
     WIDE_NUMPY_SCALARS,
     CopiedInCall,
     aligned,
@@ -118,9 +119,9 @@ def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_K
     array_type, key_type = _compat.array_type(), _compat.key_array_type()
 
     exact, exact_scalars, wide_scalars = EXACT_NUMPY, EXACT_NUMPY_SCALARS, WIDE_NUMPY_SCALARS
-    in_place_from, staged_from = copied.below, copied.passed_below
+    in_place_from, staged_from = copied.below, STAGED_FROM
     copied_in_call_below = copied.unaligned_below
-    private = copied.below == 0  # every NumPy array copied first (`HostInputs.private_copies`)
+    private = copied.nothing_known  # every NumPy array copied first, nothing waited for
 
     def call(*args, **kwargs):
         # The entry point of every call (aotkit/_traceback.py): an error leaves it without
@@ -145,7 +146,7 @@ def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_K
                         return narrow(arg)
                     except (runtime_error, ValueError):
                         return _after_failure(args, kwargs)
-            narrow_mode = wait = wide_only = False
+            narrow_mode = wait = copy = wide_only = False
             for arg in args:
                 t = type(arg)
                 if t is array_type or t is key_type:  # (a key: its data, a device array)
@@ -159,7 +160,10 @@ def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_K
                         if n < in_place_from:
                             continue
                         if n < staged_from:  # the transfer may read it in place: wait
-                            wait = wait or n >= copied_in_call_below or aligned(arg)
+                            if private:  # (or after the call, whatever it is: copy)
+                                copy = True
+                            else:
+                                wait = wait or n >= copied_in_call_below or aligned(arg)
                             continue
                     break
                 if t in exact_scalars:
@@ -175,7 +179,10 @@ def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_K
                 if not kwargs:
                     # Device arrays, NumPy values of dtypes x64 mode does not narrow (under
                     # `STAGED_FROM` bytes) and Python scalars: the common calls, in as few
-                    # steps as jax.jit's.
+                    # steps as jax.jit's; NumPy arrays as copies where the client may read
+                    # them after the call (`private`).
+                    if copy:
+                        args = tuple(a.copy() if type(a) is np.ndarray else a for a in args)
                     if not narrow_mode or wide_only:
                         # These key and transfer alike in either x64 mode: no switch. With
                         # 64-bit arrays (`wide_only`) the thread is in x64 mode, where a
@@ -336,8 +343,9 @@ def front_tables(copied: CopiedInCall) -> dict:
         wide_scalars=WIDE_NUMPY_SCALARS,
         x64=_compat.x64_state(),
         in_place_from=copied.below,
-        staged_from=copied.passed_below,
+        staged_from=STAGED_FROM,
         copied_below=copied.unaligned_below,
+        copy_arrays=copied.nothing_known,
     )
 
 

@@ -77,12 +77,10 @@ class CopiedInCall(NamedTuple):
     unaligned_below: int
 
     @property
-    def passed_below(self) -> int:
-        """NumPy arrays under this many bytes the dispatch fronts hand the C++ transfer as
-        they are (waiting for the results where the transfer may read them after the call);
-        every other goes through `HostInputs` first. 0 where nothing is known: such a client
-        gets private copies of them all."""
-        return STAGED_FROM if self.below else 0
+    def nothing_known(self) -> bool:
+        """Whether the client may read any NumPy argument after the call returns: the
+        dispatch then hands it copies of them all, and waits for nothing."""
+        return self.below == 0
 
 
 JAXLIB_CPU = CopiedInCall(IN_PLACE_FROM, COPIED_IN_CALL_BELOW)

@@ -137,6 +137,11 @@ class _Small:
 HEAD = r"^aotkit\._speedups: NumPy's array head is not the one this build reads$"
 
 
+class _NoTruth:
+    def __bool__(self):
+        raise ZeroDivisionError("no truth")
+
+
 @needs_c
 @pytest.mark.parametrize(
     ("changes", "error", "message"),
@@ -179,11 +184,13 @@ HEAD = r"^aotkit\._speedups: NumPy's array head is not the one this build reads$
             r"of a subclass\)$",
         ),
         ({"scalars_64": (None,)}, TypeError, r"must be list, not tuple"),
+        ({"copy_arrays": _NoTruth()}, ZeroDivisionError, r"^no truth$"),
     ],
     ids=[
         "no dtypes", "too many scalar types", "bounds", "copied below 0", "copied above staged",
         "another array type", "a small object",
         "too many wide dtypes", "a frozenset subclass", "scalars_64 not a list",
+        "copy_arrays without a truth value",
     ],
 )  # fmt: skip
 def test_the_c_front_refuses_what_it_cannot_read(changes, error, message):
@@ -252,6 +259,64 @@ def test_what_the_c_front_takes_and_waits_for(args, expected):
         assert out is args[0]
     if "settle" in expected:
         assert calls[-1] == ("settle", 1)
+
+
+@needs_c
+@pytest.mark.parametrize(
+    ("args", "expected", "copied"),
+    [
+        ((np.ones(4, np.float32),), ["wide"], [True]),
+        ((np.ones(600, np.float32), jax.numpy.ones(2)), ["wide"], [True, False]),
+        ((np.float32(1.0), np.ones(3, np.int32)), ["wide"], [False, True]),
+        # x64 switched around it by the Python front, which copies the array itself
+        ((np.ones(4, np.float32), 0.5), ["slow"], [False, False]),
+        (([np.ones(4, np.float32)],), ["slow"], [False]),  # nested: `slow` copies it
+        ((np.ones(host_inputs.STAGED_FROM // 4, np.float32),), ["slow"], [False]),
+        (tuple(np.ones(2, np.float32) for _ in range(10)), ["wide"], [True] * 10),
+    ],
+    ids=[
+        "one array", "array and device array", "numpy scalar and array", "with a scalar",
+        "in a list", "staged size", "more than the stack holds",
+    ],
+)  # fmt: skip
+def test_a_front_that_copies_arrays_hands_copies_on_and_waits_for_nothing(args, expected, copied):
+    """With `copy_arrays` (a client that may read NumPy arguments after the call) the C front
+    calls the dispatch with copies of the positional arrays it would otherwise wait for."""
+    calls, given = [], []
+
+    def wide(*a):
+        calls.append(("wide", len(a)))
+        given.append(a)
+        return a[0]
+
+    def narrow(*a):
+        calls.append(("narrow", len(a)))
+        given.append(a)
+        return a[0]
+
+    def slow(*a):
+        calls.append(("slow", len(a)))
+        given.append(a)
+        return a[0]
+
+    front = BUILT(**_front_parts(
+        wide=wide, narrow=narrow, slow=slow, settle=lambda out: calls.append(("settle", 1)),
+        in_place_from=0, copy_arrays=True,
+    ))  # fmt: skip
+    before = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    front(*args)
+    assert [name for name, _ in calls] == expected  # never `settle`
+    (got,) = given
+    assert len(got) == len(args)
+    for g, a, b, was_copied in zip(got, args, before, copied, strict=True):
+        if type(a) is list:  # (the call's own list: its array as the caller's)
+            assert g[0] is a[0]
+            continue
+        assert (g is not a) == was_copied
+        if was_copied:
+            assert type(g) is np.ndarray and not np.shares_memory(g, a)
+            assert g.dtype == a.dtype and g.shape == a.shape
+            np.testing.assert_array_equal(g, b)
 
 
 COPIED = host_inputs.COPIED_IN_CALL_BELOW

@@ -116,19 +116,19 @@ def erase_unused_arguments(module: ir.Module, positions) -> None:
     caller is inside `with _context.of(module):`."""
     main = main_function(module)
     block = main.regions[0].blocks[0]
-    drop = sorted(set(positions), reverse=True)
-    for i in drop:
+    drop = set(positions)
+    for i in sorted(drop):
         if list(block.arguments[i].uses):
             raise ValueError(f"@main's argument {i} is used: it cannot be erased")
-    for i in drop:
+    for i in sorted(drop, reverse=True):
         block.erase_argument(i)
     ftype = function_type(main)
-    inputs = [t for i, t in enumerate(ftype.inputs) if i not in set(drop)]
+    inputs = [t for i, t in enumerate(ftype.inputs) if i not in drop]
     main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, ftype.results))
     if "arg_attrs" in main.attributes:
         attrs = list(ir.ArrayAttr(main.attributes["arg_attrs"]))
         main.attributes["arg_attrs"] = ir.ArrayAttr.get(
-            [a for i, a in enumerate(attrs) if i not in set(drop)]
+            [a for i, a in enumerate(attrs) if i not in drop]
         )
 
 

@@ -117,7 +117,7 @@ class Program:
         copy of it with the `pruned` leaves as unused arguments at their places."""
         if not self.pruned:
             return self.module
-        with self.lc:
+        with self.lc, ir.Location.unknown():
             module = ir.Module.parse(modules.bytecode(self.module), context=self.lc.mlir)
             specs = self.signature.flat_in_specs
             modules.insert_unused_arguments(

@@ -906,3 +906,28 @@ def test_an_unused_typed_key_is_pruned_as_jax_prunes_it():
     assert_same(aotkit.load(compiled.serialize())(key, x), want, rtol=0, atol=0)
     grad = aotkit.jit(lambda k, a: f(k, a).sum(), frontend="jax").lower(key, x).grad(argnums=1)
     assert_same(grad.compile()(key, x), np.full(3, 2.0, np.float32), rtol=0, atol=0)
+
+
+def test_unused_arguments_go_out_and_back_with_their_attributes():
+    from jaxlib.mlir import ir
+
+    from aotkit import _context, dtypes, modules
+    from tests.backends import modules as hand
+
+    t = "tensor<3xf32>"
+    body = f"%0 = stablehlo.add %a0, %a2 : {t}\nreturn %0 : {t}"
+    module = hand.module("f", [t, "tensor<2xi32>", t], [t], body)
+    with _context.of(module), ir.Location.unknown():
+        donor = ir.DictAttr.get({"jax.buffer_donor": ir.BoolAttr.get(True)})
+        empty = ir.DictAttr.get({})
+        main = modules.main_function(module)
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get([donor, empty, empty])
+        with pytest.raises(ValueError, match=r"^@main's argument 0 is used: it cannot be erased$"):
+            modules.erase_unused_arguments(module, [0, 1])
+        modules.erase_unused_arguments(module, [1])
+        text = str(module)
+        assert f"(%arg0: {t} {{jax.buffer_donor = true}}, %arg1: {t})" in text
+        modules.insert_unused_arguments(module, {1: dtypes.tensor_type((2,), np.dtype("int32"))})
+        text = str(module)
+    assert f"(%arg0: {t} {{jax.buffer_donor = true}}, %arg1: tensor<2xi32>, %arg2: {t})" in text
+    assert "stablehlo.add %arg0, %arg2" in text

@@ -159,8 +159,8 @@ def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_K
                         n = arg.nbytes
                         if n < in_place_from:
                             continue
-                        if n < staged_from:  # the transfer may read it in place: wait
-                            if private:  # (or after the call, whatever it is: copy)
+                        if n < staged_from:  # the transfer may read it after the call
+                            if private:  # (whatever its size or alignment: a copy)
                                 copy = True
                             else:
                                 wait = wait or n >= copied_in_call_below or aligned(arg)

@@ -98,6 +98,19 @@ def aligned(x: np.ndarray) -> bool:
     return x.__array_interface__["data"][0] % _ALIGN == 0
 
 
+def _map_arrays(tree, fn):
+    """`tree` (a NumPy array, or a list, tuple or dict of them and other leaves, nested) with
+    `fn(array)` for each NumPy array; lists, tuples and dicts rebuilt, other leaves kept."""
+    t = type(tree)
+    if t is np.ndarray:
+        return fn(tree)
+    if t is tuple or t is list:
+        return t(_map_arrays(v, fn) for v in tree)
+    if t is dict:
+        return {k: _map_arrays(v, fn) for k, v in tree.items()}
+    return tree
+
+
 class HostInputs:
     """Prepares large NumPy arguments for PJRT's transfer (see the comment above).
 
@@ -162,37 +175,23 @@ class HostInputs:
         arrays are then free at once, and the call need not wait. Arrays of `STAGED_FROM`
         bytes or more are copied into staging buffers (reused only once nothing holds them)."""
 
-        def one(x):
-            t = type(x)
-            if t is np.ndarray:
-                return x.copy() if x.nbytes < STAGED_FROM else self.copy(x)
-            if t is tuple or t is list:
-                return t(one(v) for v in x)
-            if t is dict:
-                return {k: one(v) for k, v in x.items()}
-            return x
+        def copy(x: np.ndarray) -> np.ndarray:
+            return x.copy() if x.nbytes < STAGED_FROM else self.copy(x)
 
-        return tuple(one(x) for x in args), one(kwargs) if kwargs else kwargs
+        return _map_arrays(args, copy), _map_arrays(kwargs, copy) if kwargs else kwargs
 
     def _prepare_container(self, tree) -> tuple[object, bool]:
         in_place = False
 
-        def one(x):
+        def prepare(x: np.ndarray) -> np.ndarray:
             nonlocal in_place
-            t = type(x)
-            if t is np.ndarray:
-                if x.nbytes < IN_PLACE_FROM:
-                    return x
-                prepared, own = self.prepare(x)
-                in_place = in_place or own
-                return prepared
-            if t is tuple or t is list:
-                return t(one(v) for v in x)
-            if t is dict:
-                return {k: one(v) for k, v in x.items()}
-            return x
+            if x.nbytes < IN_PLACE_FROM:
+                return x
+            prepared, own = self.prepare(x)
+            in_place = in_place or own
+            return prepared
 
-        return one(tree), in_place
+        return _map_arrays(tree, prepare), in_place
 
     def owns(self, x: np.ndarray) -> bool:
         """Whether `x` is a view of one of this pool's staging buffers."""

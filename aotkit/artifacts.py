@@ -54,7 +54,7 @@ from aotkit import (
 )
 from aotkit._version import __version__
 from aotkit.arguments import format_signature
-from aotkit.backends import tpu_complex128
+from aotkit.backends import tpu_complex128, xla_tpu
 from aotkit.errors import ArtifactError, printable
 from aotkit.program import Signature
 from aotkit.specs import spec
@@ -924,11 +924,12 @@ def portable_artifact(lowered, platform: str | None = None) -> bytes:
     rewrite the backends do first). A sharded module keeps its Shardy mesh and shardings
     (StableHLO as VHLO, the `sdy` ops as they are: what jax.export writes). For an
     executable of `platform` 'tpu', the module as XLA:TPU compiled it (complex128 converts
-    rewritten: aotkit/backends/tpu_complex128.py), so that a TPU that compiles the portable
-    module again (the native runner's fallback) is given what it compiles."""
+    and select_and_scatter windows rewritten: aotkit/backends/xla_tpu.py), so that a TPU
+    that compiles the portable module again (the native runner's fallback) is given what it
+    compiles."""
     module = lowered._program.executable_module()
     if platform == "tpu":
-        module = tpu_complex128.legalize(module, f"{lowered.name!r}: portable module")
+        module = xla_tpu.legalize(module, f"{lowered.name!r}: portable module")
     if lowered.partitioning is not None:
         return sharded_portable_artifact(module, lowered.name)
     return module_portable_artifact(module)

@@ -36,7 +36,7 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from aotkit import _compat, _context, dtypes, modules
-from aotkit.backends import tpu_complex128
+from aotkit.backends import xla_tpu
 from aotkit.backends.base import (
     ArgumentMismatch,
     Backend,
@@ -294,8 +294,8 @@ class PjrtBackend(Backend):
         """(checked options, name, in specs, out specs, bytecode) of a module to compile."""
         overrides = check_options(options, f"{where}: compile")
         name, in_specs, out_specs = verified(module, where, self.name)
-        if self.platform == "tpu":  # what XLA:TPU would abort on, rewritten or refused
-            module = tpu_complex128.legalize(module, where)
+        if self.platform == "tpu":  # what XLA:TPU would abort on or refuse, rewritten or refused
+            module = xla_tpu.legalize(module, where)
         data = modules.bytecode(module)
         if self.platform == "cpu" and b"lapack_" in data:
             # LAPACK custom calls (aotkit.numpy.linalg, or a JAX module read from a file)

@@ -28,7 +28,7 @@ import jaxlib
 from jaxlib.mlir import ir
 
 from aotkit import _compat, _context, modules, spmd
-from aotkit.backends import pjrt_spmd, tpu_complex128
+from aotkit.backends import pjrt_spmd, xla_tpu
 from aotkit.backends.base import Backend, Executable, MemoryAnalysis
 from aotkit.backends.pjrt import _aliased_parameters, _module_head, check_options, cost_of, verified
 from aotkit.backends.tpu_chips import CHIPS, GIB, Chip
@@ -267,7 +267,7 @@ class TopologyBackend(Backend):
         else:
             ids = [d.id for d in devices]
             compile_options = _compat.spmd_compile_options(overrides, ids, shardy)
-        module = tpu_complex128.legalize(module, where)  # what XLA:TPU would abort on
+        module = xla_tpu.legalize(module, where)  # what XLA:TPU would abort on or refuse
         runtime_error = _compat.runtime_error_type()
         try:
             with _context.of(module):

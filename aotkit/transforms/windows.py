@@ -414,9 +414,6 @@ def _identity(direction: str, dtype) -> float | int:
     return dtypes.lowest(dtype) if direction in ("GE", "GT") else dtypes.highest(dtype)
 
 
-_FLIPPED = {"GE": "LE", "GT": "LT", "LE": "GE", "LT": "GT"}
-
-
 def _select_body(block: ir.Block, direction: str, n: int) -> None:
     """`(a..., b...) -> a if a[0] <direction> b[0] else b`: a window keeps the tuple of
     its selected key (the first of equal keys, for GE and LE)."""
@@ -542,7 +539,7 @@ def _select_and_scatter_transpose(g, x, source, init, *, op):
         ones,
         ones,
     )
-    direction = _select_direction(op)
+    direction = _ir.select_direction(op)
     key, zero = H.scalar(_identity(direction, x.dtype), x.dtype), H.scalar(0, g.dtype)
     ct_source = select_pairs([x, g], [key, zero], direction, w)[1]
     return [ct_source, H.reduce_sum(g, range(g.ndim))]
@@ -580,32 +577,6 @@ def _is_identity(value: ir.Value, direction: str, dtype) -> bool:
     return c is not None and bool(c == _identity(direction, dtype))
 
 
-def _compare_direction(cmp, a, b) -> str | None:
-    """The direction of `cmp` as `a <direction> b`, for a compare of the block arguments
-    a and b (either order)."""
-    if cmp.name != "stablehlo.compare":
-        return None
-    x, y = cmp.operands
-    direction = _ir.direction(cmp)
-    if direction not in _FLIPPED:
-        return None
-    if x == a and y == b:
-        return direction
-    if x == b and y == a:
-        return _FLIPPED[direction]
-    return None
-
-
-def _select_direction(op) -> str | None:
-    """The direction of a select_and_scatter's select region `(a, b) -> a <dir> b`."""
-    block = op.operation.regions[0].blocks[0]
-    ops = list(block.operations)
-    if len(ops) != 2 or ops[1].operation.operands[0] != ops[0].operation.results[0]:
-        return None
-    a, b = block.arguments
-    return _compare_direction(ops[0].operation, a, b)
-
-
 def _pairs_direction(region: ir.Region, n: int) -> str | None:
     """For a reduce_window region over n-tuples that keeps, per pair of tuples, the one
     whose first element compares true (a `select_pairs` region, as aotkit's and JAX's
@@ -616,7 +587,7 @@ def _pairs_direction(region: ir.Region, n: int) -> str | None:
     if len(args) != 2 * n or len(ops) != n + 2:
         return None
     cmp = ops[0].operation
-    direction = _compare_direction(cmp, args[0], args[n])
+    direction = _ir.compare_direction(cmp, args[0], args[n])
     if direction is None:
         return None
     keep = cmp.results[0]
@@ -767,7 +738,7 @@ def _select_and_scatter_jvp(ctx, primals, tangents):
             "does not add; aotkit differentiates select_and_scatter that adds (the gradient "
             "of a max or min pool)"
         )
-    if isinstance(ctx.T, Tape) and _select_direction(op) is None:
+    if isinstance(ctx.T, Tape) and _ir.select_direction(op) is None:
         raise TransformError(
             f"{ctx.ev.transform}: {op_site(op)} selects with a region other than one "
             "comparison (GE, GT, LE or LT) of its two arguments, which aotkit cannot "

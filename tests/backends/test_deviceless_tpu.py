@@ -673,3 +673,55 @@ def test_a_tpu_artifact_holds_the_portable_module_xla_tpu_compiled(tmp_path):
     cpu_portable = artifacts.unpack(cpu.serialize(), "<bytes>").section(artifacts.PORTABLE)
     cpu_text = aotkit.load_module(cpu_portable).as_text()
     assert re.search(r"stablehlo\.convert .*-> tensor<3xcomplex<f64>>", cpu_text), cpu_text
+
+
+def _window_gradients():
+    """Gradients whose select_and_scatter XLA:TPU has no kernel for (fewer than two inactive
+    dimensions): a cumulative max, and a window max over a matrix with explicit padding."""
+    import aotkit.lax as alax
+
+    x = np.random.default_rng(5).permutation(40).astype(np.float32).reshape(8, 5)
+    weights = np.arange(40, dtype=np.float32).reshape(8, 5)
+
+    def cummax(x):
+        return (np.maximum.accumulate(x, axis=0) * weights).sum()
+
+    def padded_max(x):
+        windows = alax.reduce_window(x, -np.inf, "max", (2, 3), (1, 2), ((1, 0), (1, 1)))
+        return (windows * np.arange(windows.size, dtype=np.float32).reshape(windows.shape)).sum()
+
+    return x, {"cummax": cummax, "padded_max": padded_max}
+
+
+@needs_libtpu
+@pytest.mark.parametrize("name", ["cummax", "padded_max"])
+def test_window_gradients_compile_for_a_tpu(name, tmp_path):
+    """XLA:TPU compiles them after the select_and_scatter rewrite (aotkit/backends/
+    tpu_windows.py); the artifact's portable module, the rewritten one, gives the CPU's
+    gradient."""
+    x, programs = _window_gradients()
+    lowered = aotkit.jit(aotkit.grad(programs[name])).lower(x)
+    assert "select_and_scatter" in lowered.as_text()
+    compiled = lowered.compile(backend="tpu", topology="v5e:1x1")
+    path = tmp_path / f"{name}.aotx"
+    compiled.save(path)
+    portable = artifacts.unpack(path.read_bytes(), str(path)).section(artifacts.PORTABLE)
+    assert "select_and_scatter" not in aotkit.load_module(portable).as_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = aotkit.load(path, portable_only=True, backend="cpu")
+    got, want = np.asarray(loaded(x)), np.asarray(lowered.compile(backend="cpu")(x))
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+
+
+@needs_libtpu
+def test_without_the_rewrite_xla_tpu_refuses_the_window(monkeypatch):
+    """What the rewrite is for: the same gradient, given to XLA:TPU as it is, is refused."""
+    from aotkit.backends import tpu_windows
+
+    x, programs = _window_gradients()
+    lowered = aotkit.jit(aotkit.grad(programs["cummax"])).lower(x)
+    monkeypatch.setattr(tpu_windows, "legalize", lambda module: module)
+    with pytest.raises(CompileError, match="not implemented for TPU|not implemented on TPU"):
+        lowered.compile(backend="tpu", topology="v5e:1x1")

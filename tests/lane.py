@@ -211,6 +211,28 @@ def skip_where_float64_is_emulated(backend: str, what: str) -> None:
         )
 
 
+# Runs the transform families' float64 and complex128 programs where float64 is emulated.
+FLOAT64_DERIVATIVES = "AOTKIT_TEST_LANE_FLOAT64"
+
+
+def skip_emulated_float64_derivatives(backend: str, dtype) -> None:
+    """The transform families' float64 and complex128 programs skip where `backend` is the
+    lane's and emulates float64, unless FLOAT64_DERIVATIVES=1: XLA:TPU compiles the emulated
+    float64 of their transcendental functions for minutes (the elementwise family's one
+    program 322 s, its 40 cases one by one 195 s: digamma alone 43 s, against 1.5 s for the
+    whole family in float32). The rules are the float32 cases' and run in float64 on the
+    CPU in every run of the suite."""
+    import numpy as np
+
+    wide = np.dtype(dtype) in (np.dtype(np.float64), np.dtype(np.complex128))
+    if wide and float64_emulated(backend) and os.environ.get(FLOAT64_DERIVATIVES) != "1":
+        pytest.skip(
+            f"{backend}'s float64 is emulated, and XLA compiles these float64 derivative "
+            "programs for minutes; the rules are the float32 cases' and run in float64 on "
+            f"the CPU ({FLOAT64_DERIVATIVES}=1 runs them here)"
+        )
+
+
 def params() -> list:
     """The lane's backend as a pytest parameter (marked `lane`), or nothing when it is off."""
     return [pytest.param(NAME, marks=pytest.mark.lane, id=NAME)] if ON else []

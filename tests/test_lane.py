@@ -112,6 +112,66 @@ def test_a_second_compile_on_the_lane_is_a_persistent_hit(tmp_path):
         cache.configure(dir=None, max_bytes=cache.DEFAULT_MAX_BYTES)
 
 
+@pytest.mark.lane
+def test_a_pruned_jax_program_saved_on_the_lane_loads_and_equals_the_cpus(tmp_path):
+    """The JAX front end's module is jax.jit's, the unused argument pruned; the executable
+    takes every leaf (the pruned one unread), saved and loaded on the lane's backend."""
+    import jax.numpy as jnp
+
+    def f(x, unused, y):
+        return jnp.tanh(x) @ y + 1.0
+
+    rng = np.random.default_rng(4)
+    args = (
+        rng.standard_normal((8, 16)).astype(np.float32),
+        np.arange(5, dtype=np.int32),
+        rng.standard_normal((16, 4)).astype(np.float32),
+    )
+    lowered = aotkit.jit(f, frontend="jax", backend=NAME).lower(*args)
+    assert lowered._program.pruned == (1,)
+    path = tmp_path / "pruned.aotx"
+    lowered.compile().save(path)
+    loaded = aotkit.load(path, recompile=False)
+    assert loaded.origin == "artifact" and repr(loaded).endswith(f" on {NAME}>")
+    want = np.asarray(aotkit.jit(f, frontend="jax", backend="cpu")(*args))
+    got = loaded(*args)
+    assert np.asarray(got).dtype == np.float32
+    assert_matches(np.asarray(got), want, "pruned", backend=NAME)
+
+
+@pytest.mark.lane
+@pytest.mark.parametrize("name", ["cummax", "padded_max", "max_pool_nhwc"])
+def test_window_gradients_on_the_lane_equal_the_cpus(name):
+    """Reverse mode through window maxima writes select_and_scatter, which a TPU compiles only
+    after aotkit's rewrite for most windows (docs/backends.md); NHWC pooling keeps XLA:TPU's
+    own kernel. Values distinct, so that no window holds a tie."""
+    import aotkit.lax as alax
+
+    rng = np.random.default_rng(6)
+    if name == "max_pool_nhwc":
+        x = rng.permutation(2 * 6 * 6 * 3).astype(np.float32).reshape(2, 6, 6, 3)
+        window = lambda x: alax.reduce_window(x, -np.inf, "max", (1, 2, 2, 1), (1, 2, 2, 1))  # noqa: E731
+    elif name == "padded_max":
+        x = rng.permutation(40).astype(np.float32).reshape(8, 5)
+        window = lambda x: alax.reduce_window(  # noqa: E731
+            x, -np.inf, "max", (2, 3), (1, 2), ((1, 0), (1, 1))
+        )
+    else:
+        x = rng.permutation(40).astype(np.float32).reshape(8, 5)
+        window = lambda x: np.maximum.accumulate(x, axis=0)  # noqa: E731
+
+    def loss(x):
+        out = window(x)
+        return (out * np.arange(out.size, dtype=np.float32).reshape(out.shape)).sum()
+
+    lowered = aotkit.jit(aotkit.grad(loss)).lower(x)
+    assert "select_and_scatter" in lowered.as_text()
+    got = np.asarray(lowered.compile(backend=NAME)(x))
+    want = np.asarray(lowered.compile(backend="cpu")(x))
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_array_equal(got, want)  # sums of small integers: exact
+
+
 # --- in fresh processes on the accelerator (-m lane_children) -----------------------------------
 
 CHILD = textwrap.dedent(

@@ -190,3 +190,24 @@ def test_an_emulated_float64_skips_the_exact_cases_saying_why(monkeypatch):
     with pytest.raises(pytest.skip.Exception, match=r"^cpu's float64 is emulated \(pairs of "):
         lane.skip_where_float64_is_emulated("cpu", "what differs")
     lane.skip_where_float64_is_emulated("interpreter", "not the lane's: no skip")
+
+
+def test_emulated_float64_derivatives_skip_unless_asked_for(monkeypatch):
+    monkeypatch.setattr(lane, "ON", True)
+    monkeypatch.setattr(lane, "NAME", "cpu")
+    monkeypatch.setattr(lane, "unavailable", lambda: None)
+    monkeypatch.delenv(lane.FLOAT64_DERIVATIVES, raising=False)
+    lane.skip_emulated_float64_derivatives("cpu", np.float64)  # IEEE float64: no skip
+    monkeypatch.setattr(lane, "FLOAT64_EMULATED", ("cpu",))
+    for dtype in (np.float64, np.complex128):
+        with pytest.raises(
+            pytest.skip.Exception,
+            match=r"^cpu's float64 is emulated, and XLA compiles these float64 derivative "
+            r"programs for minutes; the rules are the float32 cases' and run in float64 on the "
+            r"CPU \(AOTKIT_TEST_LANE_FLOAT64=1 runs them here\)$",
+        ):
+            lane.skip_emulated_float64_derivatives("cpu", dtype)
+    lane.skip_emulated_float64_derivatives("cpu", np.float32)
+    lane.skip_emulated_float64_derivatives("interpreter", np.float64)  # not the lane's
+    monkeypatch.setenv(lane.FLOAT64_DERIVATIVES, "1")
+    lane.skip_emulated_float64_derivatives("cpu", np.float64)

@@ -249,6 +249,7 @@ class Family:
         """(inputs, aotkit's results, JAX's results) of the family's program holding `name`:
         the whole family's, or `name`'s alone when the family's could not be built."""
         key = np.dtype(dtype)
+        lane.skip_emulated_float64_derivatives(self.backend, key)
         if key not in self._results:
             try:
                 self._results[key] = self._run(list(self.cases), key)
@@ -257,8 +258,15 @@ class Family:
         if self._results[key] is not None:
             return self._results[key]
         if (name, key) not in self._single:
-            self._single[(name, key)] = self._run([name], key)
-        return self._single[(name, key)]
+            # Kept when it fails too: each check of the case shows the error, compiled once.
+            try:
+                self._single[(name, key)] = self._run([name], key)
+            except Exception as e:  # noqa: BLE001
+                self._single[(name, key)] = e
+        found = self._single[(name, key)]
+        if isinstance(found, Exception):
+            raise found
+        return found
 
     # -- checks -----------------------------------------------------------------------------
 

@@ -686,3 +686,23 @@ def test_jvp_on_concrete_arrays_checks_its_arguments_first():
         r"argument\), got ndarray and ndarray$",
     ):
         aotkit.jvp(lambda x: x, np.ones(3), np.ones(3))
+
+
+def test_a_family_runs_a_failing_case_once_for_all_its_checks(monkeypatch):
+    """The oracle's families (tests/transforms/oracle.py): when the family's program fails,
+    each case runs alone, and a case that fails alone is not compiled again for each check
+    (on an accelerator each compile takes seconds)."""
+    from tests.transforms.oracle import Case, Family
+
+    calls = []
+
+    def run(names, dtype):
+        calls.append(tuple(names))
+        raise ValueError(f"no program for {names}")
+
+    family = Family({"a": Case(np.sin, np.sin, lambda rng, dt: (np.ones(3, dt),))})
+    monkeypatch.setattr(family, "_run", run)
+    for check in (family.check_jvp, family.check_vjp, family.check_vmap):
+        with pytest.raises(ValueError, match=r"^no program for \['a'\]$"):
+            check("a", np.float32)
+    assert calls == [("a",), ("a",)]  # the family's program, then the case alone: once each

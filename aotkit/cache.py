@@ -305,6 +305,12 @@ def key(lowered, backend, options) -> str | None:
         return None
     data = _stripped_bytecode(lowered._module, lowered._lc)
     config = _config(backend, shown_options, lowered.donated)
+    pruned = lowered._program.pruned
+    if pruned:
+        # Leaves the module takes no argument for (the JAX front end's, as jax.jit prunes
+        # them): the executable still takes each, so their specs are part of the program.
+        specs = lowered.flat_in_specs
+        config["pruned"] = [[i, str(specs[i])] for i in pruned]
     partitioning = lowered.partitioning
     if partitioning is not None:
         everywhere = list(backend.global_devices())

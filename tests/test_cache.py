@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +122,31 @@ def test_options_donation_and_module_change_the_key(cache_dir):
     assert cache.key(lowered_of(make(), donate=(0,)), cpu, None) != base
     assert cache.key(lowered_of(make(3.0)), cpu, None) != base
     assert cache.key(lowered_of(make(), spec="f32[9]"), cpu, None) != base
+
+
+def test_the_specs_of_pruned_leaves_change_the_key(cache_dir):
+    """jax.jit's module leaves out an unused argument, so two programs that differ only in
+    it have one module; the executable takes it, so they have two keys (and no entry is
+    found written for another signature)."""
+    import jax.numpy as jnp
+
+    def lowered(unused_size: int):
+        def f(x, unused):  # a new function each time: no jit shares its compile cache
+            return jnp.tanh(x)
+
+        unused = np.ones(unused_size, np.float32)
+        return aotkit.jit(f, frontend="jax").lower(np.ones(4, np.float32), unused)
+
+    small, large = lowered(3), lowered(5)
+    assert small._program.pruned == large._program.pruned == (1,)
+    assert small.as_text() == large.as_text()
+    cpu = backends.get("cpu")
+    assert cache.key(small, cpu, None) != cache.key(large, cpu, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no entry written for another signature
+        origins = [lowered(n).compile().origin for n in (3, 5, 3, 5)]
+    assert origins == ["compiled", "compiled", "persistent cache", "persistent cache"]
+    assert len(entries(cache_dir)) == 2
 
 
 def test_xla_flags_change_the_key(cache_dir, monkeypatch):

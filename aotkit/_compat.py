@@ -686,12 +686,14 @@ def cpp_dispatcher(name: str, fun, cache_miss):
         return None
 
 
-def fastpath_data(executable, out, n_args: int, in_sharding, out_sharding):
+def fastpath_data(executable, out, n_args: int, in_sharding, out_sharding, kept=None):
     """What jaxlib's C++ dispatch caches to run `executable` again for one signature, or None
     (the signature is then not cached, and its calls keep taking the checked call).
 
     `out` is the result pytree of the call that is being cached (its leaves are device
-    arrays); every argument is kept and lives on `in_sharding`'s single device.
+    arrays); the executable's `n_args` arguments live on `in_sharding`'s single device.
+    `kept` (one bool per leaf of a call) says which leaves they are, as jax.jit's
+    `kept_var_bitvec` does; None: every leaf is one.
     """
     names = _dispatch_names()
     if names is None:
@@ -705,7 +707,7 @@ def fastpath_data(executable, out, n_args: int, in_sharding, out_sharding):
         [out_sharding] * len(out_flat),
         [o.aval for o in out_flat],
         [o.committed for o in out_flat],
-        [True] * n_args,
+        [True] * n_args if kept is None else list(kept),
         [None] * n_args,
         [],
     )

@@ -65,7 +65,7 @@ MAGIC = b"\x89AOT\r\n\x1a\n"
 # (`partitioning`); version 3 symbolic programs (`symbolic`: specs with symbolic dimensions,
 # constraints, one executable section per specialization). A file is written with the lowest
 # version that holds it, so one that uses none of them is version 1, which every reader reads.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MIN_FORMAT_VERSION = 1
 # magic, format version (u32), header length (u32), SHA-256 of the header: little-endian.
 _PREFIX = struct.Struct("<8sII32s")
@@ -86,6 +86,10 @@ CACHE_KEY = "cache_key"
 # Platform -> what in the portable module that platform's compiler ends the process on (an op
 # and where it is); the native runner refuses to compile the module on such a plugin.
 ABORTS_ON = "aborts_on"
+# The header field listing the leaves the executable and the portable module take no
+# argument for (the unused arguments jax.jit prunes; optional, version 4): a call still
+# passes every leaf, and those are checked and not transferred.
+PRUNED = "pruned"
 _CACHE_KEY_TEXT = re.compile(r"[0-9a-f]{64}")
 
 RECOMPILE_CHOICES = ("auto", True, False)
@@ -292,9 +296,11 @@ def _sha256(data) -> str:
 
 
 def format_version(header: dict) -> int:
-    """The lowest format version that holds `header`: 3 for a symbolic program, 2 for a
-    sharded program or trees with namedtuples or registered nodes, else 1 (which older
-    readers read too)."""
+    """The lowest format version that holds `header`: 4 for a program that takes no argument
+    for some leaves (`pruned`), 3 for a symbolic program, 2 for a sharded program or trees
+    with namedtuples or registered nodes, else 1 (which older readers read too)."""
+    if header.get(PRUNED):
+        return 4
     if header.get("symbolic") is not None:
         return 3
     if header.get("partitioning") is not None or any(
@@ -331,6 +337,7 @@ class Artifact:
         "unregistered",
         "shapes",
         "specializations",
+        "pruned",
     )
 
     def __init__(self, label: str, header: dict, sections: dict, status: dict):
@@ -347,6 +354,13 @@ class Artifact:
     @property
     def name(self) -> str:
         return self.signature.name
+
+    @property
+    def executable_in_specs(self) -> tuple:
+        """The specs of the executable's (and the portable module's) arguments: the flat
+        input leaves less the `pruned` ones."""
+        pruned = set(self.pruned)
+        return tuple(s for i, s in enumerate(self.signature.flat_in_specs) if i not in pruned)
 
     def __repr__(self) -> str:
         return f"<aotkit Artifact {self.name!r} from {self.label}>"
@@ -641,10 +655,26 @@ def _check_header(header, label: str, where: str, fix: str, lenient: bool = Fals
         out_keys=out_keys,
         arg_names=arg_names,
     )
+    artifact.pruned = ()
+    if header.get(PRUNED) is not None:
+        artifact.pruned = _check_pruned(header[PRUNED], len(flat["in_specs"]), bad)
+        if artifact.pruned and (layout is not None or symbolic_field is not None):
+            raise bad(PRUNED, "is given for a sharded or symbolic program; aotkit writes neither")
     artifact.options = dict(options)
     artifact.target = dict(target)
     artifact.executable_format = fmt
     return artifact
+
+
+def _check_pruned(data, n_in: int, bad) -> tuple[int, ...]:
+    """The `pruned` field: input leaf indices, increasing, below the number of inputs."""
+    if not isinstance(data, list) or not all(type(i) is int for i in data):
+        raise bad(PRUNED, f"is {_short(data)}, not a list of input indices")
+    if any(i < 0 or i >= n_in for i in data) or any(a >= b for a, b in zip(data, data[1:])):
+        raise bad(
+            PRUNED, f"is {_short(data)}; it lists input indices below {n_in}, each once, in order"
+        )
+    return tuple(data)
 
 
 # The header field naming the positional arguments by the function's parameters (None where
@@ -919,7 +949,9 @@ def aborts_on(module, platform: str | None) -> dict[str, str]:
 
 
 def portable_artifact(lowered, platform: str | None = None) -> bytes:
-    """The final module of `lowered` as a StableHLO portable artifact. A module the pipeline
+    """The final module of `lowered` as a StableHLO portable artifact: the module its
+    executable was compiled from (`Program.compiled_form`: without the leaves jax.jit pruned,
+    on one device; the header's `pruned` lists them). A module the pipeline
     "none" left with CHLO ops in it is written after legalizing CHLO in a copy (the same
     rewrite the backends do first). A sharded module keeps its Shardy mesh and shardings
     (StableHLO as VHLO, the `sdy` ops as they are: what jax.export writes). For an
@@ -927,7 +959,7 @@ def portable_artifact(lowered, platform: str | None = None) -> bytes:
     and select_and_scatter windows rewritten: aotkit/backends/xla_tpu.py), so that a TPU
     that compiles the portable module again (the native runner's fallback) is given what it
     compiles."""
-    module = lowered._program.executable_module()
+    module, _ = lowered._program.compiled_form(lowered.partitioning is not None)
     if platform == "tpu":
         module = xla_tpu.legalize(module, f"{lowered.name!r}: portable module")
     if lowered.partitioning is not None:
@@ -1081,6 +1113,8 @@ def pack_compiled(
         header[CACHE_KEY] = cache_key
     if aborts:
         header[ABORTS_ON] = aborts
+    if getattr(executable, "pruned", ()):
+        header[PRUNED] = list(executable.pruned)
     if executable.partitioning is not None:
         header["partitioning"] = layout_data(executable)
     if signatures.is_symbolic(executable.in_specs):

@@ -56,6 +56,7 @@ from typing import NamedTuple
 from aotkit import _compat, _files, artifacts, modules
 from aotkit._traceback import user_stacklevel
 from aotkit._version import __version__
+from aotkit.backends.base import PrunedExecutable
 from aotkit.errors import ArtifactError, CacheWarning, CompileError
 
 ENV = "AOTKIT_CACHE_DIR"
@@ -376,9 +377,10 @@ def shape_key(program_digest, in_specs, backend, options, donated) -> str | None
     return _digest(config, program_digest().encode())
 
 
-def get(cache_key: str, lowered, backend, options):
+def get(cache_key: str, lowered, backend, options, unread: tuple[int, ...] = ()):
     """The executable stored under `cache_key`, or None (a miss); an unusable entry is
-    deleted with a CacheWarning."""
+    deleted with a CacheWarning. `unread` are the leaves the executable takes no argument
+    for (`Program.unread`)."""
     global _hits, _misses
     folder = _usable_directory()
     if folder is None:
@@ -413,6 +415,7 @@ def get(cache_key: str, lowered, backend, options):
             or (artifact.signature.flat_in_specs, artifact.signature.flat_out_specs)
             != (lowered.flat_in_specs, lowered.flat_out_specs)
             or sharded != (artifact.partitioning is not None)
+            or artifact.pruned != unread
         ):
             raise ArtifactError(
                 f"aotkit cache: entry {path} was written for another signature or backend "
@@ -432,10 +435,12 @@ def get(cache_key: str, lowered, backend, options):
             executable = backend.deserialize(
                 artifact.section(artifacts.EXECUTABLE) or b"",
                 name=lowered.name,
-                in_specs=lowered.flat_in_specs,
+                in_specs=artifact.executable_in_specs,
                 out_specs=lowered.flat_out_specs,
                 options=options,
             )
+            if artifact.pruned:
+                executable = PrunedExecutable(executable, lowered.flat_in_specs, artifact.pruned)
     except (ArtifactError, CompileError, ValueError) as e:
         message = str(e)
         if not message.startswith("aotkit cache:"):

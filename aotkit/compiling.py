@@ -21,7 +21,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from aotkit import artifacts, backends, cache, dumps, spmd
 from aotkit._traceback import api_boundary, user_stacklevel
 from aotkit.artifacts import Artifact
-from aotkit.backends.base import Backend
+from aotkit.backends.base import Backend, PrunedExecutable
 from aotkit.errors import ArtifactError, ArtifactWarning, CompileError, printable
 from aotkit.frontends import trust
 from aotkit.stages import Compiled, Lowered
@@ -92,19 +92,19 @@ def compile_lowered(lowered: Lowered, backend: Backend, options, targeting=None)
     cache_key = None if targeting or not backend.runs_here else cache.key(lowered, backend, options)
     executable = None
     if cache_key is not None:
-        executable = cache.get(cache_key, lowered, backend, options)
+        unread = lowered._program.unread(sharded)
+        executable = cache.get(cache_key, lowered, backend, options, unread)
     origin = "persistent cache"
     if executable is None:
+        module, pruned = lowered._program.compiled_form(sharded)
         origin = "compiled"
         try:
             if sharded:
-                executable = backend.compile_spmd(
-                    lowered._program.executable_module(), options, lowered.partitioning
-                )
+                executable = backend.compile_spmd(module, options, lowered.partitioning)
             else:
-                executable = backend.compile(
-                    lowered._program.executable_module(), options, **(targeting or {})
-                )
+                executable = backend.compile(module, options, **(targeting or {}))
+                if pruned:
+                    executable = PrunedExecutable(executable, lowered.flat_in_specs, pruned)
         except CompileError as e:
             raise CompileError(
                 f"{e}; {dumps.hint(dumper)}", backend=e.backend, module_name=e.module_name
@@ -469,9 +469,10 @@ def _deserialize(
     artifact: Artifact, backend: Backend, section: str = artifacts.EXECUTABLE, specs=None
 ):
     """The artifact's executable `section` loaded onto `backend` (one device), for `specs`
-    (in_specs, out_specs; default: the signature's)."""
+    (in_specs, out_specs; default: the executable's, `Artifact.executable_in_specs`, and the
+    signature's results)."""
     signature = artifact.signature
-    in_specs, out_specs = specs or (signature.flat_in_specs, signature.flat_out_specs)
+    in_specs, out_specs = specs or (artifact.executable_in_specs, signature.flat_out_specs)
     return backend.deserialize(
         artifact.section(section),
         name=artifact.name,
@@ -547,6 +548,8 @@ def _placed_layout(artifact: Artifact, backend, place: str) -> spmd.Partitioning
 
 
 def _compiled(artifact: Artifact, executable, origin: str, place: str) -> Compiled:
+    if artifact.pruned:  # called with every leaf, as it was saved
+        executable = PrunedExecutable(executable, artifact.signature.flat_in_specs, artifact.pruned)
     _check_aliasing(artifact, executable, f"{place}: its executable")
     return _artifact_compiled(artifact, executable, origin)
 
@@ -632,14 +635,12 @@ def _compile_portable(artifact: Artifact, backend, place: str, *, check: bool = 
             path=artifact.label,
         ) from None
     signature = artifact.signature
-    if (executable.in_specs, executable.out_specs) != (
-        signature.flat_in_specs,
-        signature.flat_out_specs,
-    ):
+    takes = (artifact.executable_in_specs, signature.flat_out_specs)
+    if (executable.in_specs, executable.out_specs) != takes:
         raise ArtifactError(
             f"{place}: its portable StableHLO takes "
             f"{_specs_text(executable.in_specs, executable.out_specs)} but its header says "
-            f"{_specs_text(signature.flat_in_specs, signature.flat_out_specs)}; "
+            f"{_specs_text(*takes)}; "
             f"{artifacts.REWRITE}",
             path=artifact.label,
         )

@@ -97,8 +97,11 @@ class Program:
     `pending` (aotkit.symbolic.specialize.Pending) marks a symbolic program transformed by
     the stages, whose module exists per shape only: `module` is then its source's.
     `pruned` are the flat input leaves (indices) the module takes no argument for: those
-    jax.jit pruned, unused, from JAX's module (the JAX front end); `executable_module` puts
-    them back as unused arguments, one per leaf, which is how every backend compiles it.
+    jax.jit pruned, unused, from JAX's module (the JAX front end). An executable for one
+    device is compiled from the module as it is and called with every leaf, the pruned ones
+    checked and not transferred (`compiled_form`, `backends.base.PrunedExecutable`), as
+    jax.jit's is; `executable_module` puts them back as unused arguments, one per leaf, for
+    the transforms and for sharded executables (whose shardings are per leaf).
     """
 
     module: object
@@ -111,6 +114,16 @@ class Program:
 
     def replace(self, **changes) -> Program:
         return dataclasses.replace(self, **changes)
+
+    def unread(self, sharded: bool) -> tuple[int, ...]:
+        """The leaves an executable of this program takes no argument for: `pruned` on one
+        device, none sharded."""
+        return () if sharded else self.pruned
+
+    def compiled_form(self, sharded: bool) -> tuple:
+        """(the module a backend compiles, `unread(sharded)`): the module as it is where its
+        executable leaves the pruned leaves out, else `executable_module()`."""
+        return (self.executable_module() if sharded else self.module), self.unread(sharded)
 
     def executable_module(self):
         """The module with one `@main` argument per flat input leaf: `module` itself, or a

@@ -639,13 +639,13 @@ def corruptions(data: bytes) -> dict[str, tuple[bytes, str]]:
     )
     cases["magic"] = (b"\x89NOT" + data[4:], "is not an aotkit artifact (it starts with")
     cases["future-version"] = (
-        data[:8] + struct.pack("<I", 4) + data[12:],
-        "has artifact format version 4, newer than this aotkit reads (3); upgrade aotkit, or "
+        data[:8] + struct.pack("<I", 5) + data[12:],
+        "has artifact format version 5, newer than this aotkit reads (4); upgrade aotkit, or "
         "write the artifact with this version",
     )
     cases["version-0"] = (
         data[:8] + struct.pack("<I", 0) + data[12:],
-        "has artifact format version 0, which no aotkit wrote (this one reads 1 to 3); ",
+        "has artifact format version 0, which no aotkit wrote (this one reads 1 to 4); ",
     )
     cases["huge-header"] = (
         data[:12] + struct.pack("<I", artifacts.MAX_HEADER_BYTES + 1) + data[16:],

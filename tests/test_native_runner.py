@@ -158,18 +158,21 @@ def test_typed_key_leaves_are_their_uint32_data(runner, tmp_path):
 
 
 def test_a_jax_program_with_a_pruned_argument_takes_every_leaf(runner, tmp_path):
-    # JAX prunes `unused` from its module; the artifact's portable module has it back as an
-    # unused argument, so the runner takes the same inputs as Python's call.
+    # JAX prunes `unused` from its module, and the executable and the portable module take
+    # no argument for it (the header's `pruned`, format version 4); the runner takes the
+    # same inputs as Python's call, and transfers the others.
     import jax.numpy as jnp
 
-    def f(unused, x):
-        return jnp.sin(x)
+    def f(unused, x, y):
+        return jnp.sin(x) * y
 
     unused, x = np.ones((2, 2), np.float32), np.linspace(-1, 1, 4, dtype=np.float32)
-    model, compiled = save(tmp_path, f, unused, x, jit={"frontend": "jax"})
-    assert "@main(%arg0: tensor<4xf32>)" in compiled.lowered.as_text()  # jax.jit's module
-    got = run_npz(runner, tmp_path, model, {"unused": unused, "x": x})
-    np.testing.assert_array_equal(got["out"], np.asarray(compiled(unused, x)))
+    y = np.float32(3)
+    model, compiled = save(tmp_path, f, unused, x, y, jit={"frontend": "jax"})
+    assert artifacts.unpack(model.read_bytes()).header["pruned"] == [0]
+    assert int.from_bytes(model.read_bytes()[8:12], "little") == 4  # the format version
+    got = run_npz(runner, tmp_path, model, {"unused": unused, "x": x, "y": y})
+    np.testing.assert_array_equal(got["out"], np.asarray(compiled(unused, x, y)))
 
 
 def test_pytree_signature_names_leaves(runner, tmp_path):
@@ -411,6 +414,27 @@ def test_a_bad_aborts_on_field_is_refused_as_python_refuses(
     assert message in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"0": 1}, "header field 'pruned' is {\"0\": 1}, not a list of input indices"),
+        ([0.5], "header field 'pruned' is [0.5], not a list of input indices"),
+        ([2], "header field 'pruned' is [2]; it lists input indices below 2, each once, in order"),
+        ([1, 0], "header field 'pruned' is [1, 0]; it lists input indices below 2, each once, in"),
+        ([0, 0], "header field 'pruned' is [0, 0]; it lists input indices below 2, each once, in"),
+        ([-1], "header field 'pruned' is [-1]; it lists input indices below 2, each once, in"),
+    ],
+)
+def test_a_bad_pruned_field_is_refused_as_python_refuses(runner, small, tmp_path, value, message):
+    model, folder = small
+    bad = _resave(model, pruned=value)
+    with pytest.raises(ArtifactError, match=re.escape(message)):
+        artifacts.unpack(bad.read_bytes(), str(bad))
+    result = run(runner, bad, "--input", folder / "x.npy", "--input", folder / "x.npy")
+    assert result.returncode == 1
+    assert message in result.stderr
+
+
 def test_older_portable_copy_refusals(tmp_path):
     from aotkit.native import portable
 
@@ -570,7 +594,7 @@ CONTAINER_CASES = {
     "prefix": (lambda d: d[:20], "is truncated: 20 bytes, shorter than the 48-byte prefix"),
     "version": (
         lambda d: d[:8] + (9).to_bytes(4, "little") + d[12:],
-        "has artifact format version 9, newer than this aotkit reads (3)",
+        "has artifact format version 9, newer than this aotkit reads (4)",
     ),
     "header sha": (lambda d: d[:60] + bytes([d[60] ^ 1]) + d[61:], "the header is corrupted"),
     "section sha": (

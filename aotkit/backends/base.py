@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import dtypes, modules
+from aotkit import _compat, dtypes, modules
 from aotkit.errors import CompileError
 from aotkit.specs import ShapeDtype
 
@@ -105,10 +105,11 @@ class Executable(abc.ABC):
     def as_text(self) -> str:
         """The backend's final program text (optimized HLO, or the final StableHLO)."""
 
-    def dispatcher(self, name: str, python_call: Callable) -> Callable | None:
+    def dispatcher(self, name: str, python_call: Callable, fastpath=None) -> Callable | None:
         """An optional native callable in front of `python_call` (None: call Python directly).
 
-        It must behave exactly like `python_call`, handing it every call it cannot run.
+        It must behave exactly like `python_call`, handing it every call it cannot run;
+        `fastpath` replaces `self.fastpath` as what it caches (a `PrunedExecutable`'s).
         """
         return None
 
@@ -152,6 +153,79 @@ class Executable(abc.ABC):
         """The `Backend.target()` this executable was compiled for (a cross-compiling
         backend's executable may be for another target than its backend's default)."""
         return self.backend.target()
+
+
+class PrunedExecutable(Executable):
+    """An executable of a module that takes no argument for some input leaves (`pruned`: the
+    unused arguments jax.jit prunes), called with every leaf as its program is: a pruned leaf
+    is checked against its spec, as a transferred one would be, and never transferred (what
+    jax.jit's executable does). Everything else is the executable's own (`inner`)."""
+
+    def __init__(self, inner: Executable, in_specs, pruned):
+        in_specs = tuple(in_specs)
+        self.inner = inner
+        self.backend = inner.backend
+        self.name = inner.name
+        self.in_specs = in_specs
+        self.out_specs = inner.out_specs
+        self.pruned = tuple(pruned)
+        dropped = frozenset(self.pruned)
+        self.kept = tuple(i for i in range(len(in_specs)) if i not in dropped)
+        if len(self.kept) != len(inner.in_specs) or not dropped <= set(range(len(in_specs))):
+            raise ValueError(
+                f"executable {inner.name!r} takes {len(inner.in_specs)} arguments, but "
+                f"{len(in_specs)} leaves less pruned {list(self.pruned)} are {len(self.kept)}"
+            )
+        self._unread = tuple((i, in_specs[i]) for i in self.pruned)
+        self._run = inner.execute
+
+    def execute(self, leaves: Sequence) -> list:
+        for index, spec in self._unread:
+            _check_unread(index, leaves[index], spec)
+        kept = self.kept
+        try:
+            return self._run([leaves[i] for i in kept])
+        except ArgumentMismatch as mismatch:
+            mismatch.index = kept[mismatch.index]  # the executable's argument: a kept leaf
+            raise
+
+    def as_text(self) -> str:
+        return self.inner.as_text()
+
+    def dispatcher(self, name: str, python_call: Callable) -> Callable | None:
+        return self.inner.dispatcher(name, python_call, fastpath=self.fastpath)
+
+    def fastpath(self, out, args: tuple, kwargs: dict, x64: bool):
+        return self.inner.fastpath(out, args, kwargs, x64, pruned=self)
+
+    def cost_analysis(self) -> dict[str, float] | None:
+        return self.inner.cost_analysis()
+
+    def memory_analysis(self) -> MemoryAnalysis | None:
+        return self.inner.memory_analysis()
+
+    def runtime_executable(self):
+        return self.inner.runtime_executable()
+
+    def serialize(self) -> bytes | None:
+        return self.inner.serialize()
+
+    def aliased_arguments(self) -> frozenset[int] | None:
+        aliased = self.inner.aliased_arguments()
+        return None if aliased is None else frozenset(self.kept[i] for i in aliased)
+
+    def compiled_for(self) -> dict[str, str]:
+        return self.inner.compiled_for()
+
+
+def _check_unread(index: int, leaf, spec: ShapeDtype) -> None:
+    """A leaf the executable does not read: its shape and dtype checked, nothing copied (a
+    device array's data stays where it is, a host value's is not converted)."""
+    if type(leaf) is _compat.array_type():
+        if leaf.dtype != spec.dtype or leaf.shape != spec.shape:
+            raise ArgumentMismatch(index, _expected(spec, leaf))
+    else:
+        host_value(index, leaf, spec)  # what a transferred leaf is checked by, or its error
 
 
 class Backend(abc.ABC):

@@ -529,22 +529,24 @@ class PjrtExecutable(Executable):
 
         return put
 
-    def dispatcher(self, name: str, python_call):
+    def dispatcher(self, name: str, python_call, fastpath=None):
         """jaxlib's C++ dispatch in front of `python_call` (see `native_dispatcher`), or None
-        if this jaxlib has none."""
+        if this jaxlib has none; `fastpath` is what it caches (default: `self.fastpath`)."""
+        fastpath = fastpath or self.fastpath
 
         def run(x64: bool, args: tuple, kwargs: dict):
             out = python_call(*args, **kwargs)
-            return out, self.fastpath(out, args, kwargs, x64)
+            return out, fastpath(out, args, kwargs, x64)
 
         return native_dispatcher(name, python_call, run, self.backend.copied_in_call)
 
-    def fastpath(self, out, args: tuple, kwargs: dict, x64: bool):
+    def fastpath(self, out, args: tuple, kwargs: dict, x64: bool, pruned=None):
         """What jaxlib's C++ dispatch caches to run this executable again for the argument
         signature of `args`/`kwargs` (just run, giving `out`), or None when its transfer
-        would not turn such arguments into exactly the compiled buffers."""
+        would not turn such arguments into exactly the compiled buffers. `pruned` is the
+        `PrunedExecutable` calling it with every leaf: the dispatch passes its kept ones."""
         array_type = _compat.array_type()
-        specs = self.in_specs
+        specs = self.in_specs if pruned is None else pruned.in_specs
 
         def exact(leaf, spec: ShapeDtype) -> bool:
             # An array: the checked call has seen its spec, device and liveness.
@@ -555,7 +557,10 @@ class PjrtExecutable(Executable):
         leaves = _compat.dispatch_leaves((args, kwargs))
         if leaves is None or len(leaves) != len(specs) or not all(map(exact, leaves, specs)):
             return None
-        return _compat.fastpath_data(self._exe, out, len(specs), self._sharding, self._sharding)
+        kept = None if pruned is None else [i in pruned.kept for i in range(len(specs))]
+        return _compat.fastpath_data(
+            self._exe, out, len(self.in_specs), self._sharding, self._sharding, kept
+        )
 
     def as_text(self) -> str:
         return "\n".join(m.to_string() for m in self._exe.hlo_modules())

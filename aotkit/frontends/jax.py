@@ -6,13 +6,15 @@ lowering context of aotkit's, then adopted (`_module.adopt`): `module @<fn name>
 public `@main` whose arguments are the flat input leaves (static arguments removed),
 placement attributes dropped, donation kept. The module is jax.jit's: JAX prunes the
 arguments the program does not use (and with them dead loop carries), and the program
-records which leaves it takes no argument for (`Program.pruned`); backends compile it with
-each pruned leaf put back as an unused argument of `@main`, so the calling convention stays
-one argument per input leaf (`Options.keep_unused` lowers with
-`jax.jit(fn, keep_unused=True)` instead). From there the module takes aotkit's pipeline,
-dumps, backends and `Compiled` like a traced one. `in_shardings`/`out_shardings` go to
-`jax.jit` as they are (PartitionSpecs made NamedShardings over the program's mesh): JAX
-writes the annotations, and the module keeps them.
+records which leaves it takes no argument for (`Program.pruned`). A call still passes one
+argument per input leaf: a one-device executable, like jax.jit's, takes no parameter for a
+pruned leaf, which the call checks and does not transfer (`backends.base.PrunedExecutable`);
+a sharded one and the transforms take it back as an unused argument of `@main`
+(`Options.keep_unused` lowers with `jax.jit(fn, keep_unused=True)` instead). From there
+the module takes aotkit's pipeline, dumps, backends and `Compiled` like a traced one.
+`in_shardings`/`out_shardings` go to `jax.jit` as they are (PartitionSpecs made
+NamedShardings over the program's mesh): JAX writes the annotations, and the module keeps
+them.
 
 Semantics are JAX's, not NumPy's: dtypes follow JAX's promotion and `jax_enable_x64`.
 """
@@ -168,8 +170,7 @@ def trace_jax(
     _check_keys(signature, where)
     if pruned:
         # The module is jax.jit's: the leaves JAX pruned were put back for adopting (a spec
-        # per leaf) and come out again. Backends compile it with them back as unused
-        # arguments (`Program.executable_module`): a call takes every leaf.
+        # per leaf) and come out again (`Program.compiled_form` says what backends compile).
         with _context.of(adopted.module):
             modules.erase_unused_arguments(adopted.module, pruned)
     return adopted.replace(signature=signature, pruned=pruned or ())

@@ -29,7 +29,7 @@
 
 #include "pjrt_c_api.h"
 
-#define FORMAT_VERSION 3u
+#define FORMAT_VERSION 4u
 #define MIN_FORMAT_VERSION 1u
 #define PREFIX_SIZE 48u
 #define MAX_HEADER_BYTES (16u << 20)
@@ -716,6 +716,7 @@ typedef struct {
   int64_t *dims;
   size_t nbytes;
   bool donated;
+  bool pruned; /* the executable takes no argument for it: checked, not transferred */
   bool symbolic;
   char *spec;      /* as the header writes it: f32[b,4] */
   char **dimtext;  /* symbolic leaves: each dimension's text (`b`, `2*t+1`) */
@@ -842,6 +843,7 @@ struct aotkit_artifact {
   size_t nsections;
   char *signature;
   bool sharded;
+  size_t npruned; /* inputs the executable takes no argument for (leaf.pruned) */
   char *symbolic; /* what its specializations are, for the refusal; NULL for static shapes */
   char **symbols;
   size_t nsymbols;
@@ -1184,6 +1186,39 @@ static int check_header(aotkit_artifact *a, ctx *c) {
   for (size_t i = 0; all_bool && i < donated->n; i++) all_bool = donated->items[i].t == J_BOOL;
   if (!all_bool) return bad_field(c, "donated", "must hold one boolean per input (%zu)", a->nin);
   for (size_t i = 0; i < a->nin; i++) a->ins[i].donated = donated->items[i].b;
+  /* The leaves the executable and the portable module take no argument for (the unused
+     arguments jax.jit prunes): input indices, increasing. */
+  const jval *pruned = jget(h, "pruned");
+  if (pruned != NULL && pruned->t != J_NULL) {
+    bool ok = pruned->t == J_ARR;
+    for (size_t i = 0; ok && i < pruned->n; i++) {
+      const jval *v = &pruned->items[i];
+      ok = v->t == J_NUM && v->is_int && !v->big;
+    }
+    if (!ok) {
+      s = jshort(pruned);
+      rc = bad_field(c, "pruned", "is %s, not a list of input indices", s);
+      free(s);
+      return rc;
+    }
+    for (size_t i = 0; ok && i < pruned->n; i++) {
+      int64_t v = pruned->items[i].i;
+      ok = v >= 0 && (uint64_t)v < a->nin && (i == 0 || pruned->items[i - 1].i < v);
+      if (ok) a->ins[v].pruned = true;
+    }
+    if (!ok) {
+      s = jshort(pruned);
+      rc = bad_field(c, "pruned", "is %s; it lists input indices below %zu, each once, in order",
+                     s, a->nin);
+      free(s);
+      return rc;
+    }
+    a->npruned = pruned->n;
+    const jval *layout = jget(h, "partitioning");
+    if (a->npruned && (symbolic || (layout != NULL && layout->t != J_NULL)))
+      return bad_field(c, "pruned",
+                       "is given for a sharded or symbolic program; aotkit writes neither");
+  }
   FIELD(in_tree, "in_tree", J_OBJ, "a pytree");
   const jval *out_tree = jget(h, "out_tree");
   if (out_tree == NULL) return bad_field(c, "out_tree", "is missing");
@@ -2621,8 +2656,10 @@ int aotkit_program_call(aotkit_program *program, const void *const *inputs, size
   PJRT_Buffer **outb = calloc(a->nout + 1, sizeof *outb);
   if (in == NULL || outb == NULL) abort();
   static const char zero[16] = {0};
+  size_t nargs = 0; /* the executable's arguments: the inputs less the pruned ones */
   for (size_t i = 0; i < a->nin; i++) {
     const leaf *l = &a->ins[i];
+    if (l->pruned) continue;
     PJRT_Client_BufferFromHostBuffer_Args b = {
         .struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE,
         .client = p->runtime->client,
@@ -2639,7 +2676,7 @@ int aotkit_program_call(aotkit_program *program, const void *const *inputs, size
       rc = pjrt_fail(api, e, err, errlen, where, "check the plugin supports its dtype");
       goto done;
     }
-    in[i] = b.buffer;
+    in[nargs++] = b.buffer;
     if (!await_event(api, b.done_with_host_buffer, msg, sizeof msg)) {
       rc = fail(err, errlen, AOTKIT_RUNTIME_ERROR, "%s: input %s: transfer failed: %s; retry",
                 a->label, l->name, msg);
@@ -2657,7 +2694,7 @@ int aotkit_program_call(aotkit_program *program, const void *const *inputs, size
         .options = &options,
         .argument_lists = arg_lists,
         .num_devices = 1,
-        .num_args = a->nin,
+        .num_args = nargs,
         .output_lists = out_lists,
         .device_complete_events = done};
     PJRT_Error *e = api->PJRT_LoadedExecutable_Execute(&x);

@@ -437,11 +437,31 @@ def test_pruned_argument_in_the_middle_keeps_its_place():
     assert "@main(%arg0: tensor<3xf32>, %arg1: tensor<3xf32>)" in lowered.as_text()  # JAX's
     assert "stablehlo.multiply %arg0, %arg1" in lowered.as_text()
     compiled = lowered.compile()
-    # The executable takes every leaf, the pruned one as an unused parameter at its place.
-    assert "f32[2,2]" in compiled.as_text()
-    assert_same(compiled(x, unused, y), jax.jit(f)(x, unused, y), rtol=0, atol=0)
-    with pytest.raises(TypeError, match=r"unused"):
+    # The executable is jax.jit's: it takes no parameter for the pruned leaf, which a call
+    # still passes, checked against its spec and never transferred.
+    want = jax.jit(f).lower(x, unused, y).compile()
+    assert "entry_computation_layout={(f32[3]{0}, f32[3]{0})->f32[3]{0}}" in compiled.as_text()
+    assert (
+        compiled.memory_analysis().argument_size_in_bytes
+        == want.memory_analysis().argument_size_in_bytes
+        == 24
+    )
+    assert_same(compiled(x, unused, y), want(x, unused, y), rtol=0, atol=0)
+    assert_same(compiled(x, jax.device_put(unused), y), want(x, unused, y), rtol=0, atol=0)
+    with pytest.raises(
+        TypeError,
+        match=r"^Compiled 'f': argument unused expected f32\[2,2\], got f32\[3\]; pass an array "
+        r"of the compiled shape and dtype, or lower and compile again for the new one$",
+    ):
         compiled(x, normal(3), y)  # a pruned leaf is checked as any other
+    with pytest.raises(
+        TypeError, match=r"^Compiled 'f': argument unused expected f32\[2,2\], got i32\[2,2\]"
+    ):
+        compiled(x, jax.device_put(np.zeros((2, 2), np.int32)), y)
+    with pytest.raises(
+        TypeError, match=r"^Compiled 'f': argument y expected f32\[3\], got f32\[4\]"
+    ):
+        compiled(x, unused, normal(4))  # a kept leaf after it: named as itself
 
 
 def test_a_pruned_program_donates_saves_and_transforms_as_any_other(tmp_path):
@@ -470,6 +490,72 @@ def test_a_pruned_program_donates_saves_and_transforms_as_any_other(tmp_path):
     jax_grads = jax.grad(lambda u, a, b: f(u, a, b).sum(), argnums=(0, 1))(unused, x, y)
     for a, b in zip(got, jax_grads, strict=True):
         assert_same(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["executable", "recompile", "portable_only"])
+def test_a_pruned_program_loads_taking_every_leaf(tmp_path, how):
+    """The artifact's executable and portable module take no argument for the pruned leaf
+    (the header's `pruned`, format version 4); loaded either way, the Compiled takes every
+    leaf and checks the pruned one, as the saved one did."""
+    from aotkit import artifacts
+
+    def f(x, unused, y):
+        return jnp.tanh(x) @ y
+
+    x, unused, y = normal(2, 3), normal(5), normal(3, 4)
+    compiled = aotkit.jit(f, frontend="jax").lower(x, unused, y).compile()
+    path = tmp_path / "f.aotx"
+    compiled.save(path)
+    data = path.read_bytes()
+    assert int.from_bytes(data[8:12], "little") == 4
+    artifact = artifacts.unpack(data)
+    assert artifact.pruned == (1,) and artifact.header["in_specs"] == [
+        "f32[2,3]",
+        "f32[5]",
+        "f32[3,4]",
+    ]
+    portable = aotkit.load_module(artifact.section(artifacts.PORTABLE)).as_text()
+    assert "@main(%arg0: tensor<2x3xf32>, %arg1: tensor<3x4xf32>)" in portable
+    options = {
+        "executable": {},
+        "recompile": {"recompile": True},
+        "portable_only": {"portable_only": True},
+    }[how]
+    loaded = aotkit.load(path, **options)
+    assert loaded.origin == ("artifact" if how == "executable" else "recompiled")
+    assert repr(loaded) == repr(compiled)
+    assert_same(loaded(x, unused, y), compiled(x, unused, y), rtol=0, atol=0)
+    assert (
+        loaded.memory_analysis().argument_size_in_bytes
+        == compiled.memory_analysis().argument_size_in_bytes
+        == (6 + 12) * 4
+    )
+    with pytest.raises(
+        TypeError, match=r"^Compiled 'f': argument unused expected f32\[5\], got f32\[4\]"
+    ):
+        loaded(x, normal(4), y)
+    loaded.save(tmp_path / "again.aotx")  # a loaded one saves as it was loaded
+    assert artifacts.unpack((tmp_path / "again.aotx").read_bytes()).pruned == (1,)
+
+
+def test_a_pruned_program_runs_on_the_native_dispatch():
+    """The C++ dispatch caches the call with jax.jit's kept-argument mask: after the first
+    call no call enters Python."""
+    from aotkit.backends import base
+
+    def f(x, unused, y):
+        return x * y
+
+    x, unused = jax.device_put(normal(3)), normal(2, 2)
+    compiled = aotkit.jit(f, frontend="jax").lower(x, unused, x).compile()
+    assert isinstance(compiled._executable, base.PrunedExecutable)
+    calls = []
+    run = compiled._executable._run
+    compiled._executable._run = lambda leaves: calls.append(len(leaves)) or run(leaves)
+    for _ in range(5):
+        out = compiled(x, unused, x)
+    assert_same(out, np.asarray(x) * np.asarray(x), rtol=0, atol=0)
+    assert calls == [2]  # the checked call once, with the two kept leaves
 
 
 def test_keep_unused_must_be_a_bool():

@@ -396,38 +396,23 @@ def test_a_module_the_plugins_compiler_would_abort_on_is_refused(runner, tmp_pat
 
 
 @pytest.mark.parametrize(
-    ("value", "message"),
+    ("field", "value", "message"),
     [
-        (["tpu"], "header field 'aborts_on' is [\"tpu\"], not an object"),
-        ({"tpu": 3}, "header field 'aborts_on' must map strings to strings"),
+        ("aborts_on", ["tpu"], "header field 'aborts_on' is [\"tpu\"], not an object"),
+        ("aborts_on", {"tpu": 3}, "header field 'aborts_on' must map strings to strings"),
+        ("pruned", {"0": 1}, "header field 'pruned' is {\"0\": 1}, not a list of input indices"),
+        ("pruned", [0.5], "header field 'pruned' is [0.5], not a list of input indices"),
+        ("pruned", [2], "header field 'pruned' is [2]; it lists input indices below 2, each once"),
+        ("pruned", [1, 0], "header field 'pruned' is [1, 0]; it lists input indices below 2, "),
+        ("pruned", [0, 0], "header field 'pruned' is [0, 0]; it lists input indices below 2, "),
+        ("pruned", [-1], "header field 'pruned' is [-1]; it lists input indices below 2, each"),
     ],
 )
-def test_a_bad_aborts_on_field_is_refused_as_python_refuses(
-    runner, small, tmp_path, value, message
+def test_a_bad_header_field_is_refused_as_python_refuses(
+    runner, small, tmp_path, field, value, message
 ):
     model, folder = small
-    bad = _resave(model, aborts_on=value)
-    with pytest.raises(ArtifactError, match=re.escape(message)):
-        artifacts.unpack(bad.read_bytes(), str(bad))
-    result = run(runner, bad, "--input", folder / "x.npy", "--input", folder / "x.npy")
-    assert result.returncode == 1
-    assert message in result.stderr
-
-
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        ({"0": 1}, "header field 'pruned' is {\"0\": 1}, not a list of input indices"),
-        ([0.5], "header field 'pruned' is [0.5], not a list of input indices"),
-        ([2], "header field 'pruned' is [2]; it lists input indices below 2, each once, in order"),
-        ([1, 0], "header field 'pruned' is [1, 0]; it lists input indices below 2, each once, in"),
-        ([0, 0], "header field 'pruned' is [0, 0]; it lists input indices below 2, each once, in"),
-        ([-1], "header field 'pruned' is [-1]; it lists input indices below 2, each once, in"),
-    ],
-)
-def test_a_bad_pruned_field_is_refused_as_python_refuses(runner, small, tmp_path, value, message):
-    model, folder = small
-    bad = _resave(model, pruned=value)
+    bad = _resave(model, **{field: value})
     with pytest.raises(ArtifactError, match=re.escape(message)):
         artifacts.unpack(bad.read_bytes(), str(bad))
     result = run(runner, bad, "--input", folder / "x.npy", "--input", folder / "x.npy")

@@ -7,7 +7,8 @@
 
 with device-array inputs and with NumPy inputs, plus Python-float inputs and the
 `jit(f)(x)` path, `jit` of `f(x, s) = x * s` called with an array and a Python scalar, and
-`jit` of a 4-layer `f(params, x)` whose `params` is a dict of lists of arrays and a scalar.
+`jit` of a 4-layer `f(params, x)` whose `params` is a dict of lists of arrays and a scalar,
+typed PRNG keys, and a JAX function with an argument it does not use (jax.jit prunes it).
 Each input kind is measured on its own, its variants' rounds interleaved (the first variant
 of a round rotating) so all see the same machine load; the table shows the best and the
 median round (microseconds per call) and aotkit's ratios of the bests and
@@ -121,6 +122,17 @@ def main(argv=None) -> int:
     for fn in (keyed_ours, keyed_theirs, keyed_compiled):
         fn(key, v_dev)
 
+    # An argument the program does not use (jax.jit prunes it): f32[1M] as NumPy, never
+    # transferred by either.
+    def pruned(x, unused, y):
+        return x * y
+
+    unused = np.ones(1 << 20, np.float32)
+    pruned_ours = jit(pruned, frontend="jax").lower(v_np, unused, v_np).compile()
+    pruned_theirs = jax.jit(pruned).lower(v_np, unused, v_np).compile()
+    for fn in (pruned_ours, pruned_theirs):
+        fn(v_np, unused, v_np)
+
     groups = [
         (
             "device array",
@@ -208,6 +220,13 @@ def main(argv=None) -> int:
             {
                 "aotkit": lambda: keyed_compiled(key, v_dev),
                 "jax": lambda: keyed_theirs(key, v_dev),
+            },
+        ),
+        (
+            "Compiled(x, unused 4 MB)",
+            {
+                "aotkit": lambda: pruned_ours(v_np, unused, v_np),
+                "jax": lambda: pruned_theirs(v_np, unused, v_np),
             },
         ),
     ]

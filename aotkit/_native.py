@@ -19,7 +19,7 @@ import operator
 import warnings
 
 # What aotkit/_speedups.c says its `VERSION` is; raised with every change of its interface.
-VERSION = 7
+VERSION = 8
 
 try:
     from aotkit import _speedups

@@ -31,6 +31,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
 #include <string.h>
 
 /* The head of NumPy's array object (`PyArrayObject_fields` in numpy/ndarraytypes.h), read
@@ -74,6 +75,9 @@ typedef struct {
     Py_ssize_t copied_below;  /* ... and under this the transfer copies unaligned ones */
     int copy_arrays;          /* copies the arrays it would wait for (a client that may read
                                  any of them after the call: copies cost no wait) */
+    uint64_t unread;          /* bit i: positional argument i is a leaf the executable does
+                                 not read (a pruned one): an array of an exact dtype there
+                                 is neither waited for nor copied, whatever its size */
     /* `exact_dtypes` by identity, and their item sizes: an array's dtype is one of these
      * objects (NumPy's own instances of its built-in dtypes) or the array goes to `slow`. */
     Py_ssize_t n_exact;
@@ -211,6 +215,23 @@ static int
 exact_array(Front *self, PyObject *arg)
 {
     return array_kind(self, arg, self->exact, self->itemsize, self->n_exact);
+}
+
+/* Whether positional argument `i` is an array the executable does not read (`unread`), of an
+ * exact dtype: it keys alike in either x64 mode, and nothing transfers it. */
+static int
+unread_array(Front *self, Py_ssize_t i, PyObject *arg)
+{
+    if (i >= 64 || !((self->unread >> i) & 1) || Py_TYPE(arg) != (PyTypeObject *)self->ndarray_type) {
+        return 0;
+    }
+    const ArrayHead *head = (const ArrayHead *)arg;
+    for (Py_ssize_t k = 0; k < self->n_exact; k++) {
+        if (head->descr == self->exact[k]) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* Reads the head of an array made here against what NumPy says of it; -1 (an error set)
@@ -449,7 +470,8 @@ front_call(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         goto slow;
     }
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        if (!takes(self, args[i], 0, &python_scalar, &in_place, &wide)) {
+        if (!unread_array(self, i, args[i]) &&
+            !takes(self, args[i], 0, &python_scalar, &in_place, &wide)) {
             goto slow;
         }
     }
@@ -488,7 +510,8 @@ front_call(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
             return PyErr_NoMemory();
         }
         for (Py_ssize_t i = 0; i < nargs; i++) {
-            copies[i] = Py_TYPE(args[i]) == (PyTypeObject *)self->ndarray_type
+            copies[i] = Py_TYPE(args[i]) == (PyTypeObject *)self->ndarray_type &&
+                                !unread_array(self, i, args[i])
                             ? PyObject_CallMethod(args[i], "copy", NULL)
                             : Py_NewRef(args[i]);
             if (copies[i] == NULL) {
@@ -637,21 +660,36 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
         "wide", "narrow", "slow", "failed", "array_type", "key_type", "ndarray_type",
         "exact_scalars", "exact_dtypes", "python_scalars", "wide_dtypes", "wide_scalars", "x64",
         "scalars_64", "clear_cache", "settle", "in_place_from", "staged_from", "copied_below",
-        "copy_arrays", NULL,
+        "copy_arrays", "unread", NULL,
     };
     PyObject *wide, *narrow, *slow, *failed, *array_type, *key_type, *ndarray_type,
         *exact_scalars, *exact_dtypes, *python_scalars, *wide_dtypes, *wide_scalars, *x64,
         *scalars_64, *clear_cache, *settle;
     Py_ssize_t in_place_from, staged_from, copied_below;
     int copy_arrays;
+    PyObject *unread_positions;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOOO!O!O!O!O!OO!OOnnnp", names, &wide, &narrow, &slow, &failed,
+            args, kwargs, "$OOOOOOOO!O!O!O!O!OO!OOnnnpO!", names, &wide, &narrow, &slow, &failed,
             &array_type, &key_type, &ndarray_type, &PyFrozenSet_Type, &exact_scalars,
             &PyTuple_Type, &exact_dtypes, &PyFrozenSet_Type, &python_scalars, &PyTuple_Type,
             &wide_dtypes, &PyFrozenSet_Type, &wide_scalars, &x64, &PyList_Type, &scalars_64,
             &clear_cache, &settle, &in_place_from, &staged_from, &copied_below,
-            &copy_arrays)) {
+            &copy_arrays, &PyTuple_Type, &unread_positions)) {
         return -1;
+    }
+    uint64_t unread = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(unread_positions); i++) {
+        PyObject *item = PyTuple_GET_ITEM(unread_positions, i);
+        long position = PyLong_CheckExact(item) ? PyLong_AsLong(item) : -1;
+        if (position == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+        }
+        if (position < 0 || position >= 64) {
+            PyErr_SetString(PyExc_ValueError,
+                            "unread: a tuple of positional argument indices, 0 to 63");
+            return -1;
+        }
+        unread |= (uint64_t)1 << position;
     }
     /* Read with the set's own iteration, which runs no Python code (a subclass's might
      * hand out types the set does not hold). */
@@ -711,6 +749,7 @@ front_init(PyObject *op, PyObject *args, PyObject *kwargs)
     self->staged_from = staged_from;
     self->copied_below = copied_below;
     self->copy_arrays = copy_arrays;
+    self->unread = unread;
     self->n_exact = t.n_exact;
     memcpy(self->exact, t.exact, sizeof(t.exact));
     memcpy(self->itemsize, t.itemsize, sizeof(t.itemsize));
@@ -1860,7 +1899,7 @@ speedups_exec(PyObject *module)
 {
     /* aotkit/_native.py uses this module only where the two agree (an install that did
      * not rebuild it after its source changed keeps an older one). */
-    if (PyModule_AddIntConstant(module, "VERSION", 7) < 0) {
+    if (PyModule_AddIntConstant(module, "VERSION", 8) < 0) {
         return -1;
     }
     if (add_type(module, &front_spec, "Front") < 0 ||

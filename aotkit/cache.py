@@ -309,7 +309,8 @@ def key(lowered, backend, options) -> str | None:
     pruned = lowered._program.pruned
     if pruned:
         # Leaves the module takes no argument for (the JAX front end's, as jax.jit prunes
-        # them): the executable still takes each, so their specs are part of the program.
+        # them): a call still takes and checks each, so an entry's signature holds their
+        # specs, which the module does not say.
         specs = lowered.flat_in_specs
         config["pruned"] = [[i, str(specs[i])] for i in pruned]
     partitioning = lowered.partitioning

@@ -544,8 +544,11 @@ class Compiled(Stage):
             # Its errors name the other argument a symbol's size came from.
             executable.set_leaf_names(lambda: _leaf_paths(in_tree, self.signature.arg_names))
         # A backend may put a native dispatcher in front of the checked Python call; it
-        # falls back to `_python_call` for every argument signature it has not cached.
-        native = executable.dispatcher(self.name, self._python_call)
+        # falls back to `_python_call` for every argument signature it has not cached. Where
+        # every argument is a leaf, a pruned leaf is its argument: the dispatcher need not
+        # prepare it for a transfer (`PrunedExecutable`).
+        unread = getattr(executable, "pruned", ()) if self._positional else ()
+        native = executable.dispatcher(self.name, self._python_call, unread=unread)
         self._init(_call=native if native is not None else self._python_call)
 
     # -- calling

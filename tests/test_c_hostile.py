@@ -50,7 +50,7 @@ def parts(**changes):
     made = dict(
         wide=note("wide"), narrow=note("narrow"), slow=note("slow"), failed=note("failed"),
         clear_cache=note("clear_cache"), settle=note("settle"),
-        scalars_64=[None], **dispatch.front_tables(host_inputs.JAXLIB_CPU),
+        scalars_64=[None], unread=(), **dispatch.front_tables(host_inputs.JAXLIB_CPU),
     )
     return {**made, **changes}
 """
@@ -286,7 +286,7 @@ def test_a_front_refuses_tables_it_cannot_read_safely(change, error, message):
 
     parts = dict(
         wide=id, narrow=id, slow=id, failed=id, clear_cache=id, settle=id,
-        scalars_64=[None], **dispatch.front_tables(host_inputs.JAXLIB_CPU),
+        scalars_64=[None], unread=(), **dispatch.front_tables(host_inputs.JAXLIB_CPU),
     )  # fmt: skip
     if "exact_scalars" in change:
         parts["exact_scalars"] = Frozen(host_inputs.EXACT_NUMPY_SCALARS)

@@ -105,11 +105,14 @@ class Executable(abc.ABC):
     def as_text(self) -> str:
         """The backend's final program text (optimized HLO, or the final StableHLO)."""
 
-    def dispatcher(self, name: str, python_call: Callable, fastpath=None) -> Callable | None:
+    def dispatcher(
+        self, name: str, python_call: Callable, fastpath=None, unread: tuple = ()
+    ) -> Callable | None:
         """An optional native callable in front of `python_call` (None: call Python directly).
 
         It must behave exactly like `python_call`, handing it every call it cannot run;
-        `fastpath` replaces `self.fastpath` as what it caches (a `PrunedExecutable`'s).
+        `fastpath` replaces `self.fastpath` as what it caches (a `PrunedExecutable`'s), and
+        `unread` are positional arguments the executable does not read (its pruned leaves).
         """
         return None
 
@@ -192,8 +195,10 @@ class PrunedExecutable(Executable):
     def as_text(self) -> str:
         return self.inner.as_text()
 
-    def dispatcher(self, name: str, python_call: Callable) -> Callable | None:
-        return self.inner.dispatcher(name, python_call, fastpath=self.fastpath)
+    def dispatcher(
+        self, name: str, python_call: Callable, fastpath=None, unread: tuple = ()
+    ) -> Callable | None:
+        return self.inner.dispatcher(name, python_call, self.fastpath, unread)
 
     def fastpath(self, out, args: tuple, kwargs: dict, x64: bool):
         return self.inner.fastpath(out, args, kwargs, x64, pruned=self)

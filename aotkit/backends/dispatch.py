@@ -36,7 +36,9 @@ from aotkit.backends.host_inputs import (
 _Front = _native.Front  # None without aotkit._speedups: `call` then takes every call
 
 
-def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_KNOWN):
+def native_dispatcher(
+    name: str, python_call, run, copied: CopiedInCall = NONE_KNOWN, unread: tuple = ()
+):
     """jaxlib's C++ dispatch (the loop under JAX's own jit) in front of a Python call.
 
     `run(x64, args, kwargs) -> (out, fastpath or None)` handles every argument signature
@@ -63,7 +65,9 @@ def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_K
     `JAXLIB_CPU`: what it copies while the call runs), large ones are staged or read in place,
     and a call that hands the transfer any of the caller's own waits for its results; on
     other clients (`NONE_KNOWN`) every NumPy array is copied first, and nothing waits. A call
-    of one array or scalar takes the fewest steps.
+    of one array or scalar takes the fewest steps. `unread` are the positions (under 64) of
+    positional arguments the executable does not read (leaves jax.jit pruned): a NumPy array
+    of an exact dtype there is neither waited for, staged nor copied.
     """
     swap, restore = _compat.x64_switch()
     thread_x64 = _compat.x64_state()
@@ -122,6 +126,8 @@ def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_K
     in_place_from, staged_from = copied.below, STAGED_FROM
     copied_in_call_below = copied.unaligned_below
     private = copied.nothing_known  # every NumPy array copied first, nothing waited for
+    unread = tuple(i for i in unread if i < 64)
+    skipped = frozenset(unread)
 
     def call(*args, **kwargs):
         # The entry point of every call (aotkit/_traceback.py): an error leaves it without
@@ -147,12 +153,14 @@ def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_K
                     except (runtime_error, ValueError):
                         return _after_failure(args, kwargs)
             narrow_mode = wait = copy = wide_only = False
-            for arg in args:
+            for i, arg in enumerate(args):
                 t = type(arg)
                 if t is array_type or t is key_type:  # (a key: its data, a device array)
                     continue
                 if t is np.ndarray:
                     exact_dtype = arg.dtype in exact
+                    if exact_dtype and i in skipped:
+                        continue  # nothing transfers it
                     if exact_dtype or (arg.dtype.isnative and thread_x64.value is True):
                         # In x64 mode a 64-bit array keys as itself, in `wide` only.
                         wide_only = wide_only or not exact_dtype
@@ -182,7 +190,10 @@ def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_K
                     # steps as jax.jit's; NumPy arrays as copies where the client may read
                     # them after the call (`private`).
                     if copy:
-                        args = tuple(a.copy() if type(a) is np.ndarray else a for a in args)
+                        args = tuple(
+                            a.copy() if type(a) is np.ndarray and i not in skipped else a
+                            for i, a in enumerate(args)
+                        )
                     if not narrow_mode or wide_only:
                         # These key and transfer alike in either x64 mode: no switch. With
                         # 64-bit arrays (`wide_only`) the thread is in x64 mode, where a
@@ -319,6 +330,7 @@ def native_dispatcher(name: str, python_call, run, copied: CopiedInCall = NONE_K
             clear_cache=clear_cache,
             settle=functools.partial(_block, array_type=array_type),
             scalars_64=scalars_64,
+            unread=unread,
             **front_tables(copied),
         )
     except RuntimeError as e:  # it cannot read this NumPy's arrays

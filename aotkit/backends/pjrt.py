@@ -529,16 +529,17 @@ class PjrtExecutable(Executable):
 
         return put
 
-    def dispatcher(self, name: str, python_call, fastpath=None):
+    def dispatcher(self, name: str, python_call, fastpath=None, unread: tuple = ()):
         """jaxlib's C++ dispatch in front of `python_call` (see `native_dispatcher`), or None
-        if this jaxlib has none; `fastpath` is what it caches (default: `self.fastpath`)."""
+        if this jaxlib has none; `fastpath` is what it caches (default: `self.fastpath`),
+        `unread` the positional arguments no executable reads."""
         fastpath = fastpath or self.fastpath
 
         def run(x64: bool, args: tuple, kwargs: dict):
             out = python_call(*args, **kwargs)
             return out, fastpath(out, args, kwargs, x64)
 
-        return native_dispatcher(name, python_call, run, self.backend.copied_in_call)
+        return native_dispatcher(name, python_call, run, self.backend.copied_in_call, unread)
 
     def fastpath(self, out, args: tuple, kwargs: dict, x64: bool, pruned=None):
         """What jaxlib's C++ dispatch caches to run this executable again for the argument

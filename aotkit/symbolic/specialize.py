@@ -485,10 +485,11 @@ class SymbolicExecutable(Executable):
 
     # -- native dispatch
 
-    def dispatcher(self, name: str, python_call):
+    def dispatcher(self, name: str, python_call, fastpath=None, unread: tuple = ()):
         """The backend's multi-signature native dispatch in front of `python_call`: each
         argument signature (shapes included) the checked call ran is cached with its
-        specialization's fast path, as `jit` caches its executables."""
+        specialization's fast path, as `jit` caches its executables. (A symbolic program
+        has no pruned leaves: `fastpath` and `unread` are never given.)"""
 
         def run(x64: bool, args: tuple, kwargs: dict):
             out = python_call(*args, **kwargs)

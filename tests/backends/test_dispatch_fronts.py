@@ -115,7 +115,7 @@ def _front_parts(**changes) -> dict:
     """Keyword arguments of a C `Front` (stand-in callables), with `changes`."""
     parts = dict(
         wide=id, narrow=id, slow=id, failed=id, clear_cache=id, settle=id,
-        scalars_64=[None], **dispatch.front_tables(_IN_PLACE_ONLY),
+        scalars_64=[None], unread=(), **dispatch.front_tables(_IN_PLACE_ONLY),
     )  # fmt: skip
     return {**parts, **changes}
 
@@ -135,6 +135,7 @@ class _Small:
 
 
 HEAD = r"^aotkit\._speedups: NumPy's array head is not the one this build reads$"
+UNREAD = r"^unread: a tuple of positional argument indices, 0 to 63$"
 
 
 class _NoTruth:
@@ -185,12 +186,18 @@ class _NoTruth:
         ),
         ({"scalars_64": (None,)}, TypeError, r"must be list, not tuple"),
         ({"copy_arrays": _NoTruth()}, ZeroDivisionError, r"^no truth$"),
+        ({"unread": [1]}, TypeError, r"must be tuple, not list"),
+        ({"unread": (64,)}, ValueError, UNREAD),
+        ({"unread": (-1,)}, ValueError, UNREAD),
+        ({"unread": (True,)}, ValueError, UNREAD),
+        ({"unread": (2**70,)}, ValueError, UNREAD),
     ],
     ids=[
         "no dtypes", "too many scalar types", "bounds", "copied below 0", "copied above staged",
         "another array type", "a small object",
         "too many wide dtypes", "a frozenset subclass", "scalars_64 not a list",
-        "copy_arrays without a truth value",
+        "copy_arrays without a truth value", "unread not a tuple", "unread past 63",
+        "unread negative", "unread a bool", "unread past a C long",
     ],
 )  # fmt: skip
 def test_the_c_front_refuses_what_it_cannot_read(changes, error, message):
@@ -392,6 +399,30 @@ def test_a_client_not_known_to_copy_in_the_call_gets_copies_of_numpy_arrays(
             assert g.dtype == w.dtype and g.shape == w.shape
         else:
             assert g is w
+
+
+@pytest.mark.parametrize("client", ["jaxlib's cpu", "none known"])
+@pytest.mark.parametrize(
+    "nbytes",
+    [64, host_inputs.IN_PLACE_FROM, host_inputs.STAGED_FROM],
+    ids=["small", "in place", "staged"],
+)
+def test_an_unread_argument_goes_to_the_dispatch_as_it_is(front, monkeypatch, client, nbytes):
+    """A positional NumPy argument the executable does not read (a leaf jax.jit pruned) is
+    neither copied, staged nor waited for, whatever its size; the others are handled as
+    always (under a client not known to copy, copied)."""
+    waited = []
+    monkeypatch.setattr(dispatch, "_block", lambda out, array_type: waited.append(out))
+    copied = host_inputs.JAXLIB_CPU if client == "jaxlib's cpu" else host_inputs.NONE_KNOWN
+    call = dispatch.native_dispatcher(
+        "f", None, lambda x64, args, kw: (args, None), copied, unread=(1,)
+    )
+    kept, unread = np.ones(4, np.float32), host_array(nbytes)  # aligned: readable in place
+    got = call(kept, unread, np.float32(2))
+    assert got[1] is unread
+    assert (got[0] is kept) == (client == "jaxlib's cpu")
+    np.testing.assert_array_equal(got[0], kept)
+    assert not waited
 
 
 @needs_c

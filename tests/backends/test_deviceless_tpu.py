@@ -725,3 +725,29 @@ def test_without_the_rewrite_xla_tpu_refuses_the_window(monkeypatch):
     monkeypatch.setattr(tpu_windows, "legalize", lambda module: module)
     with pytest.raises(CompileError, match="not implemented for TPU|not implemented on TPU"):
         lowered.compile(backend="tpu", topology="v5e:1x1")
+
+
+@needs_libtpu
+def test_a_pruned_jax_program_compiles_for_a_tpu_without_its_unused_argument(tmp_path):
+    """jax.jit's module and executable leave out the unused argument on a TPU too: the
+    artifact says so (`pruned`), and its portable module runs on the CPU with every leaf."""
+    import jax.numpy as jnp
+
+    def f(x, unused, w):
+        return jnp.tanh(x @ w)
+
+    x, unused, w = inputs()[0], np.ones((64, 64), np.float32), inputs()[1]
+    compiled = (
+        aotkit.jit(f, frontend="jax").lower(x, unused, w).compile(backend="tpu", topology="v5e:1x1")
+    )
+    memory = compiled.memory_analysis()
+    assert memory.argument_size_in_bytes == x.nbytes + w.nbytes  # not the unused 16 KiB
+    path = tmp_path / "pruned.aotx"
+    compiled.save(path)
+    assert artifacts.unpack(path.read_bytes(), str(path)).pruned == (1,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = aotkit.load(path, portable_only=True, backend="cpu")
+    got = np.asarray(loaded(x, unused, w))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, np.tanh(x @ w), rtol=1e-5, atol=1e-5)

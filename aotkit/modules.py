@@ -14,6 +14,7 @@ import io
 import re
 
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import _context, dtypes
 from aotkit.specs import ShapeDtype
@@ -248,8 +249,6 @@ _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 def portable_version(text: str | None, what: str = "target version") -> str:
     """A StableHLO version this jaxlib can write: MAJOR.MINOR.PATCH, 'current' (None) or
     'minimum'; ValueError naming the range (and `what` was given) otherwise."""
-    from jaxlib.mlir.dialects import stablehlo
-
     current, minimum = stablehlo.get_current_version(), stablehlo.get_minimum_version()
     if text is None or text == "current":
         return current
@@ -345,3 +344,33 @@ def _clean(line: str) -> str:
     if len(line) > MAX_DIAGNOSTIC:
         line = f"{line[:MAX_DIAGNOSTIC]}... ({len(line) - MAX_DIAGNOSTIC} more characters)"
     return line
+
+
+# A comparison direction with its operands swapped.
+FLIPPED = {"GE": "LE", "GT": "LT", "LE": "GE", "LT": "GT"}
+
+
+def compare_direction(cmp, a, b) -> str | None:
+    """The direction of `cmp` as `a <direction> b`, for a compare of the block arguments
+    a and b (either order)."""
+    if cmp.name != "stablehlo.compare":
+        return None
+    x, y = cmp.operands
+    found = str(stablehlo.ComparisonDirectionAttr(cmp.attributes["comparison_direction"]).value)
+    if found not in FLIPPED:
+        return None
+    if x == a and y == b:
+        return found
+    if x == b and y == a:
+        return FLIPPED[found]
+    return None
+
+
+def select_direction(op) -> str | None:
+    """The direction of a select_and_scatter's select region `(a, b) -> a <dir> b`."""
+    block = op.operation.regions[0].blocks[0]
+    ops = list(block.operations)
+    if len(ops) != 2 or ops[1].operation.operands[0] != ops[0].operation.results[0]:
+        return None
+    a, b = block.arguments
+    return compare_direction(ops[0].operation, a, b)

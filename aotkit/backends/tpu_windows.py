@@ -76,18 +76,10 @@ def _window(op: ir.Operation):
     return dims, strides, padding
 
 
-def _select_direction(op: ir.Operation) -> str | None:
-    """The select region's `a <direction> b`, or None where it is not one comparison."""
-    # lazy: aotkit.transforms imports the tracer, which loading an artifact does not import
-    from aotkit.transforms import _ir
-
-    return _ir.select_direction(op)
-
-
 def _needs_rewrite(op: ir.Operation) -> bool:
     if any(not ir.RankedTensorType(v.type).has_static_shape for v in op.operands):
         return False
-    if _select_direction(op) is None:
+    if modules.select_direction(op) is None:
         return False  # a select region other than one comparison: XLA:TPU says what it lacks
     if any(_bits(v.type) == 64 for v in (*op.operands[:2], op.results[0])):
         return True  # XLA:TPU's 64-bit emulation has no rule for select_and_scatter at all
@@ -161,7 +153,7 @@ def _rewrite(op: ir.Operation) -> None:
     operand_type = ir.RankedTensorType(operand.type)
     source_type = ir.RankedTensorType(source.type)
     element = operand_type.element_type
-    direction = _select_direction(op)
+    direction = modules.select_direction(op)
     dims, strides, padding = _window(op)
     size = int(np.prod(operand_type.shape, dtype=np.int64))
     index = ir.IntegerType.get_signless(32 if size < 2**31 - 1 else 64)

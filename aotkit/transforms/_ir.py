@@ -115,35 +115,6 @@ def direction(op) -> str:
     return str(stablehlo.ComparisonDirectionAttr(attr(op, "comparison_direction")).value)
 
 
-FLIPPED = {"GE": "LE", "GT": "LT", "LE": "GE", "LT": "GT"}
-
-
-def compare_direction(cmp, a, b) -> str | None:
-    """The direction of `cmp` as `a <direction> b`, for a compare of the block arguments
-    a and b (either order)."""
-    if cmp.name != "stablehlo.compare":
-        return None
-    x, y = cmp.operands
-    found = direction(cmp)
-    if found not in FLIPPED:
-        return None
-    if x == a and y == b:
-        return found
-    if x == b and y == a:
-        return FLIPPED[found]
-    return None
-
-
-def select_direction(op) -> str | None:
-    """The direction of a select_and_scatter's select region `(a, b) -> a <dir> b`."""
-    block = op.operation.regions[0].blocks[0]
-    ops = list(block.operations)
-    if len(ops) != 2 or ops[1].operation.operands[0] != ops[0].operation.results[0]:
-        return None
-    a, b = block.arguments
-    return compare_direction(ops[0].operation, a, b)
-
-
 @dataclasses.dataclass(frozen=True)
 class DotDims:
     lhs_contract: tuple[int, ...]

@@ -34,7 +34,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import dtypes
+from aotkit import dtypes, modules
 from aotkit.tracing import core as tracer_core
 from aotkit.tracing.core import Tracer
 from aotkit.tracing.nn import conv_dimension_numbers_attr
@@ -539,7 +539,7 @@ def _select_and_scatter_transpose(g, x, source, init, *, op):
         ones,
         ones,
     )
-    direction = _ir.select_direction(op)
+    direction = modules.select_direction(op)
     key, zero = H.scalar(_identity(direction, x.dtype), x.dtype), H.scalar(0, g.dtype)
     ct_source = select_pairs([x, g], [key, zero], direction, w)[1]
     return [ct_source, H.reduce_sum(g, range(g.ndim))]
@@ -587,7 +587,7 @@ def _pairs_direction(region: ir.Region, n: int) -> str | None:
     if len(args) != 2 * n or len(ops) != n + 2:
         return None
     cmp = ops[0].operation
-    direction = _ir.compare_direction(cmp, args[0], args[n])
+    direction = modules.compare_direction(cmp, args[0], args[n])
     if direction is None:
         return None
     keep = cmp.results[0]
@@ -738,7 +738,7 @@ def _select_and_scatter_jvp(ctx, primals, tangents):
             "does not add; aotkit differentiates select_and_scatter that adds (the gradient "
             "of a max or min pool)"
         )
-    if isinstance(ctx.T, Tape) and _ir.select_direction(op) is None:
+    if isinstance(ctx.T, Tape) and modules.select_direction(op) is None:
         raise TransformError(
             f"{ctx.ev.transform}: {op_site(op)} selects with a region other than one "
             "comparison (GE, GT, LE or LT) of its two arguments, which aotkit cannot "

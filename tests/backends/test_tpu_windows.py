@@ -16,7 +16,7 @@ import operator
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 
 import aotkit
 from aotkit.backends import tpu_windows
@@ -124,6 +124,7 @@ def test_rewrite_gives_select_and_scatter_values(case, dtype, direction):
         )
 
 
+@settings(max_examples=60, deadline=None)  # each example compiles a module
 @given(
     data=st.data(),
     rank=st.integers(1, 3),

@@ -222,7 +222,8 @@ exact_array(Front *self, PyObject *arg)
 static int
 unread_array(Front *self, Py_ssize_t i, PyObject *arg)
 {
-    if (i >= 64 || !((self->unread >> i) & 1) || Py_TYPE(arg) != (PyTypeObject *)self->ndarray_type) {
+    if (i >= 64 || !((self->unread >> i) & 1) ||
+        Py_TYPE(arg) != (PyTypeObject *)self->ndarray_type) {
         return 0;
     }
     const ArrayHead *head = (const ArrayHead *)arg;

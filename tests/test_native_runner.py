@@ -420,6 +420,25 @@ def test_a_bad_header_field_is_refused_as_python_refuses(
     assert message in result.stderr
 
 
+def test_pruned_leaves_with_a_partitioning_are_refused_as_python_refuses(runner, small):
+    model, folder = small
+    layout = {
+        "mesh": [["x", 1]],
+        "devices": [0],
+        "in_shardings": [None] * 2,
+        "out_shardings": [None],
+    }
+    bad = _resave(model, pruned=[0], partitioning=layout)
+    message = (
+        "header field 'pruned' is given for a sharded or symbolic program; aotkit writes neither"
+    )
+    with pytest.raises(ArtifactError, match=re.escape(message)):
+        artifacts.unpack(bad.read_bytes(), str(bad))
+    result = run(runner, bad, "--input", folder / "x.npy", "--input", folder / "x.npy")
+    assert result.returncode == 1
+    assert message in result.stderr
+
+
 def test_older_portable_copy_refusals(tmp_path):
     from aotkit.native import portable
 

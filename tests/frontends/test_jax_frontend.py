@@ -558,6 +558,23 @@ def test_a_pruned_program_runs_on_the_native_dispatch():
     assert calls == [2]  # the checked call once, with the two kept leaves
 
 
+def test_a_pruned_executable_must_fit_its_leaves():
+    from aotkit.backends import base
+
+    def f(x, unused):
+        return x + 1.0
+
+    compiled = aotkit.jit(f, frontend="jax").lower(normal(3), normal(2)).compile()
+    inner = compiled._executable.inner  # takes x only
+    with pytest.raises(
+        ValueError,
+        match=r"^executable 'f' takes 1 arguments, but 3 leaves less pruned \[1\] are 2$",
+    ):
+        base.PrunedExecutable(inner, (aotkit.spec("f32[3]"),) * 3, (1,))
+    with pytest.raises(ValueError, match=r"^executable 'f' takes 1 arguments, but 2 leaves less"):
+        base.PrunedExecutable(inner, (aotkit.spec("f32[3]"),) * 2, (5,))
+
+
 def test_keep_unused_must_be_a_bool():
     with pytest.raises(TypeError, match=r"^jit\(mlp\): keep_unused must be True or False, got 1$"):
         aotkit.jit(mlp, frontend="jax", keep_unused=1)

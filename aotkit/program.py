@@ -100,8 +100,9 @@ class Program:
     jax.jit pruned, unused, from JAX's module (the JAX front end). An executable for one
     device is compiled from the module as it is and called with every leaf, the pruned ones
     checked and not transferred (`compiled_form`, `backends.base.PrunedExecutable`), as
-    jax.jit's is; `executable_module` puts them back as unused arguments, one per leaf, for
-    the transforms and for sharded executables (whose shardings are per leaf).
+    jax.jit's is; the transforms evaluate the module with the other leaves; and
+    `executable_module` puts them back as unused arguments, one per leaf, for sharded
+    executables (whose shardings are per leaf).
     """
 
     module: object

@@ -9,8 +9,9 @@ arguments the program does not use (and with them dead loop carries), and the pr
 records which leaves it takes no argument for (`Program.pruned`). A call still passes one
 argument per input leaf: a one-device executable, like jax.jit's, takes no parameter for a
 pruned leaf, which the call checks and does not transfer (`backends.base.PrunedExecutable`);
-a sharded one and the transforms take it back as an unused argument of `@main`
-(`Options.keep_unused` lowers with `jax.jit(fn, keep_unused=True)` instead). From there
+the transforms leave it out too, and a sharded executable takes it back as an unused
+argument of `@main` (`Options.keep_unused` lowers with `jax.jit(fn, keep_unused=True)`
+instead). From there
 the module takes aotkit's pipeline, dumps, backends and `Compiled` like a traced one.
 `in_shardings`/`out_shardings` go to `jax.jit` as they are (PartitionSpecs made
 NamedShardings over the program's mesh): JAX writes the annotations, and the module keeps

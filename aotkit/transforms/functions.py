@@ -200,10 +200,13 @@ def call_jax(fun: Callable, where: str, args: tuple, kwargs: dict):
             f"tracing that is not one of its arguments ({text.splitlines()[0]}); JAX lowers "
             f"{name} on its arguments only: pass that value as an argument"
         ) from e
-    src = _Program(program.executable_module())
+    src = _Program(program.module)
     core.current_scope().emitted.unchecked = True  # its regions are copied as JAX wrote them
     ev = JVPEvaluator(src.functions, Forward(), "call")
-    outs = ev.run_block(src.block, [(x, None) for x in tracers], Env())
+    # (@main takes no argument for a leaf JAX pruned: its value goes nowhere)
+    pruned = program.pruned
+    args = [(x, None) for i, x in enumerate(tracers) if i not in pruned]
+    outs = ev.run_block(src.block, args, Env())
     sig = program.signature
     return tree_util.tree_unflatten(sig.out_tree, keys.wrap([p for p, _ in outs], sig.out_keys))
 
@@ -754,7 +757,8 @@ def call_program(program) -> Callable:
     the current trace): how the stages' transforms treat any program, traced, from JAX or
     loaded, as a function."""
     sig = program.signature
-    src = _Program(program.executable_module())
+    src = _Program(program.module)
+    pruned = program.pruned  # leaves @main takes no argument for (the JAX front end's)
 
     def call(*args, **kwargs):
         # A typed key is one leaf of the program's tree, and its data one argument.
@@ -765,7 +769,8 @@ def call_program(program) -> Callable:
         # The regions its ops hold are copied as they are, untested for aotkit-simplify.
         core.current_scope().emitted.unchecked = True
         ev = JVPEvaluator(src.functions, Forward(), "call")
-        outs = ev.run_block(src.block, [(x, None) for x in leaves], Env())
+        args = [(x, None) for i, x in enumerate(leaves) if i not in pruned]
+        outs = ev.run_block(src.block, args, Env())
         return tree_util.tree_unflatten(sig.out_tree, keys.wrap([p for p, _ in outs], sig.out_keys))
 
     call.__name__ = sig.name

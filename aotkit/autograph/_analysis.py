@@ -11,10 +11,28 @@ enclosing function as Python does.
 from __future__ import annotations
 
 import ast
+import copy
 from collections.abc import Iterable
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+# The attribute of a rewritten expression that holds the expression as the user wrote it
+# (`_transform`'s notes of views wrap `x[0]` in a runtime call).
+SOURCE = "ag_source"
+
+
+def source_text(node: ast.AST) -> str:
+    """`node`'s text as the user wrote it: each rewritten expression in it (see `SOURCE`)
+    shown as its original, for messages."""
+
+    class Restore(ast.NodeTransformer):
+        def visit(self, n):
+            original = getattr(n, SOURCE, None)
+            return self.visit(original) if original is not None else self.generic_visit(n)
+
+    return ast.unparse(Restore().visit(copy.deepcopy(node)))
+
 
 # Methods that change their receiver in place. On a traced array (`x.fill(0)`) they are
 # fine; on a list or dict they are side effects a traced loop or branch cannot repeat.
@@ -164,11 +182,11 @@ class Facts(ast.NodeVisitor):
             else:
                 self.visit(root)
                 self._problem(
-                    line, f"it assigns into {ast.unparse(target)}, an item of a Python object"
+                    line, f"it assigns into {source_text(target)}, an item of a Python object"
                 )
         elif isinstance(target, ast.Attribute):
             self.visit(target.value)
-            self._problem(line, f"it assigns the attribute {ast.unparse(target)}")
+            self._problem(line, f"it assigns the attribute {source_text(target)}")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         self.visit(node.value)
@@ -261,7 +279,7 @@ class Facts(ast.NodeVisitor):
                 self.mutating_calls.setdefault(receiver.id, func.attr)
             elif not _is_module_path(receiver):
                 self._problem(
-                    node.lineno, f"it calls {ast.unparse(func)}(), which changes a Python object"
+                    node.lineno, f"it calls {source_text(func)}(), which changes a Python object"
                 )
         self.generic_visit(node)
 

@@ -40,7 +40,14 @@ from jax import tree_util
 from aotkit import dtypes, lax
 from aotkit import numpy as anp
 from aotkit.symbolic.algebra import Dim
-from aotkit.tracing.core import Tracer, as_weak, note_range, traced_size_error, user_site
+from aotkit.tracing.core import (
+    IN_PLACE_CHECKS,
+    Tracer,
+    as_weak,
+    note_range,
+    traced_size_error,
+    user_site,
+)
 
 # Loops of at most this many iterations (with static bounds) stay unrolled: a handful of
 # copies of the body costs less than a loop and keeps every index static.
@@ -1588,10 +1595,25 @@ def writable(
 def _through_view(what: str, view: str) -> str:
     return (
         f"{what} (at {user_site()}): the array written is {view}; NumPy would write "
-        "through it into that array, but here the write would change only this name's "
-        "value; write into the array itself (out[i, 0] = v, not row = out[i]; "
-        "row[0] = v), or take a copy (.copy()) if that array should not change"
+        "through it into that array, but here the write would change only the view's own "
+        "value; write into the array itself (out[i, 0] = v, not row = out[i]; row[0] = v; "
+        "x[0] = np.sort(x[0]), not x[0].sort()), or take a copy (.copy()) if that array "
+        "should not change"
     )
+
+
+def _refuse_write_through_view(op: str, x: Tracer) -> None:
+    """An in-place write (`x[0].sort()`, `x.T[0] = v`, `np.add(a, b, out=x[0])`,
+    `x[1].fill(v)`) into a tracer the converted code noted as a view: NumPy's would change
+    the array viewed, which the tracer's new value would not reach (see `core.repoint`)."""
+    view = _view_reason(x)
+    if view is not None:
+        raise TypeError(
+            _through_view("item assignment" if op == "setitem" else f"in-place {op}", view)
+        )
+
+
+IN_PLACE_CHECKS.append(_refuse_write_through_view)
 
 
 _AUGMENTED = {
@@ -1626,12 +1648,20 @@ def setitem(held, outer, index, value, op: str | None, text: str | None) -> None
         if view is not None:
             raise TypeError(_through_view("augmented assignment", f"an item that is {view}"))
         value = _AUGMENTED[op](target[index], value)
+    # Inside a traced branch or loop, a NumPy array is written when the function is traced,
+    # whether or not the branch runs, and once however many times the loop does.
+    traced_block = getattr(_views, "depth", 0) > 0
+    numpy_written = isinstance(target, np.ndarray) and (traced_block or _holds_tracer(value))
+    if text is None and numpy_written:
+        view = _view_reason(target)  # `V.T[0] = v`, `V.reshape(-1)[k] = v`
+        if view is not None:
+            raise TypeError(_through_view("item assignment", view))
     if (
         text is not None
         and isinstance(held, Tracer | np.ndarray)
         and _is_array(target)
         and _basic(outer)
-        and (isinstance(target, Tracer) or _holds_tracer(value))
+        and (isinstance(target, Tracer) or numpy_written)
     ):
         raise TypeError(
             f"item assignment (at {user_site()}): the array written is `{text}`, a view of "
@@ -1647,6 +1677,15 @@ def setitem(held, outer, index, value, op: str | None, text: str | None) -> None
             "value: create the array from a traced value where it is made "
             "(np.zeros_like(x), or aotkit.numpy.zeros(shape)), or keep it in a local name "
             "and return it"
+        )
+    if numpy_written:
+        raise TypeError(
+            f"item assignment (at {user_site()}): a traced branch or loop writes into a NumPy "
+            "array the function reaches through something other than a local name (an "
+            "element of a list or dict, an attribute, or a variable of an enclosing "
+            "function); that write would happen once, when the function is traced, whether "
+            "or not the branch runs and however many times the loop does: keep the array in "
+            "a local name and return it, or move the write out of the branch or loop"
         )
     target[index] = value
 

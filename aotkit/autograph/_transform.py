@@ -26,10 +26,12 @@ import ast
 import dataclasses
 
 from aotkit.autograph._analysis import (
+    SOURCE,
     Facts,
     Liveness,
     always_returns,
     contains,
+    source_text,
 )
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -308,9 +310,12 @@ class _ItemAssignments(ast.NodeTransformer):
         outer = _index_value(held.slice) if isinstance(held, ast.Subscript) else None
         if outer is not None:
             # `x[i][j] = v`: the item i of x (a view, when x is an array) written into.
-            text = _const(ast.unparse(held))
+            text = _const(source_text(held))
             call = _call(_ag("setitem"), held.value, outer, index, node.value, op, text)
         else:
+            # `x.T[0] = v`, `x.ravel()[k] = v`: a view NumPy writes through, noted as one so
+            # that the write into it is refused (`_runtime.IN_PLACE_CHECKS`) and not lost.
+            held = self._views_in(held, held)
             call = _call(_ag("setitem"), held, _const(None), index, node.value, op, _const(None))
         return _located(ast.copy_location(ast.Expr(value=call), node), node)
 
@@ -377,16 +382,16 @@ class _ItemAssignments(ast.NodeTransformer):
     # NumPy functions that return a list of views of their first argument.
     _SPLITS = frozenset({"split", "array_split", "hsplit", "vsplit", "dsplit"})
 
-    def _noted_view(self, value: ast.expr, node: ast.stmt) -> ast.expr:
+    def _noted_view(self, value: ast.expr, node: ast.stmt | ast.expr) -> ast.expr:
         """`x[i]`, `x.T`, `x.reshape(...)`, `np.reshape(x, ...)`, `np.split(x, ...)` for a
         name `x`: the same value, noted at run time as a part of x when NumPy would make it
         a view, so that a write through whatever binds it (`v = x[i]`, `v, w = x[i], x[j]`,
         a list's element, a helper's result) is refused (`_runtime.writable`) rather than
-        lost. `node` is the statement, whose text the refusal quotes; `value` itself is
-        returned when it makes no view."""
-        said = ast.unparse(node) if isinstance(node, ast.Assign | ast.Return) else None
+        lost. `node` is the statement (or expression), whose text the refusal quotes;
+        `value` itself is returned when it makes no view."""
+        said = source_text(node) if isinstance(node, ast.Assign | ast.Return) else None
         if said is None or len(said) > 60:
-            said = ast.unparse(value)
+            said = source_text(value)
         text = _const(said if len(said) <= 60 else None)
         # A view of a view (`V.reshape(2, 3)[0]`, `V[1:].T`): the base is no name, and is
         # evaluated once, by the runtime, which notes the result when the base is a view.
@@ -429,9 +434,10 @@ class _ItemAssignments(ast.NodeTransformer):
             new = _call(_ag(how), value, text, *bases)
         else:
             return value
+        setattr(new, SOURCE, value)
         return _located(ast.copy_location(new, value), value)
 
-    def _views_in(self, value: ast.expr, node: ast.stmt) -> ast.expr:
+    def _views_in(self, value: ast.expr, node: ast.stmt | ast.expr) -> ast.expr:
         """`value` with every view it makes (see `_noted_view`) noted, at any depth:
         `v, w = V[1:3], W[1:3]`, `rows = [x[0], x[1]]`, `return x[1:]`."""
         views = self

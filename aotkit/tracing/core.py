@@ -526,6 +526,12 @@ def set_transposed(t: Tracer, record) -> None:
     _set_transposed(t, record)
 
 
+# Checks run before an in-place write rebinds a tracer (`hlo.rebind`), each called with
+# (op, tracer): the converted functions' record of views (aotkit/autograph/_runtime.py)
+# refuses a write NumPy would make through a view into another array.
+IN_PLACE_CHECKS: list = []
+
+
 def repoint(op: str, x: Tracer, new: Tracer) -> None:
     """Points the Python tracer `x` at `new`'s value (NumPy's in-place writes, and
     `x.shape = ...`): `x` is then `new` in all but identity. `x` must be of the body being

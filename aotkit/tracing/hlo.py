@@ -17,6 +17,7 @@ import numpy as np
 from aotkit import dtypes
 from aotkit.symbolic import algebra
 from aotkit.tracing.core import (
+    IN_PLACE_CHECKS,
     Tracer,
     bind,
     bind1,
@@ -291,4 +292,6 @@ def to_operand(op: str, x, dtype: np.dtype, shape: tuple[int, ...]) -> Tracer:
 def rebind(op: str, x: Tracer, new: Tracer) -> None:
     """Points the Python tracer `x` at `new` (same shape and dtype): NumPy's in-place writes."""
     assert new.shape == x.shape and new.dtype == x.dtype, (x, new)
+    for check in IN_PLACE_CHECKS:
+        check(op, x)
     repoint(op, x, new)

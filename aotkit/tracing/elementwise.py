@@ -776,10 +776,38 @@ def _complex_order(x: Tracer, y: Tracer, direction: str) -> Tracer:
     return bind1("or", _cmp(xr, yr, strict), bind1("and", real_eq, _cmp(xi, yi, direction)))
 
 
+# Whether a signed value below zero is "x direction y" when x is that value (first) or when
+# y is (second), whatever the unsigned operand holds.
+_NEGATIVE_SIGNED = {
+    "EQ": (False, False),
+    "NE": (True, True),
+    "LT": (True, False),
+    "LE": (True, False),
+    "GT": (False, True),
+    "GE": (False, True),
+}
+
+
+def _mixed_sign_order(x: Tracer, y: Tracer, direction: str) -> Tracer:
+    """NumPy 2's exact comparison of uint64 with int64 (its own loop: no common dtype holds
+    both): the unsigned comparison where the signed operand is not negative, and below zero
+    the side every unsigned value is on."""
+    first_signed = dtypes.is_signed_int(x.dtype)
+    signed, unsigned = (x, y) if first_signed else (y, x)
+    negative = _cmp(signed, full(signed.shape, 0, signed.dtype), "LT")
+    as_unsigned = cast(signed, unsigned.dtype)
+    pair = (as_unsigned, unsigned) if first_signed else (unsigned, as_unsigned)
+    ordered = _cmp(*pair, direction)
+    side = _NEGATIVE_SIGNED[direction][0 if first_signed else 1]
+    return _select(negative, full(negative.shape, side, _BOOL), ordered)
+
+
 def _comparison(direction: str):
     def impl(x, y, out):
         if dtypes.is_complex(x.dtype) and direction not in ("EQ", "NE"):
             return _complex_order(x, y, direction)
+        if x.dtype != y.dtype and dtypes.is_integer(x.dtype) and dtypes.is_integer(y.dtype):
+            return _mixed_sign_order(x, y, direction)
         return _cmp(x, y, direction)
 
     return impl

@@ -211,20 +211,23 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     compute = dtypes.result_type(start_a.dtype, stop_a.dtype, float)
     out_dtype = compute if dtype is None else dtypes.canonicalize(dtype, where=where("linspace"))
     div = (num - 1) if endpoint else num
-    shape = (num,) + tuple(np.broadcast_shapes(start_a.shape, stop_a.shape))
-    start_b = broadcast_to_shape(cast(start_a, compute), shape)
-    stop_b = broadcast_to_shape(cast(stop_a, compute), shape)
-    delta = bind1("subtract", stop_b, start_b)
+    # `step` (returned with retstep) has the shape of start and stop broadcast, as NumPy's.
+    ends = tuple(np.broadcast_shapes(start_a.shape, stop_a.shape))
+    shape = (num,) + ends
+    start_e = broadcast_to_shape(cast(start_a, compute), ends)
+    stop_e = broadcast_to_shape(cast(stop_a, compute), ends)
+    delta = bind1("subtract", stop_e, start_e)
     idx = iota(shape, compute, 0)
+    start_b = broadcast_to_shape(start_e, shape)
     if div > 0:
-        step = bind1("divide", delta, full(shape, div, compute))
-        values = bind1("add", start_b, bind1("multiply", idx, step))
+        step = bind1("divide", delta, full(ends, div, compute))
+        values = bind1("add", start_b, bind1("multiply", idx, broadcast_to_shape(step, shape)))
         if endpoint and num > 1:
             last = bind1("compare", idx, full(shape, num - 1, compute), direction="EQ")
-            values = bind1("select", last, stop_b, values)
+            values = bind1("select", last, broadcast_to_shape(stop_e, shape), values)
     else:
-        step = full(shape, math.nan, compute)
-        values = bind1("add", start_b, bind1("multiply", idx, delta))
+        step = full(ends, math.nan, compute)
+        values = bind1("add", start_b, bind1("multiply", idx, broadcast_to_shape(delta, shape)))
     result = (
         cast(values, out_dtype)
         if not dtypes.is_integer(out_dtype)

@@ -531,6 +531,17 @@ def _probe(op: str, carry: list[Carry], body_fn) -> list[Carry]:
             body_fn(args, _LoopBody(block, current_scope(), carry, probe=True))
     except _Probed as p:
         carry = [c if d is None else c.promoted(d) for c, d in zip(carry, p.found, strict=True)]
+    except OverflowError as e:
+        # A Python int the first iteration would mix with a narrower array (`s - 1` in one
+        # branch, `s + x[i]` of a uint8 x in the other): NumPy's dtype for it depends on
+        # which values that iteration sees, or NumPy raises this same error.
+        names = ", ".join(c.name for c in carry if c.weak is not None)
+        raise TypeError(
+            f"{where(op)}: the dtype of {names}, started as a Python scalar, is NumPy's "
+            f"dtype after the first iteration, but that iteration fails on it ({e}): "
+            "NumPy's dtype here depends on the values the body sees first; give the init "
+            "an explicit dtype (np.uint8(0), np.int64(0), ...)"
+        ) from None
     except Exception:  # the real trace reports the body's own errors
         pass
     finally:

@@ -668,6 +668,42 @@ def test_carry_dtype_that_never_settles():
         lower_f32(f)
 
 
+def test_a_carry_whose_first_iteration_overflows_is_refused_not_widened():
+    # `s = 0` with `s + x[i]` (uint8) in one branch and `s - 1` in the other: NumPy's dtype
+    # is uint8 if the first iteration takes the first branch, an OverflowError if the
+    # other. The probe's OverflowError was swallowed and the carry became int64 (310 where
+    # NumPy gives uint8 54).
+    def f(x):
+        def body(i, s):
+            return lax.cond(x[i] > 0, lambda: s + x[i], lambda: s - 1)
+
+        return lax.fori_loop(0, 6, body, 0)
+
+    site = r" \(at [^)]+\)"
+    with pytest.raises(TypeError) as e:
+        aotkit.lower(f, np.zeros(6, np.uint8))
+    assert re.fullmatch(
+        f"fori_loop{site}: "
+        + re.escape(
+            "the dtype of carry, started as a Python scalar, is NumPy's dtype after the first "
+            "iteration, but that iteration fails on it (cond"
+        )
+        + site
+        + re.escape(
+            ": the Python scalar -1 does not fit u8; use a wider dtype): NumPy's dtype here "
+            "depends on the values the body sees first; give the init an explicit dtype "
+            "(np.uint8(0), np.int64(0), ...)"
+        ),
+        str(e.value),
+    ), str(e.value)
+    # With an explicit dtype it runs, wrapping as NumPy's uint8 does.
+    g = lambda x: lax.fori_loop(  # noqa: E731
+        0, 6, lambda i, s: lax.cond(x[i] > 0, lambda: s + x[i], lambda: s - 1), np.uint8(0)
+    )
+    x = np.array([100, 100, 100, 0, 5, 6], np.uint8)
+    assert_same(run("cpu", g, x), np.uint8(54))
+
+
 def test_scan_remainder_step_must_return_the_loop_types():
     calls = []
 

@@ -270,6 +270,23 @@ def test_comparisons_with_ints_out_of_range_match_numpy(op, dtype, n, n_first):
     _check(run_on("cpu", fn, x), want)
 
 
+@pytest.mark.parametrize(
+    "op", ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal"]
+)
+@pytest.mark.parametrize("signed", ["int64", "int32", "int8"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_uint64_compares_with_signed_integers_exactly(op, signed, backend):
+    # NumPy 2 has its own loop for uint64 against a signed integer (no common integer
+    # dtype holds both); aotkit emitted a compare of u64 with i64 (an invalid module).
+    u = np.array([0, 5, 2**63 - 1, 2**63, 2**63 + 5, 2**64 - 1], np.uint64)
+    info = np.iinfo(signed)
+    s = np.array([info.min, -1, 0, 5, info.max, 1], signed)
+    for a, b in ((u, s), (s, u), (u[:, None], s), (s[:, None], u), (u, s.dtype.type(-1))):
+        want = getattr(np, op)(a, b)
+        got = run_on(backend, lambda a, b: getattr(anp, op)(a, b), a, b)
+        _check(got, want)
+
+
 def test_a_negative_power_out_of_an_unsigned_range_overflows_first():
     # NumPy converts the exponent before it refuses negative integer powers: u8 ** -2 is
     # the exponent's OverflowError, i8 ** -2 the refusal.
@@ -343,6 +360,28 @@ CREATION = {
 def test_creation_matches_numpy(name):
     make = CREATION[name]
     _check(run_on("cpu", lambda: make(anp)), make(np))
+
+
+@pytest.mark.parametrize(
+    "start, stop, num, endpoint",
+    [
+        (np.float64(0.0), np.float64(2.0), 5, True),
+        (np.float32(-1.0), np.float32(1.0), 4, False),
+        (np.array([0.0, 1.0]), np.array([2.0, -1.0]), 5, True),
+        (np.array([[0.0], [1.0]], np.float32), np.array([2.0, 3.0, 4.0], np.float32), 3, True),
+        (np.float64(1.0), np.float64(3.0), 1, True),
+        (np.int32(0), np.int32(7), 4, False),
+    ],
+)
+def test_linspace_step_has_the_ends_shape(start, stop, num, endpoint):
+    # retstep's step came back broadcast over the num axis too: shape (num,) for scalars.
+    def fn(a, b):
+        return anp.linspace(a, b, num, endpoint=endpoint, retstep=True)
+
+    values, step = run_on("cpu", fn, start, stop)
+    want_values, want_step = np.linspace(start, stop, num, endpoint=endpoint, retstep=True)
+    _check(values, want_values)
+    _check(step, np.asarray(want_step))
 
 
 def test_empty_is_zeros():

@@ -71,13 +71,17 @@ def _inexact(x) -> Tracer:
 
 
 def relu(x):
-    """`max(x, 0)`."""
-    return anp.maximum(_array(x), 0)
+    """`max(x, 0)`; its derivative at 0 is 0, as `jax.nn.relu`'s (`maximum` splits it)."""
+    t = _array(x)
+    # max(t, 0) * 0 equals max(t, 0) wherever t > 0 is false (a zero, or NaN) and has
+    # derivative 0 there.
+    return anp.where(t > 0, t, anp.maximum(t, 0) * 0)
 
 
 def relu6(x):
-    """`min(max(x, 0), 6)`."""
-    return anp.minimum(anp.maximum(_array(x), 0), 6)
+    """`min(max(x, 0), 6)`; its derivative at 0 and at 6 is 0, as `jax.nn.relu6`'s."""
+    t = _array(x)
+    return anp.where((t > 0) & (t < 6), t, anp.where(t >= 6, 6, anp.maximum(t, 0) * 0))
 
 
 def leaky_relu(x, negative_slope=1e-2):

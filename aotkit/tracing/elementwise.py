@@ -716,16 +716,20 @@ def _hypot(x, y, out):
 
 
 def _logaddexp_impl(x: Tracer, y: Tracer, base2: bool) -> Tracer:
-    m = bind1("max", x, y)
-    d = bind1("negate", bind1("abs", bind1("subtract", x, y)))
+    """`big + log1p(exp(small - big))` (NumPy's formula), with `big` and `small` picked by
+    one `select`, not `max`/`min`: each picked branch is smooth, so derivatives of every
+    order are JAX's at a tie too (0.5 each; `max` would split the first and lose the second).
+    Two equal infinities, where small - big is NaN, give that infinity."""
+    first = _cmp(x, y, "GE")
+    big, small = _select(first, x, y), _select(first, y, x)
+    infinite = _cmp(bind1("abs", big), _const_like(big, math.inf), "EQ")
+    d = _select(infinite, _const_like(big, -math.inf), bind1("subtract", small, big))
     if base2:
         ln2 = _const_like(x, math.log(2))
         tail = bind1("divide", bind1("log1p", bind1("exp", bind1("multiply", d, ln2))), ln2)
-        same = bind1("add", x, _const_like(x, 1))
     else:
         tail = bind1("log1p", bind1("exp", d))
-        same = bind1("add", x, _const_like(x, math.log(2)))
-    return _select(_cmp(x, y, "EQ"), same, bind1("add", m, tail))
+    return bind1("add", big, tail)
 
 
 @ufunc(np.logaddexp, "logaddexp")

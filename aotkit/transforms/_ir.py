@@ -216,6 +216,18 @@ def conv_dims(op) -> ConvDims:
 # --- constants -------------------------------------------------------------------------------
 
 
+def converted_from_integers(value: ir.Value) -> bool:
+    """Whether a `stablehlo.convert` of an integer (or boolean) array defines the value."""
+    owner = value.owner
+    if not isinstance(owner, ir.OpView | ir.Operation):
+        return False
+    op = owner.operation
+    if op.name != "stablehlo.convert":
+        return False
+    _, dtype = aval(op.operands[0])
+    return not dtypes.is_inexact(dtype)
+
+
 def constant_of(value: ir.Value) -> np.ndarray | None:
     """The value as a NumPy array when a `stablehlo.constant` defines it, else None."""
     owner = value.owner

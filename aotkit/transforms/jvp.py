@@ -464,10 +464,25 @@ def _power(ctx, primals, tangents):
     (out,) = ctx.replay(primals)
     t = None
     if tx is not None:
-        t = L.mul(T, tx, H.mul(y, H.power(x, H.sub(y, 1))))
+        slope = H.mul(y, H.power(x, H.sub(y, 1)))
+        if _integer_exponent(ctx.op.operands[1]):
+            # An integer exponent (`x ** n`, n an int array): 0 where n is 0 (x ** 0 is 1
+            # everywhere), as JAX's, where y * x ** (y - 1) is 0 * inf = NaN at x = 0. (A
+            # float exponent keeps the formula, and JAX's NaN there.)
+            slope = H.select(H.compare(y, H.like(y, 0), "EQ"), H.like(slope, 0), slope)
+        t = L.mul(T, tx, slope)
     if ty is not None:
         t = L.add(T, t, L.mul(T, ty, H.mul(H.log(H.replace_zero(x)), out)))
     return [out], [t]
+
+
+def _integer_exponent(y: ir.Value) -> bool:
+    """Whether a power's exponent is an integer array converted to a float one, or a
+    constant of whole numbers (the pipeline folds `x ** n`'s convert of a constant n)."""
+    if _ir.converted_from_integers(y):
+        return True
+    c = _ir.constant_of(y)
+    return c is not None and bool(np.all(np.isfinite(c) & (c == np.round(c))))
 
 
 @defjvp("stablehlo.remainder")

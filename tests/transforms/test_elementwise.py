@@ -497,3 +497,67 @@ def test_derivatives_at_edges_equal_jax(name):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(np.isfinite(g), np.isfinite(w))  # NaN and inf alike
         np.testing.assert_allclose(g, w, rtol=2e-7, atol=0)
+
+
+# --- ties and kinks where a formula's derivative differed from JAX's ----------------------------
+
+TIES = {
+    # logaddexp's tie branch carried derivative (1, 0): softplus'(0) was 1, its Hessian 0.
+    "logaddexp": (
+        lambda x: anp.sum(anp.logaddexp(x, 0.0)),
+        lambda x: jnp.sum(jnp.logaddexp(x, 0.0)),
+    ),
+    "logaddexp_of_equal": (
+        lambda x: anp.sum(anp.logaddexp(x, x[::-1])),
+        lambda x: jnp.sum(jnp.logaddexp(x, x[::-1])),
+    ),
+    "logaddexp2": (
+        lambda x: anp.sum(anp.logaddexp2(x, 0.0)),
+        lambda x: jnp.sum(jnp.logaddexp2(x, 0.0)),
+    ),
+    "softplus": (lambda x: anp.sum(aotkit.nn.softplus(x)), lambda x: jnp.sum(jax.nn.softplus(x))),
+    "log_sigmoid": (
+        lambda x: anp.sum(aotkit.nn.log_sigmoid(x)),
+        lambda x: jnp.sum(jax.nn.log_sigmoid(x)),
+    ),
+    # aotkit.nn's relu split the tie at 0 (maximum's 0.5); jax.nn's derivative is 0 there.
+    "relu": (lambda x: anp.sum(aotkit.nn.relu(x) * x), lambda x: jnp.sum(jax.nn.relu(x) * x)),
+    "relu6": (
+        lambda x: anp.sum(aotkit.nn.relu6(6 * x) * x),
+        lambda x: jnp.sum(jax.nn.relu6(6 * x) * x),
+    ),
+    # An integer exponent n = 0 at x = 0: n * x ** (n - 1) was 0 * inf = NaN.
+    "integer_power": (
+        lambda x: anp.sum(x ** np.array([0, 3, 0, 2, 1], np.int32)),
+        lambda x: jnp.sum(x ** jnp.array([0, 3, 0, 2, 1], np.int32)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", TIES)
+def test_derivatives_at_ties_and_kinks_equal_jax(name):
+    ours, theirs = TIES[name]
+    x = np.array([0.0, 1.0, -0.0, -2.0, 0.0], np.float32)
+    for transform, oracle in ((aotkit.grad, jax.grad), (aotkit.hessian, jax.hessian)):
+        got = np.asarray(aotkit.jit(transform(ours))(x))
+        want = np.asarray(oracle(theirs)(x))
+        assert got.dtype == want.dtype
+        assert_close(got, want, (1e-6, 1e-6), f"{name} {transform.__name__}")
+    np.testing.assert_allclose(
+        np.asarray(aotkit.jit(ours)(x)), np.asarray(theirs(x)), rtol=1e-6, atol=0
+    )
+
+
+def test_relu_values_are_maximums():
+    """relu and relu6 are written for their derivative (where x > 0, ...); their values stay
+    NumPy's maximum's and minimum's: NaN, infinities and the sign of zero included."""
+    x = np.array([0.0, -0.0, 6.0, 3.0, -2.0, 7.0, np.nan, np.inf, -np.inf], np.float32)
+    for ours, want in (
+        (aotkit.nn.relu, np.maximum(x, 0)),
+        (aotkit.nn.relu6, np.minimum(np.maximum(x, 0), 6)),
+    ):
+        got = np.asarray(aotkit.jit(ours)(x))
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    ints = np.array([-3, 0, 4, 9], np.int32)
+    np.testing.assert_array_equal(np.asarray(aotkit.jit(aotkit.nn.relu6)(ints)), [0, 0, 4, 6])

@@ -976,3 +976,14 @@ def compile_for_devices(module: ir.Module, devices, options):
     The PJRT runtime API, as JAX's own deviceless compile calls it (`client.compile`)."""
     client = devices[0].client
     return client.compile(module, device_list(devices), options)
+
+
+def equation_frames(eqn) -> list[tuple[str, str]] | None:
+    """(file, function) of the Python frames where a jaxpr equation was bound, innermost
+    first (what JAX keeps in the equation's source info for its locations); None where this
+    jax keeps none."""
+    try:
+        frames = eqn.source_info.traceback.frames
+        return [(f.file_name, f.function_name) for f in frames]
+    except AttributeError:  # (no traceback kept: JAX's location settings)
+        return None

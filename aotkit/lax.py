@@ -4,14 +4,15 @@
 `stablehlo.if`, `stablehlo.case` or `stablehlo.while` each (see `aotkit.tracing.control`);
 they are also available as `aotkit.cond`, ... . `conv_general_dilated`, `conv`,
 `conv_transpose` and `reduce_window` are in `aotkit.tracing.nn`; `dot_general`, `dot` and
-`batch_matmul` in `aotkit.tracing.linalg`. Dots and convolutions take JAX's `precision`
+`batch_matmul` in `aotkit.tracing.linalg`. `stop_gradient` is JAX's: a value every
+transform differentiates as a constant. Dots and convolutions take JAX's `precision`
 (else the default in force: `aotkit.default_matmul_precision`) and
 `preferred_element_type`.
 """
 
 from __future__ import annotations
 
-from aotkit.tracing.control import cond, fori_loop, scan, switch, while_loop
+from aotkit.tracing.control import cond, fori_loop, scan, stop_gradient, switch, while_loop
 from aotkit.tracing.linalg import batch_matmul
 from aotkit.tracing.linalg import lax_dot as dot
 from aotkit.tracing.linalg import lax_dot_general as dot_general
@@ -28,6 +29,7 @@ __all__ = [
     "fori_loop",
     "reduce_window",
     "scan",
+    "stop_gradient",
     "switch",
     "while_loop",
 ]

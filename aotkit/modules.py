@@ -24,6 +24,13 @@ _FILE_LINE = re.compile(r'"([^"]*)":(\d+):(\d+)')
 _NAME = re.compile(r'^loc\("([^"]+)"(?!:\d)')
 
 
+# The unit attribute that makes a `stablehlo.optimization_barrier` stand for
+# `stop_gradient`: the value passes unchanged (XLA computes it as any barrier) and every
+# derivative through it is zero (aotkit's transforms read the mark; JAX's own modules lower
+# stop_gradient to nothing, so the JAX front end lowers it again with this mark for them).
+STOP_GRADIENT = "aotkit.stop_gradient"
+
+
 def symbol_name(name: str) -> str:
     """`name` (a Python function name such as `<lambda>`) as a valid MLIR symbol name."""
     cleaned = "".join(c if c.isalnum() or c in "_." else "_" for c in name)
@@ -270,13 +277,39 @@ def portable_version(text: str | None, what: str = "target version") -> str:
     return text
 
 
+def without_stop_gradients(module: ir.Module) -> ir.Module:
+    """`module`, or a copy of it without the barriers that stand for stop_gradient
+    (`STOP_GRADIENT`: each use of one reads its operand), which VHLO has no place for."""
+    marked: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "stablehlo.optimization_barrier" and STOP_GRADIENT in op.attributes:
+            marked.append(op)
+        return ir.WalkResult.ADVANCE
+
+    with _context.of(module):
+        module.operation.walk(visit)
+        if not marked:
+            return module
+        module = ir.Module.parse(bytecode(module), context=module.context)
+        marked.clear()
+        module.operation.walk(visit)
+        for op in marked:
+            for result, operand in zip(op.results, op.operands, strict=True):
+                result.replace_all_uses_with(operand)
+            op.erase()
+    return module
+
+
 def portable_artifact(module: ir.Module, target_version: str | None = None) -> bytes:
     """The module as a StableHLO portable artifact (versioned VHLO bytecode) for
     `target_version` (see `portable_version`); ValueError with StableHLO's reason if the
-    module cannot be written (CHLO left in it, say)."""
+    module cannot be written (CHLO left in it, say). The barriers that stand for
+    stop_gradient are left out (the values are the same; the mark has no VHLO form)."""
     from jaxlib.mlir.dialects import stablehlo
 
     target = portable_version(target_version)
+    module = without_stop_gradients(module)
     found: list[str] = []
 
     def handler(d) -> bool:

@@ -102,7 +102,11 @@ class Program:
     checked and not transferred (`compiled_form`, `backends.base.PrunedExecutable`), as
     jax.jit's is; the transforms evaluate the module with the other leaves; and
     `executable_module` puts them back as unused arguments, one per leaf, for sharded
-    executables (whose shardings are per leaf).
+    executables (whose shardings are per leaf). `marked_module`: None, or (the JAX front end,
+    for a function whose code calls `jax.lax.stop_gradient`, which JAX's module lowers to
+    nothing) the module lowered again with each such stop_gradient kept as a barrier marked
+    `modules.STOP_GRADIENT`, in the program's context, with the same arguments: what the
+    transforms evaluate.
     """
 
     module: object
@@ -112,6 +116,7 @@ class Program:
     facts: frozenset[str] = frozenset()
     pending: object = None
     pruned: tuple[int, ...] = ()
+    marked_module: object = None
 
     def replace(self, **changes) -> Program:
         return dataclasses.replace(self, **changes)

@@ -27,9 +27,12 @@ import os
 from collections.abc import Callable
 
 import jax
+import jax.extend.core
+import jax.interpreters.mlir
 import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 
 from aotkit import _compat, _context, arguments, dtypes, frontends, modules, spmd
 from aotkit.frontends import _module, trust
@@ -121,7 +124,8 @@ def trace_jax(
     jitted = _jitted(
         fn, static_argnums, static_argnames, donate_argnums, jit_shardings, keep_unused
     )
-    jax_lowered = jitted.lower(*full_args, **full_kwargs)
+    jax_traced = jitted.trace(*full_args, **full_kwargs)
+    jax_lowered = jax_traced.lower()
     jax_module = jax_lowered.compiler_ir("stablehlo")
     module, lc = _import_module(jax_module, where, lc)
     # JAX's own tree: it knows the statics of a function the user already wrapped in jax.jit.
@@ -174,7 +178,126 @@ def trace_jax(
         # per leaf) and come out again (`Program.compiled_form` says what backends compile).
         with _context.of(adopted.module):
             modules.erase_unused_arguments(adopted.module, pruned)
-    return adopted.replace(signature=signature, pruned=pruned or ())
+    marked = None
+    if not sharded:
+        stops = _stop_gradients_marked(jax_traced.jaxpr)
+        if stops is not None:
+            marked = _marked_module(stops, keep_unused, n_main, pruned or (), name, where, lc)
+    return adopted.replace(signature=signature, pruned=pruned or (), marked_module=marked)
+
+
+# --- stop_gradient, kept for the transforms ------------------------------------------------------
+# JAX lowers `jax.lax.stop_gradient` to nothing: its module differentiates through it. For
+# the transforms, a function whose own code calls it (or a library's other than JAX) is
+# lowered again from its jaxpr with each such stop_gradient bound as `_STOP` instead, which
+# lowers to a barrier marked `modules.STOP_GRADIENT` (the value unchanged, the derivative
+# zero in aotkit's rules). JAX's own functions stop gradients where a custom rule, which
+# JAX's module does not carry, gives the derivative (jnp.linalg.solve's LU factors, inside
+# a custom_linear_solve) or where the derivative does not depend on it (logsumexp's shift
+# by the maximum): aotkit differentiates through those, as the rules' primal computes.
+
+_JAX_DIR = os.path.dirname(jax.__file__) + os.sep
+_TREE_MAPS = (
+    os.path.join(_JAX_DIR, "_src", "tree_util.py"),
+    os.path.join(_JAX_DIR, "_src", "tree.py"),
+)
+
+_STOP = jax.extend.core.Primitive("aotkit_stop_gradient")
+_STOP.def_abstract_eval(lambda aval: aval)
+
+
+def _lower_stop(ctx, x):
+    op = stablehlo.OptimizationBarrierOp([x])
+    op.attributes[modules.STOP_GRADIENT] = ir.UnitAttr.get()
+    return list(op.results)
+
+
+jax.interpreters.mlir.register_lowering(_STOP, _lower_stop)
+
+
+def _stop_gradients_marked(closed):
+    """`closed` (a ClosedJaxpr) with every `stop_gradient` in it, or in a jaxpr inside it
+    (a nested jit, a loop body, a branch), bound as `_STOP`; None if it has none. Those
+    inside a custom rule's primal (`custom_jvp_call`, `custom_vjp_call`,
+    `custom_linear_solve`: jnp.linalg.solve stops the gradient of its LU factors) are left
+    as they are: the rule, which the module does not carry, is what gives the derivative
+    there, and aotkit differentiates the primal as if they were not there."""
+    jaxpr = _marked_jaxpr(closed.jaxpr)
+    return None if jaxpr is closed.jaxpr else closed.replace(jaxpr=jaxpr)
+
+
+def _written_outside_jax(eqn) -> bool:
+    """Whether a stop_gradient equation was bound by code other than JAX's own: the frame
+    that called `jax.lax.stop_gradient` (past `jax.tree.map`, which may apply it) is not in
+    JAX's package. Unknown (no frames kept) counts as JAX's."""
+    frames = _compat.equation_frames(eqn)
+    if frames is None:
+        return False
+    calls = [
+        i
+        for i, (file, fn) in enumerate(frames)
+        if fn == "stop_gradient" and file.startswith(_JAX_DIR)
+    ]
+    if not calls:
+        return False
+    for file, _ in frames[calls[-1] + 1 :]:
+        if file not in _TREE_MAPS:
+            return not file.startswith(_JAX_DIR)
+    return False
+
+
+def _marked_jaxpr(jaxpr):
+    eqns, changed = [], False
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "stop_gradient":
+            if _written_outside_jax(eqn):
+                eqn = eqn.replace(primitive=_STOP, params={})
+                changed = True
+        elif not eqn.primitive.name.startswith("custom_"):
+            params = {k: _marked_param(v) for k, v in eqn.params.items()}
+            if any(params[k] is not v for k, v in eqn.params.items()):
+                eqn = eqn.replace(params=params)
+                changed = True
+        eqns.append(eqn)
+    return jaxpr.replace(eqns=eqns) if changed else jaxpr
+
+
+def _marked_param(value):
+    core = jax.extend.core
+    if isinstance(value, core.ClosedJaxpr):
+        jaxpr = _marked_jaxpr(value.jaxpr)
+        return value if jaxpr is value.jaxpr else value.replace(jaxpr=jaxpr)
+    if isinstance(value, core.Jaxpr):
+        return _marked_jaxpr(value)
+    if isinstance(value, tuple) and any(
+        isinstance(v, core.ClosedJaxpr | core.Jaxpr) for v in value
+    ):
+        marked = tuple(_marked_param(v) for v in value)
+        return value if all(a is b for a, b in zip(marked, value, strict=True)) else marked
+    return value
+
+
+def _marked_module(closed, keep_unused, n_main, pruned, name, where, lc) -> ir.Module:
+    """The module of the marked jaxpr `closed`, adopted as the program's own (in `lc`) and
+    taking the same arguments: `Program.marked_module`. Lowered now, under the same JAX
+    settings (x64 mode, ...) as the program's."""
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
+    fn = jax.extend.core.jaxpr_as_fun(closed)
+    lowered = jax.jit(fn, keep_unused=keep_unused).lower(*specs)
+    module, _ = _import_module(lowered.compiler_ir("stablehlo"), where, lc)
+    again = ()
+    if _main_arity(module) != n_main:
+        again = _restore_pruned(module, lowered) or ()
+    if _main_arity(module) != n_main or again != pruned:
+        raise ValueError(
+            f"{where}: JAX's module with jax.lax.stop_gradient kept for the transforms takes "
+            "other arguments than the program: please report this"
+        )
+    adopted = _module.adopt(module, name=name, where=where, sharded=False, frontend="jax")
+    if pruned:
+        with _context.of(adopted.module):
+            modules.erase_unused_arguments(adopted.module, pruned)
+    return adopted.module
 
 
 def _over_mesh(shardings, mesh):

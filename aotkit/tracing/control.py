@@ -34,7 +34,7 @@ from jax import tree_util
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from aotkit import dtypes
+from aotkit import dtypes, modules
 from aotkit.symbolic.algebra import Dim
 from aotkit.tracing import indexing  # also registers the dynamic slices scan binds
 from aotkit.tracing.core import (
@@ -46,6 +46,7 @@ from aotkit.tracing.core import (
     current_scope,
     full,
     is_tracing,
+    note_made,
     note_range,
     pop_scope,
     push_scope,
@@ -877,3 +878,31 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
     if spare:
         bufs = [indexing.getitem(b, slice(None, length)) for b in bufs]
     return tree_util.tree_unflatten(tree, cs), tree_util.tree_unflatten(y_spec[0], bufs)
+
+
+# --- stop_gradient ------------------------------------------------------------------------------
+
+
+def stop_gradient(x):
+    """`jax.lax.stop_gradient`: `x` (a pytree of arrays) unchanged, every derivative
+    through it zero (an `optimization_barrier` marked `modules.STOP_GRADIENT`, which the
+    transforms' rules read). Leaves that are not traced floats or complex pass as they
+    are, and outside a trace `x` is returned as it is: only a traced value has derivatives."""
+    if not is_tracing():
+        return x
+
+    def stop(t):
+        if not isinstance(t, Tracer) or not dtypes.is_inexact(t.dtype):
+            return t  # (a constant: no derivative to stop)
+        op = ir.Operation.create(
+            "stablehlo.optimization_barrier",
+            results=[t.value.type],
+            operands=[t.value],
+            attributes={modules.STOP_GRADIENT: ir.UnitAttr.get()},
+            loc=user_location(),
+        )
+        current_scope().emitted.opaque = True
+        note_made(op, [t.value])
+        return Tracer(op.results[0], t.shape, t.dtype, current_scope(), t.weak)
+
+    return tree_util.tree_map(stop, x)

@@ -200,7 +200,7 @@ def call_jax(fun: Callable, where: str, args: tuple, kwargs: dict):
             f"tracing that is not one of its arguments ({text.splitlines()[0]}); JAX lowers "
             f"{name} on its arguments only: pass that value as an argument"
         ) from e
-    src = _Program(program.module)
+    src = _Program(_module_for_transforms(program))
     core.current_scope().emitted.unchecked = True  # its regions are copied as JAX wrote them
     ev = JVPEvaluator(src.functions, Forward(), "call")
     # (@main takes no argument for a leaf JAX pruned: its value goes nowhere)
@@ -209,6 +209,12 @@ def call_jax(fun: Callable, where: str, args: tuple, kwargs: dict):
     outs = ev.run_block(src.block, args, Env())
     sig = program.signature
     return tree_util.tree_unflatten(sig.out_tree, keys.wrap([p for p, _ in outs], sig.out_keys))
+
+
+def _module_for_transforms(program):
+    """The module the transforms evaluate: a JAX program's with its jax.lax.stop_gradient
+    calls kept (`Program.marked_module`), which its own module lowers to nothing."""
+    return program.marked_module if program.marked_module is not None else program.module
 
 
 class _Program:
@@ -757,7 +763,7 @@ def call_program(program) -> Callable:
     the current trace): how the stages' transforms treat any program, traced, from JAX or
     loaded, as a function."""
     sig = program.signature
-    src = _Program(program.module)
+    src = _Program(_module_for_transforms(program))
     pruned = program.pruned  # leaves @main takes no argument for (the JAX front end's)
 
     def call(*args, **kwargs):

@@ -18,7 +18,7 @@ import math
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import dtypes
+from aotkit import dtypes, modules
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import _ir
 from aotkit.transforms import linear as L
@@ -391,7 +391,11 @@ def _convert(ctx, primals, tangents):
 
 @defjvp("stablehlo.optimization_barrier")
 def _identity_like(ctx, primals, tangents):
-    # The tangents pass unchanged: a barrier orders the primal computation only.
+    # The tangents pass unchanged: a barrier orders the primal computation only. One that
+    # stands for stop_gradient (kept in the primal, for the transforms of this transform)
+    # has none.
+    if modules.STOP_GRADIENT in ctx.op.attributes:
+        return ctx.replay(primals), [None] * len(tangents)
     return ctx.replay(primals), list(tangents)
 
 

@@ -1057,6 +1057,13 @@ def option_fault(key: str, value) -> str | None:
             f"{key!r} = {value}, a negative count or size, which XLA would read as a huge "
             "unsigned size (aborting the process)"
         )
+    if "crash" in key.lower():
+        return f"{key!r}, an option that makes the compiler end the process on purpose"
+    if backends.base.option_danger(key, value) is not None:
+        return (
+            f"{key!r} = {value}, a count above {backends.base.MAX_COUNT}, which makes the "
+            "compile run for minutes with memory growing without bound"
+        )
     if isinstance(value, str) and not value.isprintable():
         return f"{key!r} = {_short(value)}, which holds {_UNPRINTABLE}"
     return None

@@ -1067,6 +1067,52 @@ def test_save_under_a_file_size_limit_names_the_path_and_keeps_the_old_file(tmp_
     assert listed == "['f.aotx']"  # no temporary file left behind
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "danger"),
+    [
+        (
+            "xla_unsupported_crash_on_hlo_pass_noop_change",
+            True,
+            "makes the compiler end the process on purpose (a debugging check of XLA's); "
+            "leave it out",
+        ),
+        (
+            "xla_cpu_parallel_codegen_split_count",
+            2147483647,
+            "has the value 2147483647, a count of parts or threads above 4096, which makes the "
+            "compile run for minutes with memory growing without bound; give 4096 or less, or "
+            "leave the option out",
+        ),
+    ],
+)
+def test_options_that_abort_or_exhaust_the_compile_are_refused(tmp_path, option, value, danger):
+    """xla_unsupported_crash_on_hlo_pass_noop_change ended the process (SIGABRT) compiling
+    any module, given by the user or carried by a file (aotkit.load with portable_only=True,
+    the mode for untrusted files); a split count of 2**31 - 1 grew to 16 GB in 45 s."""
+    from tests.reliability.header_fuzzing import Draft, encode
+
+    lowered = aotkit.jit(lambda x: x * 2.0 + 1.0).lower(np.ones(4, np.float32))
+    with pytest.raises(ValueError) as e:
+        lowered.compile(options={option: value})
+    assert str(e.value) == f"backend 'cpu': compile: option {option!r} {danger}"
+    lowered.compile(options={"xla_cpu_parallel_codegen_split_count": 64})  # a count in range
+    path = tmp_path / "f.aotx"
+    lowered.compile().save(path)
+    draft = Draft(path.read_bytes())
+    draft.header["options"] = {option: value}
+    path.write_bytes(encode(draft))
+    code = (
+        "import aotkit\n"
+        "try:\n"
+        f"    aotkit.load({str(path)!r}, portable_only=True)\n"
+        "except aotkit.ArtifactError as e:\n"
+        "    print(e)\n"
+    )
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr[-2000:]  # (was -6, SIGABRT)
+    assert f"header field 'options' has {option!r}" in child.stdout
+
+
 def test_a_negative_count_option_is_refused_before_it_aborts_the_process(tmp_path):
     """xla_cpu_parallel_codegen_split_count = -1 ended the process in std::length_error
     (SIGABRT) while compiling, given by the user or carried by a file (aotkit.load with

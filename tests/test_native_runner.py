@@ -406,6 +406,28 @@ def test_a_module_the_plugins_compiler_would_abort_on_is_refused(runner, tmp_pat
         ("pruned", [1, 0], "header field 'pruned' is [1, 0]; it lists input indices below 2, "),
         ("pruned", [0, 0], "header field 'pruned' is [0, 0]; it lists input indices below 2, "),
         ("pruned", [-1], "header field 'pruned' is [-1]; it lists input indices below 2, each"),
+        # Options that end or exhaust the process in XLA's compile (the runner compiles the
+        # portable module with them): SIGABRT, or 16 GB and growing.
+        (
+            "options",
+            {"xla_unsupported_crash_on_hlo_pass_noop_change": True},
+            "header field 'options' has 'xla_unsupported_crash_on_hlo_pass_noop_change', an "
+            "option that makes the compiler end the process on purpose",
+        ),
+        (
+            "options",
+            {"xla_cpu_parallel_codegen_split_count": -1},
+            "header field 'options' has 'xla_cpu_parallel_codegen_split_count' = -1, a "
+            "negative count or size, which XLA would read as a huge unsigned size (aborting "
+            "the process)",
+        ),
+        (
+            "options",
+            {"xla_cpu_parallel_codegen_split_count": 2147483647},
+            "header field 'options' has 'xla_cpu_parallel_codegen_split_count' = 2147483647, "
+            "a count above 4096, which makes the compile run for minutes with memory growing "
+            "without bound",
+        ),
     ],
 )
 def test_a_bad_header_field_is_refused_as_python_refuses(

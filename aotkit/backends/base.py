@@ -445,6 +445,43 @@ def negative_size(key: str, value) -> bool:
     )
 
 
+# Counts of parts or threads above this make XLA's compile run for minutes with memory
+# growing without bound (xla_cpu_parallel_codegen_split_count = 2**31 - 1 took 16 GB in 45
+# s; 10,000 compiles in 2 s): refused from a user's options and a file's alike.
+MAX_COUNT = 4096
+_COUNT_WORDS = re.compile(r"(^|_)(count|counts|split|threads|num)(_|$)")
+
+
+def option_danger(key: str, value) -> str | None:
+    """Why compiling with option `key` = `value` would end or exhaust the process, worded to
+    follow the option's name, or None: a negative count or size (`_SIZE_WORDS`), an option
+    that makes XLA abort on purpose (`xla_unsupported_crash_on_hlo_pass_noop_change`), a
+    count above `MAX_COUNT`."""
+    if "crash" in key.lower():
+        return (
+            "makes the compiler end the process on purpose (a debugging check of XLA's); "
+            "leave it out"
+        )
+    if negative_size(key, value):
+        return (
+            f"has the negative value {value}, but it counts or sizes something and XLA would "
+            "read it as a huge unsigned size (aborting the process); give 0 or a positive "
+            "value, or leave the option out"
+        )
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value > MAX_COUNT
+        and _COUNT_WORDS.search(key) is not None
+    ):
+        return (
+            f"has the value {value}, a count of parts or threads above {MAX_COUNT}, which "
+            "makes the compile run for minutes with memory growing without bound; give "
+            f"{MAX_COUNT} or less, or leave the option out"
+        )
+    return None
+
+
 @functools.cache
 def host_cpu() -> str:
     """The host's architecture and a digest of its CPU feature flags (Linux), or its

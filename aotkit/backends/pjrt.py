@@ -47,7 +47,7 @@ from aotkit.backends.base import (
     host_cpu,
     host_fits,
     host_value,
-    negative_size,
+    option_danger,
 )
 from aotkit.backends.dispatch import live, native_dispatcher
 from aotkit.backends.host_inputs import (
@@ -117,12 +117,9 @@ def check_options(options: Mapping[str, object] | None, where: str) -> dict[str,
             )
         # What the bindings cannot carry is refused here: they would raise a bare TypeError
         # (an int past 64 bits, a str that is not UTF-8) or cut a str at its first NUL.
-        if negative_size(key, value):
-            raise ValueError(
-                f"{where}: option {key!r} has the negative value {value}, but it counts or "
-                "sizes something and XLA would read it as a huge unsigned size (aborting "
-                "the process); give 0 or a positive value, or leave the option out"
-            )
+        danger = option_danger(key, value)
+        if danger is not None:
+            raise ValueError(f"{where}: option {key!r} {danger}")
         big = isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX
         if big:
             bits = value.bit_length()  # str() of a huge int is itself refused past 4300 digits

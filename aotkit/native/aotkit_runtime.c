@@ -1044,6 +1044,39 @@ static bool writes_files(const char *key) {
   return false;
 }
 
+/* Whether `key` holds one of `words` as a whole `_`-separated part (backends/base.py's
+ * `(^|_)(word)(_|$)` patterns). */
+static bool has_word(const char *key, const char *const *words, size_t nwords) {
+  size_t n = strlen(key);
+  for (size_t w = 0; w < nwords; w++) {
+    size_t m = strlen(words[w]);
+    for (size_t i = 0; i + m <= n; i++) {
+      if ((i == 0 || key[i - 1] == '_') && strncmp(key + i, words[w], m) == 0 &&
+          (key[i + m] == 0 || key[i + m] == '_'))
+        return true;
+    }
+  }
+  return false;
+}
+
+/* backends/base.py's `_SIZE_WORDS` and `_COUNT_WORDS`, `MAX_COUNT`. */
+static const char *const SIZE_WORDS[] = {"count", "counts", "size",  "sizes", "split",
+                                         "threads", "num",  "bytes", "limit"};
+static const char *const COUNT_WORDS[] = {"count", "counts", "split", "threads", "num"};
+#define MAX_COUNT 4096
+
+/* Whether an option's name asks the compiler to end the process on purpose ("crash" in any
+ * case, as `option_danger`). */
+static bool crashes_on_purpose(const char *key) {
+  for (const char *p = key; *p; p++) {
+    static const char word[] = "crash";
+    size_t k = 0;
+    while (k < 5 && p[k] && (p[k] | 0x20) == word[k]) k++;
+    if (k == 5) return true;
+  }
+  return false;
+}
+
 static int check_header(aotkit_artifact *a, ctx *c) {
   const jval *h = &a->header;
   char *s = NULL;
@@ -1143,7 +1176,21 @@ static int check_header(aotkit_artifact *a, ctx *c) {
       rc = bad_field(c, "options", "has %s = %s, an int outside the 64-bit range options take",
                      krepr.s, vs);
       free(vs);
-    } else if (v->t == J_STR && !text_printable(v->s, v->slen)) {
+    } else if (v->t == J_NUM && v->is_int && v->i < 0 && has_word(k, SIZE_WORDS, 9))
+      rc = bad_field(c, "options",
+                     "has %s = %lld, a negative count or size, which XLA would read as a huge "
+                     "unsigned size (aborting the process)",
+                     krepr.s, (long long)v->i);
+    else if (crashes_on_purpose(k))
+      rc = bad_field(c, "options",
+                     "has %s, an option that makes the compiler end the process on purpose",
+                     krepr.s);
+    else if (v->t == J_NUM && v->is_int && v->i > MAX_COUNT && has_word(k, COUNT_WORDS, 5))
+      rc = bad_field(c, "options",
+                     "has %s = %lld, a count above %d, which makes the compile run for minutes "
+                     "with memory growing without bound",
+                     krepr.s, (long long)v->i, MAX_COUNT);
+    else if (v->t == J_STR && !text_printable(v->s, v->slen)) {
       char *vs = jshort(v);
       rc = bad_field(c, "options", "has %s = %s, which holds %s", krepr.s, vs, UNPRINTABLE);
       free(vs);

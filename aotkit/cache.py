@@ -57,7 +57,7 @@ from aotkit import _compat, _files, artifacts, modules
 from aotkit._traceback import user_stacklevel
 from aotkit._version import __version__
 from aotkit.backends.base import PrunedExecutable
-from aotkit.errors import ArtifactError, CacheWarning, CompileError
+from aotkit.errors import ArtifactError, CacheWarning
 
 ENV = "AOTKIT_CACHE_DIR"
 DEFAULT_MAX_BYTES = 2 << 30
@@ -442,7 +442,7 @@ def get(cache_key: str, lowered, backend, options, unread: tuple[int, ...] = ())
             )
             if artifact.pruned:
                 executable = PrunedExecutable(executable, lowered.flat_in_specs, artifact.pruned)
-    except (ArtifactError, CompileError, ValueError) as e:
+    except Exception as e:  # whatever an entry holds, it never stops the program: recompiled
         message = str(e)
         if not message.startswith("aotkit cache:"):
             message = f"aotkit cache: entry {path} does not load ({e}); deleted it; compiling again"

@@ -204,6 +204,26 @@ def test_corrupted_entry(cache_dir):
     )
 
 
+def test_an_entry_whose_reading_fails_otherwise_is_deleted_not_kept(cache_dir, monkeypatch):
+    """An entry whose header a reader bug could not read (a ZeroDivisionError escaped the
+    symbolic header's parser) stayed in place, and every later run of the program failed
+    at its own call line; whatever reading an entry raises, it is deleted and compiled
+    again."""
+    path = first_entry(cache_dir)
+    unpack = aotkit.artifacts.unpack
+
+    def broken(*args, **kwargs):  # (the entry read once; the one written again reads)
+        monkeypatch.setattr(aotkit.artifacts, "unpack", unpack)
+        raise ZeroDivisionError("integer modulo by zero")
+
+    monkeypatch.setattr(aotkit.artifacts, "unpack", broken)
+    recompiles_with_warning(
+        cache_dir,
+        rf"^aotkit cache: entry {re.escape(str(path))} does not load \(integer modulo by "
+        r"zero\); deleted it; compiling again$",
+    )
+
+
 def test_truncated_entry(cache_dir):
     path = first_entry(cache_dir)
     data = path.read_bytes()

@@ -273,6 +273,20 @@ def _eval_tree(node: tuple, values, scope: SymbolicScope | None = None):
     return _mod(a, b)
 
 
+def constraint_needs(text: str) -> frozenset[str]:
+    """The symbols a constraint needs values of from a program's arguments: all of an
+    inequality's; an equality's right side, and its left side unless that is one symbol
+    (times a number), which the equality defines (`b == 2*k` needs k; `t % 8 == 0`, t)."""
+    op, left, right = _Parser(text, f"symbolic constraint {text!r}").constraint()
+    needs = _tree_symbols(right)
+    bare = left
+    if bare[0] == "*" and bare[1][0] == "int":
+        bare = bare[2]
+    if op != "==" or bare[0] != "sym":
+        needs |= _tree_symbols(left)
+    return frozenset(needs)
+
+
 def _tree_symbols(node: tuple) -> set[str]:
     if node[0] == "sym":
         return {node[1]}
@@ -460,7 +474,8 @@ class Dim:
         other = _operand(self, other)
         if other is NotImplemented:
             return other
-        return _add(-self, other, 1)
+        negated = -self  # (an int where an equality fixes the value: `-b == 2`)
+        return _add(negated, other, 1) if isinstance(negated, Dim) else negated + other
 
     def __neg__(self):
         return _make({m: -c for m, c in self.terms}, self.scope)
@@ -1064,12 +1079,17 @@ class SymbolicScope:
             self._parsed.append((text, op, left, right))
             self._symbols |= _tree_symbols(left) | _tree_symbols(right)
         # Equalities first: they rewrite expressions, the bounds then read the rewritten ones.
-        for text, op, left, right in self._parsed:
-            if op == "==":
-                self._add_equality(text, left, right)
-        for text, op, left, right in self._parsed:
-            if op in (">=", "<=", ">", "<"):
-                self._add_inequality(text, op, left, right)
+        for equalities in (True, False):
+            for text, op, left, right in self._parsed:
+                if (op == "==") != equalities:
+                    continue
+                try:
+                    if equalities:
+                        self._add_equality(text, left, right)
+                    else:
+                        self._add_inequality(text, op, left, right)
+                except ZeroDivisionError:
+                    raise ValueError(f"symbolic constraint {text!r} divides by zero") from None
 
     # -- building --
     def _add_equality(self, text: str, left: tuple, right: tuple) -> None:
@@ -1108,6 +1128,11 @@ class SymbolicScope:
             raise ValueError(
                 f"symbolic constraint {text!r}: {_atom_text(atom)} appears on both sides; "
                 "write it as a bound instead"
+            )
+        if isinstance(atom, str) and isinstance(e2, int) and (e2 % k != 0 or e2 // k < 0):
+            raise ValueError(
+                f"symbolic constraint {text!r} can never hold ({atom} >= 0 is a whole number); "
+                "remove it"
             )
         self._rules[atom] = (e2, k)
         self._bounds.clear()
@@ -1164,7 +1189,10 @@ class SymbolicScope:
         if _is_int(text):
             return int(text)
         tree = _Parser(text, "symbolic dimension").whole()
-        return _eval_tree(tree, None, self)
+        try:
+            return _eval_tree(tree, None, self)
+        except ZeroDivisionError:
+            raise ValueError(f"symbolic dimension {text!r} divides by zero") from None
 
     @property
     def symbols(self) -> frozenset[str]:
@@ -1305,7 +1333,11 @@ class SymbolicScope:
                     f"{where}: no value for {', '.join(sorted(missing))} in constraint "
                     f"{text!r} (given: {_shown(values) or 'none'}); give every symbol a value"
                 )
-            x, y = _eval_tree(left, values), _eval_tree(right, values)
+            try:
+                x, y = _eval_tree(left, values), _eval_tree(right, values)
+            except ZeroDivisionError:  # (it divides by zero at these values: it fails)
+                broken.append(text)
+                continue
             holds = {
                 "==": x == y,
                 "!=": x != y,

@@ -120,9 +120,7 @@ class SymbolicSignature:
             if isinstance(d, algebra.Dim)
         ]
         # An equality (`b == 2*k`) rewrote its left side everywhere: its right side counts.
-        named += [
-            ("constraint", c, _constraint_symbols(c)) for c in scope.constraints if "==" not in c
-        ]
+        named += [("constraint", c, algebra.constraint_needs(c)) for c in scope.constraints]
         for what, item, used in named:
             missing = sorted(used - known)
             if missing:
@@ -246,10 +244,19 @@ class SymbolicSignature:
             )
         for spec in self.in_specs + self.out_specs:
             for d in spec.shape:
-                if isinstance(d, algebra.Dim) and d.evaluate(values) < 0:
+                if not isinstance(d, algebra.Dim):
+                    continue
+                try:
+                    n = d.evaluate(values)
+                except ZeroDivisionError:
                     raise ValueError(
-                        f"{where}: {self.text(values)} makes dimension {d} of {spec} "
-                        f"{d.evaluate(values)}; give sizes for which every dimension is >= 0"
+                        f"{where}: {self.text(values)} makes dimension {d} of {spec} divide "
+                        "by zero; give sizes for which every dimension has a value"
+                    ) from None
+                if n < 0:
+                    raise ValueError(
+                        f"{where}: {self.text(values)} makes dimension {d} of {spec} {n}; "
+                        "give sizes for which every dimension is >= 0"
                     )
 
 

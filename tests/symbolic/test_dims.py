@@ -218,6 +218,23 @@ def test_true_division_is_refused():
             "constraints); fix the constraints",
         ),
         (("3 >= 4",), ValueError, "symbolic constraint '3 >= 4' can never hold; remove it"),
+        # Found by fuzzing artifact headers: each raised ZeroDivisionError or AttributeError.
+        (("b % 0 == 0",), ValueError, "symbolic constraint 'b % 0 == 0' divides by zero"),
+        (
+            ("floordiv(b, 0) >= 0",),
+            ValueError,
+            "symbolic constraint 'floordiv(b, 0) >= 0' divides by zero",
+        ),
+        (
+            ("1 - b >= 0", "-b == 2"),
+            ValueError,
+            "symbolic constraint '-b == 2' can never hold (b >= 0 is a whole number); remove it",
+        ),
+        (
+            ("2*b == 3",),
+            ValueError,
+            "symbolic constraint '2*b == 3' can never hold (b >= 0 is a whole number); remove it",
+        ),
         (
             ("a + b == 16",),
             ValueError,
@@ -250,6 +267,18 @@ def test_bad_constraints(constraints, error, message):
     with pytest.raises(error) as e:
         SymbolicScope(constraints)
     assert str(e.value) == message
+
+
+def test_dimensions_that_divide_by_zero_are_refused_as_text():
+    with pytest.raises(ValueError) as e:
+        SymbolicScope().dim("b // 0")
+    assert str(e.value) == "symbolic dimension 'b // 0' divides by zero"
+    with pytest.raises(ValueError, match=r"^spec: bad dimension 'mod\(b, 0\)' in "):
+        aotkit.spec("f32[mod(b, 0)]")
+    # A constraint that divides by zero at some sizes is broken there, not a crash.
+    scope = SymbolicScope(("mod(b, 3 - c) == 0",))
+    with pytest.raises(ValueError, match=r"break the constraint\(s\) mod\(b, 3 - c\) == 0"):
+        scope.check({"b": 4, "c": 3})
 
 
 def test_check_lists_every_broken_constraint():

@@ -110,6 +110,30 @@ CASES = {
         "constraint z >= 1 names symbol 'z', which no argument's shape has; every symbol "
         "must size an argument)",
     ),
+    # Found by fuzzing headers: ZeroDivisionError, KeyError and AttributeError escaped (and
+    # a cache entry so written failed every later run of the program).
+    "constraint-dividing-by-zero": (
+        {"symbolic": {"constraints": ["b % 0 == 0"]}},
+        "header field 'symbolic' has a constraint that does not parse (symbolic constraint "
+        "'b % 0 == 0' "
+        "divides by zero)",
+    ),
+    "equality-of-no-argument": (
+        {"symbolic": {"constraints": ["c // b == 0"]}},
+        "header field 'symbolic' describes no program aotkit can call (its program: "
+        "constraint c // b == 0 names symbol 'c', which no argument's shape has; every "
+        "symbol must size an argument)",
+    ),
+    "constraints-with-no-solution": (
+        {"symbolic": {"constraints": ["1 - b >= 0", "-b == 2"]}},
+        "header field 'symbolic' has a constraint that does not parse (symbolic constraint "
+        "'-b == 2' can "
+        "never hold (b >= 0 is a whole number); remove it)",
+    ),
+    "result-dividing-by-zero": (
+        {"out_specs": ["f32[floordiv(b, b - b),10]", "f32[b]"]},
+        "header field 'out_specs' holds a bad spec",
+    ),
     "result-symbol-of-no-argument": (
         {"out_specs": ["f32[c,10]", "f32[b]"]},
         "header field 'symbolic' describes no program aotkit can call (its program: result "

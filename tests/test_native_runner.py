@@ -201,6 +201,27 @@ def test_pytree_signature_names_leaves(runner, tmp_path):
     np.testing.assert_array_equal(out["out['n'][0]"], np.asarray(want["n"][0]))
 
 
+def test_output_files_stay_in_their_folder(runner, tmp_path):
+    """`-o DIR` names a file per output after its leaf path: a '/' in a dict key made the
+    path leave DIR (`{'/../../../PWNED': ...}` wrote two folders up) or name a folder that
+    is not there ("dense/kernel"); it is written %2F (and '%' %25)."""
+    keys = ["/../../../PWNED", "dense/kernel", "50%"]
+    model, _ = save(tmp_path, lambda x: {k: x * (i + 1.0) for i, k in enumerate(keys)},
+                    np.ones(4, np.float32))  # fmt: skip
+    x = tmp_path / "x.npy"
+    np.save(x, np.arange(4, dtype=np.float32))
+    out = tmp_path / "deep" / "er"
+    out.mkdir(parents=True)
+    (out / "out['").mkdir()  # the folder the traversal needed
+    result = run(runner, model, "--input", x, "-o", out)
+    assert result.returncode == 0, result.stderr
+    written = sorted(p.name for p in out.iterdir() if p.is_file())
+    assert written == ["out['%2F..%2F..%2F..%2FPWNED'].npy", "out['50%25'].npy",
+                       "out['dense%2Fkernel'].npy"]  # fmt: skip
+    np.testing.assert_array_equal(np.load(out / written[2]), np.arange(4) * 2.0)  # dense/kernel
+    assert not any(p.name.startswith("PWNED") for p in tmp_path.rglob("*"))
+
+
 def test_donated_argument(runner, tmp_path):
     def step(x, y):
         return x + y, y * 2.0

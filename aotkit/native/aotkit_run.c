@@ -669,8 +669,19 @@ int main(int argc, char **argv) {
       put(&one, head, hn);
       put(&one, outs[i], l->nbytes);
       if (o.outdir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s.npy", o.outdir, l->name);
+        /* One file in DIR per output: a '/' in the leaf's name (a dict key's) would make
+         * the path leave DIR or name a folder, so it is written %2F (and '%' as %25). */
+        char file[3 * 1024 + 8], path[4096 + sizeof file];
+        size_t fn = 0;
+        for (const char *p = l->name; *p && fn + 4 < sizeof file - 5; p++) {
+          if (*p == '/' || *p == '%') {
+            fn += (size_t)snprintf(file + fn, sizeof file - fn, "%%%02X", (unsigned char)*p);
+          } else {
+            file[fn++] = *p;
+          }
+        }
+        snprintf(file + fn, sizeof file - fn, ".npy");
+        snprintf(path, sizeof path, "%s/%s", o.outdir, file);
         int w = write_file(path, "-o", one.s, one.n);
         free(one.s);
         if (w) goto done;

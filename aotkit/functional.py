@@ -21,7 +21,7 @@ import numpy as np
 from jax import dtypes as jax_dtypes
 from jax import tree_util
 
-from aotkit import api, arguments, dtypes, frontends
+from aotkit import api, arguments, autograph, dtypes, frontends
 from aotkit.arguments import function_name
 from aotkit.tracing import core, keys
 from aotkit.transforms import _hlo as H
@@ -461,11 +461,15 @@ def _jacobian_inputs(where: str, fun, args, kwargs, argnums, holomorphic: bool):
     dyn = [tree_util.tree_map(lambda x: F.as_tracer(where, x), args[a]) for a in nums]
     _check_jacobian_inputs(where, dyn, holomorphic)
 
+    # The user's function converted as `grad` converts it (this wrapper has nothing to
+    # convert): its Python `if`s and loops on traced values become control flow.
+    call = autograph.convert(fun) if autograph.active() else fun
+
     def partial(*d):
         full = list(args)
         for a, v in zip(nums, d, strict=True):
             full[a] = v
-        return fun(*full, **kwargs)
+        return call(*full, **kwargs)
 
     partial.__name__ = partial.__qualname__ = function_name(fun)  # what errors name
     return dyn, partial

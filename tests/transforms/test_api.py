@@ -706,3 +706,21 @@ def test_a_family_runs_a_failing_case_once_for_all_its_checks(monkeypatch):
         with pytest.raises(ValueError, match=r"^no program for \['a'\]$"):
             check("a", np.float32)
     assert calls == [("a",), ("a",)]  # the family's program, then the case alone: once each
+
+
+def _branchy(x):
+    if anp.sum(x) > 1.0:
+        return x * 2.0
+    return x * 3.0
+
+
+def test_jacobians_convert_python_control_flow_as_grad_does():
+    """jacfwd, jacrev and hessian refused a Python `if` on a traced value ("bool() of a
+    traced bool[] array") that grad, vjp, jvp and vmap of the same function convert: they
+    called it through a wrapper, which autograph had nothing to convert in."""
+    for x, slope in ((np.ones(3, np.float32), 2.0), (np.full(3, 0.1, np.float32), 3.0)):
+        want = np.eye(3, dtype=np.float32) * slope
+        np.testing.assert_array_equal(np.asarray(aotkit.jacfwd(_branchy)(x)), want)
+        np.testing.assert_array_equal(np.asarray(aotkit.jacrev(_branchy)(x)), want)
+        hess = aotkit.hessian(lambda x: anp.sum(_branchy(x) ** 2))(x)
+        np.testing.assert_allclose(np.asarray(hess), 2 * slope**2 * np.eye(3), rtol=1e-6)

@@ -907,6 +907,37 @@ def test_run_input_mismatch(run_cli, user, npy_inputs):
     )
 
 
+def test_inputs_that_are_not_numbers_or_numpy_files(run_cli, user, npy_inputs, tmp_path):
+    """A file without NumPy's magic was called "pickled (object) data" with NumPy's advice
+    to load it with pickle; a text array's dtype error named neither the file nor the
+    argument."""
+    _, paths = npy_inputs
+    garbage = tmp_path / "garbage.npy"
+    garbage.write_bytes(b"garbage\n")
+    empty = tmp_path / "empty.npy"
+    empty.write_bytes(b"")
+    text = tmp_path / "text.npy"
+    np.save(text, np.array(["abc", "de"]))
+    shapes = ["--shapes", "f32[3]", "f32[3]", "f32[]", "--inputs", paths[0]]
+    fix = "save inputs with numpy.save or numpy.savez"
+    err = fails(run_cli("run", f"{user}:affine", *shapes, garbage, paths[2]), 1)
+    assert err == (
+        f"aotkit run: error: --inputs: cannot read {str(garbage)!r} as a .npy or .npz file (it "
+        "is not a NumPy file: it starts with b'garbag', not b'\\x93NUMPY' (.npy) or b'PK' "
+        f"(.npz)); {fix}\n"
+    )
+    err = fails(run_cli("run", f"{user}:affine", *shapes, empty, paths[2]), 1)
+    assert err == (
+        f"aotkit run: error: --inputs: cannot read {str(empty)!r} as a .npy or .npz file (it "
+        f"is empty); {fix}\n"
+    )
+    err = fails(run_cli("run", f"{user}:affine", *shapes, text, paths[2]), 1)
+    assert err == (
+        f"aotkit run: error: --inputs: {str(text)!r} holds an array of dtype <U3, which no "
+        "program takes (numbers and booleans only); save the array as it should be passed\n"
+    )
+
+
 def test_run_module_file_input_count(run_cli, module_file, npy_inputs):
     _, paths = npy_inputs
     err = fails(run_cli("run", module_file, "--inputs", *paths[:2]), 1)

@@ -24,6 +24,7 @@ INPUTS_FIX = "one .npy file per array leaf, in flat order, or one .npz file keye
 
 
 _NPZ_MAGIC = b"PK\x03\x04"
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 def _check_npy_size(file, size: int, label: str) -> None:
@@ -102,6 +103,17 @@ class Inputs:
 
     @staticmethod
     def _load(file, size: int, p: str) -> np.ndarray | dict[str, np.ndarray]:
+        start = file.read(len(_NPY_MAGIC))
+        if not start.startswith(_NPZ_MAGIC) and start != _NPY_MAGIC:
+            # (NumPy's own error for such a file calls it pickled data and suggests loading
+            # it with pickle)
+            raise ValueError(
+                "it is empty"
+                if not start
+                else f"it is not a NumPy file: it starts with {start!r}, not {_NPY_MAGIC!r} "
+                "(.npy) or b'PK' (.npz)"
+            )
+        file.seek(0)
         if file.read(len(_NPZ_MAGIC)) != _NPZ_MAGIC:
             file.seek(0)
             _check_npy_size(file, size, repr(p))
@@ -117,11 +129,10 @@ class Inputs:
     def specs(self, where: str) -> list | dict:
         """The argument specs the files imply: one per `.npy` file, or by name from `.npz` keys."""
         from aotkit.cli.notation import tree_from_keys
-        from aotkit.specs import spec_of
 
         if self.npz is None:
-            return [spec_of(x) for x in self.arrays]
-        keys = {k: spec_of(x) for k, x in self.named.items()}
+            return [_file_spec(x, repr(p)) for x, p in zip(self.arrays, self.paths, strict=True)]
+        keys = {k: _file_spec(x, f"{self.npz!r}[{k!r}]") for k, x in self.named.items()}
         try:
             return tree_from_keys(keys, f"--inputs: {self.npz!r}")
         except ValueError as e:
@@ -182,19 +193,33 @@ class Inputs:
                 # Its sizes are the array's to give; the call checks them with the others'.
                 if getattr(x, "dtype", None) != s.dtype or np.ndim(x) != len(s.shape):
                     raise UserError(
-                        f"--inputs: {label} holds {spec_of(x)} but argument {name} is {s}; "
-                        "save an array of that dtype and rank"
+                        f"--inputs: {label} holds {_file_spec(x, label)} but argument {name} "
+                        f"is {s}; save an array of that dtype and rank"
                     )
                 arrays.append(x)
                 continue
             x = restore_dtype(x, spec_of(s))  # numpy.save keeps int4, f8e4m3fn as raw bytes
-            if spec_of(x) != spec_of(s):
+            if _file_spec(x, label) != spec_of(s):
                 raise UserError(
                     f"--inputs: {label} holds {spec_of(x)} but argument {name} is "
                     f"{spec_of(s)}; save the array with that shape and dtype"
                 )
             arrays.append(x)
         return arrays
+
+
+def _file_spec(x: np.ndarray, label: str):
+    """The spec of an array read from `--inputs` file `label`; one of a dtype no program
+    takes (text, objects, records) is the user's error, naming the file."""
+    from aotkit.specs import spec_of
+
+    try:
+        return spec_of(x)
+    except (TypeError, ValueError):
+        raise UserError(
+            f"--inputs: {label} holds an array of dtype {x.dtype}, which no program takes "
+            "(numbers and booleans only); save the array as it should be passed"
+        ) from None
 
 
 def random_input(rng: np.random.Generator, spec) -> np.ndarray:

@@ -529,6 +529,13 @@ def host_value(index: int, leaf, spec: ShapeDtype) -> np.ndarray:
     Raises `ArgumentMismatch` when it does not fit; device arrays are the caller's business.
     """
     t = type(leaf)
+    if isinstance(leaf, np.ma.MaskedArray):
+        raise ArgumentMismatch(
+            index,
+            "is a NumPy masked array, whose mask a program would drop; pass x.filled(value), "
+            "or the data (x.data) and the mask (np.ma.getmaskarray(x)) as two arguments",
+            says_fix=True,
+        )
     if t is np.ndarray or isinstance(leaf, np.ndarray | np.generic):
         if not leaf.dtype.isnative:
             # Big-endian data: the same numbers, in the byte order the backend reads.

@@ -407,6 +407,8 @@ def _host_leaves(tree, array_type, in_place_from: int) -> int:
             found |= _PYTHON_SCALAR
         elif isinstance(x, np.generic):
             found |= _NARROWING
+        elif isinstance(x, np.ma.MaskedArray):
+            return _NON_NATIVE  # (the checked call refuses it: the transfer drops the mask)
         else:
             found |= _OTHER
     return found

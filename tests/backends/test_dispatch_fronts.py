@@ -9,6 +9,7 @@ suite. Calls are made more than once, so that the later ones take jaxlib's cache
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -525,6 +526,27 @@ def test_a_donated_array_is_refused_by_name(front):
         with pytest.raises(ValueError, match=r"argument x was deleted or donated") as e:
             jitted(x)
         assert _aotkit_frames(e.value) == []
+
+
+def test_a_masked_array_is_refused_not_stripped_of_its_mask(front):
+    """A masked array passed for an array argument ran on its data, its mask dropped, with
+    no word (NumPy's result is masked); refused by name, also once the signature of plain
+    arrays is in the C++ dispatch's cache, and in a container."""
+    jitted = aotkit.jit(lambda x: x * 2)
+    compiled = aotkit.lower(lambda x: x * 2, aotkit.spec("f64[2]")).compile()
+    masked = np.ma.array([1.0, 2.0], mask=[False, True])
+    message = (
+        "argument x is a NumPy masked array, whose mask a program would drop; pass "
+        "x.filled(value), or the data (x.data) and the mask (np.ma.getmaskarray(x)) as two "
+        "arguments"
+    )
+    for _ in range(2):
+        for fn in (jitted, compiled):
+            np.testing.assert_array_equal(fn(np.array([1.0, 2.0])), [2.0, 4.0])
+            with pytest.raises(TypeError, match=re.escape(message) + "$"):
+                fn(masked)
+    with pytest.raises(TypeError, match=r"argument x\[0\] is a NumPy masked array"):
+        aotkit.jit(lambda x: x[0] * 2)([masked])
 
 
 def test_errors_leave_either_front_without_aotkits_frames(front):

@@ -216,12 +216,13 @@ jax.interpreters.mlir.register_lowering(_STOP, _lower_stop)
 
 
 def _stop_gradients_marked(closed):
-    """`closed` (a ClosedJaxpr) with every `stop_gradient` in it, or in a jaxpr inside it
-    (a nested jit, a loop body, a branch), bound as `_STOP`; None if it has none. Those
-    inside a custom rule's primal (`custom_jvp_call`, `custom_vjp_call`,
-    `custom_linear_solve`: jnp.linalg.solve stops the gradient of its LU factors) are left
-    as they are: the rule, which the module does not carry, is what gives the derivative
-    there, and aotkit differentiates the primal as if they were not there."""
+    """`closed` (a ClosedJaxpr) with every `stop_gradient` the user's code (or a library's
+    other than JAX) binds in it, or in a jaxpr inside it (a nested jit, a loop body, a
+    branch), bound as `_STOP`; None if there is none. JAX's own (`_written_outside_jax`),
+    and any inside a custom rule's primal (`custom_jvp_call`, `custom_vjp_call`,
+    `custom_linear_solve`), are left as they are: the rule, which the module does not
+    carry, is what gives the derivative there, and aotkit differentiates the primal as if
+    they were not there."""
     jaxpr = _marked_jaxpr(closed.jaxpr)
     return None if jaxpr is closed.jaxpr else closed.replace(jaxpr=jaxpr)
 

@@ -281,6 +281,22 @@ def test_dimensions_that_divide_by_zero_are_refused_as_text():
         scope.check({"b": 4, "c": 3})
 
 
+def test_sizes_that_make_a_dimension_divide_by_zero_are_refused():
+    from aotkit.symbolic.signatures import SymbolicSignature
+
+    scope = SymbolicScope()
+    x = aotkit.ShapeDtype((scope.dim("b"), 3), "float32")
+    out = aotkit.ShapeDtype((scope.dim("floordiv(12, b - 2)"),), "float32")
+    signature = SymbolicSignature.of((x,), (out,))
+    signature.check_values({"b": 5}, "specialize")
+    with pytest.raises(ValueError) as e:
+        signature.check_values({"b": 2}, "specialize")
+    assert str(e.value) == (
+        "specialize: b = 2 makes dimension floordiv(12, b - 2) of f32[floordiv(12,b-2)] "
+        "divide by zero; give sizes for which every dimension has a value"
+    )
+
+
 def test_check_lists_every_broken_constraint():
     scope = SymbolicScope(("b >= 1", "t % 8 == 0", "b == 2*k"))
     scope.check({"b": 4, "t": 16, "k": 2})

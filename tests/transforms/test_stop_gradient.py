@@ -134,3 +134,28 @@ def test_saved_programs_keep_the_value_and_leave_the_mark_out(tmp_path):
     assert stripped is not lowered._program.module
     assert "optimization_barrier" not in str(stripped)
     assert "aotkit.stop_gradient" in lowered.as_text()  # the program's own module is kept
+
+
+def test_a_marked_module_that_takes_other_arguments_is_refused(monkeypatch):
+    """The module lowered again with stop_gradient kept must take the program's arguments
+    (jax.jit prunes the same ones from it); if it did not, the transforms would evaluate it
+    with the wrong ones."""
+    from aotkit.frontends import jax as jax_frontend
+
+    def f(x):
+        return jnp.sum(x * sg(x))
+
+    arity = jax_frontend._main_arity
+    calls = []
+
+    def other_arity(module):  # the program's module first, then the marked one's
+        calls.append(module)
+        return arity(module) + (len(calls) > 1)
+
+    monkeypatch.setattr(jax_frontend, "_main_arity", other_arity)
+    with pytest.raises(ValueError) as e:
+        aotkit.jit(f, frontend="jax").lower(X)
+    assert str(e.value) == (
+        "lower: f (frontend='jax'): JAX's module with jax.lax.stop_gradient kept for the "
+        "transforms takes other arguments than the program: please report this"
+    )

@@ -216,6 +216,8 @@ def _file_spec(x: np.ndarray, label: str):
     try:
         return spec_of(x)
     except (TypeError, ValueError):
+        if x.dtype.kind == "V":
+            raise  # raw bytes (ml_dtypes' arrays as numpy.save writes them): its own advice
         raise UserError(
             f"--inputs: {label} holds an array of dtype {x.dtype}, which no program takes "
             "(numbers and booleans only); save the array as it should be passed"

@@ -30,6 +30,11 @@ _NAME = re.compile(r'^loc\("([^"]+)"(?!:\d)')
 # stop_gradient to nothing, so the JAX front end lowers it again with this mark for them).
 STOP_GRADIENT = "aotkit.stop_gradient"
 
+# The integer attribute of a `stablehlo.while` that bounds its trip count, where its maker
+# knows a bound the loop's form does not show (a converted `for i in range(n)` with `break`
+# runs at most n times): reverse mode stores that many carries, as with `max_trip_count`.
+TRIP_BOUND = "aotkit.max_trip_count"
+
 
 def symbol_name(name: str) -> str:
     """`name` (a Python function name such as `<lambda>`) as a valid MLIR symbol name."""

@@ -36,8 +36,9 @@ import weakref
 
 import numpy as np
 from jax import tree_util
+from jaxlib.mlir import ir
 
-from aotkit import dtypes, lax
+from aotkit import dtypes, lax, modules
 from aotkit import numpy as anp
 from aotkit.symbolic.algebra import Dim
 from aotkit.tracing.core import (
@@ -765,7 +766,14 @@ def _build_loop(info, vals, names, init, run, bounds, test):
         k, carry = state
         return k + 1, run(_index(k, bounds), carry)
 
-    return lax.while_loop(cond, step, (k0, init))[1]
+    k, results = lax.while_loop(cond, step, (k0, init))
+    if isinstance(n, int) and n > 0:
+        # It runs at most n times, which its form (a break flag) does not show: reverse
+        # mode stores that many carries, as `max_trip_count=n` would.
+        k.value.owner.attributes[modules.TRIP_BOUND] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(64), n
+        )
+    return results
 
 
 # --- if -------------------------------------------------------------------------------------------

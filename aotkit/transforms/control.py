@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import dtypes
+from aotkit import dtypes, modules
 from aotkit.tracing import control as tracer_control
 from aotkit.tracing.core import Tracer
 from aotkit.transforms import _hlo as H
@@ -237,7 +237,11 @@ def _while_reverse(ctx, primals, tangents):
         return c
 
     trips = _ir.trip_count(op, constant_value)
-    if trips is None and policy.max_trip_count is None:
+    if policy.max_trip_count is None and _ir.has(op, modules.TRIP_BOUND):
+        # The bound the loop's maker recorded, where the user gave none.
+        policy = LoopPolicy(policy.checkpoint, _ir.int_attr(op, modules.TRIP_BOUND))
+    bound = policy.max_trip_count
+    if trips is None and bound is None:
         raise TransformError(
             f"{ev.transform}: {op_site(op)} is a while loop whose trip count depends on the "
             "data, and reverse-mode differentiation stores one carry per iteration; write it "
@@ -246,12 +250,12 @@ def _while_reverse(ctx, primals, tangents):
             "max_trip_count=N (the gradient is NaN if the loop runs longer), or "
             "differentiate it in forward mode (aotkit.jvp, aotkit.jacfwd)"
         )
-    capacity = trips if trips is not None else policy.max_trip_count
+    capacity = trips if trips is not None else bound
     every = policy.segment(capacity)
     rows = max(1, -(-capacity // every))
     if every == 1:
         try:
-            return _while_reverse_stored(ctx, primals, tangents, captured, trips, rows)
+            return _while_reverse_stored(ctx, primals, tangents, captured, trips, rows, policy)
         except _Unstorable:
             pass
     # Forward: the loop as it was, storing the carry that enters every `every`-th iteration
@@ -590,7 +594,7 @@ class _Stored:
         self.remade: list = []  # ops of the body the backward loop runs again, in order
 
 
-def _while_reverse_stored(ctx, primals, tangents, captured, trips, rows):
+def _while_reverse_stored(ctx, primals, tangents, captured, trips, rows, policy: LoopPolicy):
     """Reverse mode storing the body's residuals: the forward loop linearizes the body at
     each iteration and stacks the primal values the linear program reads; the backward
     loop transposes that program on the stored rows (nothing recomputed)."""
@@ -600,7 +604,6 @@ def _while_reverse_stored(ctx, primals, tangents, captured, trips, rows):
     n = len(primals)
     cond_block, body_block = o.regions[0].blocks[0], o.regions[1].blocks[0]
     cap_tangents = [ev.entry(ctx.env, v)[1] for v in captured]
-    policy: LoopPolicy = ctx.T.loop_policy
     floats = [is_float(p.dtype) for p in primals]
     penv = _primal_env(ev, ctx.env, captured)
     primal_ev = JVPEvaluator(ev.functions, Forward(), ev.transform)

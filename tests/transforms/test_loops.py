@@ -76,6 +76,38 @@ def test_a_data_dependent_loop_without_a_bound_says_what_to_do():
         aotkit.grad(_until)(np.ones(3, np.float32))
 
 
+def _stops_early(x):
+    s = 0.0
+    for i in range(5):
+        s = s + anp.sin(x[i]) * x[i]
+        if s > 1.5:
+            break
+    return s
+
+
+def _returns_early(x):
+    for i in range(4):
+        if x[i] > 2.0:
+            return x[i] * x[0]
+    return x.sum()
+
+
+@pytest.mark.parametrize("fn", [_stops_early, _returns_early])
+@pytest.mark.parametrize("scale", [1.0, 3.0, 0.1])
+def test_a_range_loop_with_break_or_return_is_reversed_without_a_bound(fn, scale):
+    """`for i in range(n)` with a traced `break` or `return` becomes a while loop whose form
+    does not show n: grad refused it unless given max_trip_count. The converted loop
+    records n, which reverse mode takes as the bound (with checkpoints too)."""
+    x = np.array([0.5, 0.7, 0.9, 1.2, 0.3], np.float64) * scale
+    f = aotkit.jit(fn)
+    eps = 1e-6
+    want = [(float(f(x + eps * e)) - float(f(x - eps * e))) / (2 * eps) for e in np.eye(5)]
+    for policy in (None, "sqrt"):
+        got = aotkit.grad(fn, checkpoint_loops=policy)(x)
+        assert np.asarray(got).dtype == np.float64
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-9)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

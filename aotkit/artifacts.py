@@ -376,14 +376,17 @@ def unpack(
     Messages read `{where}: {label} ...; {fix}` (`fix` says what to do; default: write the
     file again).
     """
+    not_one = fix or "pass a file written by Compiled.save or `aotkit compile -o F.aotx`"
     fix = fix or REWRITE
     where = f"{where}: {label}"
     view = memoryview(data)
     n = len(view)
-    if bytes(view[: len(MAGIC)]) != MAGIC[:n] or n == 0:
+    if n == 0:
+        raise ArtifactError(f"{where} is empty, not an aotkit artifact; {not_one}", path=label)
+    if bytes(view[: len(MAGIC)]) != MAGIC[:n]:
         raise ArtifactError(
             f"{where} is not an aotkit artifact (it starts with {bytes(view[:8])!r}, not "
-            f"{MAGIC!r}); pass a file written by Compiled.save or `aotkit compile -o F.aotx`",
+            f"{MAGIC!r}); {not_one}",
             path=label,
         )
     if n < PREFIX_SIZE:

@@ -625,7 +625,7 @@ def corruptions(data: bytes) -> dict[str, tuple[bytes, str]]:
     )
     for at in (0, 4, 20, artifacts.PREFIX_SIZE + 3, header_end + 10, sections_end - 1):
         if at == 0:
-            message = "is not an aotkit artifact"
+            message = "is empty, not an aotkit artifact; "
         elif at < artifacts.PREFIX_SIZE:
             message = f"is truncated: {at} bytes, shorter than the {artifacts.PREFIX_SIZE}-byte"
         elif at < header_end:

@@ -224,6 +224,17 @@ def test_an_entry_whose_reading_fails_otherwise_is_deleted_not_kept(cache_dir, m
     )
 
 
+def test_an_empty_entry_is_deleted_and_says_so(cache_dir):
+    path = first_entry(cache_dir)
+    path.write_bytes(b"")
+    # (it ended with an artifact's advice: "pass a file written by Compiled.save ...")
+    recompiles_with_warning(
+        cache_dir,
+        rf"^aotkit cache: entry: {re.escape(str(path))} is empty, not an aotkit artifact; "
+        r"deleted it; compiling again$",
+    )
+
+
 def test_truncated_entry(cache_dir):
     path = first_entry(cache_dir)
     data = path.read_bytes()

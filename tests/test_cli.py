@@ -1611,6 +1611,17 @@ def test_inspect_names_the_file_of_a_bad_module(run_cli, tmp_path):
     assert "<bytes>" not in err
 
 
+def test_inspect_of_a_folder_named_like_an_artifact_says_so(run_cli, tmp_path):
+    folder = tmp_path / "model.aotx"
+    folder.mkdir()
+    err = fails(run_cli("inspect", folder), 1)
+    # (it spoke of module files: "pass a file holding StableHLO MLIR text, ...")
+    assert err == (
+        f"aotkit inspect: error: aotkit.load: {folder} is a directory; pass the path of an "
+        "artifact file\n"
+    )
+
+
 def test_unknown_pass_points_to_list_passes(run_cli, user):
     err = fails(
         run_cli("compile", f"{user}:double", "--shapes", "f32[3]", "--pipeline", "nosuch"), 1

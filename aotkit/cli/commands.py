@@ -395,8 +395,11 @@ def cmd_inspect(args) -> int:
     `aotkit.load_module` reads from a module file."""
     from aotkit import artifacts
 
-    if is_artifact_file(args.target):
-        # Worded as aotkit.load, as `describe`'s own checks are: the same file, the same text.
+    if is_artifact_file(args.target) or (
+        args.target.endswith(".aotx") and Path(args.target).is_dir()
+    ):
+        # Worded as aotkit.load, as `describe`'s own checks are: the same file, the same text
+        # (a folder named .aotx too, which the module reader would call no module file).
         data, label = artifacts.read(Path(args.target))
         write_text(None, artifacts.describe(data, label))
         return EXIT_OK

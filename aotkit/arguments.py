@@ -17,6 +17,7 @@ from __future__ import annotations
 import array
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Sequence
 
 import jax
@@ -165,6 +166,16 @@ def flatten(where: str, tree_in, names: Callable[[], Sequence] | None = None):
     failed."""
     try:
         return tree_util.tree_flatten(tree_in)
+    except (RecursionError, SystemError) as e:
+        # (jax.tree_util's C++ flattening ran out of Python's recursion limit: a SystemError
+        # "returned a result with an exception set" whose cause is a RecursionError)
+        if isinstance(e, SystemError) and not isinstance(e.__cause__, RecursionError):
+            raise
+        raise ValueError(
+            f"{where}: the arguments nest deeper than Python's recursion limit "
+            f"({sys.getrecursionlimit()}) lets a pytree be flattened; pass flatter containers "
+            "(a list of arrays, or one stacked array)"
+        ) from None
     except ValueError:
         found = _unsortable_dict(tree_in)
         if found is None:

@@ -595,10 +595,12 @@ class Compiled(Stage):
             raise self._argument_error(mismatch, leaves) from None
 
     def _diagnose(self, args, kwargs, mismatch: ArgumentMismatch) -> Exception:
-        tree = tree_util.tree_structure((args, kwargs))
+        leaves, tree = flatten(
+            f"Compiled {self.name!r}", (args, kwargs), lambda: self.signature.arg_names
+        )
         if tree != self.in_tree:
             return self._tree_error(tree)
-        return self._argument_error(mismatch, tree_util.tree_leaves((args, kwargs)))
+        return self._argument_error(mismatch, leaves)
 
     def _tree_error(self, tree) -> TypeError:
         where, expected, given = _first_difference(self.in_tree, tree, ())

@@ -1090,8 +1090,10 @@ def save_npz(path, arrays):
         LOSS_SHAPES,
         ["{w: f32[4,3], b: f32[3]}", "f32[8,4]", "f32[8,3]"],
         ["{'b': 'f32[3]', 'w': 'f32[4,3]'}", "f32[8,4]", "f32[8,3]"],
+        # a spec in quotes at the top level too, as inside a pytree (it was refused)
+        ["{'b': 'f32[3]', 'w': 'f32[4,3]'}", '"f32[8,4]"', "'f32[8,3]'"],
     ],
-    ids=["json", "bare", "single-quotes"],
+    ids=["json", "bare", "single-quotes", "quoted-specs"],
 )
 def test_pytree_shapes_lower_like_the_api(run_cli, pytree_user, shapes):
     code, out, err = run_cli("lower", f"{pytree_user}:loss", "--shapes", *shapes)

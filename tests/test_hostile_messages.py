@@ -472,6 +472,28 @@ def test_unsortable_keys_in_lower_name_the_argument():
     assert str(e.value).endswith(UNSORTED.format(name="d['outer']"))
 
 
+def test_arguments_nested_past_the_recursion_limit_are_a_clear_error():
+    """2,000 nested lists raised JAX's "SystemError: <nanobind.nb_method ...> returned a
+    result with an exception set"."""
+    deep = np.ones(2, np.float32)
+    for _ in range(2000):
+        deep = [deep]
+    compiled = aotkit.jit(_first).lower({"a": np.ones(2, np.float32)}).compile()
+    for where, call in (
+        ("jit(_first)", lambda: aotkit.jit(_first).lower(deep)),
+        ("jit(_first)", lambda: aotkit.jit(_first)(deep)),
+        ("Compiled '_first'", lambda: compiled(deep)),
+    ):
+        with pytest.raises(ValueError) as e:
+            call()
+        message = str(e.value)  # (not in the assert: pytest would print `deep`, too deep)
+        assert message == (
+            f"{where}: the arguments nest deeper than Python's recursion limit "
+            f"({sys.getrecursionlimit()}) lets a pytree be flattened; pass flatter containers "
+            "(a list of arrays, or one stacked array)"
+        ), message
+
+
 def test_unsortable_keys_in_a_compiled_call_name_the_argument():
     compiled = aotkit.jit(_first).lower({"a": np.ones(2, np.float32)}).compile()
     with pytest.raises(TypeError) as e:

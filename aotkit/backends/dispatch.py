@@ -223,9 +223,12 @@ def native_dispatcher(
         # The call's own lists and dicts: the C++ dispatch keys one structure, and a miss
         # traces and runs that same one, whatever another thread does to the caller's.
         args, kwargs = _native.snapshot(args), _native.snapshot(kwargs)
-        found = _host_leaves(args, array_type, in_place_from)
-        if kwargs:
-            found |= _host_leaves(kwargs, array_type, in_place_from)
+        try:
+            found = _host_leaves(args, array_type, in_place_from)
+            if kwargs:
+                found |= _host_leaves(kwargs, array_type, in_place_from)
+        except RecursionError:  # nested past the limit: the checked call says so
+            return python_call(*args, **kwargs)
         both = found & _NARROWING and found & _PYTHON_SCALAR
         if found & _NON_NATIVE or both and thread_x64.value is not True:
             # Read as native bytes, or narrowed into an x64-off signature: the checked call.

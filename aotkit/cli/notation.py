@@ -35,7 +35,13 @@ MAX_DEPTH = 64
 
 
 def parse_shape(text: str):
-    """One `--shapes` value: a ShapeDtype, or a dict/list/tuple pytree of them."""
+    """One `--shapes` value: a ShapeDtype, or a dict/list/tuple pytree of them. A spec in
+    quotes (`'"f32[3]"'`, JSON's spelling) is the spec, as it is inside a pytree."""
+    stripped = text.strip()
+    if len(stripped) >= 2 and stripped[0] == stripped[-1] and stripped[0] in "\"'":
+        inner = stripped[1:-1]
+        if inner.strip()[:1] not in _OPENERS and not any(q in inner for q in "\"'"):
+            return spec(inner)
     if text.lstrip()[:1] not in _OPENERS:
         return spec(text)
     parser = _Parser(text)

@@ -414,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeat",
         type=_positive_int,
         default=1,
+        metavar="N",
         help="run N times, report the best time (even with -q)",
     )
     p.add_argument(

@@ -18,6 +18,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -478,6 +479,12 @@ def test_arguments_nested_past_the_recursion_limit_are_a_clear_error():
     deep = np.ones(2, np.float32)
     for _ in range(2000):
         deep = [deep]
+    try:
+        jax.tree_util.tree_flatten(deep)
+    except (RecursionError, SystemError):
+        pass
+    else:
+        pytest.skip("this jax flattens 2,000 nested lists (jax 0.12: no recursion limit)")
     compiled = aotkit.jit(_first).lower({"a": np.ones(2, np.float32)}).compile()
     for where, call in (
         ("jit(_first)", lambda: aotkit.jit(_first).lower(deep)),

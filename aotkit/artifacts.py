@@ -1060,9 +1060,9 @@ def option_fault(key: str, value) -> str | None:
             f"{key!r} = {value}, a negative count or size, which XLA would read as a huge "
             "unsigned size (aborting the process)"
         )
-    if "crash" in key.lower():
+    if backends.base.aborts_on_purpose(key):
         return f"{key!r}, an option that makes the compiler end the process on purpose"
-    if backends.base.option_danger(key, value) is not None:
+    if backends.base.huge_count(key, value):
         return (
             f"{key!r} = {value}, a count above {backends.base.MAX_COUNT}, which makes the "
             "compile run for minutes with memory growing without bound"

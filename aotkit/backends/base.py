@@ -452,12 +452,26 @@ MAX_COUNT = 4096
 _COUNT_WORDS = re.compile(r"(^|_)(count|counts|split|threads|num)(_|$)")
 
 
+def aborts_on_purpose(key: str) -> bool:
+    """Whether option `key` makes XLA end the process on purpose, a debugging check of its
+    own (`xla_unsupported_crash_on_hlo_pass_noop_change` aborts compiling any module)."""
+    return "crash" in key.lower()
+
+
+def huge_count(key: str, value) -> bool:
+    """Whether option `key` = `value` counts parts or threads above `MAX_COUNT`."""
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value > MAX_COUNT
+        and _COUNT_WORDS.search(key) is not None
+    )
+
+
 def option_danger(key: str, value) -> str | None:
     """Why compiling with option `key` = `value` would end or exhaust the process, worded to
-    follow the option's name, or None: a negative count or size (`_SIZE_WORDS`), an option
-    that makes XLA abort on purpose (`xla_unsupported_crash_on_hlo_pass_noop_change`), a
-    count above `MAX_COUNT`."""
-    if "crash" in key.lower():
+    follow the option's name, or None: `aborts_on_purpose`, `negative_size`, `huge_count`."""
+    if aborts_on_purpose(key):
         return (
             "makes the compiler end the process on purpose (a debugging check of XLA's); "
             "leave it out"
@@ -468,12 +482,7 @@ def option_danger(key: str, value) -> str | None:
             "read it as a huge unsigned size (aborting the process); give 0 or a positive "
             "value, or leave the option out"
         )
-    if (
-        isinstance(value, int)
-        and not isinstance(value, bool)
-        and value > MAX_COUNT
-        and _COUNT_WORDS.search(key) is not None
-    ):
+    if huge_count(key, value):
         return (
             f"has the value {value}, a count of parts or threads above {MAX_COUNT}, which "
             "makes the compile run for minutes with memory growing without bound; give "

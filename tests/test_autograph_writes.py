@@ -780,7 +780,8 @@ def test_random_programs_writing_through_views_match_numpy_or_are_refused(tmp_pa
         through_view = "a view of" in str(e) and "NumPy would write through it" in str(e)
         # (an in-place method of an expression in a traced branch or loop: refused as such)
         changes_an_object = "which changes a Python object" in str(e) and "ag__" not in str(e)
-        assert through_view or changes_an_object, (source, e)
+        made_before = "writes into a NumPy array made before the" in str(e)
+        assert through_view or changes_an_object or made_before, (source, e)
         return
     assert_matches(got, want, source)
 
@@ -1054,3 +1055,76 @@ def test_tuple_assignment_into_elements_and_slices_works_as_in_numpy(tmp_path):
     _same_as_numpy(m.swap, x, 2, 2)
     _same_as_numpy(m.nested, x)
     _same_as_numpy(m.mixed, x)
+
+
+def test_a_traced_block_writing_into_a_numpy_array_made_before_it_is_refused(tmp_path):
+    """`v = V[0:1]; v.fill(0.5)` in an `if` on a traced condition wrote V at trace time, so
+    V[0] was 0.5 whether or not the branch ran (NumPy: only if it runs); `v.sort()` the
+    same; `np.add(v, 1, out=v)` in a loop with a traced trip count wrote once (NumPy: at
+    every iteration). Found by the random programs above. The NumPy arrays the function's
+    names hold are read-only while a traced block runs, so such a write fails at its line
+    and is refused; arrays made in the block are written as NumPy writes them."""
+    m, path = module_from_source(
+        tmp_path,
+        """
+        G = np.zeros(6)
+
+        def fill_view(t):
+            V = np.zeros(6)
+            if t[0] > 0:
+                v = V[0:1]
+                v.fill(0.5)
+            return V
+
+        def sort_view(t):
+            V = np.arange(6.0)[::-1].copy()
+            if t[0] > 0:
+                v = V[0:3]
+                v.sort()
+            return V
+
+        def global_view(t):
+            if t[0] > 0:
+                w = G[0:2]
+                w.fill(2.0)
+            return G + 0
+
+        def out_in_a_loop(t):
+            V = np.zeros(6)
+            for k in range((t[0] > 0).astype(int) * 3):
+                v = V[0:2]
+                np.add(v, 1.0, out=v)
+            return V
+
+        def made_inside(t):
+            V = np.zeros(6)
+            if t[0] > 0:
+                w = np.arange(3.0)[::-1].copy()
+                w.fill(2.0)
+                u = w[1:]
+                u.sort()
+                V = V + w.sum()
+            return V
+        """,
+    )
+    cases = [
+        ("fill_view", "if", 7, 9, "assignment destination is read-only", "branch"),
+        ("sort_view", "if", 14, 16, "sort array is read-only", "branch"),
+        ("global_view", "if", 20, 22, "assignment destination is read-only", "branch"),
+        ("out_in_a_loop", "for loop", 27, 29, "output array is read-only", "loop body"),
+    ]
+    for name, kind, line, written, numpy_says, body in cases:
+        with pytest.raises(TypeError) as e:
+            aotkit.jit(getattr(m, name))(np.ones(2))
+        when = "only if the branch runs" if kind == "if" else "at every iteration"
+        assert str(e.value) == (
+            f"{kind} (at {path}:{line}): the line at {path}:{written} writes into a NumPy array "
+            f"made before the {kind}, or a view of one (NumPy: {numpy_says}); NumPy would "
+            f"write it {when}, but aotkit traces the {body} once; make the array from a traced "
+            "value where it is made (np.zeros_like(x), or aotkit.numpy.zeros(shape)) and "
+            "assign into it by name, or return the new values"
+        ), name
+    # The arrays are writeable again, and unchanged.
+    assert m.G.flags.writeable and not m.G.any()
+    for t in (np.array([1.0, 0.0]), np.array([-1.0, 0.0])):
+        assert_matches(aotkit.jit(m.made_inside)(t), m.made_inside(t))

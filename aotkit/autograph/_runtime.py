@@ -28,6 +28,7 @@ import builtins
 import contextlib
 import itertools
 import operator
+import re
 import sys
 import threading
 import types
@@ -375,8 +376,8 @@ def for_stmt(iterable, body, info):
             try:
                 if type(iterable) is range:
                     bounds = _Range(iterable.start, iterable.stop, iterable.step)
-                    return _loop(info, vals, body, bounds)
-                return _loop(info, vals, body, _Range(0, n, 1), rows=iterable)
+                    return _loop(info, vals, scope, body, bounds)
+                return _loop(info, vals, scope, body, _Range(0, n, 1), rows=iterable)
             except Exception as e:
                 _warn(info, _unrolled_message(info, n, _reason(e)))
     return _python_for(info, vals, scope, body, iterable)
@@ -386,7 +387,7 @@ def _must_convert(info, vals, scope, body, bounds: _Range, rows=None):
     reasons = _side_effects(info, vals, scope)
     if reasons:
         raise _NotConvertible("; ".join(reasons))
-    return _loop(info, vals, body, bounds, rows=rows)
+    return _loop(info, vals, scope, body, bounds, rows=rows)
 
 
 def _python_for(info, vals: dict, scope, body, iterable):
@@ -447,7 +448,7 @@ def while_stmt(test, body, info):
     try:
         if reasons:
             raise _NotConvertible("; ".join(reasons))
-        return _loop(info, vals, body, None, test=test)
+        return _loop(info, vals, scope, body, None, test=test)
     except _NotConvertible as e:
         raise TypeError(
             f"while loop (at {info.site}): the condition is traced, so the loop must become "
@@ -504,7 +505,7 @@ def _carried(info, vals: dict, extra, bounds, slots: dict) -> tuple[list[str], d
     return names, init
 
 
-def _loop(info, vals, body, bounds, *, rows=None, test=None):
+def _loop(info, vals, scope, body, bounds, *, rows=None, test=None):
     """One traced loop over `bounds` (a `_Range`), or while `test` holds when `bounds` is None."""
     _refuse_views_written(info, vals)
     extra: list[str] = []
@@ -516,7 +517,7 @@ def _loop(info, vals, body, bounds, *, rows=None, test=None):
         run = _body_runner(info, vals, body, names, record, rows, pending)
         run = _watch_python_ints(info, init, run, bounds)
         try:
-            with _traced_block():
+            with _traced_block(info, scope, "at every iteration"):
                 results = _build_loop(info, vals, names, init, run, bounds, test)
         except _Discovered as d:
             slots.update(d.found)
@@ -799,7 +800,7 @@ def if_stmt(test, true_fn, false_fn, info):
     slots: dict = {}
     while True:
         try:
-            return _traced_if(info, vals, pred, true_fn, false_fn, copied, slots)
+            return _traced_if(info, vals, scope, pred, true_fn, false_fn, copied, slots)
         except _Discovered as d:  # the false branch returns, the true one does not
             slots.update(d.found)
         except TypeError as e:
@@ -841,7 +842,7 @@ def _promote_written_numpy(info, vals) -> None:
             vals[n] = _promote(vals[n], shared.get(n), f"{_what(info)} (at {info.site})", how)
 
 
-def _traced_if(info, vals, pred, true_fn, false_fn, copied, slots):
+def _traced_if(info, vals, scope, pred, true_fn, false_fn, copied, slots):
     returning = info.kind == "ifreturn"
     structure: dict[str, str] = {}
     first: dict = {}  # the true branch's outputs, for the return slots of the false branch
@@ -880,7 +881,7 @@ def _traced_if(info, vals, pred, true_fn, false_fn, copied, slots):
 
         return run
 
-    with _traced_block():
+    with _traced_block(info, scope, "only if the branch runs"):
         result, inplace = lax.cond(pred, branch(true_fn, "true"), branch(false_fn, "false"))
     final = {} if returning else dict(result)
     for n, kind in structure.items():
@@ -1444,14 +1445,84 @@ def _numpy_view_in_use(value) -> str | None:
 
 
 @contextlib.contextmanager
-def _traced_block():
+def _traced_block(info, scope: _CallerNames, what: str):
     """While a traced branch or loop body runs: a NumPy array it writes into is written
-    when the function is traced, whether or not the branch or iteration runs."""
+    when the function is traced, whether or not the branch or iteration runs (`what`: how
+    often NumPy would write, for the message). The NumPy arrays the function's names hold
+    (its locals, the variables it closes over, its module's globals) are read-only
+    meanwhile, so a write into one through a view, an in-place method (`v.fill(0)`,
+    `v.sort()`) or `out=` fails where it is made, and is refused with that line."""
+    frozen = [
+        a
+        for v in (*scope.locals.values(), *scope.globals.values())
+        for a in _numpy_leaves(v)
+        if a.flags.writeable
+    ]
+    for a in frozen:
+        a.flags.writeable = False
     _views.depth = getattr(_views, "depth", 0) + 1
     try:
         yield
+    except ValueError as e:
+        if not frozen or not _READ_ONLY.search(str(e)):
+            raise
+        kind, body = _KINDS[info.kind]
+        raise TypeError(
+            f"{kind} (at {info.site}): {_where_written(e, info)} writes into a NumPy array "
+            f"made before the {kind}, or a view of one (NumPy: {str(e).splitlines()[0]}); "
+            f"NumPy would write it {what}, but aotkit traces the {body} once; make the array "
+            "from a traced value where it is made (np.zeros_like(x), or "
+            "aotkit.numpy.zeros(shape)) and assign into it by name, or return the new values"
+        ) from None
     finally:
         _views.depth -= 1
+        _writeable_again(frozen)
+
+
+# What NumPy says of a write into a read-only array (an assignment, an in-place method, out=).
+_READ_ONLY = re.compile(r"read-only")
+_KINDS = {
+    "if": ("if", "branch"),
+    "ifreturn": ("if", "branch"),
+    "for": ("for loop", "loop body"),
+    "while": ("while loop", "loop body"),
+}
+
+
+def _numpy_leaves(value) -> list:
+    if isinstance(value, np.ndarray):
+        return [value]
+    if isinstance(value, list | tuple | dict):
+        return [a for a in tree_util.tree_leaves(value) if isinstance(a, np.ndarray)]
+    return []
+
+
+def _where_written(e: BaseException, info) -> str:
+    """`the line at FILE:N` for the innermost frame of the exception's traceback in the
+    converted function's file, else `it`."""
+    line = None
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == info.filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return "it" if line is None else f"the line at {info.filename}:{line}"
+
+
+def _writeable_again(arrays: list) -> None:
+    """Makes `arrays` writeable again: a view only once its base is (bases first, in as
+    many rounds as views of views need)."""
+    left = arrays
+    while left:
+        failed = []
+        for a in left:
+            try:
+                a.flags.writeable = True
+            except ValueError:
+                failed.append(a)
+        if len(failed) == len(left):
+            raise AssertionError("arrays that cannot be made writeable again")
+        left = failed
 
 
 def _bound_by(text: str | None) -> str:

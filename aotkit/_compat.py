@@ -987,3 +987,16 @@ def equation_frames(eqn) -> list[tuple[str, str]] | None:
         return [(f.file_name, f.function_name) for f in frames]
     except AttributeError:  # (no traceback kept: JAX's location settings)
         return None
+
+
+def custom_jvp_rule(eqn, zeros: list[bool]):
+    """The JVP rule of a `custom_jvp_call` equation as (jaxpr, consts, out_zeros): the
+    jaxpr takes the primals and then a tangent for each but those `zeros` marks (True: a
+    zero tangent, not passed; one per argument past the closed-over values) and returns the
+    primal outputs and then the tangent of each output but those `out_zeros` marks. None
+    where this jax keeps the rule otherwise."""
+    fun = eqn.params.get("jvp_jaxpr_fun")
+    if fun is None or not hasattr(fun, "call_wrapped"):
+        return None
+    jaxpr, consts, out_zeros = fun.call_wrapped(*zeros)
+    return jaxpr, consts, tuple(out_zeros)

@@ -25,10 +25,21 @@ _NAME = re.compile(r'^loc\("([^"]+)"(?!:\d)')
 
 
 # The unit attribute that makes a `stablehlo.optimization_barrier` stand for
-# `stop_gradient`: the value passes unchanged (XLA computes it as any barrier) and every
-# derivative through it is zero (aotkit's transforms read the mark; JAX's own modules lower
-# stop_gradient to nothing, so the JAX front end lowers it again with this mark for them).
+# `stop_gradient`: the value passes unchanged (the barrier is left out of what a backend
+# compiles, `without_marks`) and every derivative through it is zero (aotkit's transforms
+# read the mark; JAX's own modules lower stop_gradient to nothing, so the JAX front end
+# lowers it again with this mark for them).
 STOP_GRADIENT = "aotkit.stop_gradient"
+
+# The string attribute of the two `stablehlo.optimization_barrier`s around a function's
+# own derivative rule (a `jax.custom_jvp`'s, lowered by the JAX front end for the
+# transforms): "begin" takes the n primals and then a zero tangent for each; the rule's ops
+# take its results; "end n" takes the same primals, the rule's primal outputs and then
+# their tangents. The values pass unchanged. A transform that differentiates (a primal
+# has a tangent) takes the tangents of the outputs to be the rule's, computed from the
+# primals' tangents (given to the rule in place of the zeros), and none through the
+# primals themselves; one that does not keeps the marks.
+CUSTOM_JVP = "aotkit.custom_jvp"
 
 # The integer attribute of a `stablehlo.while` that bounds its trip count, where its maker
 # knows a bound the loop's form does not show (a converted `for i in range(n)` with `break`
@@ -282,13 +293,16 @@ def portable_version(text: str | None, what: str = "target version") -> str:
     return text
 
 
-def without_stop_gradients(module: ir.Module) -> ir.Module:
-    """`module`, or a copy of it without the barriers that stand for stop_gradient
-    (`STOP_GRADIENT`: each use of one reads its operand), which VHLO has no place for."""
+def without_marks(module: ir.Module) -> ir.Module:
+    """`module`, or a copy of it without the barriers that only carry marks for the
+    transforms (`STOP_GRADIENT`, `CUSTOM_JVP`: each use of one reads its operand), which
+    VHLO has no place for and XLA would only see as barriers."""
     marked: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "stablehlo.optimization_barrier" and STOP_GRADIENT in op.attributes:
+        if op.name == "stablehlo.optimization_barrier" and (
+            STOP_GRADIENT in op.attributes or CUSTOM_JVP in op.attributes
+        ):
             marked.append(op)
         return ir.WalkResult.ADVANCE
 
@@ -309,12 +323,13 @@ def without_stop_gradients(module: ir.Module) -> ir.Module:
 def portable_artifact(module: ir.Module, target_version: str | None = None) -> bytes:
     """The module as a StableHLO portable artifact (versioned VHLO bytecode) for
     `target_version` (see `portable_version`); ValueError with StableHLO's reason if the
-    module cannot be written (CHLO left in it, say). The barriers that stand for
-    stop_gradient are left out (the values are the same; the mark has no VHLO form)."""
+    module cannot be written (CHLO left in it, say). The barriers that carry
+    marks for the transforms are left out (the values are the same; the marks have no VHLO
+    form)."""
     from jaxlib.mlir.dialects import stablehlo
 
     target = portable_version(target_version)
-    module = without_stop_gradients(module)
+    module = without_marks(module)
     found: list[str] = []
 
     def handler(d) -> bool:

@@ -103,10 +103,11 @@ class Program:
     jax.jit's is; the transforms evaluate the module with the other leaves; and
     `executable_module` puts them back as unused arguments, one per leaf, for sharded
     executables (whose shardings are per leaf). `marked_module`: None, or (the JAX front end,
-    for a function whose code calls `jax.lax.stop_gradient`, which JAX's module lowers to
-    nothing) the module lowered again with each such stop_gradient kept as a barrier marked
-    `modules.STOP_GRADIENT`, in the program's context, with the same arguments: what the
-    transforms evaluate.
+    for a function that calls `jax.lax.stop_gradient` or a `jax.custom_jvp` function, which
+    JAX's module lowers away) a function that makes, on first use, the module lowered again
+    with them kept (`modules.STOP_GRADIENT`, `modules.CUSTOM_JVP`), in the program's
+    context, with the same arguments, or None if there is nothing to keep after all: what
+    the transforms evaluate.
     """
 
     module: object
@@ -128,8 +129,10 @@ class Program:
 
     def compiled_form(self, sharded: bool) -> tuple:
         """(the module a backend compiles, `unread(sharded)`): the module as it is where its
-        executable leaves the pruned leaves out, else `executable_module()`."""
-        return (self.executable_module() if sharded else self.module), self.unread(sharded)
+        executable leaves the pruned leaves out, else `executable_module()`; without the
+        barriers that only carry marks for the transforms (`modules.without_marks`)."""
+        module = self.executable_module() if sharded else self.module
+        return modules.without_marks(module), self.unread(sharded)
 
     def executable_module(self):
         """The module with one `@main` argument per flat input leaf: `module` itself, or a

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from collections.abc import Callable
 
 import jax
 import jax.extend.core
 import jax.interpreters.mlir
+import jax.numpy
 import numpy as np
 from jax import tree_util
 from jaxlib.mlir import ir
@@ -179,22 +181,29 @@ def trace_jax(
         with _context.of(adopted.module):
             modules.erase_unused_arguments(adopted.module, pruned)
     marked = None
-    if not sharded:
-        stops = _stop_gradients_marked(jax_traced.jaxpr)
-        if stops is not None:
-            marked = _marked_module(stops, keep_unused, n_main, pruned or (), name, where, lc)
+    if not sharded and _has_marks(jax_traced.jaxpr.jaxpr):
+        marked = _MarkedModule(jax_traced.jaxpr, keep_unused, n_main, pruned or (), name, where, lc)
     return adopted.replace(signature=signature, pruned=pruned or (), marked_module=marked)
 
 
-# --- stop_gradient, kept for the transforms ------------------------------------------------------
-# JAX lowers `jax.lax.stop_gradient` to nothing: its module differentiates through it. For
-# the transforms, a function whose own code calls it (or a library's other than JAX) is
-# lowered again from its jaxpr with each such stop_gradient bound as `_STOP` instead, which
-# lowers to a barrier marked `modules.STOP_GRADIENT` (the value unchanged, the derivative
-# zero in aotkit's rules). JAX's own functions stop gradients where a custom rule, which
-# JAX's module does not carry, gives the derivative (jnp.linalg.solve's LU factors, inside
-# a custom_linear_solve) or where the derivative does not depend on it (logsumexp's shift
-# by the maximum): aotkit differentiates through those, as the rules' primal computes.
+# --- stop_gradient and custom JVP rules, kept for the transforms --------------------------------
+# JAX lowers `jax.lax.stop_gradient` to nothing, and a `jax.custom_jvp` function to its
+# primal computation: its module differentiates through both. For the transforms, a function
+# that uses either is lowered again from its jaxpr (`Program.marked_module`):
+# - each stop_gradient its own code calls (or a library's other than JAX) bound as `_STOP`
+#   instead, which lowers to a barrier marked `modules.STOP_GRADIENT` (the value unchanged,
+#   the derivative zero in aotkit's rules). JAX's own functions stop gradients where a
+#   custom rule, which JAX's module does not carry, gives the derivative (jnp.linalg.solve's
+#   LU factors, inside a custom_linear_solve) or where the derivative does not depend on it
+#   (logsumexp's shift by the maximum): aotkit differentiates through those, as the rules'
+#   primal computes;
+# - each custom_jvp call (jax.nn.relu, jax.scipy.special.log_ndtr, the user's own) bound as
+#   `_CUSTOM_JVP`, which lowers to its rule between the barriers of `modules.CUSTOM_JVP`:
+#   the transforms take the rule's tangents as the derivative, as JAX does. Differentiating
+#   the primal instead gives other values where the rule chooses one (relu's derivative at
+#   0) or where the primal's own derivative is not finite (log_ndtr's far tail, i0e at 0).
+#   Calls with a result that is not floating point (whose tangent JAX types float0) or that
+#   close over traced values keep their primal.
 
 _JAX_DIR = os.path.dirname(jax.__file__) + os.sep
 _TREE_MAPS = (
@@ -214,17 +223,210 @@ def _lower_stop(ctx, x):
 
 jax.interpreters.mlir.register_lowering(_STOP, _lower_stop)
 
+# `_CUSTOM_JVP.bind(*primals, rule=..., out_avals=...)`: the primal outputs of a custom_jvp
+# function whose rule is `rule(*primals, *tangents) -> [*outputs, *output tangents]`.
+_CUSTOM_JVP = jax.extend.core.Primitive("aotkit_custom_jvp")
+_CUSTOM_JVP.multiple_results = True
+_CUSTOM_JVP.def_abstract_eval(lambda *avals, rule, out_avals: list(out_avals))
+# The barriers around the rule: `_RULE_MARK.bind(*values, kind="begin" | "end")`.
+_RULE_MARK = jax.extend.core.Primitive("aotkit_custom_jvp_mark")
+_RULE_MARK.multiple_results = True
+_RULE_MARK.def_abstract_eval(lambda *avals, kind: list(avals))
 
-def _stop_gradients_marked(closed):
+
+def _lower_rule_mark(ctx, *values, kind):
+    op = stablehlo.OptimizationBarrierOp(list(values))
+    op.attributes[modules.CUSTOM_JVP] = ir.StringAttr.get(kind)
+    return list(op.results)
+
+
+def _custom_jvp_as_rule(*primals, rule, out_avals):
+    n = len(primals)
+    zeros = [jax.numpy.zeros_like(p) for p in primals]
+    entered = _RULE_MARK.bind(*primals, *zeros, kind="begin")
+    left = _RULE_MARK.bind(*primals, *rule(*entered), kind=f"end {n}")
+    return left[n : n + len(out_avals)]
+
+
+jax.interpreters.mlir.register_lowering(_RULE_MARK, _lower_rule_mark)
+jax.interpreters.mlir.register_lowering(
+    _CUSTOM_JVP, jax.interpreters.mlir.lower_fun(_custom_jvp_as_rule, multiple_results=True)
+)
+
+
+class _MarkedModule:
+    """`Program.marked_module` of a JAX program: made on first use (lowering the marked
+    jaxpr costs about as much again as the program's own lowering, which a program no
+    transform asks for never needs), under the JAX settings the program was lowered with
+    (x64 mode, the default matmul precision); None when nothing in it is kept after all
+    (every stop_gradient JAX's own)."""
+
+    def __init__(self, closed, keep_unused, n_main, pruned, name, where, lc):
+        self._args = (closed, keep_unused, n_main, pruned, name, where, lc)
+        self._x64 = bool(jax.config.jax_enable_x64)
+        self._precision = jax.config.jax_default_matmul_precision
+        self._lock = threading.Lock()
+        self._done = False
+        self._module = None
+
+    def __call__(self):
+        with self._lock:
+            if not self._done:
+                closed, keep_unused, n_main, pruned, name, where, lc = self._args
+                with jax.enable_x64(self._x64), jax.default_matmul_precision(self._precision):
+                    marked = _marked_for_transforms(closed)
+                    if marked is not None:
+                        self._module = _marked_module(
+                            marked, keep_unused, n_main, pruned, name, where, lc
+                        )
+                self._done = True
+                self._args = None
+            return self._module
+
+
+_KEPT = ("stop_gradient", "custom_jvp_call")
+
+
+def _has_marks(jaxpr) -> bool:
+    """Whether `jaxpr`, or a jaxpr inside it, binds what `_marked_for_transforms` may keep."""
+    core = jax.extend.core
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name in _KEPT or name in _PRIMITIVE_RULES:
+            return True
+        if name.startswith("custom_"):
+            continue
+        for v in eqn.params.values():
+            inner = v if isinstance(v, tuple) else (v,)
+            for j in inner:
+                if isinstance(j, core.ClosedJaxpr):
+                    j = j.jaxpr
+                if isinstance(j, core.Jaxpr) and _has_marks(j):
+                    return True
+    return False
+
+
+def _marked_for_transforms(closed):
     """`closed` (a ClosedJaxpr) with every `stop_gradient` the user's code (or a library's
     other than JAX) binds in it, or in a jaxpr inside it (a nested jit, a loop body, a
-    branch), bound as `_STOP`; None if there is none. JAX's own (`_written_outside_jax`),
-    and any inside a custom rule's primal (`custom_jvp_call`, `custom_vjp_call`,
-    `custom_linear_solve`), are left as they are: the rule, which the module does not
-    carry, is what gives the derivative there, and aotkit differentiates the primal as if
-    they were not there."""
+    branch), bound as `_STOP`, and every custom_jvp call it can keep (`_custom_jvp_marked`)
+    bound as `_CUSTOM_JVP`; None if there is none. JAX's own stop_gradients
+    (`_written_outside_jax`), and any inside a custom rule's primal (`custom_vjp_call`,
+    `custom_linear_solve`, a custom_jvp call kept as it is), are left as they are: the rule,
+    which the module does not carry, is what gives the derivative there, and aotkit
+    differentiates the primal as if they were not there."""
     jaxpr = _marked_jaxpr(closed.jaxpr)
     return None if jaxpr is closed.jaxpr else closed.replace(jaxpr=jaxpr)
+
+
+# How deep rules are kept inside rules: a rule that calls its own function (`ans = f(x)`
+# is the usual way to write one) holds another call with a rule, and so on. The second
+# derivative differentiates the rule, whose calls then take their rules too, as in JAX.
+_RULE_DEPTH = 2
+
+
+def _custom_jvp_marked(eqn, depth: int):
+    """The `custom_jvp_call` equation `eqn` bound as `_CUSTOM_JVP`, or None where it keeps
+    its primal: a result not floating point, values it closes over, or a rule this jax does
+    not give. The calls inside its rule are kept down to `_RULE_DEPTH`
+    rules deep (`depth`: how deep `eqn` is)."""
+    if eqn.params.get("num_consts", 0) or not all(_inexact(v) for v in eqn.outvars):
+        return None
+    # An integer argument's tangent is a symbolic zero (JAX's float0): the rule takes none.
+    differentiable = [_inexact(v) for v in eqn.invars]
+    found = _compat.custom_jvp_rule(eqn, [not d for d in differentiable])
+    if found is None:
+        return None
+    jaxpr, consts, out_zeros = found
+    if any(isinstance(c, jax.core.Tracer) for c in consts):
+        return None
+    if depth + 1 < _RULE_DEPTH:
+        jaxpr = _marked_jaxpr(jaxpr, depth + 1)
+    body = jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, consts))
+    out_avals = tuple(v.aval for v in eqn.outvars)
+    n = len(differentiable)
+
+    def rule(*primals_and_tangents):
+        primals, tangents = primals_and_tangents[:n], primals_and_tangents[n:]
+        given = [t for t, d in zip(tangents, differentiable, strict=True) if d]
+        outs = iter(body(*primals, *given))
+        primal_outs = [next(outs) for _ in out_avals]
+        out_tangents = [
+            jax.numpy.zeros(a.shape, a.dtype) if zero else next(outs)
+            for a, zero in zip(out_avals, out_zeros, strict=True)
+        ]
+        return [*primal_outs, *out_tangents]
+
+    return eqn.replace(primitive=_CUSTOM_JVP, params={"rule": rule, "out_avals": out_avals})
+
+
+# JAX primitives whose lowering is a computation that aotkit cannot differentiate as JAX
+# does (a polynomial whose derivative is NaN where JAX's rule is finite, a `chlo` op with no
+# rule, a series summed in a while loop), given a rule as a custom_jvp function is: the
+# tangent of the primitive's result `y` at arguments `xs` for tangents `ts`. The formulas
+# are the functions' derivatives (what JAX's own rules compute).
+
+
+def _i0e_tangent(y, x, t):
+    lax = jax.lax
+    return t * (lax.bessel_i1e(x) - lax.sign(x) * y)
+
+
+def _i1e_tangent(y, x, t):
+    # d/dx i1e(x) = i0e(x) - i1e(x) (sign(x) + 1/x), whose limit at 0 is 1/2.
+    lax = jax.lax
+    tiny = lax.abs(x) <= jax.numpy.finfo(x.dtype).eps
+    safe = jax.numpy.where(tiny, jax.numpy.ones_like(x), x)
+    slope = lax.bessel_i0e(safe) - y * (lax.sign(safe) + 1 / safe)
+    return t * jax.numpy.where(tiny, 0.5, slope)
+
+
+def _igamma_tangent(y, a, x, ta, tx):
+    # P(a, x): d/dx = x^(a-1) e^-x / Gamma(a); d/da by JAX's own series (igamma_grad_a).
+    lax = jax.lax
+    dx = lax.exp(-x + (a - 1) * lax.log(x) - lax.lgamma(a))
+    return ta * lax.igamma_grad_a(a, x) + tx * dx
+
+
+def _igammac_tangent(y, a, x, ta, tx):
+    return -_igamma_tangent(y, a, x, ta, tx)  # Q = 1 - P
+
+
+def _erf_inv_tangent(y, x, t):
+    # d/dx erfinv(x) = sqrt(pi)/2 exp(erfinv(x)^2). (From jax 0.12.1 JAX lowers erf_inv to a
+    # polynomial whose edge cases at |x| = 1 multiply by inf in a branch a select drops: in
+    # reverse mode, 0 x inf made the gradient NaN everywhere.)
+    return t * (np.sqrt(np.pi) / 2) * jax.lax.exp(y * y)
+
+
+_PRIMITIVE_RULES = {
+    "erf_inv": _erf_inv_tangent,
+    "bessel_i0e": _i0e_tangent,
+    "bessel_i1e": _i1e_tangent,
+    "igamma": _igamma_tangent,
+    "igammac": _igammac_tangent,
+}
+
+
+def _inexact(var) -> bool:
+    return dtypes.is_inexact(np.dtype(var.aval.dtype))
+
+
+def _primitive_marked(eqn, tangent):
+    """`eqn`, of a primitive in `_PRIMITIVE_RULES` (one result), bound as `_CUSTOM_JVP` with
+    the rule `tangent`; None where an argument is not floating point."""
+    if not all(_inexact(v) for v in (*eqn.invars, *eqn.outvars)):
+        return None
+    primitive, params = eqn.primitive, eqn.params
+
+    def rule(*primals_and_tangents):
+        n = len(primals_and_tangents) // 2
+        primals = primals_and_tangents[:n]
+        y = primitive.bind(*primals, **params)
+        return [y, tangent(y, *primals_and_tangents)]
+
+    out_avals = (eqn.outvars[0].aval,)
+    return eqn.replace(primitive=_CUSTOM_JVP, params={"rule": rule, "out_avals": out_avals})
 
 
 def _written_outside_jax(eqn) -> bool:
@@ -247,15 +449,24 @@ def _written_outside_jax(eqn) -> bool:
     return False
 
 
-def _marked_jaxpr(jaxpr):
+def _marked_jaxpr(jaxpr, depth: int = 0):
     eqns, changed = [], False
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "stop_gradient":
             if _written_outside_jax(eqn):
                 eqn = eqn.replace(primitive=_STOP, params={})
                 changed = True
+        elif eqn.primitive.name == "custom_jvp_call" or eqn.primitive.name in _PRIMITIVE_RULES:
+            tangent = _PRIMITIVE_RULES.get(eqn.primitive.name)
+            marked = (
+                _custom_jvp_marked(eqn, depth)
+                if tangent is None
+                else _primitive_marked(eqn, tangent)
+            )
+            if marked is not None:
+                eqn, changed = marked, True
         elif not eqn.primitive.name.startswith("custom_"):
-            params = {k: _marked_param(v) for k, v in eqn.params.items()}
+            params = {k: _marked_param(v, depth) for k, v in eqn.params.items()}
             if any(params[k] is not v for k, v in eqn.params.items()):
                 eqn = eqn.replace(params=params)
                 changed = True
@@ -263,25 +474,24 @@ def _marked_jaxpr(jaxpr):
     return jaxpr.replace(eqns=eqns) if changed else jaxpr
 
 
-def _marked_param(value):
+def _marked_param(value, depth: int):
     core = jax.extend.core
     if isinstance(value, core.ClosedJaxpr):
-        jaxpr = _marked_jaxpr(value.jaxpr)
+        jaxpr = _marked_jaxpr(value.jaxpr, depth)
         return value if jaxpr is value.jaxpr else value.replace(jaxpr=jaxpr)
     if isinstance(value, core.Jaxpr):
-        return _marked_jaxpr(value)
+        return _marked_jaxpr(value, depth)
     if isinstance(value, tuple) and any(
         isinstance(v, core.ClosedJaxpr | core.Jaxpr) for v in value
     ):
-        marked = tuple(_marked_param(v) for v in value)
+        marked = tuple(_marked_param(v, depth) for v in value)
         return value if all(a is b for a, b in zip(marked, value, strict=True)) else marked
     return value
 
 
 def _marked_module(closed, keep_unused, n_main, pruned, name, where, lc) -> ir.Module:
     """The module of the marked jaxpr `closed`, adopted as the program's own (in `lc`) and
-    taking the same arguments: `Program.marked_module`. Lowered now, under the same JAX
-    settings (x64 mode, ...) as the program's."""
+    taking the same arguments (under the JAX settings `_MarkedModule` restores)."""
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
     fn = jax.extend.core.jaxpr_as_fun(closed)
     lowered = jax.jit(fn, keep_unused=keep_unused).lower(*specs)
@@ -291,8 +501,8 @@ def _marked_module(closed, keep_unused, n_main, pruned, name, where, lc) -> ir.M
         again = _restore_pruned(module, lowered) or ()
     if _main_arity(module) != n_main or again != pruned:
         raise ValueError(
-            f"{where}: JAX's module with jax.lax.stop_gradient kept for the transforms takes "
-            "other arguments than the program: please report this"
+            f"{where}: JAX's module with stop_gradient and custom_jvp rules kept for the "
+            "transforms takes other arguments than the program: please report this"
         )
     adopted = _module.adopt(module, name=name, where=where, sharded=False, frontend="jax")
     if pruned:

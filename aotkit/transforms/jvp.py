@@ -394,9 +394,42 @@ def _identity_like(ctx, primals, tangents):
     # The tangents pass unchanged: a barrier orders the primal computation only. One that
     # stands for stop_gradient (kept in the primal, for the transforms of this transform)
     # has none.
-    if modules.STOP_GRADIENT in ctx.op.attributes:
+    attributes = ctx.op.attributes
+    if modules.STOP_GRADIENT in attributes:
         return ctx.replay(primals), [None] * len(tangents)
+    if modules.CUSTOM_JVP in attributes:
+        mark = ir.StringAttr(attributes[modules.CUSTOM_JVP]).value
+        return _through_rule(ctx, mark, primals, tangents)
     return ctx.replay(primals), list(tangents)
+
+
+def _through_rule(ctx, mark: str, primals: list, tangents: list):
+    """The barriers around a custom JVP rule (`modules.CUSTOM_JVP`) when a primal has a
+    tangent (else the op is replayed, marks and all): the values pass as they are and the
+    marks are spent, since what this transform emits is the rule's derivative. Both
+    barriers take the primals, with their tangents, so both decide alike.
+
+    Forward mode runs the rule on the tangents' values, as JAX does (a rule need not be
+    linear there): "begin" passes each tangent as the value in place of its zero, and the
+    outputs leave "end" with the rule's tangent values. Reverse mode records the rule's
+    derivative in its tangents (JAX requires a rule linear in them for reverse mode, so
+    that is the rule): "begin" gives the zeros the primals' tangents and the primals none,
+    and each output leaves "end" with the tangent of its tangent."""
+    kind, _, count = mark.partition(" ")
+    forward = isinstance(ctx.T, Forward)
+    if kind == "begin":
+        n = len(primals) // 2
+        if forward:
+            values = primals[:n] + [
+                t if t is not None else z for t, z in zip(tangents[:n], primals[n:], strict=True)
+            ]
+            return values, [None] * (2 * n)
+        return primals, [None] * n + tangents[:n]
+    n = int(count)
+    m = (len(primals) - n) // 2
+    if forward:
+        return primals, [None] * n + primals[n + m :] + [None] * m
+    return primals, [None] * n + tangents[n + m :] + [None] * m
 
 
 @defjvp("stablehlo.reduce_precision")

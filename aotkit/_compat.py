@@ -1000,3 +1000,41 @@ def custom_jvp_rule(eqn, zeros: list[bool]):
         return None
     jaxpr, consts, out_zeros = fun.call_wrapped(*zeros)
     return jaxpr, consts, tuple(out_zeros)
+
+
+def custom_vjp_rule(eqn):
+    """The forward and backward functions of a `custom_vjp_call` equation, on JAX values:
+    `fwd(*primals) -> (outputs, residuals)` and `bwd(residuals, cotangents)` -> one
+    cotangent per primal, None for a zero. None where this jax keeps them otherwise."""
+    import jax.core
+    import jax.extend.core
+
+    params = eqn.params
+    thunk, bwd = params.get("fwd_jaxpr_thunk"), params.get("bwd")
+    out_trees = params.get("out_trees")
+    wrapped = hasattr(thunk, "call_wrapped") and hasattr(bwd, "call_wrapped")
+    if not wrapped or not callable(out_trees):
+        return None
+    n = len(eqn.invars) - params.get("num_consts", 0)
+    jaxpr, consts = thunk.call_wrapped(*[True] * n)  # (every primal has a tangent)
+    if any(isinstance(c, jax.core.Tracer) for c in consts):
+        return None
+    body = jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, consts))
+    _, res_tree, forwarded = out_trees()  # (known once the thunk ran)
+    computed = res_tree.num_leaves - sum(f is not None for f in forwarded)
+
+    def fwd(*primals):
+        values = body(*primals)
+        made = iter(values[:computed])
+        # A residual that is a primal itself is not among fwd's results: its index is.
+        res = [next(made) if f is None else primals[f] for f in forwarded]
+        return list(values[computed:]), res
+
+    def backward(res, cts):
+        got = bwd.call_wrapped(*res, *cts)
+        if isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], list):
+            got = got[0]  # jax 0.12: (the cotangents, logs)
+        # (JAX's symbolic zeros, for arguments the rule gives no cotangent, are not values)
+        return [g if isinstance(g, jax.core.Tracer) else None for g in got]
+
+    return fwd, backward

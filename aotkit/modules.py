@@ -41,6 +41,15 @@ STOP_GRADIENT = "aotkit.stop_gradient"
 # primals themselves; one that does not keeps the marks.
 CUSTOM_JVP = "aotkit.custom_jvp"
 
+# The same for a function's own backward pass (a `jax.custom_vjp`'s): "begin n m" takes the
+# n primals, the m outputs and the residuals of the forward function, and a zero cotangent
+# per output; the backward function's ops take its results; "end n m" takes the primals,
+# the outputs and the backward function's cotangents of the primals. Reverse mode takes the
+# cotangents of the primals to be the backward function's of the outputs' cotangents
+# (given in place of the zeros); forward mode, which JAX refuses for such a function,
+# differentiates the forward function.
+CUSTOM_VJP = "aotkit.custom_vjp"
+
 # The integer attribute of a `stablehlo.while` that bounds its trip count, where its maker
 # knows a bound the loop's form does not show (a converted `for i in range(n)` with `break`
 # runs at most n times): reverse mode stores that many carries, as with `max_trip_count`.
@@ -295,13 +304,13 @@ def portable_version(text: str | None, what: str = "target version") -> str:
 
 def without_marks(module: ir.Module) -> ir.Module:
     """`module`, or a copy of it without the barriers that only carry marks for the
-    transforms (`STOP_GRADIENT`, `CUSTOM_JVP`: each use of one reads its operand), which
-    VHLO has no place for and XLA would only see as barriers."""
+    transforms (`STOP_GRADIENT`, `CUSTOM_JVP`, `CUSTOM_VJP`: each use of one reads its
+    operand), which VHLO has no place for and XLA would only see as barriers."""
     marked: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "stablehlo.optimization_barrier" and (
-            STOP_GRADIENT in op.attributes or CUSTOM_JVP in op.attributes
+        if op.name == "stablehlo.optimization_barrier" and any(
+            mark in op.attributes for mark in (STOP_GRADIENT, CUSTOM_JVP, CUSTOM_VJP)
         ):
             marked.append(op)
         return ir.WalkResult.ADVANCE

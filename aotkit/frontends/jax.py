@@ -228,29 +228,54 @@ jax.interpreters.mlir.register_lowering(_STOP, _lower_stop)
 _CUSTOM_JVP = jax.extend.core.Primitive("aotkit_custom_jvp")
 _CUSTOM_JVP.multiple_results = True
 _CUSTOM_JVP.def_abstract_eval(lambda *avals, rule, out_avals: list(out_avals))
-# The barriers around the rule: `_RULE_MARK.bind(*values, kind="begin" | "end")`.
-_RULE_MARK = jax.extend.core.Primitive("aotkit_custom_jvp_mark")
+# `_CUSTOM_VJP.bind(*primals, fwd=..., bwd=..., out_avals=...)`: the primal outputs of a
+# custom_vjp function (`_compat.custom_vjp_rule` says what fwd and bwd are).
+_CUSTOM_VJP = jax.extend.core.Primitive("aotkit_custom_vjp")
+_CUSTOM_VJP.multiple_results = True
+_CUSTOM_VJP.def_abstract_eval(lambda *avals, fwd, bwd, out_avals: list(out_avals))
+# The barriers around a rule: `_RULE_MARK.bind(*values, mark=modules.CUSTOM_JVP or
+# modules.CUSTOM_VJP, kind="begin ..." | "end ...")`.
+_RULE_MARK = jax.extend.core.Primitive("aotkit_rule_mark")
 _RULE_MARK.multiple_results = True
-_RULE_MARK.def_abstract_eval(lambda *avals, kind: list(avals))
+_RULE_MARK.def_abstract_eval(lambda *avals, mark, kind: list(avals))
 
 
-def _lower_rule_mark(ctx, *values, kind):
+def _lower_rule_mark(ctx, *values, mark, kind):
     op = stablehlo.OptimizationBarrierOp(list(values))
-    op.attributes[modules.CUSTOM_JVP] = ir.StringAttr.get(kind)
+    op.attributes[mark] = ir.StringAttr.get(kind)
     return list(op.results)
 
 
 def _custom_jvp_as_rule(*primals, rule, out_avals):
     n = len(primals)
     zeros = [jax.numpy.zeros_like(p) for p in primals]
-    entered = _RULE_MARK.bind(*primals, *zeros, kind="begin")
-    left = _RULE_MARK.bind(*primals, *rule(*entered), kind=f"end {n}")
+    entered = _RULE_MARK.bind(*primals, *zeros, mark=modules.CUSTOM_JVP, kind="begin")
+    left = _RULE_MARK.bind(*primals, *rule(*entered), mark=modules.CUSTOM_JVP, kind=f"end {n}")
     return left[n : n + len(out_avals)]
+
+
+def _custom_vjp_as_rule(*primals, fwd, bwd, out_avals):
+    n, m = len(primals), len(out_avals)
+    outs, res = fwd(*primals)
+    zeros = [jax.numpy.zeros_like(o) for o in outs]
+    entered = _RULE_MARK.bind(
+        *primals, *outs, *res, *zeros, mark=modules.CUSTOM_VJP, kind=f"begin {n} {m}"
+    )
+    outs, res, zeros = entered[n : n + m], entered[n + m : -m], entered[-m:]
+    cts = [
+        jax.numpy.zeros_like(p) if g is None else g.astype(p.dtype)
+        for g, p in zip(bwd(res, zeros), primals, strict=True)
+    ]
+    left = _RULE_MARK.bind(*primals, *outs, *cts, mark=modules.CUSTOM_VJP, kind=f"end {n} {m}")
+    return left[n : n + m]
 
 
 jax.interpreters.mlir.register_lowering(_RULE_MARK, _lower_rule_mark)
 jax.interpreters.mlir.register_lowering(
     _CUSTOM_JVP, jax.interpreters.mlir.lower_fun(_custom_jvp_as_rule, multiple_results=True)
+)
+jax.interpreters.mlir.register_lowering(
+    _CUSTOM_VJP, jax.interpreters.mlir.lower_fun(_custom_vjp_as_rule, multiple_results=True)
 )
 
 
@@ -284,7 +309,7 @@ class _MarkedModule:
             return self._module
 
 
-_KEPT = ("stop_gradient", "custom_jvp_call")
+_KEPT = ("stop_gradient", "custom_jvp_call", "custom_vjp_call")
 
 
 def _has_marks(jaxpr) -> bool:
@@ -358,6 +383,22 @@ def _custom_jvp_marked(eqn, depth: int):
         return [*primal_outs, *out_tangents]
 
     return eqn.replace(primitive=_CUSTOM_JVP, params={"rule": rule, "out_avals": out_avals})
+
+
+def _custom_vjp_marked(eqn):
+    """The `custom_vjp_call` equation `eqn` bound as `_CUSTOM_VJP`, or None where it keeps
+    its primal: an argument or result not floating point, values it closes over, or
+    functions this jax does not give."""
+    if eqn.params.get("num_consts", 0) or not all(_inexact(v) for v in (*eqn.invars, *eqn.outvars)):
+        return None
+    found = _compat.custom_vjp_rule(eqn)
+    if found is None:
+        return None
+    fwd, bwd = found
+    out_avals = tuple(v.aval for v in eqn.outvars)
+    return eqn.replace(
+        primitive=_CUSTOM_VJP, params={"fwd": fwd, "bwd": bwd, "out_avals": out_avals}
+    )
 
 
 # JAX primitives whose lowering is a computation that aotkit cannot differentiate as JAX
@@ -456,6 +497,10 @@ def _marked_jaxpr(jaxpr, depth: int = 0):
             if _written_outside_jax(eqn):
                 eqn = eqn.replace(primitive=_STOP, params={})
                 changed = True
+        elif eqn.primitive.name == "custom_vjp_call":
+            marked = _custom_vjp_marked(eqn)
+            if marked is not None:
+                eqn, changed = marked, True
         elif eqn.primitive.name == "custom_jvp_call" or eqn.primitive.name in _PRIMITIVE_RULES:
             tangent = _PRIMITIVE_RULES.get(eqn.primitive.name)
             marked = (

@@ -412,7 +412,7 @@ class Evaluator:
                 if name == "func.return" or name == "stablehlo.return":
                     return ins
                 if name == "func.call" or name == "stablehlo.composite":
-                    outs = self.run_function(self._callee(op), ins)
+                    outs = self.call(op, ins)
                 else:
                     # Every op the rule builds takes the location of the op it came from.
                     lc.location = o.location
@@ -424,6 +424,10 @@ class Evaluator:
             lc.location = saved
             walk.current = outer_walk
         raise AssertionError("a block without a terminator")
+
+    def call(self, op, ins: list) -> list:
+        """A `func.call` or `stablehlo.composite`: the function it names, on `ins`."""
+        return self.run_function(self._callee(op), ins)
 
     def entry(self, env: Env, value):
         try:

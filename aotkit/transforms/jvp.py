@@ -18,15 +18,17 @@ import math
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import dtypes, modules
+from aotkit import _context, dtypes, modules
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import _ir
 from aotkit.transforms import linear as L
 from aotkit.transforms.core import (
+    _WALK,
     Algebra,
     Env,
     Evaluator,
     Forward,
+    Linear,
     TransformError,
     is_float,
     no_rule,
@@ -109,6 +111,9 @@ class JVPEvaluator(Evaluator):
         # The divide ending a sigmoid whose negate began it (`_sigmoid_end`): the tangent
         # of the sigmoid's operand, by the divide op.
         self.sigmoids: dict = {}
+        # The custom backward passes being walked in reverse mode (`_through_vjp_rule`):
+        # (the op that encloses their ops, the ops).
+        self.backward_passes: list = []
 
     def outside(self, value):
         return (value, None)
@@ -164,7 +169,20 @@ class JVPEvaluator(Evaluator):
         self._last = o
         return [H.wrap(r) for r in o.results]
 
+    def call(self, op, ins):
+        self._note(op)
+        return super().call(op, ins)
+
+    def _note(self, op) -> None:
+        """Notes `op` as one of the backward pass being walked, if it is one."""
+        if self.backward_passes:
+            parent, ops = self.backward_passes[-1]
+            if op.operation.parent == parent:
+                ops.append(op)
+
     def apply(self, op, ins, env):
+        if self.backward_passes:
+            self._note(op)
         o = op.operation
         name = o.name
         primals = [p for p, _ in ins]
@@ -400,6 +418,9 @@ def _identity_like(ctx, primals, tangents):
     if modules.CUSTOM_JVP in attributes:
         mark = ir.StringAttr(attributes[modules.CUSTOM_JVP]).value
         return _through_rule(ctx, mark, primals, tangents)
+    if modules.CUSTOM_VJP in attributes:
+        mark = ir.StringAttr(attributes[modules.CUSTOM_VJP]).value
+        return _through_vjp_rule(ctx, mark, primals, tangents)
     return ctx.replay(primals), list(tangents)
 
 
@@ -430,6 +451,72 @@ def _through_rule(ctx, mark: str, primals: list, tangents: list):
     if forward:
         return primals, [None] * n + primals[n + m :] + [None] * m
     return primals, [None] * n + tangents[n + m :] + [None] * m
+
+
+def _through_vjp_rule(ctx, mark: str, primals: list, tangents: list):
+    """The barriers around a custom backward pass (`modules.CUSTOM_VJP`) when a primal has
+    a tangent (else the op is replayed, marks and all); the values pass as they are.
+
+    Forward mode, which JAX refuses for a custom_vjp function, differentiates its forward
+    function: the tangents of the primals, outputs and residuals pass into "begin", and
+    those of the primals and outputs out of "end". Reverse mode walks the backward
+    function's ops (on zero cotangents, dead code) noting them; at "end" the outputs get
+    tangents from one linear primitive of the primals' tangents, whose transpose evaluates
+    those ops again on the outputs' cotangents, as JAX calls the backward function (it
+    need not be linear: gradient clipping is not)."""
+    kind, n, m = mark.split()
+    n, m = int(n), int(m)
+    ev = ctx.ev
+    if isinstance(ctx.T, Forward):
+        if kind == "begin":
+            return primals, tangents[: n + m] + [None] * (len(primals) - n - m)
+        return primals, tangents[: n + m] + [None] * n
+    if kind == "begin":
+        ev.backward_passes.append((ctx.op.operation.parent, []))
+        return primals, [None] * len(primals)
+    _, ops = ev.backward_passes.pop()
+    ops.pop()  # (this op, noted as its walk began)
+    run = functools.partial(_run_backward, ev.functions, ops, ctx.env, ctx.op.operation, n, m)
+    prim = Linear("custom_vjp", tuple(range(n)), _no_forward, run, results=m)
+    outs = ctx.T.bind(prim, tangents[:n], aval=[(o.shape, o.dtype) for o in primals[n : n + m]])
+    return primals, [None] * n + list(outs) + [None] * n
+
+
+def _no_forward(*args):
+    raise AssertionError("a custom_vjp function's cotangent map has no forward form")
+
+
+def _run_backward(functions, ops, env, end, n: int, m: int, cts, *tangents):
+    """The cotangents of a custom_vjp function's primals (one per primal): its backward
+    function's ops (`ops`, walked in `env`, between the "begin" barrier and `end`)
+    evaluated again with the outputs' cotangents `cts` (None: zero) in place of the zeros
+    "begin" took."""
+    begin = end.operands[n].owner  # (the outputs pass through it)
+    begin = getattr(begin, "operation", begin)
+    local = Env(env)
+    slots = list(begin.results)[-m:]
+    zeros = list(begin.operands)[-m:]
+    for slot, zero, g in zip(slots, zeros, cts, strict=True):
+        value = env[zero][0]
+        local[slot] = (g if g is not None else H.zeros(value.shape, value.dtype), None)
+    ev = JVPEvaluator(functions, Forward(), "vjp")
+    walk, lc = _WALK, _context.active()
+    saved, saved_location = walk.current, lc.location
+    walk.current = (ev, local)
+    try:
+        for op in ops:
+            o = op.operation
+            ins = [ev.entry(local, v) for v in o.operands]
+            if o.name in ("func.call", "stablehlo.composite"):
+                outs = ev.call(op, ins)
+            else:
+                lc.location = o.location
+                outs = ev.apply(op, ins, local)
+            for r, out in zip(o.results, outs, strict=True):
+                local[r] = out
+    finally:
+        walk.current, lc.location = saved, saved_location
+    return [local[v][0] for v in list(end.operation.operands)[n + m :]]
 
 
 @defjvp("stablehlo.reduce_precision")

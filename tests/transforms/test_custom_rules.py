@@ -1,13 +1,15 @@
-"""Functions with their own derivative rule (`jax.custom_jvp`) through aotkit's transforms:
-the rule gives the derivative, as in JAX. JAX lowers such a function to its primal
-computation, and differentiating that gave other values: `jax.nn.relu`'s derivative at 0
-was 0.5 (JAX's: 0), `jax.nn.softplus`'s at 0 was 0 (JAX's: 0.5),
+"""Functions with their own derivative rule (`jax.custom_jvp`, `jax.custom_vjp`) through
+aotkit's transforms: the rule gives the derivative, as in JAX. JAX lowers such a function to
+its primal computation, and differentiating that gave other values: `jax.nn.relu`'s
+derivative at 0 was 0.5 (JAX's: 0), `jax.nn.softplus`'s at 0 was 0 (JAX's: 0.5),
 `jax.scipy.special.log_ndtr`'s NaN from x = 14 on, `i0e`'s NaN at 0, `entr`'s NaN at 0
 (JAX's: inf). The JAX front end now lowers each such call, for the transforms, as its rule
 between two marked barriers (`modules.CUSTOM_JVP`); a few JAX primitives whose lowering
 aotkit cannot differentiate as JAX does (`erf_inv`, `bessel_i0e`, `bessel_i1e`, `igamma`,
 `igammac`) get their derivative formulas the same way. The program's own module stays
-jax.jit's, and no barrier reaches a backend. The oracle is JAX's transform of the same
+jax.jit's, and no barrier reaches a backend. A custom_vjp function's backward function was
+not applied either (a gradient clipped in it came out unclipped); reverse mode now evaluates
+it on the outputs' cotangents, as JAX calls it. The oracle is JAX's transform of the same
 function.
 """
 
@@ -184,3 +186,109 @@ def test_the_module_stays_jax_jits_and_no_barrier_reaches_a_backend():
     assert "optimization_barrier" not in str(compiled_form)
     close(lowered.compile()(X), f(X))
     close(aotkit.grad(lambda x: anp.sum(aotkit.jit(f, frontend="jax")(x)))(X), jax.grad(f)(X))
+
+
+@jax.custom_vjp
+def clip_gradient(x):
+    return x
+
+
+def _clip_fwd(x):
+    return x, None
+
+
+def _clip_bwd(_, g):
+    return (jnp.clip(g, -0.5, 0.5),)  # not linear in g: JAX calls it on the cotangent
+
+
+clip_gradient.defvjp(_clip_fwd, _clip_bwd)
+
+
+@jax.custom_vjp
+def reverse_gradient(x, scale):
+    return x
+
+
+def _reverse_fwd(x, scale):
+    return x, scale
+
+
+def _reverse_bwd(scale, g):
+    return -scale * g, None  # (no cotangent for the scale)
+
+
+reverse_gradient.defvjp(_reverse_fwd, _reverse_bwd)
+
+
+@jax.custom_vjp
+def safe_norm(x):
+    return jnp.sqrt(jnp.sum(x * x))
+
+
+def _norm_fwd(x):
+    y = jnp.sqrt(jnp.sum(x * x))
+    return y, (x, y)
+
+
+def _norm_bwd(res, g):
+    x, y = res
+    return (g * x / jnp.maximum(y, 1e-6),)  # 0 at 0, where the primal's is NaN
+
+
+safe_norm.defvjp(_norm_fwd, _norm_bwd)
+
+
+def clipped_rnn(x):
+    def step(h, e):
+        h = jnp.tanh(clip_gradient(h * 2.0) + e)
+        return h, h
+
+    return jax.lax.scan(step, 0.0, x)[1].sum()
+
+
+V = np.array([0.5, 1.0, -2.0, 3.0], np.float32)
+VJP_FUNCTIONS = {
+    "clip": lambda x: jnp.sum(clip_gradient(x * 3.0) ** 2),  # the clip was not applied
+    "reverse": lambda x: jnp.sum(jnp.sin(reverse_gradient(x, 0.3))),  # nor the reversal
+    "safe_norm_at_zero": lambda x: safe_norm(x * 0.0) + safe_norm(x),  # NaN
+    "scan": clipped_rnn,
+    "checkpoint": lambda x: jax.checkpoint(lambda y: jnp.sum(clip_gradient(y**2)))(x),
+    "nested_jit": lambda x: jax.jit(lambda y: jnp.sum(clip_gradient(y * 4.0) * y))(x),
+}
+
+
+@pytest.mark.parametrize("name", VJP_FUNCTIONS)
+def test_custom_vjp_functions_differentiate_as_jax(name):
+    f = VJP_FUNCTIONS[name]
+    close(aotkit.grad(f, frontend="jax")(V), jax.grad(f)(V))
+    batch = np.stack([V, -V])
+    close(aotkit.vmap(aotkit.grad(f, frontend="jax"))(batch), jax.vmap(jax.grad(f))(batch))
+    lowered = aotkit.jit(f, frontend="jax").lower(V)
+    close(lowered.grad().compile()(V), jax.grad(f)(V))
+    assert modules.CUSTOM_VJP not in lowered.as_text()
+
+
+def test_custom_vjp_second_derivatives_and_loops_with_checkpoints():
+    """The backward function's ops, evaluated again on the cotangents, are what a second
+    transform differentiates (JAX's hessian differentiates the backward function too);
+    `checkpoint_loops` recomputes a loop body that holds one."""
+
+    def f(x):
+        return jnp.sum(jnp.sin(reverse_gradient(x * x, 0.3)) * safe_norm(x))
+
+    close(aotkit.hessian(f, frontend="jax")(V), jax.hessian(f)(V), rtol=1e-4, atol=1e-5)
+    lowered = aotkit.jit(clipped_rnn, frontend="jax").lower(V)
+    close(lowered.grad(checkpoint_loops="sqrt").compile()(V), jax.grad(clipped_rnn)(V))
+
+
+def test_forward_mode_differentiates_a_custom_vjp_functions_forward_function():
+    """JAX refuses forward mode for a custom_vjp function; aotkit differentiates its
+    forward function, as it did before."""
+
+    def f(x):
+        return jnp.sum(clip_gradient(jnp.sin(x)) * x)
+
+    with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):
+        jax.jvp(f, (V,), (V,))
+    plain = lambda x: jnp.sum(jnp.sin(x) * x)  # noqa: E731
+    close(aotkit.jvp(f, (V,), (V,), frontend="jax")[1], jax.jvp(plain, (V,), (V,))[1])

@@ -38,6 +38,7 @@ import math
 import os
 import re
 import struct
+import warnings
 
 from jax import tree_util
 from jax.sharding import NamedSharding
@@ -52,10 +53,11 @@ from aotkit import (
     modules,
     pytrees,
 )
+from aotkit._traceback import user_stacklevel
 from aotkit._version import __version__
 from aotkit.arguments import format_signature
 from aotkit.backends import tpu_complex128, xla_tpu
-from aotkit.errors import ArtifactError, printable
+from aotkit.errors import ArtifactError, ArtifactWarning, printable
 from aotkit.program import Signature
 from aotkit.specs import spec
 from aotkit.symbolic import algebra, signatures
@@ -1021,18 +1023,24 @@ def _versions() -> dict[str, str]:
 # `xla_gpu_load_autotune_results_from`, `xla_gpu_target_config_filename`, the buffer
 # saver): they say where output goes, not what is compiled, so an artifact neither keeps nor
 # obeys them (a file that could would make `aotkit.load(...)(x)` write wherever it names).
-_WRITES_FILES = re.compile(
-    r"dump|profil|trace|filename|saver|[-_](to|from|path|dir|file|files|directory|prefix)($|[-_])"
-)
+# Those named for what they do write files whatever their value; those named for a place
+# (`..._to`, `..._path`, `..._filename`) name one only with a string value, so a flag such
+# as `xla_hlo_evaluator_use_fast_path = True` changes what is compiled and is kept.
+_WRITES_FILES = re.compile(r"dump|profil|trace|saver")
+_NAMES_A_PLACE = re.compile(r"filename|[-_](to|from|path|dir|file|files|directory|prefix)($|[-_])")
 # A compile option's name as the backends take it: XLA's flags (`xla_cpu_enable_fast_math`)
 # and iree-compile's (`iree-opt-level`, with or without its leading dashes).
 _OPTION_NAME = re.compile(r"-{0,2}[A-Za-z][A-Za-z0-9_.-]*")
 _INT64 = range(-(2**63), 2**63)
 
 
-def writes_files(option: str) -> bool:
-    """Whether the compile option `option` names a path or makes the compiler write files."""
-    return _WRITES_FILES.search(option.lower()) is not None
+def writes_files(option: str, value) -> bool:
+    """Whether the compile option `option` = `value` names a path or makes the compiler
+    write files."""
+    name = option.lower()
+    if _WRITES_FILES.search(name) is not None:
+        return True
+    return isinstance(value, str) and _NAMES_A_PLACE.search(name) is not None
 
 
 def option_fault(key: str, value) -> str | None:
@@ -1048,7 +1056,7 @@ def option_fault(key: str, value) -> str | None:
         )
     if not isinstance(value, bool | int | float | str):
         return f"{key!r} = {_short(value)}, not a bool, number or string"
-    if writes_files(key):
+    if writes_files(key, value):
         return (
             f"{key!r}, an option that names a path or makes the compiler write files; a file "
             "may carry only options that change what is compiled"
@@ -1146,6 +1154,7 @@ def serialize(compiled, *, text: bool = True) -> bytes:
     pytrees.check_registered(where, ((compiled.in_tree, "argument"), (compiled.out_tree, "result")))
     if signatures.is_symbolic(compiled.flat_in_specs):
         # (The JAX front end, which alone takes typed keys, lowers no symbolic program.)
+        _warn_options_left_out(where, compiled.options)
         return pack_symbolic(compiled, text=text)
     in_tree = encode_tree(compiled.in_tree, where, "argument")
     out_tree = encode_tree(compiled.out_tree, where, "result")
@@ -1161,6 +1170,7 @@ def serialize(compiled, *, text: bool = True) -> bytes:
             f"{where}: it has neither its Lowered stage nor a portable StableHLO module to "
             "save; compile it with Lowered.compile (or load it with aotkit.load)"
         )
+    _warn_options_left_out(where, compiled.options)
     return pack_compiled(
         name=compiled.name,
         executable=compiled._executable,
@@ -1175,6 +1185,20 @@ def serialize(compiled, *, text: bool = True) -> bytes:
         keys=keys,
         aborts=aborts,
     )
+
+
+def _warn_options_left_out(where: str, options: dict | None) -> None:
+    """An `ArtifactWarning` naming the compile options an artifact does not carry
+    (`option_fault`): the executable in it was compiled with them, a recompile from it is
+    not."""
+    faults = [f for f in (option_fault(k, v) for k, v in (options or {}).items()) if f]
+    if faults:
+        warnings.warn(
+            f"{where}: the artifact leaves out compile options the executable was compiled "
+            f"with, so a recompile from it goes without them: it has {'; and '.join(faults)}",
+            ArtifactWarning,
+            stacklevel=user_stacklevel(),
+        )
 
 
 def save(compiled, path) -> None:

@@ -61,7 +61,8 @@ class ArtifactError(ValueError):
 
 
 class ArtifactWarning(UserWarning):
-    """An artifact is usable only by recompiling it (other platform, version or backend)."""
+    """An artifact is usable only by recompiling it (other platform, version or backend), or
+    is written without compile options a recompile from it would need."""
 
 
 class CacheWarning(UserWarning):

@@ -442,6 +442,13 @@ def test_a_module_the_plugins_compiler_would_abort_on_is_refused(runner, tmp_pat
             "negative count or size, which XLA would read as a huge unsigned size (aborting "
             "the process)",
         ),
+        # A flag named for a place names one only with a string value.
+        (
+            "options",
+            {"xla_hlo_evaluator_use_fast_path": "/tmp/evil"},
+            "header field 'options' has 'xla_hlo_evaluator_use_fast_path', an option that "
+            "names a path or makes the compiler write files",
+        ),
         (
             "options",
             {"xla_cpu_parallel_codegen_split_count": 2147483647},
@@ -461,6 +468,17 @@ def test_a_bad_header_field_is_refused_as_python_refuses(
     result = run(runner, bad, "--input", folder / "x.npy", "--input", folder / "x.npy")
     assert result.returncode == 1
     assert message in result.stderr
+
+
+def test_a_flag_named_for_a_place_that_is_not_a_string_is_kept(runner, small):
+    """`xla_hlo_evaluator_use_fast_path = True` was refused as naming a path (its name ends
+    in `_path`), and saving left it out silently; a bool names no place."""
+    model, folder = small
+    flagged = _resave(model, options={"xla_hlo_evaluator_use_fast_path": True})
+    header = artifacts.unpack(flagged.read_bytes(), str(flagged)).header
+    assert header["options"] == {"xla_hlo_evaluator_use_fast_path": True}
+    result = run(runner, flagged, "--input", folder / "x.npy", "--input", folder / "x.npy")
+    assert result.returncode == 0, result.stderr
 
 
 def test_pruned_leaves_with_a_partitioning_are_refused_as_python_refuses(runner, small):

@@ -1020,15 +1020,20 @@ static bool option_name_ok(const char *k, size_t n) {
   return true;
 }
 
-static bool writes_files(const char *key) {
+/* Whether the compile option `key` names a path or makes the compiler write files
+ * (artifacts.py's `writes_files`): named for what it does, whatever its value; named for a
+ * place (`..._to`, `..._path`, `..._filename`), only with a string value (`is_string`). */
+static bool writes_files(const char *key, bool is_string) {
   char low[512];
   size_t n = strlen(key);
   if (n >= sizeof low) n = sizeof low - 1;
   for (size_t i = 0; i < n; i++) low[i] = (char)((key[i] >= 'A' && key[i] <= 'Z') ? key[i] + 32 : key[i]);
   low[n] = 0;
-  static const char *const words[] = {"dump", "profil", "trace", "filename", "saver"};
-  for (size_t i = 0; i < 5; i++)
+  static const char *const words[] = {"dump", "profil", "trace", "saver"};
+  for (size_t i = 0; i < 4; i++)
     if (strstr(low, words[i])) return true;
+  if (!is_string) return false;
+  if (strstr(low, "filename")) return true;
   static const char *const parts[] = {"to", "from", "path", "dir", "file", "files", "directory",
                                       "prefix"};
   for (size_t i = 0; i < n; i++) {
@@ -1166,7 +1171,7 @@ static int check_header(aotkit_artifact *a, ctx *c) {
       char *vs = jshort(v);
       rc = bad_field(c, "options", "has %s = %s, not a bool, number or string", krepr.s, vs);
       free(vs);
-    } else if (writes_files(k))
+    } else if (writes_files(k, v->t == J_STR))
       rc = bad_field(c, "options",
                      "has %s, an option that names a path or makes the compiler write files; a "
                      "file may carry only options that change what is compiled",

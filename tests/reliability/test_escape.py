@@ -13,6 +13,7 @@ import pytest
 
 import aotkit
 from aotkit import artifacts
+from aotkit.errors import ArtifactWarning
 
 HOSTILE = "f\x1b[31mred\nnext line"
 ESCAPED = "f\\x1b[31mred\\nnext line"
@@ -77,12 +78,28 @@ def test_header_options_that_write_files_are_refused(tmp_path, option):
     assert not target.exists()
 
 
-def test_saving_drops_options_that_write_files(tmp_path):
+def test_saving_drops_options_that_write_files_and_says_so(tmp_path):
     dumps = tmp_path / "dumps"
     lowered = aotkit.jit(lambda x: x * 3.0).lower(aotkit.spec("f32[2]"))
     compiled = lowered.compile(
-        options={"xla_dump_to": str(dumps), "xla_cpu_enable_fast_math": False}
+        options={
+            "xla_dump_to": str(dumps),
+            "xla_cpu_enable_fast_math": False,
+            "xla_hlo_evaluator_use_fast_path": True,  # (a bool: it names no path)
+        }
     )
-    header = artifacts.unpack(compiled.serialize()).header
-    assert header["options"] == {"xla_cpu_enable_fast_math": False}
-    aotkit.load(compiled.serialize())
+    with pytest.warns(ArtifactWarning) as w:
+        data = compiled.serialize()
+    assert [str(x.message) for x in w] == [
+        "Compiled 'lambda': serialize: the artifact leaves out compile options the "
+        "executable was compiled with, so a recompile from it goes without them: it has "
+        "'xla_dump_to', an option that names a path or makes the compiler write files; a "
+        "file may carry only options that change what is compiled"
+    ]
+    assert w[0].filename == __file__
+    header = artifacts.unpack(data).header
+    assert header["options"] == {
+        "xla_cpu_enable_fast_math": False,
+        "xla_hlo_evaluator_use_fast_path": True,
+    }
+    aotkit.load(data)

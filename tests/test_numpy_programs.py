@@ -37,6 +37,9 @@ CASES = [
         k.scatter_add,
         (RNG.standard_normal(7), np.array([0, 1, 1, 3, 0, 2, 3])),
     ),
+    # `np.array([[c, -s], [s, c]])` of traced scalars was "np.asarray() of a traced array".
+    ("rotate", k.rotate, (RNG.standard_normal((5, 2)), np.float64(0.3))),
+    ("rotate_f32", k.rotate, (RNG.standard_normal((5, 2)).astype(np.float32), np.float32(0.3))),
 ]
 
 
@@ -98,3 +101,17 @@ def test_an_argument_written_and_returned_does_not_warn():
         out = aotkit.jit(k.normalize_in_place)(np.arange(4.0))
     x = np.arange(4.0)
     np.testing.assert_allclose(np.asarray(out), (x - x.mean()) / (x - x.mean()).std())
+
+
+def test_np_array_of_traced_values_outside_converted_code_says_what_to_do():
+    """Only converted code (autograph) reads `np.array([...])` of traced values as
+    aotkit.numpy's; a function traced as written gets the error that says to call it."""
+
+    def f(x):
+        return np.array([x[0], x[1]])
+
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(f, autograph=False)(np.ones(2, np.float32))
+    assert "np.asarray() of a traced f32[] array" in str(e.value)
+    assert "call aotkit.numpy (or plain np.* functions, which dispatch to it)" in str(e.value)
+    assert_matches(aotkit.jit(f)(np.ones(2, np.float32)), np.ones(2, np.float32))

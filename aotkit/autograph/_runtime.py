@@ -1040,13 +1040,14 @@ def call(f):
     """The function to call in place of `f`: its converted version when `f` is a Python
     function from the user's own code, `max`/`min`, `int`/`float`/`bool`/`round` that take
     traced numbers, the iterables a converted loop can index (`np.ndindex`,
-    `itertools.product`, `enumerate`, `zip`), else `f`."""
+    `itertools.product`, `enumerate`, `zip`), `np.array` and `np.asarray` of traced data,
+    else `f`."""
     if type(f) in plain_types:
         if f is builtins.max:
             return _max
         if f is builtins.min:
             return _min
-        return _SCALAR_BUILTINS.get(f) or _INDEXABLE.get(f) or _SIZED.get(f, f)
+        return _SCALAR_BUILTINS.get(f) or _INDEXABLE.get(f) or _FROM_DATA.get(f) or _SIZED.get(f, f)
     return _SIZED.get(f) or _converter(f)
 
 
@@ -1258,6 +1259,33 @@ _SCALAR_BUILTINS = {
     builtins.float: _scalar_builtin(builtins.float, lambda x: x.astype(np.float64)),
     builtins.bool: _scalar_builtin(builtins.bool, lambda x: x != 0),
     builtins.round: _scalar_builtin(builtins.round, lambda x: anp.rint(x).astype(_INT64)),
+}
+
+
+# --- arrays from data ----------------------------------------------------------------------------
+
+
+def _from_data(f, ours):
+    """`f` (`np.array`, `np.asarray`), or `ours` (aotkit.numpy's) when the data holds a
+    traced value: `np.array([x[0], 2 * x[1]])`, which NumPy cannot make ("np.asarray() of a
+    traced array"), is the traced array of those values."""
+
+    def made(obj, *args, **kwargs):
+        if isinstance(obj, Tracer) or (
+            isinstance(obj, list | tuple)
+            and any(isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves(obj))
+        ):
+            return ours(obj, *args, **kwargs)
+        return f(obj, *args, **kwargs)
+
+    return made
+
+
+_FROM_DATA = {
+    np.array: _from_data(np.array, anp.array),
+    np.asarray: _from_data(np.asarray, anp.asarray),
+    np.asanyarray: _from_data(np.asanyarray, anp.asarray),
+    np.ascontiguousarray: _from_data(np.ascontiguousarray, anp.asarray),
 }
 
 

@@ -73,3 +73,11 @@ def scatter_add(values, index):
     totals = np.zeros(4)
     np.add.at(totals, index, values)
     return totals
+
+
+def rotate(points, theta):
+    # An array built from traced scalars: NumPy cannot hold them, aotkit.numpy can.
+    c, s = np.cos(theta), np.sin(theta)
+    rotation = np.array([[c, -s], [s, c]])
+    center = np.asarray(points).mean(axis=0)
+    return (points - center) @ rotation.T + np.array([center[1], center[0]])

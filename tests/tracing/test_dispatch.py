@@ -184,8 +184,8 @@ ERROR_CASES = [
      lambda x: np.maximum.accumulate(x.astype(np.complex64))),
     ("accumulate scalar", TypeError, r"cannot accumulate on a scalar",
      lambda x: np.maximum.accumulate(np.sum(x))),
-    ("asarray still refused", TypeError, r"np.asarray\(\) of a traced f32\[3,4\] array",
-     lambda x: np.asarray(x)),
+    # (np.asarray of a traced value is aotkit.numpy's in converted code; traced as written,
+    # it is refused: tests/test_numpy_programs.py)
 ]  # fmt: skip
 
 

@@ -1128,3 +1128,28 @@ def test_a_traced_block_writing_into_a_numpy_array_made_before_it_is_refused(tmp
     assert m.G.flags.writeable and not m.G.any()
     for t in (np.array([1.0, 0.0]), np.array([-1.0, 0.0])):
         assert_matches(aotkit.jit(m.made_inside)(t), m.made_inside(t))
+
+
+def test_a_write_at_a_traced_index_into_a_numpy_array_makes_it_traced(tmp_path):
+    """`out = np.zeros(3); out[i] = 1.0` with a traced i was "np.asarray() of a traced i32[]
+    array" (NumPy's __setitem__ cannot take the index): the array becomes traced at the
+    write, as it does for a traced value."""
+    m, _ = module_from_source(
+        tmp_path,
+        """
+        def one_hot(x, i):
+            out = np.zeros(3)
+            out[i] = 1.0
+            return out + x
+
+        def grid(x, i):
+            out = np.zeros((3, 2))
+            out[i, 1] = 1.0
+            out[0, i] += 2.0
+            return out + x[:, None]
+        """,
+    )
+    for i in (0, 1, 2):
+        _same_as_numpy(m.one_hot, np.ones(3, np.float32), np.int32(i))
+    for i in (0, 1):
+        _same_as_numpy(m.grid, np.arange(3.0), np.int64(i))

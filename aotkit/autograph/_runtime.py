@@ -1667,11 +1667,18 @@ def _promote(target: np.ndarray, shared: str | None, at: str, how: str = _TRACED
 
 
 def writable(
-    target, value, shared: str | None = None, what: str = "item assignment", item=_NO_ITEM
+    target,
+    value,
+    shared: str | None = None,
+    what: str = "item assignment",
+    item=_NO_ITEM,
+    *,
+    index=None,
 ):
     """`target` as a traced array when it is a NumPy array about to receive a traced value
-    (NumPy cannot hold one) by `what` (`x[i] = v`, `x += v`, `np.put(x, ...)`); else
-    `target` itself.
+    (NumPy cannot hold one) by `what` (`x[i] = v`, `x += v`, `np.put(x, ...)`), or a value
+    at a traced index (`item` of `x[item] op= v`, `index` of `x[index] = v`); else `target`
+    itself.
 
     `shared` says why another binding may hold the same NumPy array (a parameter, an alias):
     that binding would keep the NumPy array without the write, where NumPy changes the one
@@ -1691,7 +1698,9 @@ def writable(
         )
     ):
         raise TypeError(_through_view(what, view))
-    if isinstance(target, np.ndarray) and _holds_tracer(value):
+    # (a traced index, `out[i] = 1.0`, NumPy cannot take either)
+    traced = _holds_tracer(value) or _holds_tracer(index) or _holds_tracer(item)
+    if isinstance(target, np.ndarray) and traced:
         view = _numpy_view_in_use(target)
         if view is not None:
             raise TypeError(_through_view(what, view))

@@ -259,12 +259,20 @@ class _ItemAssignments(ast.NodeTransformer):
         self.shared = shared  # name -> why another binding sees its array (see _shared_names)
 
     def _writable(
-        self, base: str, temp: str, what: str = "item assignment", item: ast.expr | None = None
+        self,
+        base: str,
+        temp: str,
+        what: str = "item assignment",
+        item: ast.expr | None = None,
+        index: ast.expr | None = None,
     ) -> ast.Assign:
         args = [_name(base), _name(temp), ast.Constant(self.shared.get(base)), ast.Constant(what)]
         if item is not None:
             args.append(item)
-        return ast.Assign(targets=[_name(base, True)], value=_call(_ag("writable"), *args))
+        call = _call(_ag("writable"), *args)
+        if index is not None:
+            call.keywords.append(ast.keyword(arg="index", value=index))
+        return ast.Assign(targets=[_name(base, True)], value=call)
 
     def _scope(self, node):
         return node  # nested functions are rewritten on their own
@@ -285,13 +293,19 @@ class _ItemAssignments(ast.NodeTransformer):
             return self._held_elsewhere(node, target)
         temp = f"{PREFIX}item_{self.conv.next_id()}"
         keep = ast.Assign(targets=[_name(temp, True)], value=node.value)
-        item = None
-        if isinstance(node, ast.AugAssign) and isinstance(target, ast.Subscript):
-            # `rows[0] += v` changes rows[0]'s own array in NumPy (a view, maybe): the item
-            # is checked too, when reading it again has no side effect.
-            if all(isinstance(n, _PLAIN_INDEX) for n in ast.walk(target.slice)):
+        item = index = None
+        if isinstance(target, ast.Subscript) and all(
+            isinstance(n, _PLAIN_INDEX) for n in ast.walk(target.slice)
+        ):
+            # (when reading the index again has no side effect)
+            if isinstance(node, ast.AugAssign):
+                # `rows[0] += v` changes rows[0]'s own array in NumPy (a view, maybe): the
+                # item is checked too.
                 item = _index_value(target.slice)
-        writable = self._writable(base, temp, what, item)
+            else:
+                # `out[i] = 1.0`: a traced index makes the array traced, as a traced value.
+                index = _index_value(target.slice)
+        writable = self._writable(base, temp, what, item, index)
         node.value = _name(temp)
         return [_located(ast.copy_location(keep, node), node),
                 _located(ast.copy_location(writable, node), node), node]  # fmt: skip

@@ -431,8 +431,9 @@ def trip_count(op, constant_value) -> int | None:
 
     The pattern is a counter: the condition compares carry `k` (LT, GT or NE) with a bound
     that is a constant (in the condition, or a carry the body passes through unchanged
-    from a constant init), the body adds a constant step to `k`, and `k` starts at a
-    constant. `constant_value(v)` gives an outer value's constant (NumPy) or None.
+    from a constant init), the body adds a constant step to `k` (or, with LT, multiplies
+    a positive `k` by a constant of 2 or more), and `k` starts at a constant.
+    `constant_value(v)` gives an outer value's constant (NumPy) or None.
     """
     o = op.operation
     cond_block = o.regions[0].blocks[0]
@@ -476,7 +477,7 @@ def trip_count(op, constant_value) -> int | None:
     if not isinstance(step_owner, ir.OpView | ir.Operation):
         return None
     add = step_owner.operation
-    if add.name != "stablehlo.add":
+    if add.name not in ("stablehlo.add", "stablehlo.multiply"):
         return None
     x, y = add.operands
     if x != body_args[k]:
@@ -487,6 +488,15 @@ def trip_count(op, constant_value) -> int | None:
     if step is None or step.shape != ():
         return None
     start, bound, step = int(start), int(bound), int(step)
+    if add.name == "stablehlo.multiply":
+        # A counter that doubles (aotkit's scans along a symbolic axis: k = 1, 2, 4, ...
+        # while k < n), at most 64 times for a 64-bit counter.
+        if dir_ != "LT" or start < 1 or step < 2:
+            return None
+        trips = 0
+        while start < bound:
+            start, trips = start * step, trips + 1
+        return trips
     if step == 0:
         return None
     if dir_ == "NE":

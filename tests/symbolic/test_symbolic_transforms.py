@@ -504,3 +504,25 @@ def test_a_transform_inside_a_symbolic_trace_names_both_ways():
         r"the symbolic program as a stage instead",
     ):
         aotkit.jit(aotkit.grad(lambda x: anp.sum(anp.tanh(x)))).lower(aotkit.spec("f32[b]"))
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("cumsum", lambda x: anp.sum(anp.cumsum(x) * x)),
+        ("cumprod", lambda x: anp.sum(anp.cumprod(x))),
+        ("running_max", lambda x: anp.sum(np.maximum.accumulate(x) * x)),
+    ],
+)
+def test_gradient_of_a_scan_along_a_symbolic_axis(name, fn):
+    """A scan along a symbolic axis is a loop whose counter doubles (k = 1, 2, 4, ... while
+    k < n): reverse mode refused it as a loop "whose trip count depends on the data". Its
+    trip count, ceil(log2 n), is known once the shape is; the gradient equals the static
+    program's at each size."""
+    grad = aotkit.jit(fn).lower(aotkit.spec("f32[n]")).grad().compile()
+    for n in (1, 2, 5, 8):
+        x = np.linspace(0.5, 2.0, n).astype(np.float32)
+        want = aotkit.grad(fn)(x)
+        got = grad(x)
+        assert got.dtype == want.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{name} at n={n}")

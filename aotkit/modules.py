@@ -332,9 +332,8 @@ def without_marks(module: ir.Module) -> ir.Module:
 def portable_artifact(module: ir.Module, target_version: str | None = None) -> bytes:
     """The module as a StableHLO portable artifact (versioned VHLO bytecode) for
     `target_version` (see `portable_version`); ValueError with StableHLO's reason if the
-    module cannot be written (CHLO left in it, say). The barriers that carry
-    marks for the transforms are left out (the values are the same; the marks have no VHLO
-    form)."""
+    module cannot be written (CHLO left in it, say). The barriers that carry marks for the
+    transforms are left out (the values are the same; the marks have no VHLO form)."""
     from jaxlib.mlir.dialects import stablehlo
 
     target = portable_version(target_version)

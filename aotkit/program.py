@@ -103,11 +103,11 @@ class Program:
     jax.jit's is; the transforms evaluate the module with the other leaves; and
     `executable_module` puts them back as unused arguments, one per leaf, for sharded
     executables (whose shardings are per leaf). `marked_module`: None, or (the JAX front end,
-    for a function that calls `jax.lax.stop_gradient` or a `jax.custom_jvp` function, which
-    JAX's module lowers away) a function that makes, on first use, the module lowered again
-    with them kept (`modules.STOP_GRADIENT`, `modules.CUSTOM_JVP`), in the program's
-    context, with the same arguments, or None if there is nothing to keep after all: what
-    the transforms evaluate.
+    for a function that calls `jax.lax.stop_gradient` or a `jax.custom_jvp`/`custom_vjp`
+    function, which JAX's module lowers away) a function that makes, on first use, the
+    module lowered again with them kept (`modules.STOP_GRADIENT`, `modules.CUSTOM_JVP`,
+    `modules.CUSTOM_VJP`), in the program's context, with the same arguments, or None if
+    there is nothing to keep after all: what the transforms evaluate.
     """
 
     module: object

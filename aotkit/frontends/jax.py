@@ -186,9 +186,9 @@ def trace_jax(
     return adopted.replace(signature=signature, pruned=pruned or (), marked_module=marked)
 
 
-# --- stop_gradient and custom JVP rules, kept for the transforms --------------------------------
-# JAX lowers `jax.lax.stop_gradient` to nothing, and a `jax.custom_jvp` function to its
-# primal computation: its module differentiates through both. For the transforms, a function
+# --- stop_gradient and custom rules, kept for the transforms ------------------------------------
+# JAX lowers `jax.lax.stop_gradient` to nothing, and a `jax.custom_jvp` or `jax.custom_vjp`
+# function to its primal computation: its module differentiates through them. For the transforms, a function
 # that uses either is lowered again from its jaxpr (`Program.marked_module`):
 # - each stop_gradient its own code calls (or a library's other than JAX) bound as `_STOP`
 #   instead, which lowers to a barrier marked `modules.STOP_GRADIENT` (the value unchanged,
@@ -203,7 +203,12 @@ def trace_jax(
 #   the primal instead gives other values where the rule chooses one (relu's derivative at
 #   0) or where the primal's own derivative is not finite (log_ndtr's far tail, i0e at 0).
 #   Calls with a result that is not floating point (whose tangent JAX types float0) or that
-#   close over traced values keep their primal.
+#   close over traced values keep their primal;
+# - each custom_vjp call bound as `_CUSTOM_VJP`, which lowers to its forward function and
+#   then its backward function (on zero cotangents) between the barriers of
+#   `modules.CUSTOM_VJP`: reverse mode evaluates the backward function on the outputs'
+#   cotangents, as JAX calls it (a gradient clipped or reversed there was not before).
+#   Calls with an argument or result that is not floating point keep their primal.
 
 _JAX_DIR = os.path.dirname(jax.__file__) + os.sep
 _TREE_MAPS = (
@@ -334,10 +339,11 @@ def _has_marks(jaxpr) -> bool:
 def _marked_for_transforms(closed):
     """`closed` (a ClosedJaxpr) with every `stop_gradient` the user's code (or a library's
     other than JAX) binds in it, or in a jaxpr inside it (a nested jit, a loop body, a
-    branch), bound as `_STOP`, and every custom_jvp call it can keep (`_custom_jvp_marked`)
-    bound as `_CUSTOM_JVP`; None if there is none. JAX's own stop_gradients
-    (`_written_outside_jax`), and any inside a custom rule's primal (`custom_vjp_call`,
-    `custom_linear_solve`, a custom_jvp call kept as it is), are left as they are: the rule,
+    branch), bound as `_STOP`, and every custom_jvp or custom_vjp call it can keep
+    (`_custom_jvp_marked`, `_custom_vjp_marked`, and the primitives of `_PRIMITIVE_RULES`)
+    bound as `_CUSTOM_JVP` or `_CUSTOM_VJP`; None if there is none. JAX's own
+    stop_gradients (`_written_outside_jax`), and any inside a custom rule's primal
+    (`custom_linear_solve`, a custom call kept as it is), are left as they are: the rule,
     which the module does not carry, is what gives the derivative there, and aotkit
     differentiates the primal as if they were not there."""
     jaxpr = _marked_jaxpr(closed.jaxpr)
@@ -353,8 +359,8 @@ _RULE_DEPTH = 2
 def _custom_jvp_marked(eqn, depth: int):
     """The `custom_jvp_call` equation `eqn` bound as `_CUSTOM_JVP`, or None where it keeps
     its primal: a result not floating point, values it closes over, or a rule this jax does
-    not give. The calls inside its rule are kept down to `_RULE_DEPTH`
-    rules deep (`depth`: how deep `eqn` is)."""
+    not give. The calls inside its rule are kept down to `_RULE_DEPTH` rules deep (`depth`:
+    how deep `eqn` is)."""
     if eqn.params.get("num_consts", 0) or not all(_inexact(v) for v in eqn.outvars):
         return None
     # An integer argument's tangent is a symbolic zero (JAX's float0): the rule takes none.
@@ -546,7 +552,7 @@ def _marked_module(closed, keep_unused, n_main, pruned, name, where, lc) -> ir.M
         again = _restore_pruned(module, lowered) or ()
     if _main_arity(module) != n_main or again != pruned:
         raise ValueError(
-            f"{where}: JAX's module with stop_gradient and custom_jvp rules kept for the "
+            f"{where}: JAX's module with stop_gradient and custom rules kept for the "
             "transforms takes other arguments than the program: please report this"
         )
     adopted = _module.adopt(module, name=name, where=where, sharded=False, frontend="jax")

@@ -213,7 +213,7 @@ def call_jax(fun: Callable, where: str, args: tuple, kwargs: dict):
 
 def _module_for_transforms(program):
     """The module the transforms evaluate: a JAX program's with its stop_gradient calls and
-    custom_jvp rules kept (`Program.marked_module`), which its own module lowers away."""
+    custom rules kept (`Program.marked_module`), which its own module lowers away."""
     marked = program.marked_module() if program.marked_module is not None else None
     return marked if marked is not None else program.module
 

@@ -157,6 +157,6 @@ def test_a_marked_module_that_takes_other_arguments_is_refused(monkeypatch):
     with pytest.raises(ValueError) as e:
         lowered.grad()  # (made on first use)
     assert str(e.value) == (
-        "lower: f (frontend='jax'): JAX's module with stop_gradient and custom_jvp rules kept "
-        "for the transforms takes other arguments than the program: please report this"
+        "lower: f (frontend='jax'): JAX's module with stop_gradient and custom rules kept for "
+        "the transforms takes other arguments than the program: please report this"
     )

@@ -188,8 +188,9 @@ def trace_jax(
 
 # --- stop_gradient and custom rules, kept for the transforms ------------------------------------
 # JAX lowers `jax.lax.stop_gradient` to nothing, and a `jax.custom_jvp` or `jax.custom_vjp`
-# function to its primal computation: its module differentiates through them. For the transforms, a function
-# that uses either is lowered again from its jaxpr (`Program.marked_module`):
+# function to its primal computation: its module differentiates through them. For the
+# transforms, a function that uses them is lowered again from its jaxpr
+# (`Program.marked_module`):
 # - each stop_gradient its own code calls (or a library's other than JAX) bound as `_STOP`
 #   instead, which lowers to a barrier marked `modules.STOP_GRADIENT` (the value unchanged,
 #   the derivative zero in aotkit's rules). JAX's own functions stop gradients where a

@@ -477,9 +477,17 @@ def _through_vjp_rule(ctx, mark: str, primals: list, tangents: list):
     _, ops = ev.backward_passes.pop()
     ops.pop()  # (this op, noted as its walk began)
     run = functools.partial(_run_backward, ev.functions, ops, ctx.env, ctx.op.operation, n, m)
-    prim = Linear("custom_vjp", tuple(range(n)), _no_forward, run, results=m)
-    outs = ctx.T.bind(prim, tangents[:n], aval=[(o.shape, o.dtype) for o in primals[n : n + m]])
+    outs = custom_vjp(ctx.T, tangents[:n], run, [(o.shape, o.dtype) for o in primals[n : n + m]])
     return primals, [None] * n + list(outs) + [None] * n
+
+
+def custom_vjp(T: Algebra, tangents: list, backward, avals: list) -> list:
+    """The linear primitive of a custom_vjp function's outputs' tangents (one per aval) from
+    its primals' `tangents`, whose transpose is `backward(cts, *tangents)`."""
+    prim = Linear(
+        "custom_vjp", tuple(range(len(tangents))), _no_forward, backward, results=len(avals)
+    )
+    return T.bind(prim, tangents, aval=avals)
 
 
 def _no_forward(*args):

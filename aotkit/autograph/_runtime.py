@@ -1477,12 +1477,16 @@ def _traced_block(info, scope: _CallerNames, what: str):
     """While a traced branch or loop body runs: a NumPy array it writes into is written
     when the function is traced, whether or not the branch or iteration runs (`what`: how
     often NumPy would write, for the message). The NumPy arrays the function's names hold
-    (its locals, the variables it closes over, its module's globals) are read-only
+    (its locals, the variables it closes over, its module's global arrays) are read-only
     meanwhile, so a write into one through a view, an in-place method (`v.fill(0)`,
     `v.sort()`) or `out=` fails where it is made, and is refused with that line."""
+    # (A module's own arrays only, not those in its lists and dicts: flattening every global
+    # container, `__builtins__` among them, at each traced block made the gradient of a
+    # range loop with a traced `break` come out wrong now and then, by a cause not found.)
+    module_arrays = [g for g in scope.globals.values() if isinstance(g, np.ndarray)]
     frozen = [
         a
-        for v in (*scope.locals.values(), *scope.globals.values())
+        for v in (*scope.locals.values(), *module_arrays)
         for a in _numpy_leaves(v)
         if a.flags.writeable
     ]

@@ -780,3 +780,33 @@ ERRORS = [
 def test_errors(fn, exc, pattern):
     with pytest.raises(exc, match=pattern):
         fn()
+
+
+def _window_model(x, init, op, window, pad):
+    """NumPy: each window's real elements reduced, then `init` combined in once."""
+    ufunc = {"add": np.add, "max": np.maximum, "min": np.minimum, "mul": np.multiply}[op]
+    n = len(x)
+    out = []
+    for start in range(-pad[0], n + pad[1] - window + 1):
+        real = x[max(start, 0) : min(start + window, n)]
+        out.append(ufunc(ufunc.reduce(real), init) if len(real) else init)
+    return np.array(out, x.dtype)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.parametrize("op", ["add", "max", "min", "mul"])
+@pytest.mark.parametrize("traced_init", [False, True], ids=["constant", "traced"])
+def test_reduce_window_combines_a_non_identity_init_once_per_window(backend, op, traced_init):
+    """Padded windows too, where StableHLO's spec pads with the init and XLA's compilers
+    apply it as often as they split the window: the same values on every backend."""
+    from aotkit import lax as alax
+
+    x = np.array([0.5, -2.0, 1.5, 3.0, -1.0, 2.5], np.float32)
+    init = np.float32(0.75)
+    pad = (2, 3)
+
+    def f(x, c):
+        return alax.reduce_window(x, c if traced_init else init, op, (3,), (1,), (pad,))
+
+    got = aotkit.jit(f, backend=backend)(x, init)
+    assert_matches(got, _window_model(x, init, op, 3, pad), f"{op} on {backend}")

@@ -28,6 +28,7 @@ from aotkit.tracing.core import (
     bind,
     bind1,
     emit,
+    full,
     precision_attr,
     register,
     register_direct,
@@ -36,6 +37,7 @@ from aotkit.tracing.core import (
 from aotkit.tracing.core import precision as precision_pair
 from aotkit.tracing.elementwise import asarray
 from aotkit.tracing.hlo import cast, normalize_axis, reverse, to_operand
+from aotkit.tracing.reduction import _combine, _identity
 
 _BOOL = np.dtype(np.bool_)
 
@@ -585,11 +587,16 @@ def window_reduce(
         pads = _explicit_pads(op, padding, n)
     if x.dtype == _BOOL:
         monoid = {"add": "or", "max": "or", "min": "and", "multiply": "and"}[monoid]
-    init_t = to_operand(op, init, x.dtype, ())
-    return bind1(
+    identity = _identity(monoid, x.dtype)
+    # XLA reads an init that is not the monoid's identity in its own way per compiler: the
+    # CPU combines it once into each window, a TPU as often as its tiling of the window
+    # takes (and StableHLO's spec pads with it). So the window is reduced from the identity
+    # and the init combined once into each result, the same on every backend.
+    given = None if _is_value(init, identity, x.dtype) else init
+    r = bind1(
         "reduce_window",
         x,
-        init_t,
+        full((), identity, x.dtype) if given is not None else to_operand(op, init, x.dtype, ()),
         window=window,
         strides=strides,
         base_dilation=base,
@@ -597,6 +604,19 @@ def window_reduce(
         padding=pads,
         monoid=monoid,
     )
+    return r if given is None else _combine(monoid, r, to_operand(op, given, x.dtype, r.shape))
+
+
+def _is_value(x, value, dtype: np.dtype) -> bool:
+    """Whether `x` is a concrete scalar (not a tracer) that equals `value` in `dtype`."""
+    if isinstance(x, Tracer):
+        return False
+    with np.errstate(all="ignore"):
+        try:
+            arr = np.asarray(x).astype(dtype)
+        except (TypeError, ValueError, OverflowError):
+            return False
+    return arr.ndim == 0 and bool(arr == np.asarray(value).astype(dtype))
 
 
 def reduce_window(
@@ -612,7 +632,10 @@ def reduce_window(
     """`jax.lax.reduce_window` for the monoids XLA reduces windows with: add, max, min, mul.
 
     `computation` is named ('add', 'max', 'min', 'mul') or given as the matching NumPy,
-    aotkit.numpy or jax.lax function; arbitrary Python reducers are not supported.
+    aotkit.numpy or jax.lax function; arbitrary Python reducers are not supported. An
+    `init_value` other than the computation's identity is combined once into each window's
+    result on every backend (XLA applies one inside the op as often as its compiler splits
+    the window: once on the CPU, more on a TPU).
     """
     x = asarray(operand)
     monoid = _monoid("reduce_window", computation)

@@ -712,7 +712,10 @@ class Compiled(Stage):
         return self._executable.memory_analysis()
 
     def runtime_executable(self):
-        """The backend's own executable (a PJRT LoadedExecutable for PJRT backends)."""
+        """The backend's own executable (a PJRT LoadedExecutable for PJRT backends), for
+        calls that bypass aotkit's checks: the backend checks little of what it is given (on
+        a TPU, an input buffer on another device ends the process), so give it buffers on its
+        own devices, in the number, shapes and dtypes of `in_specs`."""
         return self._executable.runtime_executable()
 
     # -- artifacts (aotkit/artifacts.py; the format is docs/artifact-format.md)

@@ -193,11 +193,15 @@ def _devices(backend: PjrtBackend, partitioning: spmd.Partitioning, name: str, w
         known = set(available)
         missing = [d for d in partitioning.devices if d not in known]
         if missing:
+            # Ids repeat across platforms (a TPU's device 0 and the CPU's): name theirs.
+            platforms = {str(getattr(d, "platform", "?")) for d in missing}
+            others = sorted(platforms - {backend.platform})
+            whose = f"they are {', '.join(others)} devices; " if others else ""
             raise ValueError(
                 f"{where}: module {name!r} runs on {partitioning.describe()} over devices "
                 f"{_ids(partitioning.devices)}, but devices {_ids(missing)} are not backend "
-                f"{backend.name!r}'s (its devices: {_ids(available)}); build the mesh from "
-                f"aotkit.backends.get({backend.name!r}).global_devices()"
+                f"{backend.name!r}'s ({whose}its devices: {_ids(available)}); build the mesh "
+                f"from aotkit.backends.get({backend.name!r}).global_devices()"
             )
         return tuple(partitioning.devices)
     if len(available) < n:

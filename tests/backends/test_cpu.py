@@ -233,3 +233,21 @@ def test_pjrt_compiled_runs_through_compiled_wrapper(cpu):
     )
     assert compiled.backend is cpu
     assert float(compiled(3.0)) == 4.0
+
+
+def test_a_mesh_of_another_platforms_devices_is_refused_naming_their_platform(cpu):
+    """A TPU's device 0 and the CPU's share an id: the refusal says whose they are."""
+    import re
+    from collections import namedtuple
+
+    from aotkit import spmd
+    from aotkit.backends import pjrt_spmd
+
+    tpu0 = namedtuple("Device", "id platform")(0, "tpu")
+    partitioning = spmd.Partitioning(None, 1, (), (), devices=(tpu0,))
+    with pytest.raises(ValueError, match=re.escape(
+        "compile: module 'f' runs on 1 devices over devices [0], but devices [0] are not "
+        "backend 'cpu''s (they are tpu devices; its devices: [0]); build the mesh from "
+        "aotkit.backends.get('cpu').global_devices()"
+    )):  # fmt: skip
+        pjrt_spmd._devices(cpu, partitioning, "f", "compile")

@@ -252,7 +252,9 @@ def test_sharding_constraints_are_differentiated_and_batched():
     alike, and under vmap it gains a replicated leading dimension (JAX's rules)."""
     from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-    mesh = jax.make_mesh((1,), ("x",), axis_types=(AxisType.Auto,))
+    # The CPU's device, where aotkit compiles it (an accelerator host's JAX defaults to its own).
+    cpu = jax.devices("cpu")[:1]
+    mesh = jax.make_mesh((1,), ("x",), axis_types=(AxisType.Auto,), devices=cpu)
     sharding = NamedSharding(mesh, PartitionSpec("x"))
 
     def f(xp, constrain):
@@ -265,7 +267,7 @@ def test_sharding_constraints_are_differentiated_and_batched():
     text = lowered.as_text()
     assert text.count("sdy.sharding_constraint") == 2, text
     assert '<@mesh, [{}, {"x"}]>' in text, text
-    got = lowered.compile()(xs)
+    got = lowered.compile(backend="cpu")(xs)
     np.testing.assert_allclose(np.asarray(got), jax.vmap(jax.grad(fj))(xs), rtol=1e-6)
     _, tangent = aotkit.jvp(fa, (xs[0],), (xs[1],))
     np.testing.assert_allclose(np.asarray(tangent), jax.jvp(fj, (xs[0],), (xs[1],))[1], rtol=1e-6)

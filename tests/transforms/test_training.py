@@ -18,6 +18,7 @@ import pytest
 
 import aotkit
 import aotkit.numpy as anp
+from tests.helpers import pythonpath
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 200
@@ -117,7 +118,7 @@ def test_an_adam_training_step_saved_and_loaded_trains_as_jax(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, str(path), str(tmp_path / "l.npy"), str(tmp_path / "p")],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": pythonpath(ROOT)},
         capture_output=True,
         text=True,
         timeout=300,

@@ -1153,3 +1153,84 @@ def test_a_write_at_a_traced_index_into_a_numpy_array_makes_it_traced(tmp_path):
         _same_as_numpy(m.one_hot, np.ones(3, np.float32), np.int32(i))
     for i in (0, 1):
         _same_as_numpy(m.grid, np.arange(3.0), np.int64(i))
+
+
+FULL_VIEW_PROGRAMS = """
+def filled(t):
+    V = np.zeros(6) + t[0]
+    V[0:6][::-1].fill(0.5)
+    return V
+
+def ellipsis(t):
+    V = np.zeros(6) + t[0]
+    V[...][::-1].fill(0.5)
+    return V
+
+def bound(t):
+    V = np.zeros(6) + t[0]
+    W = V[0:6][::-1]
+    W[::2] = 3.0
+    return V
+
+def reshaped(t):
+    V = np.zeros(6) + t[0]
+    V[0:6].reshape(2, 3)[0].fill(0.5)
+    return V
+
+def transposed(t):
+    V = np.zeros((2, 3)) + t[0]
+    V[:, :].T[0].fill(0.5)
+    return V
+
+def copied_into(t):
+    V = np.zeros(6) + t[0]
+    np.copyto(V[0:6][::-1], 2.0)
+    return V
+
+def whole(t):
+    V = np.zeros(6) + t[0]
+    W = V[0:6]
+    W[::2] = 3.0
+    V[:].fill(V[0] + 1.0)
+    return V
+"""
+
+# name: (the write's op, the view as the message binds it, the binding's text, the write's)
+FULL_VIEWS = {
+    "filled": ("in-place fill", "V[0:6][::-1]", "V[0:6]", "V[0:6]"),
+    "ellipsis": ("in-place fill", "V[...][::-1]", "V[...]", "V[...]"),
+    "bound": ("item assignment", "W = V[0:6][::-1]", "W =", "W[::2]"),
+    "reshaped": ("in-place fill", "V[0:6].reshape(2, 3)[0]", "V[0:6]", "V[0:6]"),
+    "transposed": ("in-place fill", "V[:, :].T[0]", "V[:, :]", "V[:, :]"),
+    "copied_into": ("in-place copyto", "V[0:6][::-1]", "np.copyto", "np.copyto"),
+}
+
+
+@pytest.mark.parametrize("name", list(FULL_VIEWS))
+def test_a_write_through_a_view_of_a_full_slice_is_refused(tmp_path, name):
+    """A traced array's full slice (`V[0:n]`, `V[...]`) is the array itself, so what an
+    expression made of it (`V[0:6][::-1]`) was taken for a new array's part and the write
+    through it was lost (V returned unchanged); it is a view of V, as in NumPy, and refused."""
+    m, path = module_from_source(tmp_path, FULL_VIEW_PROGRAMS)
+    op, bound, binding, write = FULL_VIEWS[name]
+    lines = path.read_text().splitlines()
+    start = lines.index(f"def {name}(t):")
+
+    def line_of(text: str) -> int:
+        return next(k for k in range(start, len(lines)) if lines[k].strip().startswith(text)) + 1
+
+    at, line = line_of(binding), line_of(write)
+    what = f"a view of another array (bound by `{bound}` at {path}:{at})"
+    want = VIEW_MESSAGE.replace("item assignment", op, 1)
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(getattr(m, name))(np.ones(2))
+    assert str(e.value) == want.format(path=path, line=line, what=what)
+
+
+def test_writes_into_a_full_slice_itself_reach_the_array(tmp_path):
+    """`W = V[0:6]; W[::2] = 3.0` and `V[:].fill(...)` write V, as NumPy does."""
+    m, _ = module_from_source(tmp_path, FULL_VIEW_PROGRAMS)
+    t = np.array([1.0, 2.0])
+    got = aotkit.jit(m.whole)(t)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, m.whole(t.copy()))

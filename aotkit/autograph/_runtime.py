@@ -1360,7 +1360,7 @@ def _view_table() -> dict:
         return _views.table
 
 
-def _note_view(value, why: str) -> None:
+def _note_view(value, why: str | None) -> None:
     table, key = _view_table(), id(value)
 
     def forget(ref, table=table, key=key):
@@ -1374,6 +1374,15 @@ def _note_view(value, why: str) -> None:
 def _view_reason(target) -> str | None:
     entry = _view_table().get(id(target))
     return entry[1] if entry is not None and entry[0]() is target else None
+
+
+def _held_view(owner) -> bool:
+    """Whether `owner`, an expression's value, is a view of an array held (a basic index,
+    a view method or attribute of it is then one too): a noted view, or a traced array that
+    a full basic index gave back as itself (`V[0:n]`, `V[...]`), as NumPy's `V[0:n]` is a
+    view of V."""
+    entry = _view_table().get(id(owner))
+    return entry is not None and entry[0]() is owner
 
 
 def _is_array(x) -> bool:
@@ -1410,7 +1419,14 @@ def part(base, index, text: str | None, chained: bool = False):
     `base` is no name but an expression (`x.reshape(2, 3)[0]`), whose part is noted only
     when `base` is itself a view (a part of a new array is no view of anything held)."""
     value = base[index]
-    if _basic(index) and (not chained or _view_reason(base) is not None) and _shares(value, base):
+    if value is base and _basic(index) and isinstance(base, Tracer):
+        # A traced array's full basic index is the array itself, where NumPy's is a view of
+        # it: what an expression makes of it (`V[0:n][::-1]`) is a view of `base` too. The
+        # entry has no reason, so writes to `base` itself stay allowed.
+        if not _held_view(base):
+            _note_view(base, None)
+        return value
+    if _basic(index) and (not chained or _held_view(base)) and _shares(value, base):
         if isinstance(base, list | tuple | dict):
             said = f"`{text}` " if text is not None else ""
             why = f"an array a {type(base).__name__} holds (taken by {said}at {user_site()})"
@@ -1424,7 +1440,7 @@ def attribute_view(owner, attr: str, text: str | None):
     """`owner.T` (`.mT`, `.real`, `.imag`) for an expression `owner`, noted as a view when
     `owner` is one."""
     value = getattr(owner, attr)
-    if _view_reason(owner) is not None and _shares(value, owner):
+    if _held_view(owner) and _shares(value, owner):
         _note_view(value, _bound_by(text))
     return value
 
@@ -1433,7 +1449,7 @@ def method_view(owner, name: str, text: str | None):
     """`owner.name` (`reshape`, `ravel`, ...) for an expression `owner`, as a callable whose
     result is noted as a view when `owner` is one."""
     method = call(getattr(owner, name))
-    if _view_reason(owner) is None:
+    if not _held_view(owner):
         return method
 
     def noted(*args, **kwargs):

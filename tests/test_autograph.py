@@ -17,7 +17,7 @@ from jax import tree_util
 
 import aotkit
 from aotkit.autograph import AutographWarning, _convert, do_not_convert
-from tests.helpers import assert_matches
+from tests.helpers import assert_matches, module_from_source
 from tests.programs.kernels import KERNELS
 
 F32, F64, I32 = np.float32, np.float64, np.int32
@@ -1557,3 +1557,103 @@ def test_builtin_int_of_an_array_or_a_complex_keeps_pythons_error():
         aotkit.jit(of_array)(np.ones(2, np.float32))
     with pytest.raises(TypeError, match=r"^int\(\) of a traced c64\[\] array"):
         aotkit.jit(of_complex)(np.ones(2, np.complex64))
+
+
+JUMPING_LOOPS = """
+def stops_early(x):
+    s = 0.0
+    for i in range(5):
+        s = s + np.sin(x[i]) * x[i]
+        if s > 1.5:
+            break
+    return s
+
+def skips(x):
+    s = 0.0
+    for i in range(5):
+        if x[i] < 0.6:
+            continue
+        s = s + x[i] * x[i]
+        if s > 2.0:
+            break
+    else:
+        s = s - 1.0
+    return s
+
+def returns_early(x):
+    for i in range(4):
+        if x[i] > 2.0:
+            return x[i] * x[0]
+    return x.sum()
+"""
+
+
+@pytest.mark.parametrize("name", ["stops_early", "skips", "returns_early"])
+def test_the_converter_keys_its_tables_by_node_not_by_id(tmp_path, monkeypatch, name):
+    """The converter's tables of loops and statements (break and continue flags, liveness)
+    were keyed by `id(node)`: a node the rewrite dropped freed its id for one it made, which
+    then read the dropped node's entry (a gradient of a range loop with a traced `break` came
+    out wrong in a few fresh processes in a hundred). With every id made equal, as the worst
+    reuse would, the conversion is still NumPy's."""
+    from aotkit.autograph import _analysis, _transform
+
+    for module in (_analysis, _transform):
+        monkeypatch.setattr(module, "id", lambda node: 0, raising=False)
+    m, _ = module_from_source(tmp_path, JUMPING_LOOPS)
+    fn = getattr(m, name)
+    for scale in (0.1, 1.0, 3.0):
+        x = np.array([0.5, 0.7, 0.9, 1.2, 0.3]) * scale
+        assert_matches(aotkit.jit(fn)(x), np.asarray(fn(x)), f"{name} at {scale}")
+
+
+MIXED_KEYS = """
+def holds(x):
+    d = {1: np.ones(2), "a": 3}
+    loop = [d]
+    loop.append(loop)
+    if x[0] > 0:
+        y = x * 2
+    else:
+        y = x
+    return y + d[1]
+
+def assigns(x):
+    d = {1: x, "a": 3}
+    if x[0] > 0:
+        d = {1: x * 2, "a": 3}
+    return d[1]
+
+def carries(x):
+    d = [{1: x, "a": 3}]
+    while x[0] < 10:
+        x = x * 2
+        d = [{1: d[0][1] * 2, "a": 3}]
+    return d[0][1]
+"""
+
+
+def test_a_dict_whose_keys_do_not_sort_beside_a_traced_block(tmp_path):
+    """A local dict keyed by 1 and 'a' (and a list that holds itself) beside a traced if
+    made the conversion fail inside JAX's tree_util ("Comparator raised exception while
+    sorting pytree dictionary keys"); such a dict assigned or carried by the block is
+    refused saying why."""
+    m, path = module_from_source(tmp_path, MIXED_KEYS)
+    x = np.array([1.0, 2.0])
+    assert_matches(aotkit.jit(m.holds)(x), m.holds(x))
+    line = path.read_text().splitlines().index("    if x[0] > 0:", 10) + 1
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(m.assigns)(x)
+    assert str(e.value) == (
+        f"if (at {path}:{line}): the condition is traced, but the true branch assigns 'd' a "
+        "dict whose keys do not sort (a pytree's keys are of one type); a traced if can only "
+        "assign arrays and numbers"
+    )
+    line = path.read_text().splitlines().index("    while x[0] < 10:") + 1
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(m.carries)(x)
+    assert str(e.value) == (
+        f"while loop (at {path}:{line}): the condition is traced, so the loop must become a "
+        "StableHLO while loop, but 'd' holds a list holding a dict whose keys do not sort (a "
+        "pytree's keys are of one type), and a loop can only carry arrays and numbers from "
+        "one iteration to the next"
+    )

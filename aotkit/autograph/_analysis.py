@@ -389,13 +389,15 @@ def expr_loads(*nodes) -> set[str]:
 
 class Liveness:
     """Backward liveness over structured Python: for each `if`/`for`/`while` statement, the
-    names live after it (`after[id(stmt)]`) and, for loops, at the loop head
-    (`head[id(loop)]`, live at the start of an iteration or at the exit). `break_flags`
-    maps a loop to the flag variable its rewritten `break` sets, read at the head."""
+    names live after it (`after[stmt]`) and, for loops, at the loop head (`head[loop]`, live
+    at the start of an iteration or at the exit). `break_flags` maps a loop to the flag
+    variable its rewritten `break` sets, read at the head. The tables are keyed by the nodes
+    themselves, never their ids: a node the rewrite drops frees its id for a node it makes,
+    which would then read the dropped node's entry."""
 
-    def __init__(self, break_flags: dict[int, str] | None = None):
-        self.after: dict[int, frozenset] = {}
-        self.head: dict[int, frozenset] = {}
+    def __init__(self, break_flags: dict[ast.AST, str] | None = None):
+        self.after: dict[ast.AST, frozenset] = {}
+        self.head: dict[ast.AST, frozenset] = {}
         self.break_flags = break_flags or {}
 
     def block(self, stmts: list[ast.stmt], live: set[str], jump=None) -> set[str]:
@@ -404,7 +406,7 @@ class Liveness:
         return live
 
     def stmt(self, s: ast.stmt, live: set[str], jump) -> set[str]:
-        self.after[id(s)] = frozenset(live)
+        self.after[s] = frozenset(live)
         if isinstance(s, ast.Return):
             return expr_loads(s.value)
         if isinstance(s, ast.Raise):
@@ -457,7 +459,7 @@ class Liveness:
 
     def _loop(self, s, live: set[str], jump, *, extra=frozenset(), test=frozenset(), target=None):
         exit_live = self.block(s.orelse, live, jump)
-        flag = self.break_flags.get(id(s))
+        flag = self.break_flags.get(s)
         head = set(exit_live) | set(test)
         if flag:
             head.add(flag)
@@ -475,7 +477,7 @@ class Liveness:
             if new_head == head:
                 break
             head = new_head
-        self.head[id(s)] = frozenset(head)
+        self.head[s] = frozenset(head)
         return head | set(extra)
 
 

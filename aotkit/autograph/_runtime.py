@@ -196,7 +196,27 @@ def _arraylike(v) -> bool:
         return True
     if not isinstance(v, tuple | list | dict):
         return False
-    return all(isinstance(leaf, _ARRAYS) for leaf in tree_util.tree_leaves(v))
+    try:
+        leaves = tree_util.tree_leaves(v)
+    except (TypeError, ValueError):  # a dict whose keys do not sort is no pytree
+        return False
+    return all(isinstance(leaf, _ARRAYS) for leaf in leaves)
+
+
+def _uncarried(v) -> str:
+    """How a message names a value that is not `_arraylike`."""
+    name = f"a {type(v).__name__}"
+    if isinstance(v, dict):
+        try:
+            sorted(v)
+        except TypeError:
+            return f"{name} whose keys do not sort (a pytree's keys are of one type)"
+    if isinstance(v, tuple | list | dict):
+        try:
+            tree_util.tree_leaves(v)
+        except (TypeError, ValueError):
+            return f"{name} holding a dict whose keys do not sort (a pytree's keys are of one type)"
+    return name
 
 
 def _has_tracer(v) -> bool:
@@ -498,7 +518,7 @@ def _carried(info, vals: dict, extra, bounds, slots: dict) -> tuple[list[str], d
             v = bounds.start  # the loop variable's value if the loop runs at all
         elif not _arraylike(v):
             raise _NotConvertible(
-                f"{n!r} holds a {type(v).__name__}, and a loop can only carry arrays and "
+                f"{n!r} holds {_uncarried(v)}, and a loop can only carry arrays and "
                 "numbers from one iteration to the next"
             )
         init[n] = v
@@ -912,7 +932,7 @@ def _branch_outputs(info, vals, got, structure, label) -> dict:
         else:
             raise TypeError(
                 f"if (at {info.site}): the condition is traced, but the {label} branch assigns "
-                f"{n!r} a {type(v).__name__}; a traced if can only assign arrays and numbers"
+                f"{n!r} {_uncarried(v)}; a traced if can only assign arrays and numbers"
             )
         first = structure.setdefault(n, kind)
         if first != kind:
@@ -1496,9 +1516,9 @@ def _traced_block(info, scope: _CallerNames, what: str):
     (its locals, the variables it closes over, its module's global arrays) are read-only
     meanwhile, so a write into one through a view, an in-place method (`v.fill(0)`,
     `v.sort()`) or `out=` fails where it is made, and is refused with that line."""
-    # (A module's own arrays only, not those in its lists and dicts: flattening every global
-    # container, `__builtins__` among them, at each traced block made the gradient of a
-    # range loop with a traced `break` come out wrong now and then, by a cause not found.)
+    # A module's own arrays only, not those in its lists and dicts: walking every global
+    # container (`__builtins__` among them) at each traced block costs time in proportion
+    # to the module.
     module_arrays = [g for g in scope.globals.values() if isinstance(g, np.ndarray)]
     frozen = [
         a
@@ -1538,11 +1558,18 @@ _KINDS = {
 
 
 def _numpy_leaves(value) -> list:
-    if isinstance(value, np.ndarray):
-        return [value]
-    if isinstance(value, list | tuple | dict):
-        return [a for a in tree_util.tree_leaves(value) if isinstance(a, np.ndarray)]
-    return []
+    """The NumPy arrays `value` is or holds in lists, tuples and dicts (walked here, not by
+    tree_util, which refuses a dict whose keys do not sort; a container met twice, such as
+    one that holds itself, is walked once)."""
+    out, stack, seen = [], [value], set()
+    while stack:
+        v = stack.pop()
+        if isinstance(v, np.ndarray):
+            out.append(v)
+        elif isinstance(v, list | tuple | dict) and id(v) not in seen:
+            seen.add(id(v))  # `value` holds every container met, so no id is reused
+            stack.extend(v.values() if isinstance(v, dict) else v)
+    return out
 
 
 def _where_written(e: BaseException, info) -> str:

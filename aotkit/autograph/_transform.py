@@ -787,9 +787,10 @@ class _Function:
             self.visible if facts.has_introspection else frozenset(facts.captured) & self.locals
         )
         self.nonlocal_nested = facts.nonlocal_in_nested
-        self.break_flags: dict[int, str] = {}
-        self.cont_flags: dict[int, str] = {}
-        self.reasons: dict[int, tuple[str, ...]] = {}
+        # Keyed by the loop nodes themselves (Liveness says why, not by id).
+        self.break_flags: dict[ast.AST, str] = {}
+        self.cont_flags: dict[ast.AST, str] = {}
+        self.reasons: dict[ast.AST, tuple[str, ...]] = {}
 
     # --- step 1: returns out of loops, loops and their jumps ---
 
@@ -857,7 +858,7 @@ class _Function:
 
     def _prepare_loop(self, s) -> list[ast.stmt]:
         reasons = self._loop_reasons(s)
-        self.reasons[id(s)] = reasons
+        self.reasons[s] = reasons
         if reasons:
             return [s]
         n = self.conv.next_id()
@@ -867,7 +868,7 @@ class _Function:
         s.orelse = []
         if brk:
             flag = f"{PREFIX}brk_{n}"
-            self.break_flags[id(s)] = flag
+            self.break_flags[s] = flag
             self.new_local(flag)
             before.append(_located(ast.Assign(targets=[_name(flag, True)], value=_const(False)), s))
             if after:
@@ -875,17 +876,17 @@ class _Function:
                 after = [_located(ast.If(test=test, body=after, orelse=[]), after[0])]
         flags = []
         if brk:
-            flags.append(self.break_flags[id(s)])
+            flags.append(self.break_flags[s])
         if cont:
             flag = f"{PREFIX}cont_{n}"
-            self.cont_flags[id(s)] = flag
+            self.cont_flags[s] = flag
             self.new_local(flag)
             flags.append(flag)
             reset = ast.Assign(targets=[_name(flag, True)], value=_const(False))
             s.body = [_located(reset, s.body[0])] + s.body
         if brk or cont:
             s.body = self._rewrite_jumps(
-                s.body, self.break_flags.get(id(s)), self.cont_flags.get(id(s)), flags
+                s.body, self.break_flags.get(s), self.cont_flags.get(s), flags
             )
         return before + [s] + after
 
@@ -1036,7 +1037,7 @@ class _Function:
                 )
         if it is None:
             it = expression(s.iter)
-        reasons = self.reasons.get(id(s), ())
+        reasons = self.reasons.get(s, ())
         target = s.target.id if isinstance(s.target, ast.Name) else None
         if reasons:
             _, reads, _ = self._state(Facts.of(s.body))
@@ -1050,15 +1051,15 @@ class _Function:
         facts.target(s.target, s.lineno)
         for b in s.body:
             facts.visit(b)
-        writes, reads, params = self._state(facts, self.cont_flags.get(id(s)))
+        writes, reads, params = self._state(facts, self.cont_flags.get(s))
         index, info = self._info(
             kind="for",
             lineno=s.lineno,
             params=tuple(params),
             writes=tuple(writes),
-            **self._effects(facts, writes, self.live.head[id(s)]),
+            **self._effects(facts, writes, self.live.head[s]),
             target=target,
-            brk=self.break_flags.get(id(s)),
+            brk=self.break_flags.get(s),
         )
         item = f"{PREFIX}itr"
         first = Facts()
@@ -1073,7 +1074,7 @@ class _Function:
         return [fn] + self._assign_back(writes, _located(call, s), s)
 
     def while_(self, s: ast.While) -> list[ast.stmt]:
-        reasons = self.reasons.get(id(s), ())
+        reasons = self.reasons.get(s, ())
         if reasons:
             index, _ = self._info(kind="while", lineno=s.lineno, reasons=reasons)
             s.test = _located(_call(_ag("py_test"), expression(s.test), self._ref(index)), s)
@@ -1083,15 +1084,15 @@ class _Function:
         facts = Facts.of(s.body)
         test_reads = [n for n in Facts.of([s.test]).loads if n in self.visible]
         facts.loads = dict.fromkeys(_ordered(test_reads, facts.loads))
-        writes, reads, params = self._state(facts, self.cont_flags.get(id(s)))
+        writes, reads, params = self._state(facts, self.cont_flags.get(s))
         index, info = self._info(
             kind="while",
             lineno=s.lineno,
             params=tuple(params),
             test_params=tuple(test_reads),
             writes=tuple(writes),
-            **self._effects(facts, writes, self.live.head[id(s)]),
-            brk=self.break_flags.get(id(s)),
+            **self._effects(facts, writes, self.live.head[s]),
+            brk=self.break_flags.get(s),
         )
         test_body = _undefined_guards(test_reads, s) + [
             _located(ast.Return(value=expression(s.test)), s)
@@ -1137,7 +1138,7 @@ class _Function:
             lineno=s.lineno,
             params=tuple(params),
             writes=tuple(writes),
-            **self._effects(facts, writes, self.live.after[id(s)]),
+            **self._effects(facts, writes, self.live.after[s]),
         )
         guards = [p for p in params if p in reads]
         fns = []

@@ -1234,3 +1234,39 @@ def test_writes_into_a_full_slice_itself_reach_the_array(tmp_path):
     got = aotkit.jit(m.whole)(t)
     assert got.dtype == np.float64
     np.testing.assert_array_equal(got, m.whole(t.copy()))
+
+
+BUFFERS = [np.zeros(3)]  # a module's list of NumPy arrays, which a traced branch must not write
+
+
+def test_a_helper_writing_into_a_modules_list_of_arrays_in_a_traced_branch_is_refused(tmp_path):
+    """A write the converter cannot see (`operator.setitem` in a helper) into an array a
+    module-level list holds ran when the branch was traced: the array changed although the
+    branch did not run. The arrays of a module's lists and dicts are read-only while a traced
+    block runs, like its own arrays, and the write is refused with its line."""
+    m, path = module_from_source(
+        tmp_path,
+        """
+        import operator
+        from tests.test_autograph_writes import BUFFERS
+
+        def helper():
+            operator.setitem(BUFFERS[0], 0, 1.0)
+
+        def f(x):
+            if x[0] > 0:
+                helper()
+                y = x * 2
+            else:
+                y = x
+            return y
+        """,
+    )
+    with pytest.raises(TypeError) as e:
+        aotkit.jit(m.f)(-np.ones(2))
+    assert str(e.value).startswith(
+        f"if (at {path}:10): the line at {path}:7 writes into a NumPy array made before the "
+        "if, or a view of one (NumPy: assignment destination is read-only); NumPy would write "
+        "it only if the branch runs, but aotkit traces the branch once; "
+    )
+    assert not BUFFERS[0].any() and BUFFERS[0].flags.writeable

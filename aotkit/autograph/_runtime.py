@@ -1513,18 +1513,14 @@ def _traced_block(info, scope: _CallerNames, what: str):
     """While a traced branch or loop body runs: a NumPy array it writes into is written
     when the function is traced, whether or not the branch or iteration runs (`what`: how
     often NumPy would write, for the message). The NumPy arrays the function's names hold
-    (its locals, the variables it closes over, its module's global arrays) are read-only
-    meanwhile, so a write into one through a view, an in-place method (`v.fill(0)`,
-    `v.sort()`) or `out=` fails where it is made, and is refused with that line."""
-    # A module's own arrays only, not those in its lists and dicts: walking every global
-    # container (`__builtins__` among them) at each traced block costs time in proportion
-    # to the module.
-    module_arrays = [g for g in scope.globals.values() if isinstance(g, np.ndarray)]
+    (its locals, the variables it closes over, its module's globals, and the lists, tuples
+    and dicts they hold, up to `_WALK_LIMIT` items) are read-only meanwhile, so a write into
+    one through a view, an in-place method (`v.fill(0)`, `v.sort()`), `out=` or a helper
+    (`operator.setitem(BUF[0], 0, v)`) fails where it is made, and is refused with that
+    line."""
+    held = [v for k, v in scope.globals.items() if k != "__builtins__"]
     frozen = [
-        a
-        for v in (*scope.locals.values(), *module_arrays)
-        for a in _numpy_leaves(v)
-        if a.flags.writeable
+        a for a in _numpy_leaves([*scope.locals.values(), *held], _WALK_LIMIT) if a.flags.writeable
     ]
     for a in frozen:
         a.flags.writeable = False
@@ -1557,13 +1553,20 @@ _KINDS = {
 }
 
 
-def _numpy_leaves(value) -> list:
+# How many values `_traced_block` looks at for NumPy arrays to make read-only: a module whose
+# globals hold larger containers has the arrays past it left writeable (a write into one
+# from a traced block is then not refused).
+_WALK_LIMIT = 100_000
+
+
+def _numpy_leaves(value, limit: int) -> list:
     """The NumPy arrays `value` is or holds in lists, tuples and dicts (walked here, not by
     tree_util, which refuses a dict whose keys do not sort; a container met twice, such as
-    one that holds itself, is walked once)."""
-    out, stack, seen = [], [value], set()
-    while stack:
+    one that holds itself, is walked once), among the first `limit` values met."""
+    out, stack, seen, left = [], [value], set(), limit
+    while stack and left > 0:
         v = stack.pop()
+        left -= 1
         if isinstance(v, np.ndarray):
             out.append(v)
         elif isinstance(v, list | tuple | dict) and id(v) not in seen:

@@ -393,9 +393,17 @@ class Evaluator:
         return self.run_block(block, inputs, Env())
 
     def run_block(self, block: ir.Block, inputs: list, env: Env) -> list:
-        local = env.vars
         for arg, entry in zip(block.arguments, inputs, strict=True):
-            local[arg] = entry
+            env.vars[arg] = entry
+        outs = self.run_ops(block.operations, env)
+        if outs is None:
+            raise AssertionError("a block without a terminator")
+        return outs
+
+    def run_ops(self, ops, env: Env) -> list | None:
+        """Evaluates `ops` in order in `env`: the values a return among them returns, or
+        None where none does (a run of ops from inside a block)."""
+        local = env.vars
         apply = self.apply
         entry = self.entry
         lc = _context.active()
@@ -404,7 +412,7 @@ class Evaluator:
         outer_walk = walk.current
         walk.current = (self, env)
         try:
-            for op in block.operations:
+            for op in ops:
                 o = op.operation
                 name = o.name
                 # The block's own values first (most operands), then the enclosing ones.
@@ -423,7 +431,7 @@ class Evaluator:
         finally:
             lc.location = saved
             walk.current = outer_walk
-        raise AssertionError("a block without a terminator")
+        return None
 
     def call(self, op, ins: list) -> list:
         """A `func.call` or `stablehlo.composite`: the function it names, on `ins`."""

@@ -18,12 +18,11 @@ import math
 import numpy as np
 from jaxlib.mlir import ir
 
-from aotkit import _context, dtypes, modules
+from aotkit import dtypes, modules
 from aotkit.transforms import _hlo as H
 from aotkit.transforms import _ir
 from aotkit.transforms import linear as L
 from aotkit.transforms.core import (
-    _WALK,
     Algebra,
     Env,
     Evaluator,
@@ -507,23 +506,7 @@ def _run_backward(functions, ops, env, end, n: int, m: int, cts, *tangents):
     for slot, zero, g in zip(slots, zeros, cts, strict=True):
         value = env[zero][0]
         local[slot] = (g if g is not None else H.zeros(value.shape, value.dtype), None)
-    ev = JVPEvaluator(functions, Forward(), "vjp")
-    walk, lc = _WALK, _context.active()
-    saved, saved_location = walk.current, lc.location
-    walk.current = (ev, local)
-    try:
-        for op in ops:
-            o = op.operation
-            ins = [ev.entry(local, v) for v in o.operands]
-            if o.name in ("func.call", "stablehlo.composite"):
-                outs = ev.call(op, ins)
-            else:
-                lc.location = o.location
-                outs = ev.apply(op, ins, local)
-            for r, out in zip(o.results, outs, strict=True):
-                local[r] = out
-    finally:
-        walk.current, lc.location = saved, saved_location
+    JVPEvaluator(functions, Forward(), "vjp").run_ops(ops, local)
     return [local[v][0] for v in list(end.operation.operands)[n + m :]]
 
 
